@@ -1,0 +1,598 @@
+"""The `ndcp` command line.
+
+Adding a subcommand (e.g. `search`, `recompute`): write `register_<name>(subparsers)` that calls
+`_subparser(subparsers, name, help, description, example)`, then `add_problem_arguments(parser)` for the shared
+problem arguments and `add_json_argument(parser)` for `--json`, and sets `func=<handler>`; append it to
+`COMMANDS`. A handler takes the parsed args, uses `build_problem(args) -> (model, cluster, run)`, and returns the
+exit code. Raise SpecError for anything the user can fix; `main` turns it into one `ndcp: error: ...` line, exit 2.
+
+Exit codes: 0 success (an estimate that does not fit is still a success), 1 infeasible (search), 2 user error,
+3 internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__
+from .specs.device import ClusterSpec, PRESETS, device_preset
+from .specs.fields import SpecError, divisors, from_mapping
+from .specs.model import ModelSpec
+from .specs.run import RunSpec
+from .specs.strategy import RECOMPUTE_MODES, SCHEDULES, RecomputePlan, StageRecompute, Strategy
+
+EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+GIB = 2**30
+
+
+class UsageError(Exception):
+    """A command-line mistake found by argparse (unknown option, missing argument, bad value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line through `main` instead of usage + exit."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(message)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=34)
+
+
+# -- argument value types ----------------------------------------------------------------------------------------
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "70GiB", "75GB", "80000MiB", "1.5TiB" or plain "85899345920" (decimal and binary units)."""
+    match = _SIZE_RE.match(str(text))
+    unit = match.group(3).lower() if match else ""
+    if not match or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: expected e.g. 70GiB, 75GB, 80000MiB or bytes")
+    number = float(match.group(1)) * (10 ** int(match.group(2)) if match.group(2) else 1)
+    value = number * _SIZE_UNITS[unit]
+    if value > 1 << 60:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: too large")
+    return int(round(value))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1")
+    return value
+
+
+def _bandwidth(text: str) -> float:
+    """GB/s (decimal) -> bytes/s."""
+    try:
+        value = float(str(text).lower().removesuffix("gb/s").strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid bandwidth {text!r}: expected GB/s, e.g. 450") from None
+    if not (value > 0 and value < 1e9):
+        raise argparse.ArgumentTypeError(f"invalid bandwidth {text!r}: expected a positive number of GB/s")
+    return value * 1e9
+
+
+# -- shared arguments --------------------------------------------------------------------------------------------
+def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every planning command shares: the model, the cluster and the run."""
+    parser.add_argument("model", metavar="MODEL",
+                        help="library model name (see `ndcp models`), a model YAML spec, or a Hugging Face config.json")
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--device", metavar="NAME", required=True, type=str.lower,
+                       help=f"device preset (see `ndcp devices`): {', '.join(PRESETS)}")
+    group.add_argument("--gpus", metavar="N", required=True, type=_positive_int, help="number of devices")
+    group.add_argument("--devices-per-node", metavar="N", type=_positive_int,
+                       help="override the preset's devices per node (scale-up domain)")
+    group.add_argument("--intra-node-bandwidth", metavar="GB/s", type=_bandwidth,
+                       help="override the per-device intra-node bandwidth, one way, in GB/s")
+    group.add_argument("--inter-node-bandwidth", metavar="GB/s", type=_bandwidth,
+                       help="override the per-device inter-node bandwidth, one way, in GB/s")
+    group.add_argument("--device-memory", metavar="SIZE", type=parse_size,
+                       help="override the device memory, e.g. 80GiB")
+    group = parser.add_argument_group("run")
+    group.add_argument("--global-batch", metavar="GBS", required=True, type=_positive_int,
+                       help="global batch in sequences per optimizer step")
+    group.add_argument("--seq-len", metavar="S", required=True, type=_positive_int, help="sequence length in tokens")
+    group.add_argument("--memory-cap", metavar="SIZE", type=parse_size,
+                       help="usable memory per device (default: all of it), e.g. 70GiB, 75GB, 80000MiB or bytes")
+    group.add_argument("--reserve", metavar="SIZE", type=parse_size, default=GIB,
+                       help="memory set aside per device for allocator fragmentation, context and workspaces "
+                            "(default 1GiB)")
+    group.add_argument("--precision", choices=("bf16", "fp16"), default="bf16",
+                       help="parameter and activation dtype (default bf16)")
+    group.add_argument("--grad-dtype", choices=("fp32", "bf16"), default="fp32",
+                       help="gradient buffer dtype (default fp32)")
+    group.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
+                       help="materialise the attention scores (no FlashAttention)")
+
+
+def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, RunSpec]:
+    """The model, cluster (preset + overrides) and run the shared arguments describe. Raises SpecError."""
+    from .specs.library import load_model
+
+    model = load_model(args.model)
+    cluster = ClusterSpec(device_preset(args.device), args.gpus).with_overrides(
+        memory_bytes=args.device_memory,
+        devices_per_node=args.devices_per_node,
+        intra_node_bandwidth=args.intra_node_bandwidth,
+        inter_node_bandwidth=args.inter_node_bandwidth,
+    )
+    memory = cluster.device.memory_bytes
+    cap = args.memory_cap
+    if cap is not None:
+        if cap <= 0:
+            raise SpecError(f"--memory-cap={cap} bytes is not valid; expected a positive size, e.g. 70GiB")
+        if cap > memory:
+            raise SpecError(f"--memory-cap={_gib(cap)} exceeds the {cluster.device.name} device memory "
+                            f"({_gib(memory)}); lower the cap or override --device-memory")
+    capacity = cap or memory
+    if args.reserve >= capacity:
+        raise SpecError(f"--reserve={_gib(args.reserve)} leaves no memory: the capacity per device is {_gib(capacity)}")
+    run = RunSpec(global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
+                  grad_dtype=args.grad_dtype, flash_attention=args.flash_attention,
+                  memory_cap_bytes=cap or 0, reserve_bytes=args.reserve)
+    return model, cluster, run
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="PATH|-", dest="json",
+                        help="also write the result as JSON to PATH; `-` writes only the JSON to stdout")
+
+
+def emit_json(args: argparse.Namespace, doc: Any) -> bool:
+    """Write `doc` if --json was given. Returns True when it went to stdout (print nothing else there then)."""
+    from .report.jsonout import write_json
+
+    path = getattr(args, "json", None)
+    if not path:
+        return False
+    write_json(doc, path)
+    return path == "-"
+
+
+def console_for(args: argparse.Namespace):
+    """The console for human-readable output (stdout)."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+# -- strategy parsing --------------------------------------------------------------------------------------------
+STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
+STRATEGY_KEYS = STRATEGY_INT_KEYS + ("sp", "recompute", "schedule")
+FILE_ONLY_KEYS = ("layers_per_stage",)
+_TRUE, _FALSE = ("on", "true", "1", "yes"), ("off", "false", "0", "no")
+
+
+def _strategy_value(key: str, value: Any) -> Any:
+    """Check and convert one strategy value (from the --strategy string or the YAML file)."""
+    if key in STRATEGY_INT_KEYS:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise SpecError(f"{key}={value!r} is not valid; expected an integer")
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise SpecError(f"{key}={value!r} is not valid; expected an integer") from None
+        low = 0 if key == "zero" else 1
+        if number < low or (key == "zero" and number > 3):
+            valid = "valid: 0, 1, 2, 3" if key == "zero" else "expected an integer >= 1"
+            raise SpecError(f"{key}={number} is not valid; {valid}")
+        return number
+    if key == "sp":
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        raise SpecError(f"sp={value!r} is not valid; valid: on, off, true, false, 1, 0")
+    if key == "schedule":
+        word = str(value).strip().lower()
+        if word not in SCHEDULES:
+            raise SpecError(f"schedule={value!r} is not valid; valid: {', '.join(SCHEDULES)}")
+        return word
+    if key == "recompute":
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word not in RECOMPUTE_MODES:
+                raise SpecError(f"recompute={value!r} is not valid; valid: {', '.join(RECOMPUTE_MODES)} "
+                                "(per-stage plans go in --strategy-file)")
+            return word
+        return value  # a per-stage mapping from the file, checked by _recompute_plan
+    if key == "layers_per_stage":
+        if not isinstance(value, (list, tuple)) or not value:
+            raise SpecError(f"layers_per_stage={value!r} is not valid; expected a list of layer counts per stage")
+        return tuple(_layer_count(i, v) for i, v in enumerate(value))
+    raise SpecError(f"{key}: unknown strategy key; valid keys: {', '.join(STRATEGY_KEYS)}")
+
+
+def _layer_count(index: int, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"layers_per_stage[{index}]={value!r} is not valid; expected an integer >= 1")
+    return value
+
+
+def parse_strategy_string(text: str) -> dict[str, Any]:
+    """`tp=8,pp=16,dp=8,mbs=1,zero=1,sp=on,recompute=selective` -> checked values by key."""
+    out: dict[str, Any] = {}
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if not sep or not value.strip():
+            raise SpecError(f"--strategy: {item!r} is not key=value; valid keys: {', '.join(STRATEGY_KEYS)}")
+        if key not in STRATEGY_KEYS:
+            raise SpecError(f"--strategy: unknown key {key!r}; valid keys: {', '.join(STRATEGY_KEYS)}")
+        if key in out:
+            raise SpecError(f"--strategy: {key} is given twice")
+        out[key] = _strategy_value(key, value.strip())
+    return out
+
+
+def load_strategy_file(path: str) -> dict[str, Any]:
+    """A YAML (or JSON) strategy: the --strategy keys plus `layers_per_stage` and a per-stage `recompute`. A document
+    with a top-level `strategy` mapping (an `ndcp estimate --json` output) is read from that mapping."""
+    import yaml
+
+    where = f"--strategy-file {path}"
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{where}: cannot read: not UTF-8 text") from None
+    except OSError as error:
+        raise SpecError(f"{where}: cannot read: {error.strerror or type(error).__name__}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SpecError(f"{where}: invalid YAML{at}: {getattr(error, 'problem', None) or 'parse error'}") from None
+    if isinstance(data, dict) and isinstance(data.get("strategy"), dict):
+        data = data["strategy"]
+    if not isinstance(data, dict):
+        got = type(data).__name__ if data is not None else "an empty file"
+        raise SpecError(f"{where}: expected a mapping of strategy keys, got {got}")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).strip().lower().replace("-", "_")
+        if name not in STRATEGY_KEYS + FILE_ONLY_KEYS:
+            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(STRATEGY_KEYS + FILE_ONLY_KEYS)}")
+        try:
+            out[name] = _strategy_value(name, value)
+        except SpecError as error:
+            raise SpecError(f"{where}: {error}") from None
+    return out
+
+
+def _recompute_plan(value: Any) -> RecomputePlan:
+    """A uniform mode string, or `{stages: [{none: .., selective: .., full: ..}, ...]}` per virtual stage."""
+    if isinstance(value, str):
+        return RecomputePlan.uniform(value)
+    stages = value.get("stages") if isinstance(value, dict) else value if isinstance(value, list) else None
+    if isinstance(value, dict) and set(value) - {"stages", "mode"}:
+        extra = sorted(set(value) - {"stages", "mode"})[0]
+        raise SpecError(f"recompute.{extra}: unknown key; valid keys: stages")
+    if not isinstance(stages, list) or not stages:
+        raise SpecError("recompute is not valid; expected none|selective|full or {stages: [{none: N, selective: N, "
+                        "full: N}, ...]} with one entry per virtual stage")
+    plan = []
+    for i, entry in enumerate(stages):
+        if not isinstance(entry, dict):
+            raise SpecError(f"recompute.stages[{i}] must be a mapping of none/selective/full layer counts")
+        counts = {k: v for k, v in entry.items() if k not in ("stage", "layers")}
+        stage = from_mapping(StageRecompute, counts, f"recompute.stages[{i}].")
+        if "layers" in entry and entry["layers"] != stage.layers:
+            raise SpecError(f"recompute.stages[{i}]: layers={entry['layers']!r} but none+selective+full = "
+                            f"{stage.layers}")
+        plan.append(stage)
+    return RecomputePlan(mode="per-stage", stages=tuple(plan))
+
+
+def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values: dict[str, Any]) -> Strategy:
+    """A checked Strategy from parsed keys: tp, pp, cp, ep, etp, vpp, mbs default to 1 and zero to 1; dp is the rest
+    of the GPUs, mbn the rest of the global batch; schedule is interleaved when vpp > 1."""
+    from .space import check_strategy
+
+    v = dict(values)
+    for key in ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "zero"):
+        v.setdefault(key, 1)
+    n, tp = cluster.count, v["tp"]
+    if model.heads % tp or model.num_kv_heads % tp:
+        valid = [d for d in divisors(model.heads) if model.num_kv_heads % d == 0 and n % d == 0]
+        raise SpecError(f"tp={tp} is not valid: must divide {model.heads} attention heads and {model.num_kv_heads} KV "
+                        f"heads (and --gpus {n}); valid tp: {', '.join(map(str, valid))}")
+    if v["vpp"] > 1 and v["pp"] == 1:
+        raise SpecError(f"vpp={v['vpp']} is not valid: interleaving (vpp > 1) needs pp > 1")
+    if "dp" in v and v["dp"] * v["tp"] * v["pp"] * v["cp"] != n:
+        raise SpecError(f"dp*tp*pp*cp = {v['dp'] * v['tp'] * v['pp'] * v['cp']} is not valid: must equal --gpus {n} "
+                        f"(dp={v['dp']}, tp={v['tp']}, pp={v['pp']}, cp={v['cp']}); omit dp to derive it")
+    if "dp" not in v:
+        model_parallel = v["tp"] * v["pp"] * v["cp"]
+        if n % model_parallel:
+            raise SpecError(f"tp*pp*cp = {model_parallel} (tp={v['tp']}, pp={v['pp']}, cp={v['cp']}) does not divide "
+                            f"--gpus {n}, so dp cannot take the rest; valid tp*pp*cp: "
+                            f"{', '.join(map(str, divisors(n)))}")
+        v["dp"] = n // model_parallel
+    if "mbn" not in v:
+        per_microbatch = v["dp"] * v["mbs"]
+        if run.global_batch % per_microbatch:
+            valid_mbs = [d for d in divisors(run.global_batch) if (run.global_batch // d) % v["dp"] == 0]
+            raise SpecError(f"mbs={v['mbs']} is not valid: dp*mbs = {per_microbatch} (dp={v['dp']}) does not divide "
+                            f"the global batch {run.global_batch}, so mbn cannot take the rest; valid mbs: "
+                            f"{', '.join(map(str, valid_mbs)) or 'none (dp does not divide the global batch)'}")
+        v["mbn"] = run.global_batch // per_microbatch
+    v.setdefault("schedule", "interleaved" if v["vpp"] > 1 else "1f1b")
+    v["recompute"] = _recompute_plan(v.get("recompute", "none"))
+    if "layers_per_stage" in v:
+        v["layers_per_stage"] = tuple(v["layers_per_stage"])
+    strategy = Strategy(**v)
+    check_strategy(model, cluster, run, strategy)
+    if not strategy.recompute.is_uniform:
+        from .estimate.layout import partition
+
+        for i, (stage, layers) in enumerate(zip(strategy.recompute.stages, partition(model, strategy))):
+            if stage.layers != layers:
+                raise SpecError(f"recompute.stages[{i}] covers {stage.layers} layers but virtual stage {i} holds "
+                                f"{layers}; the counts must add up to each stage's layers")
+    return strategy
+
+
+# -- commands ----------------------------------------------------------------------------------------------------
+def _subparser(subparsers, name: str, help: str, description: str, example: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help, description=description, formatter_class=_Formatter,
+                                   epilog="example:\n  " + example.replace("\n", "\n  "))
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks for errors")
+    return parser
+
+
+ESTIMATE_EXAMPLE = ("ndcp estimate llama3-8b --device h100 --gpus 16 --global-batch 64 --seq-len 4096 \\\n"
+                    "    --strategy tp=2,pp=2,mbs=1,zero=1,sp=on,recompute=selective\n"
+                    "ndcp estimate gpt3-175b --device a100-80g --gpus 1024 --global-batch 1536 --seq-len 2048 \\\n"
+                    "    --strategy tp=8,pp=16,mbs=1,sp=on,recompute=selective --memory-cap 75GB --json plan.json")
+
+
+def register_estimate(subparsers) -> None:
+    parser = _subparser(
+        subparsers, "estimate", "memory and step time of one given strategy",
+        "Estimate per-device memory (per pipeline stage) and step time of one parallel strategy.\n\n"
+        "--strategy is comma-separated key=value over dp, tp, pp, cp, ep, etp, vpp, mbs, mbn, zero (0-3),\n"
+        "sp (on/off), recompute (none|selective|full) and schedule (1f1b|interleaved). Unspecified: tp, pp, cp,\n"
+        "ep, etp, vpp, mbs = 1, zero = 1, sp off, recompute none; dp = gpus / (tp*pp*cp); mbn = global batch /\n"
+        "(dp*mbs); schedule interleaved when vpp > 1. --strategy-file is a YAML with the same keys plus\n"
+        "`layers_per_stage: [...]` and `recompute: {stages: [{none: N, selective: N, full: N}, ...]}`;\n"
+        "keys given in --strategy override the file. Exit 0 even when the strategy does not fit.",
+        ESTIMATE_EXAMPLE)
+    add_problem_arguments(parser)
+    group = parser.add_argument_group("strategy")
+    group.add_argument("--strategy", metavar="K=V,...", default="",
+                       help="e.g. tp=8,pp=16,dp=8,mbs=1,vpp=1,zero=1,sp=on,recompute=selective")
+    group.add_argument("--strategy-file", metavar="PLAN.yaml", help="strategy as YAML (per-stage plans allowed)")
+    add_json_argument(parser)
+    parser.set_defaults(func=cmd_estimate)
+
+
+def _time_estimator():
+    """`ndcp.estimate.time.estimate_time`, or (None, why) while it is not available."""
+    try:
+        from .estimate.time import estimate_time
+    except ImportError as error:
+        return None, f"step time not estimated: ndcp.estimate.time is not available ({error})"
+    return estimate_time, None
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from .estimate.memory import estimate_memory
+    from .report.jsonout import estimate_document
+
+    model, cluster, run = build_problem(args)
+    values = load_strategy_file(args.strategy_file) if args.strategy_file else {}
+    values.update(parse_strategy_string(args.strategy))
+    strategy = build_strategy(model, cluster, run, values)
+    memory = estimate_memory(model, cluster, run, strategy)
+    estimate_time, why = _time_estimator()
+    time = estimate_time(model, cluster, run, strategy) if estimate_time else None
+    notes = [why] if why else []
+    doc = estimate_document(model, cluster, run, strategy, memory, time, notes)
+    if emit_json(args, doc):
+        for note in notes:
+            print(f"ndcp: note: {note}", file=sys.stderr)
+        return EXIT_OK
+    from .report.terminal import render_estimate
+
+    render_estimate(console_for(args), model, cluster, run, strategy, memory, time, notes)
+    return EXIT_OK
+
+
+def register_models(subparsers) -> None:
+    parser = _subparser(subparsers, "models", "list the library models",
+                        "List the models shipped with ndcp: parameters, shape, experts and source.\n"
+                        "Any of these names can be passed as MODEL; so can a YAML spec or a Hugging Face config.json.",
+                        "ndcp models\nndcp models --json -")
+    add_json_argument(parser)
+    parser.set_defaults(func=cmd_models)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from .report.jsonout import model_document
+    from .specs.library import list_models
+
+    models = list_models()
+    if emit_json(args, [model_document(m) for m in models]):
+        return EXIT_OK
+    columns = (("name", "left"), ("params", "right"), ("active", "right"), ("layers", "right"),
+               ("hidden", "right"), ("heads", "right"), ("experts", "left"))
+    rows = []
+    for m in models:
+        experts = "-"
+        if m.moe:
+            experts = f"{m.moe.experts} top-{m.moe.top_k}"
+            experts += f" +{m.moe.shared_experts} shared" if m.moe.shared_experts else ""
+        rows.append((m.name, _billions(m.parameters), _billions(m.active_parameters), str(m.layers), str(m.hidden),
+                     f"{m.heads}/{m.num_kv_heads}", experts))
+    _print_listing(console_for(args), "Library models (parameters in billions; heads = attention/KV)", columns, rows,
+                   [m.source for m in models])
+    return EXIT_OK
+
+
+def _print_listing(console, title: str, columns, rows, sources) -> None:
+    """A table with a `source` column when the console is wide enough, else the sources as lines below it."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    def table(with_source: bool) -> Table:
+        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for name, justify in columns:
+            t.add_column(name, justify=justify, no_wrap=name != "experts")
+        if with_source:
+            t.add_column("source", overflow="fold", ratio=1)
+        for row, source in zip(rows, sources):
+            t.add_row(*row, *((source,) if with_source else ()))
+        return t
+
+    plain = table(False)
+    if console.width - console.measure(plain).maximum >= 40:
+        console.print(table(True))
+        return
+    console.print(plain)
+    for row, source in zip(rows, sources):
+        console.print(Text.assemble((f"{row[0]}: ", "bold"), source or "-"))
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e9:.2f}" if n >= 1e8 else f"{n / 1e9:.4f}"
+
+
+def _device_row(d) -> dict:
+    from .report.jsonout import device_document
+
+    return device_document(d)
+
+
+def register_devices(subparsers) -> None:
+    parser = _subparser(subparsers, "devices", "list the device presets",
+                        "List the accelerator presets: memory, peak dense BF16 TFLOP/s, HBM bandwidth, per-device\n"
+                        "intra/inter-node bandwidth (one way), devices per node and the source of each figure.",
+                        "ndcp devices\nndcp devices --json -")
+    add_json_argument(parser)
+    parser.set_defaults(func=cmd_devices)
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    devices = list(PRESETS.values())
+    if emit_json(args, [_device_row(d) for d in devices]):
+        return EXIT_OK
+    columns = (("name", "left"), ("mem GiB", "right"), ("TFLOP/s", "right"), ("HBM TB/s", "right"),
+               ("intra GB/s", "right"), ("inter GB/s", "right"), ("/node", "right"))
+    rows = [(d.name, f"{d.memory_bytes / GIB:.1f}", f"{d.peak_flops / 1e12:g}", f"{d.hbm_bandwidth / 1e12:g}",
+             f"{d.intra_node_bandwidth / 1e9:g}", f"{d.inter_node_bandwidth / 1e9:g}", str(d.devices_per_node))
+            for d in devices]
+    _print_listing(console_for(args), "Device presets (peak dense BF16; bandwidths per device, one way)", columns,
+                   rows, [d.source for d in devices])
+    return EXIT_OK
+
+
+def register_validate(subparsers) -> None:
+    parser = _subparser(subparsers, "validate", "compare estimates with measured runs",
+                        "Estimate every run in a file of measured training runs (YAML or CSV) and report how far the\n"
+                        "memory and step-time estimates are from the measurements.",
+                        "ndcp validate runs.yaml\nndcp validate runs.csv --json report.json")
+    parser.add_argument("runs", metavar="RUNS.yaml|RUNS.csv", help="measured runs")
+    add_json_argument(parser)
+    parser.set_defaults(func=cmd_validate)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        from .report.validation import render_validation
+        from .validation import validate_file
+    except ImportError as error:
+        raise InternalError(f"validate is not available in this build ({error})") from error
+    result = validate_file(args.runs)
+    if emit_json(args, result.as_dict()):
+        return EXIT_OK
+    render_validation(result, console_for(args))
+    return EXIT_OK
+
+
+class InternalError(RuntimeError):
+    """Something in ndcp itself went wrong (not the user's input)."""
+
+
+# Registration functions, in the order `ndcp --help` lists them. Add `register_search`, `register_recompute` here.
+COMMANDS: list[Callable] = [register_estimate, register_models, register_devices, register_validate]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ndcp", formatter_class=_Formatter,
+                     description="Find (or check) the fastest LLM-training parallel strategy that fits in memory.",
+                     epilog="examples:\n  ndcp models\n  ndcp devices\n  " + ESTIMATE_EXAMPLE.replace("\n", "\n  ")
+                            + "\n\nrun `ndcp COMMAND --help` for each command's options.")
+    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"ndcp {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    for register in COMMANDS:
+        register(subparsers)
+    return parser
+
+
+def _one_line(message: Any) -> str:
+    return " ".join(str(message).split()) or "unknown error"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (0 ok, 1 infeasible, 2 user error, 3 internal error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        debug = debug or getattr(args, "debug", False)
+        return int(args.func(args) or EXIT_OK)
+    except UsageError as error:
+        print(f"ndcp: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except SpecError as error:
+        if debug:
+            traceback.print_exc()
+        print(f"ndcp: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exit_:  # --help / --version
+        code = exit_.code
+        return code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("ndcp: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as error:  # noqa: BLE001 - the last line of defence
+        if debug:
+            traceback.print_exc()
+        what = _one_line(error) if isinstance(error, InternalError) else f"{type(error).__name__}: {_one_line(error)}"
+        print(f"ndcp: internal error: {what}" + ("" if debug else " (rerun with --debug for the traceback)"),
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+__all__ = ["main", "add_problem_arguments", "build_problem", "add_json_argument", "emit_json", "parse_size",
+           "parse_strategy_string", "load_strategy_file", "build_strategy", "build_parser", "COMMANDS"]

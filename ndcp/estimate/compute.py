@@ -1,0 +1,229 @@
+"""Matmul FLOPs per layer kind and the time they take on one device.
+
+FLOPs count only matrix multiplies (2 per multiply-add), as Narayanan 2021 Eq. (3) and Korthikanti 2022 App. A do.
+
+Causal-attention conventions (formulas.md §2.2/§2.3):
+- model FLOPs (MFU basis) count the full s x s score matrix for QK^T and attention x V, as the published MFU
+  figures (Megatron `num_floating_point_operations`, NVIDIA recipe notes) do;
+- time counts what flash attention actually runs: the masked upper half is skipped (factor 1/2), and its backward
+  runs 5 matmuls for the forward's 2 (Dao 2023, FlashAttention-2 §3.1.2) because it recomputes the scores.
+
+Compute time of one GEMM is a roofline (Williams 2009): max(FLOPs / (peak x efficiency), bytes moved / HBM
+bandwidth), where bytes moved = both operands and the result once. This is the "small matmul" rule: a GEMM whose
+arithmetic intensity is below the device's ridge point (peak x efficiency / HBM bandwidth) runs at its memory
+speed; large transformer GEMMs are far above it and run at `device.compute_efficiency`. Element-wise work (norms,
+activations, residual adds, dropout, and the unfused softmax when flash attention is off) is memory-bound:
+bytes / HBM bandwidth.
+
+Calibration of `compute_efficiency` (ndcp/specs/device.py PRESETS): one value per device generation, the fraction
+of dense BF16/FP16 peak that large GEMMs reach, chosen once to minimise the mean absolute MFU error over the
+published runs of that generation in examples/published_runs.yaml (A100: Narayanan 2021 Table 1, Korthikanti 2022
+Table 5; Hopper: Megatron-Core r0.8, NVIDIA dgxc-benchmarking, torchtitan) with the whole time model (bubble,
+communication, optimizer) in place, by a sweep in steps of 0.01. Never tuned per run. Result: A100 0.63 (mean
+|MFU error| 2.1 points over 14 runs), H100 0.64 (3.9 points over 15 runs, 2.7 without the power-capped torchtitan
+row). A100-40G shares the A100 value; H200 and H800 share the H100 value (same SM and peak); B200, MI300X and
+Ascend 910B have no published run here and keep the dataclass default (0.62), uncalibrated.
+The per-layer check is Korthikanti 2022 Table 4 (22B, TP 8): estimated layer times are within 10 % of the
+measured 19.6 / 27.2 / 20.9 / 20.3 ms (tests/estimate/test_time.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..specs.device import DeviceSpec
+from ..specs.model import ModelSpec
+
+FLASH_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward (Dao 2023 §3.1.2)
+# score-matrix passes without flash attention: write QK^T, softmax read/write, dropout read/write, read by attention x V
+UNFUSED_SOFTMAX_PASSES = 6
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """`count` independent (m x k) @ (k x n) matrix multiplies on one device."""
+
+    m: float
+    k: float
+    n: float
+    count: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.k * self.n * self.count
+
+    def bytes_moved(self, dtype_bytes: int) -> float:
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * dtype_bytes * self.count
+
+
+def attention_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:
+    """Q/K/V (or MLA down/up) projections and the output projection, one device of a TP group, forward."""
+    h, a = model.hidden, model.heads
+    if model.mla is not None:
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        # DeepSeek-V2 §2.1.2 Eqs. (9)-(17); Megatron MLA: down projections duplicated on TP ranks, up projections split
+        q = (Gemm(tokens, h, m.q_lora_rank), Gemm(tokens, m.q_lora_rank, a * qk / tp)) if m.q_lora_rank \
+            else (Gemm(tokens, h, a * qk / tp),)
+        kv = (Gemm(tokens, h, m.kv_lora_rank + m.qk_rope_head_dim),
+              Gemm(tokens, m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim) / tp))
+        return q + kv + (Gemm(tokens, a * m.v_head_dim / tp, h),)
+    d, g = model.dim_per_head, model.num_kv_heads
+    # Megatron column-parallel QKV (a + 2g heads of d), row-parallel output projection (Shoeybi 2019 §3)
+    return Gemm(tokens, h, (a + 2 * g) * d / tp), Gemm(tokens, a * d / tp, h)
+
+
+def mlp_gemms(model: ModelSpec, ffn: int, tokens: float, tp: int, count: float = 1.0) -> tuple[Gemm, ...]:
+    """One MLP of width ffn: gated = gate and up (h->2F) then down (F->h); else up (h->F) then down."""
+    up = (2 if model.gated else 1) * ffn / tp
+    return Gemm(tokens, model.hidden, up, count), Gemm(tokens, ffn / tp, model.hidden, count)
+
+
+def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int) -> tuple[Gemm, ...]:
+    """Router, routed experts and shared experts of one MoE layer on one device, forward.
+
+    Routed work is balanced over the stage's tp*cp*dp = etp*ep*edp devices, so each device runs tokens*top_k/tp
+    token-expert pairs of full width; its E/ep local experts see tokens*top_k*etp*ep/(tp*E) rows each at width
+    F/etp (sets the GEMM shape for the roofline). A capacity factor pads every expert to that factor.
+    """
+    m = model.moe
+    pairs = tokens * m.top_k * (m.capacity_factor or 1.0)
+    rows_per_expert = pairs * etp * ep / (tp * m.experts)
+    routed = mlp_gemms(model, m.expert_ffn_hidden, rows_per_expert, etp, count=m.experts / ep)
+    router = (Gemm(tokens, model.hidden, m.experts),)  # replicated on TP ranks
+    shared = mlp_gemms(model, m.shared_hidden * m.shared_experts, tokens, tp) if m.shared_experts else ()
+    return router + routed + shared
+
+
+def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1, etp: int = 1) -> tuple[Gemm, ...]:
+    """All weight GEMMs of one body layer of `kind` ("dense" or "moe"), forward, one device."""
+    mlp = moe_gemms(model, tokens, tp, ep, etp) if kind == "moe" else mlp_gemms(model, model.ffn_hidden, tokens, tp)
+    return attention_projection_gemms(model, tokens, tp) + mlp
+
+
+def attention_core_flops(model: ModelSpec, queries: float, keys: float, tp: int, causal: bool) -> float:
+    """QK^T plus attention x V for `queries` query tokens against `keys` key tokens, forward (Korthikanti App. A:
+    4*b*s^2*h for MHA); causal=True keeps only the unmasked half, as flash attention computes."""
+    if model.mla is not None:
+        qk, v = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
+    else:
+        qk = v = model.dim_per_head
+    full = 2.0 * queries * keys * model.heads / tp * (qk + v)
+    return full / 2 if causal else full
+
+
+def output_layer_gemm(model: ModelSpec, tokens: float, tp: int) -> Gemm:
+    """Logits: hidden -> vocab (vocab-parallel over TP), forward (Narayanan Eq. 3: 2*B*s*h*V)."""
+    return Gemm(tokens, model.hidden, model.vocab / tp)
+
+
+def mtp_projection_gemm(model: ModelSpec, tokens: float) -> Gemm:
+    """An MTP module's 2h -> h projection of [norm(h_i); norm(emb(t_{i+k}))] (DeepSeek-V3 §2.2 Eq. 21)."""
+    return Gemm(tokens, 2 * model.hidden, model.hidden)
+
+
+def total_flops(gemms) -> float:
+    return sum(g.flops for g in gemms)
+
+
+# -- model and hardware FLOPs (MFU/HFU basis: full s^2 attention, formulas.md §2.2/§2.3) ------------------------
+@lru_cache(maxsize=1024)
+def layer_forward_flops(model: ModelSpec, kind: str, seq: int) -> float:
+    """Forward FLOPs of one body layer for one sequence, full-attention (MFU) convention, unsharded."""
+    return total_flops(layer_gemms(model, kind, seq, 1)) + attention_core_flops(model, seq, seq, 1, causal=False)
+
+
+@lru_cache(maxsize=256)
+def mtp_forward_flops(model: ModelSpec, seq: int) -> float:
+    """Forward FLOPs of all MTP modules for one sequence: projection, one transformer layer, shared output head."""
+    if not model.mtp_depth:
+        return 0.0
+    kind = "moe" if model.moe is not None else "dense"
+    per_module = (mtp_projection_gemm(model, seq).flops + layer_forward_flops(model, kind, seq)
+                  + output_layer_gemm(model, seq, 1).flops)
+    return model.mtp_depth * per_module
+
+
+@lru_cache(maxsize=256)
+def forward_flops_per_sequence(model: ModelSpec, seq: int) -> float:
+    """Forward FLOPs of the whole model for one sequence: body layers, logits and MTP modules (embedding: none)."""
+    body = model.dense_layers * layer_forward_flops(model, "dense", seq)
+    if model.moe is not None:
+        body += model.moe_layers * layer_forward_flops(model, "moe", seq)
+    return body + output_layer_gemm(model, seq, 1).flops + mtp_forward_flops(model, seq)
+
+
+def model_flops_per_sequence(model: ModelSpec, seq: int) -> float:
+    """Model FLOPs (no recompute) for one sequence: forward + backward = 3 x forward (Korthikanti Eq. 7)."""
+    return 3.0 * forward_flops_per_sequence(model, seq)
+
+
+SELECTIVE_HFU_FACTOR = 3.0  # Korthikanti App. A Eq. 9 charges 12*B*s^2*h per layer = 3 x the core's forward
+
+
+def recompute_flops_per_layer(model: ModelSpec, kind: str, mode: str, seq: int) -> float:
+    """Recompute FLOPs one layer of one sequence adds to hardware FLOPs (HFU basis, full s^2 attention).
+
+    full = one more forward of the layer (Narayanan Eq. 3's 96 = 4 x 24); selective = the attention core as
+    Korthikanti's published HFU formula counts it, 72BLsh^2(1 + s/3h + V/12hL) - model FLOPs = 12*B*s^2*h per
+    layer. The time model charges the physical rerun (one forward of the core) instead, see time.layer_time."""
+    if mode == "full":
+        return layer_forward_flops(model, kind, seq)
+    if mode == "selective":
+        return SELECTIVE_HFU_FACTOR * attention_core_flops(model, seq, seq, 1, causal=False)
+    return 0.0
+
+
+def model_flops_per_step(model: ModelSpec, seq: int, global_batch: int) -> float:
+    """Model FLOPs of one optimizer step, whole cluster (the MFU numerator times the step time)."""
+    return global_batch * model_flops_per_sequence(model, seq)
+
+
+def hardware_flops_per_step(model: ModelSpec, seq: int, global_batch: int, layers_per_mode: dict) -> float:
+    """Model FLOPs plus the recompute forward FLOPs; layers_per_mode maps (kind, mode) -> body layers."""
+    extra = sum(n * recompute_flops_per_layer(model, kind, mode, seq)
+                for (kind, mode), n in layers_per_mode.items() if n)
+    return model_flops_per_step(model, seq, global_batch) + global_batch * extra
+
+
+# -- time ---------------------------------------------------------------------------------------------------------
+def gemm_seconds(gemms, device: DeviceSpec, dtype_bytes: int) -> float:
+    """Roofline time of a set of GEMMs (module docstring): compute-bound at peak x efficiency, else HBM-bound."""
+    rate = device.peak_flops * device.compute_efficiency
+    return sum(max(g.flops / rate, g.bytes_moved(dtype_bytes) / device.hbm_bandwidth) for g in gemms)
+
+
+def matmul_seconds(flops: float, device: DeviceSpec) -> float:
+    """Time of compute-bound matmul FLOPs (attention core, large GEMMs)."""
+    return flops / (device.peak_flops * device.compute_efficiency)
+
+
+def elementwise_bytes(model: ModelSpec, kind: str, tokens: float, keys: float, tp: int, sp: bool,
+                      flash: bool, dtype_bytes: int) -> float:
+    """HBM bytes of one layer's memory-bound forward ops on one device (reads + writes, fused as Megatron fuses them).
+
+    Two norms (read + write h) and two bias-dropout-add residuals (read 2h, write h) run on tokens/tp with sequence
+    parallelism, else on every TP rank (Korthikanti §4.2.2); the MLP activation reads its input(s) and writes F/tp;
+    without flash attention the score matrix makes UNFUSED_SOFTMAX_PASSES passes per head.
+    """
+    h = model.hidden
+    norm_tokens = tokens / tp if sp else tokens
+    norms_and_residuals = norm_tokens * (2 * 2 * h + 2 * 3 * h)
+    if kind == "moe":
+        m = model.moe
+        width = m.expert_ffn_hidden * m.top_k + m.shared_hidden * m.shared_experts
+    else:
+        width = model.ffn_hidden
+    activation = tokens * width / tp * (3 if model.gated else 2)
+    scores = 0.0 if flash else tokens * keys * model.heads / tp * UNFUSED_SOFTMAX_PASSES
+    return (norms_and_residuals + activation + scores) * dtype_bytes
+
+
+def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
+    return nbytes / device.hbm_bandwidth
+
+
+__all__ = ["Gemm", "layer_gemms", "attention_core_flops", "output_layer_gemm", "mtp_projection_gemm",
+           "layer_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence", "model_flops_per_step",
+           "hardware_flops_per_step", "recompute_flops_per_layer", "gemm_seconds", "matmul_seconds",
+           "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]

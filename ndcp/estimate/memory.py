@@ -1,0 +1,160 @@
+"""Peak memory per pipeline stage, broken into named parts: model states, activations, transients, reserve.
+
+Model states follow ZeRO (Rajbhandari et al. 2020, Table 1) and Megatron's distributed optimizer
+(docs/user-guide/features/dist_optimizer.md; formulas.md §6): parameters at the run precision, gradients at the
+gradient dtype, optimizer states (fp32 master copy for 16-bit parameters + two fp32 Adam moments). ZeRO stage k
+shards states (k>=1), gradients (k>=2) and parameters (k=3) over the data-parallel x context-parallel group; expert
+parameters are sharded over the expert-data-parallel group instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..specs.device import ClusterSpec
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from ..specs.strategy import RECOMPUTE_MODES, Strategy
+from .activations import head_activation_bytes, layer_activation_bytes, recompute_workspace_bytes
+from .layout import StageLayout, stage_layouts, stage_mode_counts
+from .parameters import StageParameters, expert_data_parallel, stage_parameters
+
+
+def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, float]:
+    """Bytes per parameter for parameters, gradients and optimizer states when ZeRO `zero` shards over `shard` ranks.
+
+    bf16 params + fp32 grads + Adam: zero 0 -> 18, zero 1 -> 6 + 12/d (Megatron distributed optimizer table);
+    16-bit grads: 16, 4 + 12/d, 2 + 14/d, 16/d (ZeRO Table 1).
+    """
+    return {
+        "parameters": run.param_bytes / (shard if zero >= 3 else 1),
+        "gradients": run.grad_bytes / (shard if zero >= 2 else 1),
+        "optimizer_states": run.optimizer_state_bytes / (shard if zero >= 1 else 1),
+    }
+
+
+def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters) -> dict[str, float]:
+    """Parameters, gradients and optimizer states of one stage's device."""
+    dense = state_bytes_per_param(run, strategy.zero, strategy.dp * strategy.cp)
+    expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
+    return {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    layers: int
+    in_flight: float  # micro-batches (in units of the whole stage) whose activations are resident
+    parts: dict[str, int]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.parts.values())
+
+    def as_dict(self) -> dict:
+        return {"stage": self.stage, "layers": self.layers, "in_flight": self.in_flight,
+                "total_bytes": self.total_bytes, "parts": dict(self.parts)}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    capacity_bytes: int
+    stages: tuple[StageMemory, ...]
+    activation_bytes_per_layer: dict[str, int]
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(s.total_bytes for s in self.stages)
+
+    @property
+    def peak_stage(self) -> int:
+        return max(self.stages, key=lambda s: s.total_bytes).stage
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def as_dict(self) -> dict:
+        return {"capacity_bytes": self.capacity_bytes, "peak_bytes": self.peak_bytes, "fits": self.fits,
+                "peak_stage": self.peak_stage, "stages": [s.as_dict() for s in self.stages],
+                "activation_bytes_per_layer": dict(self.activation_bytes_per_layer)}
+
+
+def _theta(strategy: Strategy) -> tuple:
+    return strategy.tp, strategy.cp, strategy.ep, strategy.etp, strategy.mbs, strategy.sp
+
+
+def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> dict[str, float]:
+    """Parts that depend only on where layers sit and how ZeRO shards: model states and ZeRO-3 gather buffers."""
+    parts = model_state_bytes(run, strategy, stage_parameters(model, strategy)[layout.stage])
+    parts["parameter_gather_buffers"] = _parameter_gather_bytes(model, run, strategy)
+    return parts
+
+
+def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> dict[str, float]:
+    """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
+    collective buffers and the reserve. Independent of the ZeRO stage."""
+    theta = _theta(strategy)
+    tp, cp, _, _, mbs, sp = theta
+    in_flight = layout.in_flight_chunks / strategy.vpp
+    counts = dict(stage_mode_counts(model, strategy)[layout.stage])
+    per_microbatch = sum(n * layer_activation_bytes(model, run, kind, mode, *theta) for (kind, mode), n in counts.items())
+    head = head_activation_bytes(model, run, tp, cp, mbs, sp)
+    last = layout.stage == strategy.pp - 1
+    activations = in_flight * (per_microbatch + (head["embedding"] if layout.is_first else 0.0))
+    if last:
+        activations += head["output_inputs"]
+        if model.mtp_depth:
+            mtp_kind = "moe" if model.moe else "dense"
+            activations += model.mtp_depth * layer_activation_bytes(model, run, mtp_kind, "none", *theta)
+    workspace = max((recompute_workspace_bytes(model, run, kind, mode, *theta) for kind, mode in counts), default=0.0)
+    return {
+        "activations": activations,
+        "logits": head["logits"] * (1 + model.mtp_depth) if last else 0.0,
+        "recompute_workspace": workspace,
+        "comm_buffers": _comm_buffer_bytes(model, run, strategy),
+        "reserve": float(run.reserve_bytes),
+    }
+
+
+def stage_memory(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> StageMemory:
+    """All parts of one device stage's peak."""
+    parts = {**stage_static_bytes(model, run, strategy, layout), **stage_dynamic_bytes(model, run, strategy, layout)}
+    return StageMemory(layout.stage, layout.layers, layout.in_flight_chunks / strategy.vpp,
+                       {k: int(v) for k, v in parts.items()})
+
+
+def _comm_buffer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) -> float:
+    """Transient collective buffers: the SP all-gathered layer input and the EP all-to-all send/receive of routed
+    tokens."""
+    tokens = strategy.mbs * run.seq_len / strategy.cp
+    B, h = run.activation_bytes, model.hidden
+    buffers = B * tokens * h if strategy.sp else 0.0
+    if model.moe is not None and strategy.ep > 1:
+        buffers += 2 * B * tokens / (strategy.tp if strategy.sp else 1) * model.moe.top_k * h
+    return buffers
+
+
+def _parameter_gather_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) -> float:
+    """ZeRO-3 gathers each layer's parameters before use: two layers resident (current + prefetch)."""
+    if strategy.zero < 3:
+        return 0.0
+    layer = model.moe_layer or model.dense_layer
+    return 2 * run.param_bytes * ((layer.attention + layer.mlp) / strategy.tp + layer.experts / (strategy.ep * strategy.etp))
+
+
+@lru_cache(maxsize=4096)
+def _majority_kind(model: ModelSpec) -> str:
+    return "moe" if model.moe_layers > model.dense_layers else "dense"
+
+
+def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> MemoryEstimate:
+    """Peak bytes per device stage and whether the worst one fits the capacity (device memory or the run's cap)."""
+    stages = tuple(stage_memory(model, run, strategy, layout) for layout in stage_layouts(model, strategy))
+    kind = _majority_kind(model)
+    per_layer = {mode: int(layer_activation_bytes(model, run, kind, mode, *_theta(strategy))) for mode in RECOMPUTE_MODES}
+    return MemoryEstimate(run.capacity(cluster.device.memory_bytes), stages, per_layer)
+
+
+__all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",
+           "stage_static_bytes", "stage_dynamic_bytes"]

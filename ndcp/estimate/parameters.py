@@ -1,0 +1,53 @@
+"""Parameters each device holds, per pipeline stage, split into the part ZeRO shards over data x context parallel
+ranks (`dense`) and the routed experts it shards over the expert-data-parallel group (`expert`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..specs.model import ModelSpec
+from ..specs.strategy import Strategy
+from .layout import stage_chunks
+
+
+@dataclass(frozen=True)
+class StageParameters:
+    dense: float
+    expert: float
+    layers: int
+
+
+def expert_data_parallel(strategy: Strategy) -> int:
+    """Ranks that hold the same experts: the TP x CP x DP ranks of a stage divided among EP x ETP (Megatron MoE)."""
+    return max(1, strategy.dp * strategy.cp * strategy.tp // (strategy.ep * strategy.etp))
+
+
+@lru_cache(maxsize=16384)
+def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int, ep: int,
+                      etp: int) -> tuple[StageParameters, ...]:
+    out = []
+    for stage, chunks in enumerate(stage_chunks(model, pp, vpp, layers_per_stage)):
+        dense = expert = 0.0
+        for first, count in chunks:
+            for i in range(first, first + count):
+                layer = model.layer(i)
+                dense += (layer.attention + layer.mlp) / tp + layer.norms  # norms are replicated over TP
+                expert += layer.experts / (ep * etp)
+        if stage == 0:  # vocabulary-parallel embedding; learned positions are replicated
+            dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
+        if stage == pp - 1:  # output layer (a tied one keeps its own copy on another stage) and final norm
+            output = model.vocab * model.hidden if (not model.tied_embeddings or pp > 1) else 0
+            dense += output / tp + model.norm_params
+            if model.mtp_depth:  # DeepSeek-V3 §2.2: each MTP module is a projection, two norms and one layer
+                block = model.moe_layer or model.dense_layer
+                dense += model.mtp_depth * ((block.attention + block.mlp) / tp + block.norms
+                                            + 2 * model.hidden * model.hidden / tp + 2 * model.norm_params)
+                expert += model.mtp_depth * block.experts / (ep * etp)
+        out.append(StageParameters(dense, expert, sum(n for _, n in chunks)))
+    return tuple(out)
+
+
+def stage_parameters(model: ModelSpec, strategy: Strategy) -> tuple[StageParameters, ...]:
+    """Per device stage: parameters on one of its devices after TP, EP and ETP splits (before ZeRO)."""
+    s = strategy
+    return _stage_parameters(model, s.pp, s.vpp, s.layers_per_stage, s.tp, s.ep, s.etp)

@@ -1,0 +1,350 @@
+"""Step time of one strategy: per-layer terms (cached), pipeline composition, data-parallel sync and optimizer.
+
+Every per-layer term is for one micro-batch on one device and is exposed (not hidden behind other work) time.
+The composition (`estimate_time`) only adds, multiplies and takes maxima of these terms, so the solver can build
+CP-SAT coefficients from `layer_time`/`stage_extra_time` and `pipeline_seconds` works on numpy grids as well.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..specs.device import ClusterSpec
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from ..specs.strategy import Strategy
+from . import communication as comm
+from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, gemm_seconds,
+                      hardware_flops_per_step, layer_gemms, matmul_seconds, memory_seconds, model_flops_per_step,
+                      mtp_projection_gemm, output_layer_gemm)
+from .layout import stage_mode_counts
+from .parameters import expert_data_parallel, stage_parameters
+
+LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
+LOSS_PASSES_BACKWARD = 2  # read softmax, write the logit gradient
+LOSS_ALL_REDUCES = 3  # vocab-parallel cross entropy: max, sum-exp and target logit over TP (Megatron cross_entropy.py)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One body layer (or a stage's extra work), one micro-batch, seconds on one device, exposed time."""
+
+    forward: float
+    backward: float
+    recompute: float
+    tp_comm: float
+    cp_comm: float
+    ep_comm: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+
+    def __add__(self, other: "LayerTime") -> "LayerTime":
+        return LayerTime(self.forward + other.forward, self.backward + other.backward,
+                         self.recompute + other.recompute, self.tp_comm + other.tp_comm,
+                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm)
+
+    def scaled(self, factor: float) -> "LayerTime":
+        return LayerTime(self.forward * factor, self.backward * factor, self.recompute * factor,
+                         self.tp_comm * factor, self.cp_comm * factor, self.ep_comm * factor)
+
+
+ZERO_TIME = LayerTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _tp_collective(cluster: ClusterSpec, nbytes: float, tp: int) -> float:
+    """One Megatron TP all-reduce (or its SP reduce-scatter + all-gather pair: same volume, Korthikanti §4.2.2)."""
+    bandwidth, latency = comm.link(cluster.device, comm.group_span(("tp",), {"tp": tp}))
+    return comm.all_reduce_seconds(nbytes, tp, bandwidth, latency)
+
+
+def _cp_ring_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, cp: int) -> float:
+    """Forward K/V ring exchange: cp-1 steps, each passing this rank's K and V chunk to the next (Megatron CP)."""
+    if cp <= 1:
+        return 0.0
+    if model.mla is not None:
+        kv_width = model.heads * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim)
+    else:
+        kv_width = 2 * model.num_kv_heads * model.dim_per_head
+    chunk = tokens * kv_width / tp * run.activation_bytes
+    bandwidth, latency = comm.link(cluster.device, comm.group_span(("cp",), {"tp": tp, "cp": cp}))
+    return (cp - 1) * comm.p2p_seconds(chunk, bandwidth, latency)
+
+
+def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
+                   etp: int) -> float:
+    """One token dispatch (or combine): top_k copies of each local token's hidden state, all-to-all over EP."""
+    if ep <= 1:
+        return 0.0
+    nbytes = tokens * model.moe.top_k * model.hidden * run.activation_bytes * etp / tp
+    bandwidth, latency = comm.link(cluster.device, comm.group_span(("ep",), {"etp": etp, "ep": ep},
+                                                                   comm.EXPERT_RANK_ORDER))
+    return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
+
+
+@lru_cache(maxsize=65536)
+def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
+               ep: int, etp: int, mbs: int, sp: bool) -> LayerTime:
+    """One body layer of `kind` under recompute `mode` for one micro-batch of mbs sequences of local length seq/cp.
+
+    recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
+    selective: the attention core). tp_comm: 2 forward all-reduces (SP: reduce-scatter + all-gather, same volume)
+    plus whatever of the 2 backward ones outlasts the weight-gradient GEMMs. cp_comm: the K/V ring beyond the
+    attention it overlaps. ep_comm: dispatch + combine all-to-alls, forward and backward (MoE only)."""
+    device, dtype = cluster.device, run.activation_bytes
+    tokens, keys = mbs * run.seq_len / cp, run.seq_len
+    flash = run.flash_attention
+    linear = gemm_seconds(layer_gemms(model, kind, tokens, tp, ep, etp), device, dtype)
+    core = matmul_seconds(attention_core_flops(model, tokens, keys, tp, causal=flash), device)
+    elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
+    core_backward = core * (FLASH_BACKWARD_RATIO if flash else 2.0)
+    forward = linear + core + elementwise
+    backward = 2.0 * (linear + elementwise) + core_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
+
+    tp_forward = 2 * _tp_collective(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0  # formulas §7
+    # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
+    # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
+    tp_backward = max(0.0, tp_forward - linear)
+    ring = _cp_ring_seconds(model, cluster, run, tokens, tp, cp)
+    cp_forward = max(0.0, ring - core)  # the ring overlaps the attention blocks it feeds
+    cp_backward = max(0.0, 2 * ring - core_backward)  # K/V again plus dK/dV
+    a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
+
+    if mode == "full":
+        recompute = forward + tp_forward + cp_forward + 2 * a2a
+    elif mode == "selective":
+        recompute = core + (0.0 if flash else memory_seconds(
+            elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype)
+            - elementwise_bytes(model, kind, tokens, keys, tp, sp, True, dtype), device))
+    else:
+        recompute = 0.0
+    return LayerTime(forward, backward, recompute, tp_forward + tp_backward, cp_forward + cp_backward, 4 * a2a)
+
+
+def _embedding_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
+                    sp: bool) -> LayerTime:
+    """Vocab-parallel embedding lookup (memory-bound) and its output all-reduce (reduce-scatter with SP)."""
+    device = cluster.device
+    rows = memory_seconds(tokens * model.hidden * run.activation_bytes, device)
+    bandwidth, latency = comm.link(device, tp)
+    nbytes = tokens * model.hidden * run.activation_bytes
+    collective = comm.reduce_scatter_seconds if sp else comm.all_reduce_seconds
+    return LayerTime(rows, rows, 0.0, collective(nbytes, tp, bandwidth, latency), 0.0, 0.0)
+
+
+def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
+                      sp: bool) -> LayerTime:
+    """Final norm, vocab-parallel output GEMM and fp32 cross-entropy loss (memory-bound)."""
+    device, dtype = cluster.device, run.activation_bytes
+    norm_tokens = tokens / tp if sp else tokens
+    norm = memory_seconds(2 * norm_tokens * model.hidden * dtype, device)
+    logits = gemm_seconds((output_layer_gemm(model, tokens, tp),), device, dtype)
+    loss_bytes = tokens * model.vocab / tp * 4
+    forward = norm + logits + memory_seconds(LOSS_PASSES_FORWARD * loss_bytes, device)
+    backward = 2 * (norm + logits) + memory_seconds(LOSS_PASSES_BACKWARD * loss_bytes, device)
+    tp_comm = 0.0
+    if tp > 1:
+        bandwidth, latency = comm.link(device, tp)
+        tp_comm = (_tp_collective(cluster, tokens * model.hidden * dtype, tp)
+                   + LOSS_ALL_REDUCES * comm.all_reduce_seconds(tokens * 4, tp, bandwidth, latency))
+    return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0)
+
+
+def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool, ep: int,
+              etp: int) -> LayerTime:
+    """All MTP modules: 2h->h projection, one transformer layer and the shared output head each (DeepSeek-V3 §2.2)."""
+    if not model.mtp_depth:
+        return ZERO_TIME
+    tokens = mbs * run.seq_len / cp
+    projection = gemm_seconds((mtp_projection_gemm(model, tokens),), cluster.device, run.activation_bytes) / tp
+    kind = "moe" if model.moe is not None else "dense"
+    block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0)
+             + layer_time(model, cluster, run, kind, "none", tp, cp, ep, etp, mbs, sp)
+             + _output_head_time(model, cluster, run, tokens, tp, sp))
+    return block.scaled(model.mtp_depth)
+
+
+@lru_cache(maxsize=16384)
+def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
+                     sp: bool, *, ep: int = 1, etp: int = 1) -> LayerTime:
+    """Work outside the body layers: "first" = embedding; "last" = final norm, output layer, loss and MTP modules;
+    "only" (pp = 1) = both; anything else = nothing. ep/etp shape the MTP module's MoE layer."""
+    tokens = mbs * run.seq_len / cp
+    extra = ZERO_TIME
+    if role in ("first", "only"):
+        extra = extra + _embedding_time(model, cluster, run, tokens, tp, sp)
+    if role in ("last", "only"):
+        extra = extra + _output_head_time(model, cluster, run, tokens, tp, sp) + _mtp_time(
+            model, cluster, run, tp, cp, mbs, sp, ep, etp)
+    return extra
+
+
+def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool,
+                pp_span_crosses_node: bool) -> float:
+    """One activation (or gradient) send between pipeline stages: b*s*h/(cp*tp) elements per rank (scatter/gather
+    optimisation, Narayanan §4.1; already sharded under SP), re-gathered over NVLink without SP."""
+    device = cluster.device
+    full = mbs * run.seq_len / cp * model.hidden * run.activation_bytes
+    bandwidth, latency = ((device.inter_node_bandwidth, device.inter_node_latency) if pp_span_crosses_node
+                          else (device.intra_node_bandwidth, device.intra_node_latency))
+    send = comm.p2p_seconds(full / tp, bandwidth, latency)
+    if tp > 1 and not sp:
+        send += comm.all_gather_seconds(full, tp, device.intra_node_bandwidth, device.intra_node_latency)
+    return send
+
+
+def pipeline_seconds(stage_sum, stage_max, mbn, vpp):
+    """1F1B: one micro-batch through every stage plus (mbn-1) x the slowest stage (Narayanan §2.2.1); interleaving
+    divides the fill/drain bubble by vpp (§2.2.2). Plain arithmetic: works on floats and numpy arrays alike."""
+    return mbn * stage_max + (stage_sum - stage_max) / vpp
+
+
+# -- data parallelism and optimizer -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Sync:
+    """Data-parallel communication of one stage: gradient sync and parameter gathers, seconds."""
+
+    gradients: float = 0.0  # once per step, after the last micro-batch's backward
+    gather_per_step: float = 0.0  # distributed optimizer: updated parameters, before the next step's forward
+    gather_per_microbatch: float = 0.0  # ZeRO-3: forward and backward gathers of every micro-batch
+
+    def __add__(self, other: "_Sync") -> "_Sync":
+        return _Sync(self.gradients + other.gradients, self.gather_per_step + other.gather_per_step,
+                     self.gather_per_microbatch + other.gather_per_microbatch)
+
+
+def _sync_seconds(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n: int, span: int) -> _Sync:
+    """Communication of `params` local parameters over an n-rank data-parallel group (ZeRO §7.2 volumes)."""
+    if n <= 1:
+        return _Sync()
+    bandwidth, latency = comm.link(cluster.device, span)
+    grads, weights = params * run.grad_bytes, params * run.param_bytes
+    if zero == 0:
+        return _Sync(gradients=comm.all_reduce_seconds(grads, n, bandwidth, latency))  # 2 Psi
+    reduce = comm.reduce_scatter_seconds(grads, n, bandwidth, latency)
+    gather = comm.all_gather_seconds(weights, n, bandwidth, latency)
+    if zero == 3:
+        return _Sync(gradients=reduce, gather_per_microbatch=2 * gather)  # forward and backward gathers
+    return _Sync(gradients=reduce, gather_per_step=gather)  # Megatron distributed optimizer
+
+
+def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
+    """Adam step + grad-norm clipping: read param, grad and fp32 state, write param and state, read grad for norm."""
+    return 2 * (run.param_bytes + run.optimizer_state_bytes) + 2 * run.grad_bytes
+
+
+def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
+                          overlap_window: float) -> tuple[float, float]:
+    """(exposed DP/ZeRO communication, optimizer step) of the slowest stage.
+
+    Overlap follows Megatron's --overlap-grad-reduce / --overlap-param-gather: the gradient sync runs behind
+    `overlap_window` seconds of backward, the distributed optimizer's parameter gather behind the next step's first
+    forward (about half a backward), ZeRO-3 gathers are prefetched behind each micro-batch's forward and backward
+    (1.5 windows). What is left, and at least the last layer's bucket (ready only when its compute ends), is
+    exposed. Expert parameters sync over the expert-data-parallel group.
+    """
+    s = strategy
+    dense_group = s.dp * s.cp
+    dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
+    edp = expert_data_parallel(s)
+    expert_span = comm.group_span(("edp",), {"etp": s.etp, "ep": s.ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
+    worst_comm = worst_optimizer = 0.0
+    for params in set(stage_parameters(model, s)):  # middle stages repeat
+        local_dense, local_expert, layers = params.dense, params.expert, params.layers
+        sync = (_sync_seconds(cluster, run, s.zero, local_dense, dense_group, dense_span)
+                + _sync_seconds(cluster, run, s.zero, local_expert, edp, expert_span))
+        last_bucket = 1.0 / max(layers, 1)
+        exposed = (_exposed(sync.gradients, overlap_window, last_bucket)
+                   + _exposed(sync.gather_per_step, overlap_window / 2, last_bucket)
+                   + s.mbn * _exposed(sync.gather_per_microbatch, 1.5 * overlap_window, last_bucket))
+        sharded = local_dense / dense_group + local_expert / edp if s.zero >= 1 else local_dense + local_expert
+        optimizer = memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device)
+        worst_comm, worst_optimizer = max(worst_comm, exposed), max(worst_optimizer, optimizer)
+    return worst_comm, worst_optimizer
+
+
+def _exposed(seconds: float, window: float, last_bucket: float) -> float:
+    """Communication not hidden behind `window` seconds of compute; the last bucket's share never is."""
+    return max(seconds - window, seconds * last_bucket)
+
+
+# -- composition --------------------------------------------------------------------------------------------------
+PART_KEYS = ("compute_forward", "compute_backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
+             "pp_comm", "bubble", "optimizer")
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """One optimizer step: its time, utilisation and where the time goes (parts add up to step_seconds)."""
+
+    step_seconds: float
+    mfu: float
+    hfu: float
+    tokens_per_second_per_gpu: float
+    parts: dict[str, float]
+    model_flops: float  # per step, whole cluster
+    hardware_flops: float
+
+    def as_dict(self) -> dict:
+        return {"step_seconds": self.step_seconds, "mfu": self.mfu, "hfu": self.hfu,
+                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "parts": dict(self.parts)}
+
+
+def _role(stage: int, pp: int) -> str:
+    if pp == 1:
+        return "only"
+    return "first" if stage == 0 else "last" if stage == pp - 1 else "middle"
+
+
+def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts) -> LayerTime:
+    """One micro-batch through one device stage (all its chunks): body layers plus the stage's extra work."""
+    s = strategy
+    total = stage_extra_time(model, cluster, run, _role(stage, s.pp), s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp)
+    for (kind, mode), n in mode_counts:
+        total = total + layer_time(model, cluster, run, kind, mode, s.tp, s.cp, s.ep, s.etp, s.mbs, s.sp).scaled(n)
+    return total
+
+
+def _p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
+    """A stage's sends per micro-batch: activation forward and gradient backward at each of its vpp chunks."""
+    s = strategy
+    if s.pp == 1:
+        return 0.0
+    crosses = not comm.fits_in_node(2 * s.tp * s.cp * s.dp, cluster.device)
+    return 2 * s.vpp * p2p_seconds(model, cluster, run, s.tp, s.cp, s.mbs, s.sp, crosses)
+
+
+def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
+    """Step time = pipeline(sum and max of per-micro-batch stage times) + exposed DP sync + optimizer step."""
+    s = strategy
+    all_counts = stage_mode_counts(model, s)
+    stages = [_stage_time(model, cluster, run, s, i, counts) for i, counts in enumerate(all_counts)]
+    p2p = _p2p_per_microbatch(model, cluster, run, s)
+    totals = [t.total + p2p for t in stages]
+    slowest = max(range(len(stages)), key=totals.__getitem__)
+    stage_max, stage_sum = totals[slowest], sum(totals)
+    pipeline = pipeline_seconds(stage_sum, stage_max, s.mbn, s.vpp)
+    worst = stages[slowest]
+    dp_comm, optimizer = data_parallel_seconds(model, cluster, run, s, worst.backward + worst.recompute)
+    step = pipeline + dp_comm + optimizer
+
+    parts = {"compute_forward": s.mbn * worst.forward, "compute_backward": s.mbn * worst.backward,
+             "recompute": s.mbn * worst.recompute, "tp_comm": s.mbn * worst.tp_comm, "cp_comm": s.mbn * worst.cp_comm,
+             "ep_comm": s.mbn * worst.ep_comm, "dp_comm": dp_comm, "pp_comm": s.mbn * p2p,
+             "bubble": pipeline - s.mbn * stage_max, "optimizer": optimizer}
+
+    layers_per_mode: dict[tuple[str, str], int] = {}
+    for counts in all_counts:
+        for key, n in counts:
+            layers_per_mode[key] = layers_per_mode.get(key, 0) + n
+    model_flops = model_flops_per_step(model, run.seq_len, s.global_batch)
+    hardware_flops = hardware_flops_per_step(model, run.seq_len, s.global_batch, layers_per_mode)
+    capacity = s.devices * cluster.device.peak_flops * step
+    tokens = s.global_batch * run.seq_len
+    return TimeEstimate(step, model_flops / capacity, hardware_flops / capacity, tokens / (step * s.devices), parts,
+                        model_flops, hardware_flops)
+
+
+__all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds", "data_parallel_seconds",
+           "TimeEstimate", "estimate_time", "stage_mode_counts", "PART_KEYS"]

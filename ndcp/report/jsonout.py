@@ -1,0 +1,129 @@
+"""JSON documents for the command line: result objects turned into plain dicts, and one writer for `--json PATH|-`.
+
+Sizes are integer bytes, times seconds, bandwidths bytes/s and FLOP/s as floats. These helpers only copy and
+rename what the specs and estimators return; they never recompute an estimate.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..specs.device import ClusterSpec, DeviceSpec
+from ..specs.fields import SpecError
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from ..specs.strategy import Strategy
+
+
+def model_document(model: ModelSpec) -> dict:
+    """The `model` object: identity, size and shape."""
+    doc = {
+        "name": model.name,
+        "parameters": int(model.parameters),
+        "active_parameters": int(model.active_parameters),
+        "layers": model.layers,
+        "hidden": model.hidden,
+        "heads": model.heads,
+        "kv_heads": model.num_kv_heads,
+        "ffn_hidden": model.ffn_hidden,
+        "vocab": model.vocab,
+        "experts": model.moe.experts if model.moe else 0,
+        "top_k": model.moe.top_k if model.moe else 0,
+        "shared_experts": model.moe.shared_experts if model.moe else 0,
+        "mla": model.mla is not None,
+        "mtp_depth": model.mtp_depth,
+        "source": model.source,
+    }
+    return doc
+
+
+def device_document(device: DeviceSpec) -> dict:
+    """The `device` object (one accelerator after any overrides): bytes, FLOP/s and bytes/s."""
+    return {
+        "name": device.name,
+        "memory_bytes": int(device.memory_bytes),
+        "peak_flops": float(device.peak_flops),
+        "hbm_bandwidth": float(device.hbm_bandwidth),
+        "intra_node_bandwidth": float(device.intra_node_bandwidth),
+        "inter_node_bandwidth": float(device.inter_node_bandwidth),
+        "devices_per_node": device.devices_per_node,
+        "intra_node_latency": float(device.intra_node_latency),
+        "inter_node_latency": float(device.inter_node_latency),
+        "compute_efficiency": float(device.compute_efficiency),
+        "source": device.source,
+    }
+
+
+def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
+    """The `run` object, with the per-device capacity the estimators compare against."""
+    return {
+        "global_batch": run.global_batch,
+        "seq_len": run.seq_len,
+        "tokens_per_step": run.global_batch * run.seq_len,
+        "precision": run.precision,
+        "grad_dtype": run.grad_dtype,
+        "optimizer": run.optimizer,
+        "flash_attention": run.flash_attention,
+        "memory_cap_bytes": int(run.memory_cap_bytes) or None,
+        "reserve_bytes": int(run.reserve_bytes),
+        "capacity_bytes": int(run.capacity(cluster.device.memory_bytes)),
+    }
+
+
+def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy, memory,
+                      time=None, notes: Iterable[str] = ()) -> dict:
+    """The `ndcp estimate --json` document. `time` is omitted when no time estimate is available."""
+    doc: dict[str, Any] = {
+        "model": model_document(model),
+        "device": device_document(cluster.device),
+        "gpus": cluster.count,
+        "nodes": cluster.nodes,
+        "run": run_document(run, cluster),
+        "strategy": strategy.as_dict(),
+        "memory": memory.as_dict(),
+    }
+    if time is not None:
+        doc["time"] = time.as_dict()
+    notes = list(notes)
+    if notes:
+        doc["notes"] = notes
+    return doc
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: tuples to lists, non-finite floats to null, numpy-like scalars to Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "item"):  # numpy scalar
+        return _clean(value.item())
+    return str(value)
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(_clean(doc), indent=2, allow_nan=False)
+
+
+def write_json(doc: Any, path: str | Path) -> None:
+    """Write `doc` as JSON to `path`, or to stdout when path is "-" (one document, nothing else)."""
+    text = dumps(doc) + "\n"
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = Path(path).expanduser()
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise SpecError(f"--json {path}: cannot write: {error.strerror or type(error).__name__}") from None
+
+
+__all__ = ["model_document", "device_document", "run_document", "estimate_document", "write_json", "dumps"]

@@ -1,0 +1,329 @@
+"""Rich terminal reports for `ndcp estimate` (and, through the helpers, the search report).
+
+Reports only format the result objects the estimators return: they group and divide numbers for display but
+never re-estimate anything.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..specs.device import ClusterSpec
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from ..specs.strategy import Strategy
+
+GIB = 2**30
+
+# Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
+MEMORY_GROUPS: dict[str, tuple[str, ...]] = {
+    "parameters": ("parameters",),
+    "gradients": ("gradients",),
+    "optimizer": ("optimizer_states",),
+    "activations": ("activations",),
+}
+GROUP_COLOURS = {"parameters": "cyan", "gradients": "magenta", "optimizer": "yellow", "activations": "green",
+                 "other": "bright_black"}
+GROUP_ORDER = ("parameters", "gradients", "optimizer", "activations", "other")
+
+TIME_PART_LABELS = {
+    "compute_forward": "compute (forward)",
+    "compute_backward": "compute (backward)",
+    "recompute": "recompute",
+    "tp_comm": "TP communication",
+    "cp_comm": "CP communication",
+    "ep_comm": "EP communication",
+    "dp_comm": "DP communication",
+    "pp_comm": "PP communication",
+    "bubble": "pipeline bubble",
+    "optimizer": "optimizer step",
+}
+
+
+# -- formatting helpers ------------------------------------------------------------------------------------------
+def format_bytes(n: float | int | None, unit: str | None = None, digits: int = 2) -> str:
+    """`n` bytes as e.g. "62.34 GiB"; `unit` fixes the unit (B, KiB, MiB, GiB, TiB), else the largest that is >= 1."""
+    if n is None:
+        return "-"
+    units = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+    if unit is None:
+        unit, scale = next(((u, s) for u, s in units if abs(n) >= s), ("B", 1))
+    else:
+        scale = dict(units)[unit]
+    if unit == "B":
+        return f"{int(n)} B"
+    return f"{n / scale:.{digits}f} {unit}"
+
+
+def gib(n: float | int, digits: int = 2) -> str:
+    """Bytes as a bare GiB number for table cells."""
+    return f"{n / GIB:.{digits}f}"
+
+
+def format_count(n: float | int) -> str:
+    """A parameter count as e.g. "8.03B" or "125.8M"."""
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{2 if scale >= 1e9 else 1}f}{suffix}"
+    return str(int(n))
+
+
+def format_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s == 0:
+        return "0 s"
+    if abs(s) >= 1:
+        return f"{s:.3f} s"
+    if abs(s) >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} µs"
+
+
+def format_rate(bytes_per_second: float) -> str:
+    """Bandwidth as GB/s (decimal, as datasheets quote it)."""
+    return f"{bytes_per_second / 1e9:g} GB/s"
+
+
+def group_parts(parts: Mapping[str, int]) -> dict[str, int]:
+    """Sum a stage's memory parts into the display groups (parameters/gradients/optimizer/activations/other)."""
+    grouped = {g: 0 for g in GROUP_ORDER}
+    owner = {part: group for group, names in MEMORY_GROUPS.items() for part in names}
+    for name, value in parts.items():
+        grouped[owner.get(name, "other")] += int(value)
+    return grouped
+
+
+def other_parts(parts: Mapping[str, int]) -> dict[str, int]:
+    """The parts that make up the "other" group, by name."""
+    listed = {p for names in MEMORY_GROUPS.values() for p in names}
+    return {k: int(v) for k, v in parts.items() if k not in listed}
+
+
+def memory_bar(groups: Mapping[str, int], capacity: int, scale: int | None = None, width: int = 32) -> Text:
+    """One horizontal bar of exactly `width` cells: coloured blocks per group, dim free space up to the capacity,
+    and a red marker at the capacity when the groups exceed it. `scale` (bytes for the full width) defaults to
+    max(capacity, total); when it exceeds the capacity one cell is kept for the marker."""
+    total = sum(groups.values())
+    scale = max(scale or 0, capacity, total, 1)
+    inner = width - 1 if scale > capacity and width > 1 else width
+    blocks = Text()
+    cumulative, position = 0, 0
+    for group in GROUP_ORDER:
+        value = groups.get(group, 0)
+        if value <= 0:
+            continue
+        cumulative += value
+        end = min(inner, round(cumulative / scale * inner))
+        if end > position:
+            blocks.append("█" * (end - position), style=GROUP_COLOURS[group])
+            position = end
+    cap_column = min(inner, round(capacity / scale * inner))
+    if position < cap_column:
+        blocks.append("░" * (cap_column - position), style="dim")
+        position = cap_column
+    if total > capacity and inner < width:
+        left, right = blocks.divide([cap_column]) if cap_column < len(blocks) else (blocks, Text())
+        bar = Text()
+        bar.append_text(left)
+        bar.append("┃", style="bold red")
+        bar.append_text(right)
+        position += 1
+    else:
+        bar = blocks
+    if position < width:
+        bar.append(" " * (width - position))
+    return bar
+
+
+def memory_bars(stage_parts: Sequence[Mapping[str, int]], capacity: int, width: int = 32) -> list[Text]:
+    """Bars for several stages (or candidate strategies) on one common scale, so they compare at a glance."""
+    grouped = [group_parts(parts) for parts in stage_parts]
+    scale = max([capacity] + [sum(g.values()) for g in grouped])
+    return [memory_bar(g, capacity, scale, width) for g in grouped]
+
+
+def legend() -> Text:
+    text = Text()
+    for i, group in enumerate(GROUP_ORDER):
+        if i:
+            text.append("  ")
+        text.append("█ ", style=GROUP_COLOURS[group])
+        text.append(group)
+    text.append("  ")
+    text.append("░ ", style="dim")
+    text.append("free")
+    return text
+
+
+# -- report sections ---------------------------------------------------------------------------------------------
+def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capacity_bytes: int | None = None) -> Panel:
+    """What the estimate assumes: model, devices, network, memory budget and numerics."""
+    d = cluster.device
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    size = format_count(model.parameters) + " parameters"
+    if model.active_parameters != model.parameters:
+        size += f", {format_count(model.active_parameters)} active"
+    shape = f"{model.layers} layers, hidden {model.hidden}, {model.heads} heads / {model.num_kv_heads} KV"
+    if model.moe:
+        shape += f", {model.moe.experts} experts top-{model.moe.top_k}"
+        if model.moe.shared_experts:
+            shape += f" + {model.moe.shared_experts} shared"
+    table.add_row("model", f"{model.name}: {size}; {shape}")
+    table.add_row("batch", f"global batch {run.global_batch} x sequence {run.seq_len} "
+                           f"= {run.global_batch * run.seq_len:,} tokens per step")
+    table.add_row("devices", f"{cluster.count} x {d.name} ({cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of "
+                             f"{d.devices_per_node}); {d.peak_flops / 1e12:g} TFLOP/s peak, "
+                             f"HBM {d.hbm_bandwidth / 1e12:g} TB/s")
+    table.add_row("network", f"intra-node {format_rate(d.intra_node_bandwidth)}, inter-node "
+                             f"{format_rate(d.inter_node_bandwidth)} per device, one way")
+    capacity = capacity_bytes if capacity_bytes is not None else run.capacity(d.memory_bytes)
+    cap = f"cap {format_bytes(run.memory_cap_bytes)}" if run.memory_cap_bytes else "no cap"
+    table.add_row("memory", f"device {format_bytes(d.memory_bytes)}, {cap} -> capacity {format_bytes(capacity)} "
+                            f"per device; reserve {format_bytes(run.reserve_bytes)} counted in every stage")
+    table.add_row("numerics", f"{run.precision} parameters/activations, {run.grad_dtype} gradients, "
+                              f"{run.optimizer} optimizer; flash attention {'on' if run.flash_attention else 'off'}")
+    return Panel(table, title="Assumptions", title_align="left", border_style="blue")
+
+
+def strategy_line(strategy: Strategy) -> Text:
+    """One line: degrees | batch split | sharding | recompute | schedule (and an explicit partition if any)."""
+    s = strategy
+    text = Text()
+    text.append("strategy ", style="bold")
+    text.append(f"tp={s.tp} pp={s.pp} cp={s.cp} dp={s.dp}", style="bold cyan")
+    if s.ep > 1 or s.etp > 1:
+        text.append(f" ep={s.ep} etp={s.etp}", style="bold cyan")
+    text.append(f" vpp={s.vpp}")
+    text.append(f" | mbs={s.mbs} mbn={s.mbn}")
+    text.append(f" | zero={s.zero} sp={'on' if s.sp else 'off'}")
+    text.append(f" | recompute={s.recompute.summary()}")
+    text.append(f" | schedule={s.schedule}")
+    if s.layers_per_stage:
+        text.append(f" | layers/stage={','.join(map(str, s.layers_per_stage))}")
+    return text
+
+
+GROUP_HEADERS = {"parameters": "params", "gradients": "grads", "optimizer": "optim", "activations": "activ",
+                 "other": "other"}
+
+
+def memory_table(memory, bar_width: int = 32) -> Table:
+    """Per-stage memory by group in GiB, the total, and (bar_width > 0) a bar against the capacity. Narrow headers
+    (the legend spells them out) keep it within 80 columns without the bar."""
+    capacity = memory.capacity_bytes
+    table = Table(title=f"Memory per device (GiB), capacity {gib(capacity)} GiB", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False)
+    for name in ("stage", "layers", "in flight"):
+        table.add_column(name, justify="right", min_width=len(name), no_wrap=True)
+    for group in GROUP_ORDER:
+        table.add_column(GROUP_HEADERS[group], justify="right", no_wrap=True, min_width=len(GROUP_HEADERS[group]),
+                         style=GROUP_COLOURS[group] if group != "other" else None)
+    table.add_column("total", justify="right", style="bold", no_wrap=True, min_width=5)
+    if bar_width > 0:
+        table.add_column("vs capacity", no_wrap=True)
+    bars = memory_bars([s.parts for s in memory.stages], capacity, max(bar_width, 1))
+    for stage, bar in zip(memory.stages, bars):
+        groups = group_parts(stage.parts)
+        over = stage.total_bytes > capacity
+        table.add_row(str(stage.stage), str(stage.layers), f"{stage.in_flight:g}",
+                      *(gib(groups[g]) for g in GROUP_ORDER),
+                      Text(gib(stage.total_bytes), style="bold red" if over else "bold"),
+                      *((bar,) if bar_width > 0 else ()))
+    return table
+
+
+def memory_bar_lines(memory, width: int = 40) -> Table:
+    """The per-stage bars on their own lines (for consoles too narrow for the bar column)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right")
+    grid.add_column(no_wrap=True)
+    for stage, bar in zip(memory.stages, memory_bars([s.parts for s in memory.stages], memory.capacity_bytes, width)):
+        grid.add_row(f"stage {stage.stage}", bar)
+    return grid
+
+
+def other_note(memory) -> Text:
+    """What "other" holds on the peak stage, part by part."""
+    peak = next(s for s in memory.stages if s.stage == memory.peak_stage)
+    parts = {k: v for k, v in other_parts(peak.parts).items() if v}
+    listing = ", ".join(f"{name.replace('_', ' ')} {gib(value)}" for name, value in parts.items())
+    return Text(f"other on stage {peak.stage} (GiB): {listing or 'none'}", style="dim")
+
+
+def fit_line(memory) -> Text:
+    """"fits" with the headroom, or "over by X GiB on stage N" for the worst stage."""
+    capacity, peak = memory.capacity_bytes, memory.peak_bytes
+    if memory.fits:
+        return Text.assemble(("fits", "bold green"),
+                             f": peak {format_bytes(peak)} on stage {memory.peak_stage}, "
+                             f"{format_bytes(capacity - peak)} free of {format_bytes(capacity)}")
+    over = [s.stage for s in memory.stages if s.total_bytes > capacity]
+    text = Text.assemble(("DOES NOT FIT", "bold red"),
+                         f": over by {format_bytes(peak - capacity)} on stage {memory.peak_stage} "
+                         f"(peak {format_bytes(peak)} > capacity {format_bytes(capacity)})")
+    if len(over) > 1:
+        text.append(f"; stages over capacity: {', '.join(map(str, over))}")
+    return text
+
+
+def time_table(time) -> Table:
+    """Step-time parts as seconds and share of the step."""
+    t = time.as_dict() if hasattr(time, "as_dict") else dict(time)
+    step = t["step_seconds"]
+    table = Table(title=f"Step time {format_seconds(step)}", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("part")
+    table.add_column("time", justify="right")
+    table.add_column("% of step", justify="right")
+    for name, seconds in t.get("parts", {}).items():
+        share = f"{100 * seconds / step:.1f}" if step else "-"
+        table.add_row(TIME_PART_LABELS.get(name, name.replace("_", " ")), format_seconds(seconds), share,
+                      style="dim" if not seconds else None)
+    return table
+
+
+def throughput_line(time) -> Text:
+    t = time.as_dict() if hasattr(time, "as_dict") else dict(time)
+    return Text.assemble(("step ", "bold"), (format_seconds(t["step_seconds"]), "bold"),
+                         f"   MFU {100 * t['mfu']:.1f}%   HFU {100 * t['hfu']:.1f}%   "
+                         f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU")
+
+
+def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
+                    memory, time=None, notes: Iterable[str] = ()) -> None:
+    """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time."""
+    console.print(assumptions_panel(model, cluster, run, memory.capacity_bytes))
+    console.print(strategy_line(strategy))
+    console.print()
+    # The bar column takes the room the numbers leave (at most 40); on narrow consoles the bars go below the table.
+    plain = memory_table(memory, bar_width=0)
+    room = min(40, console.width - console.measure(plain).maximum - 3)
+    if room >= 12:
+        console.print(memory_table(memory, bar_width=room))
+    else:
+        console.print(plain)
+        console.print(memory_bar_lines(memory, width=max(10, min(40, console.width - 12))))
+    console.print(legend())
+    console.print(other_note(memory))
+    console.print(fit_line(memory))
+    console.print()
+    if time is not None:
+        console.print(time_table(time))
+        console.print(throughput_line(time))
+    else:
+        console.print(Text("step time: not estimated", style="yellow"))
+    for note in notes:
+        console.print(Text(f"note: {note}", style="yellow"))
+
+
+__all__ = ["render_estimate", "format_bytes", "format_count", "format_seconds", "gib", "group_parts", "memory_bar",
+           "memory_bars", "memory_bar_lines", "legend", "assumptions_panel", "strategy_line", "memory_table",
+           "fit_line", "time_table",
+           "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]

@@ -1,0 +1,81 @@
+"""Terminal report of a validation: one row per measured run, the skipped runs with reasons, and a summary panel."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from ..validation import ValidationResult
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _signed(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _relative(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.0f}%"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _runs_table(result: ValidationResult) -> Table:
+    table = Table(title=f"Estimated vs measured: {result.source}", header_style="bold")
+    for name, justify in (("run", "left"), ("device", "left"), ("GPUs", "right"), ("strategy", "left"),
+                          ("basis", "left"), ("MFU meas", "right"), ("MFU est", "right"), ("Δ pts", "right"),
+                          ("step meas s", "right"), ("step est s", "right"), ("Δ step", "right"),
+                          ("mem meas GiB", "right"), ("mem est GiB", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for run in result.runs:
+        error = run.mfu_error_points
+        style = "red" if error is not None and abs(error) > 10 else "yellow" if error is not None and abs(error) > 5 \
+            else None
+        table.add_row(run.id, run.device, str(run.gpus), run.strategy, run.basis, _pct(run.measured_mfu),
+                      _pct(run.estimated_mfu), _signed(error, "+.1f"), _seconds(run.measured_step),
+                      _seconds(run.estimated_step), _relative(run.step_relative_error),
+                      _gib(run.measured_memory_gib), _gib(run.estimated_memory_gib), style=style)
+    return table
+
+
+def _skipped_table(result: ValidationResult) -> Table:
+    table = Table(title="Runs that cannot be represented (skipped)", header_style="bold")
+    table.add_column("run")
+    table.add_column("reason", overflow="fold")
+    for skipped in result.skipped:
+        table.add_row(skipped.id, skipped.reason)
+    return table
+
+
+def _summary_panel(result: ValidationResult) -> Panel:
+    s = result.summary
+    lines = [
+        f"runs compared: {s.runs}   skipped: {len(result.skipped)}",
+        f"MFU error: mean {_signed(s.mean_abs_mfu_points, '.2f')} points, max {_signed(s.max_abs_mfu_points, '.2f')}",
+        f"step time: mean |relative error| {_pct(s.mean_abs_step_relative)}",
+        f"MFU correlation: Pearson {_signed(s.mfu_pearson, '.3f')}, Spearman {_signed(s.mfu_spearman, '.3f')}",
+        f"step correlation (log): Pearson {_signed(s.step_pearson, '.3f')}, Spearman {_signed(s.step_spearman, '.3f')}",
+        f"top-{s.top_k} agreement (by MFU): {_pct(s.top_k_agreement)}",
+        f"memory: mean |relative error| {_pct(s.mean_abs_memory_relative)}",
+    ]
+    lines += [f"note: {note}" for note in result.notes]
+    return Panel("\n".join(lines), title="Summary", expand=False)
+
+
+def render_validation(result: ValidationResult, console: Console) -> None:
+    """Print the per-run table, the skipped runs and the summary panel."""
+    console.print(_runs_table(result))
+    if result.skipped:
+        console.print(_skipped_table(result))
+    console.print(_summary_panel(result))
+
+
+__all__ = ["render_validation"]

@@ -1,0 +1,200 @@
+"""CP-SAT search with a proof: solve the relaxation, then verify its points in objective order with the full
+estimators until the K-th best verified step time is <= the relaxation's bound on everything not yet verified.
+
+Every point the model has not produced has a relaxation objective above the enumerated band, and the relaxation is
+never above the full estimators, so when the stop rule holds no unverified strategy can enter the top K: that is the
+optimality certificate. A time limit returns the best verified strategies with the proven bound and the gap.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+
+from ..space import SearchSpace
+from .coefficients import expand_item, inner_choices, item_lower_bound, item_memory_lower_bound
+from .cpsat import TIME_UNIT, Point, StrategyModel
+from .explain import explain_infeasible
+from .result import TIE, Evaluated, SearchResult, evaluate
+
+BAND_GROWTH = 0.005  # the first band above the optimum spans 0.5 % of it; each further band doubles the width
+NEAREST_MISSES = 5
+
+
+def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
+                 progress=None) -> SearchResult:
+    start = time.perf_counter()
+    deadline = start + time_limit
+    walk = space.walk()
+    result = SearchResult(method="cp-sat", status="infeasible", strategies=[], lower_bound_seconds=0.0,
+                          space_size=space.size(walk), refused=walk.refused)
+    if not walk.batches:
+        result.explanation = explain_infeasible(space, walk, None)
+        return _finish(result, start, 0.0)
+    items = walk.batches
+    capacity = space.run.capacity(space.cluster.device.memory_bytes)
+    # Items whose memory lower bound exceeds the capacity are proven not to fit and leave the model.
+    fits = [item_memory_lower_bound(space, item) <= capacity for item in items]
+    model = StrategyModel([item_lower_bound(space, item) if ok else None for item, ok in zip(items, fits)],
+                          capacity, seed, workers)
+    expander = _Expander(space, items, model)
+    expander.expand_cheapest(max(top, 4))
+    verifier = _Verifier(space, items, top)
+
+    def left() -> float:
+        return deadline - time.perf_counter()
+
+    while True:  # the relaxation's optimum must be an expanded item
+        status, best, bound = model.optimize(left())
+        result.solver_calls += 1
+        if best is None or best.expanded or status != "OPTIMAL":
+            break
+        expander.expand_up_to(best.bound)
+    if best is None:
+        if status == "INFEASIBLE":
+            expander.expand_all()
+            _explain_memory(space, walk, model, items, result, left())
+        else:
+            result.status, result.explanation = "feasible", "time limit reached before any solution"
+        return _finish(result, start, 0.0)
+    if status != "OPTIMAL" or not best.expanded:
+        if best.expanded:
+            verifier.verify(best)
+        result.status, result.lower_bound_seconds = "feasible", bound * TIME_UNIT
+        return _finish(result, start, verifier.seconds, verifier, expander)
+    low, high, complete, bands = bound, bound, True, 0
+    while True:
+        points, complete = model.enumerate_band(low, high, left())
+        result.solver_calls += 1
+        if not complete:
+            break
+        pending = [p.bound for p in points if not p.expanded]
+        if pending:  # unexpanded items reach into the band: give them exact coefficients, enumerate it again
+            expander.expand_up_to(high)
+            continue
+        verifier.push(points)
+        verifier.verify_until()
+        if progress is not None:
+            progress(verifier, (high + 1) * TIME_UNIT)
+        if verifier.certified((high + 1) * TIME_UNIT) or high >= model.max_objective():
+            break
+        low, high = high + 1, max(high + 1, int(bound * (1 + BAND_GROWTH * 2 ** bands)))
+        bands += 1
+    outside = (high + 1) * TIME_UNIT if complete else low * TIME_UNIT
+    result.status = ("optimal" if complete else "feasible") if verifier.fitting else (
+        "infeasible" if complete else "feasible")
+    result.lower_bound_seconds = verifier.lower_bound(outside)
+    if not verifier.fitting and complete:
+        _explain_memory(space, walk, model, items, result, left())
+    return _finish(result, start, verifier.seconds, verifier, expander)
+
+
+class _Expander:
+    """Gives items exact coefficients, cheapest lower bound first."""
+
+    def __init__(self, space: SearchSpace, items, model: StrategyModel):
+        self.space, self.items, self.model = space, items, model
+        self.order = sorted((i for i in range(len(items)) if model.bounds[i] is not None),
+                            key=lambda i: (model.bounds[i], i))
+        self.next = 0
+
+    def _expand_next(self) -> None:
+        i = self.order[self.next]
+        self.model.expand(i, expand_item(self.space, self.items[i]))
+        self.next += 1
+
+    def expand_cheapest(self, count: int) -> None:
+        while self.next < len(self.order) and count > 0:
+            self._expand_next()
+            count -= 1
+
+    def expand_up_to(self, bound: int) -> None:
+        """Expand every item whose lower bound is <= bound, and at least as many more as are expanded already
+        (doubling keeps the number of solver calls logarithmic when the bounds are loose)."""
+        self.expand_cheapest(max(1, self.next))
+        while self.next < len(self.order) and self.model.bounds[self.order[self.next]] <= bound:
+            self._expand_next()
+
+    def expand_all(self) -> None:
+        self.expand_cheapest(len(self.order))
+
+
+def strategy_of(space: SearchSpace, item, j: int, z: int):
+    """The strategy a model point stands for."""
+    layout, mbs, mbn = item
+    inner, zeros = inner_choices(space)
+    sp, mode = inner[j]
+    return layout.strategy(mbs, mbn, zeros[z], sp, mode)
+
+
+class _Verifier:
+    """Verifies model points in objective order; keeps the fitting ones ranked and the refused faster ones."""
+
+    def __init__(self, space: SearchSpace, items, top: int):
+        self.space, self.items, self.top = space, items, top
+        self.pending: list[tuple[int, int, int, int]] = []
+        self.seen: set[tuple[int, int, int]] = set()
+        self.fitting: list[Evaluated] = []
+        self.misses: list[Evaluated] = []
+        self.seconds = 0.0
+        self.count = 0
+
+    def push(self, points: list[Point]) -> None:
+        for p in points:
+            if (p.i, p.j, p.z) not in self.seen:
+                self.seen.add((p.i, p.j, p.z))
+                heapq.heappush(self.pending, (p.bound, p.i, p.j, p.z))
+
+    def verify(self, point: Point) -> None:
+        self.push([point])
+        self._verify_next()
+
+    def _verify_next(self) -> None:
+        _, i, j, z = heapq.heappop(self.pending)
+        t0 = time.perf_counter()
+        evaluated = evaluate(self.space, strategy_of(self.space, self.items[i], j, z))
+        self.seconds += time.perf_counter() - t0
+        self.count += 1
+        (self.fitting if evaluated.fits else self.misses).append(evaluated)
+        self.fitting.sort(key=Evaluated.rank_key)
+
+    def kth(self) -> float:
+        return self.fitting[self.top - 1].step_seconds if len(self.fitting) >= self.top else float("inf")
+
+    def verify_until(self) -> None:
+        """Verify pending points while one of them could still enter the top K."""
+        while self.pending and self.pending[0][0] * TIME_UNIT <= self.kth() * (1 + TIE):
+            self._verify_next()
+
+    def certified(self, outside_bound: float) -> bool:
+        return len(self.fitting) >= self.top and self.kth() <= outside_bound * (1 + TIE) and (
+            not self.pending or self.pending[0][0] * TIME_UNIT >= self.kth() * (1 - TIE))
+
+    def lower_bound(self, outside_bound: float) -> float:
+        """Proven lower bound on the optimum: the best verified, or the least bound left unverified."""
+        pending = self.pending[0][0] * TIME_UNIT if self.pending else float("inf")
+        best = self.fitting[0].step_seconds if self.fitting else float("inf")
+        return min(best, pending, outside_bound)
+
+
+def _explain_memory(space, walk, model: StrategyModel, items, result: SearchResult, seconds: float) -> None:
+    """Nothing fits: find the least-memory point of the model (a proven lower bound) and verify it."""
+    status, least, bound = model.optimize(max(0.1, seconds), minimize="memory", capped=False)
+    result.solver_calls += 1
+    evaluated = evaluate(space, strategy_of(space, items[least.i], least.j, least.z)) if least else None
+    result.explanation = explain_infeasible(space, walk, evaluated, bound * 2**20 if bound is not None else None)
+
+
+def _finish(result: SearchResult, start: float, verify_seconds: float, verifier: _Verifier | None = None,
+            expander: _Expander | None = None) -> SearchResult:
+    if expander is not None:
+        result.expanded = expander.next
+    if verifier is not None:
+        result.strategies = verifier.fitting[:verifier.top]
+        result.verified = verifier.count
+        best = result.strategies[0].step_seconds if result.strategies else float("inf")
+        result.nearest_misses = sorted((e for e in verifier.misses if e.step_seconds < best),
+                                       key=Evaluated.rank_key)[:NEAREST_MISSES]
+        result.over_memory = len(verifier.misses)
+    result.verify_seconds = verify_seconds
+    result.solve_seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,151 @@
+"""Per-choice coefficients for the CP-SAT model, taken from the full estimators' own stage functions.
+
+A candidate is (batch item i = layout + mbs + mbn, inner choice j = (sp, recompute), ZeRO stage z). Its step time
+splits exactly into pipeline(i, j) + data_parallel(i, j, z) and its memory on stage s into static_s(i, z) +
+dynamic_s(i, j) (estimate.time / estimate.memory).
+
+Two levels of coefficients, both never above the full estimators (so the model is a proven relaxation):
+- `item_lower_bound`: one number per batch item, valid for every j and z (design-notes approach C): no recompute
+  (recompute only adds time), perfectly balanced stages, the widest DP overlap window, memory ignored.
+- `expand_item`: exact pipeline and memory coefficients for each j and z of one item; memory is exact on the stages
+  the model constrains (first, second, last) and the DP exposure is bounded by its minimum over j.
+The certificate loop expands items in order of their bounds, so most items never need exact coefficients.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..estimate.layout import stage_layouts
+from ..estimate.memory import stage_dynamic_bytes, stage_static_bytes
+from ..estimate.time import (data_parallel_seconds, estimate_time, layer_time, p2p_seconds, pipeline_seconds,
+                             stage_extra_time)
+from ..estimate import communication as comm
+from ..space import Layout, SearchSpace
+
+Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
+
+
+@dataclass(frozen=True)
+class ItemTable:
+    """Exact coefficients of one batch item over inner choices j and ZeRO stages z (roles = constrained stages)."""
+
+    allowed: tuple[bool, ...]  # [j]: SP needs tp > 1
+    pipeline: tuple[float, ...]  # [j] seconds
+    dynamic: tuple[tuple[float, ...], ...]  # [j][role] bytes
+    static: tuple[tuple[float, ...], ...]  # [z][role] bytes
+    data_parallel: tuple[float, ...]  # [z] seconds, lower bound over j
+
+
+def role_stages(pp: int) -> tuple[int, int, int]:
+    """The stages whose memory the model constrains: first, second, last (the usual peaks)."""
+    return 0, min(1, pp - 1), pp - 1
+
+
+def inner_choices(space: SearchSpace) -> tuple[list[tuple[bool, str]], list[int]]:
+    """All (sp, recompute) pairs and ZeRO stages the space searches (SP pairs are masked per item by tp)."""
+    zeros, sps, modes = space.inner_choices(2)
+    return [(sp, mode) for sp in sps for mode in modes], zeros
+
+
+def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool) -> float:
+    """Sum over device stages of one micro-batch's stage time with no recompute (exact for that plan)."""
+    model, cluster, run = space.model, space.cluster, space.run
+    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+    body = 0.0
+    if model.dense_layers:
+        body += model.dense_layers * layer_time(model, cluster, run, "dense", "none", *theta).total
+    if model.moe_layers:
+        body += model.moe_layers * layer_time(model, cluster, run, "moe", "none", *theta).total
+    extra_args = (layout.tp, layout.cp, mbs, sp)
+    roles = ("only",) if layout.pp == 1 else ("first", "last")
+    extras = sum(stage_extra_time(model, cluster, run, r, *extra_args, ep=layout.ep, etp=layout.etp).total
+                 for r in roles)
+    p2p = 0.0
+    if layout.pp > 1:
+        crosses = not comm.fits_in_node(2 * layout.tp * layout.cp * layout.dp, cluster.device)
+        p2p = 2 * layout.vpp * p2p_seconds(model, cluster, run, layout.tp, layout.cp, mbs, sp, crosses)
+    return body + extras + layout.pp * p2p
+
+
+def _overlap_window_bound(space: SearchSpace, layout: Layout, mbs: int, sps: list[bool]) -> float:
+    """An upper bound on one micro-batch's backward (+ recompute) on the slowest stage, over every plan."""
+    model, cluster, run = space.model, space.cluster, space.run
+    most_layers = -(-model.layers // (layout.pp * layout.vpp)) * layout.vpp  # default partition: ceil per chunk
+    worst = 0.0
+    for sp in sps:
+        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+        kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+        layer_bound = max(_backward_and_recompute(layer_time(model, cluster, run, k, "full", *theta)) for k in kinds)
+        extra = max(stage_extra_time(model, cluster, run, r, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
+                                     etp=layout.etp).backward for r in ("only", "first", "last"))
+        worst = max(worst, most_layers * layer_bound + extra)
+    return worst
+
+
+def _backward_and_recompute(t) -> float:
+    return t.backward + t.recompute
+
+
+def item_lower_bound(space: SearchSpace, item: Item) -> float:
+    """Seconds no strategy of this item can beat: balanced stages, no recompute, best SP, widest DP overlap."""
+    layout, mbs, mbn = item
+    inner, zeros = inner_choices(space)
+    sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
+    stage_sum = min(_stage_sum_no_recompute(space, layout, mbs, sp) for sp in sps)
+    pipeline = pipeline_seconds(stage_sum, stage_sum / layout.pp, mbn, layout.vpp)
+    window = _overlap_window_bound(space, layout, mbs, sps)
+    data_parallel = min(sum(data_parallel_seconds(space.model, space.cluster, space.run,
+                                                  layout.strategy(mbs, mbn, zero, False, "none"), window))
+                        for zero in zeros)
+    return pipeline + data_parallel
+
+
+def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
+    """Bytes every strategy of this item needs at least: on each constrained stage, the smallest static part over
+    ZeRO stages plus the smallest dynamic part (full recompute, best SP)."""
+    model, run = space.model, space.run
+    layout, mbs, mbn = item
+    inner, zeros = inner_choices(space)
+    reference = layout.strategy(mbs, mbn, zeros[0], False, inner[0][1])
+    layouts = stage_layouts(model, reference)
+    modes = {mode for _, mode in inner}
+    lightest = "full" if "full" in modes else "selective" if "selective" in modes else "none"
+    sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
+    worst = 0.0
+    for stage in sorted(set(role_stages(layout.pp))):
+        static = min(sum(stage_static_bytes(model, run, layout.strategy(mbs, mbn, z, False, lightest),
+                                            layouts[stage]).values()) for z in zeros)
+        dynamic = min(sum(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, lightest),
+                                              layouts[stage]).values()) for sp in sps)
+        worst = max(worst, static + dynamic)
+    return worst
+
+
+def expand_item(space: SearchSpace, item: Item) -> ItemTable:
+    """Exact per-(j, z) coefficients of one item from the full estimators' stage functions."""
+    model, cluster, run = space.model, space.cluster, space.run
+    layout, mbs, mbn = item
+    inner, zeros = inner_choices(space)
+    reference = layout.strategy(mbs, mbn, zeros[0], False, inner[0][1])
+    layouts = stage_layouts(model, reference)
+    roles = [layouts[s] for s in role_stages(layout.pp)]
+    allowed, pipeline, dynamic, window = [], [], [], 0.0
+    for sp, mode in inner:
+        ok = not sp or layout.tp > 1
+        allowed.append(ok)
+        if not ok:
+            pipeline.append(0.0)
+            dynamic.append((0.0,) * len(roles))
+            continue
+        strategy = layout.strategy(mbs, mbn, zeros[0], sp, mode)
+        parts = estimate_time(model, cluster, run, strategy).parts
+        pipeline.append(sum(v for k, v in parts.items() if k not in ("dp_comm", "optimizer")))
+        window = max(window, (parts["compute_backward"] + parts["recompute"]) / mbn)
+        dynamic.append(tuple(sum(stage_dynamic_bytes(model, run, strategy, r).values()) for r in roles))
+    static, data_parallel = [], []
+    for zero in zeros:
+        strategy = layout.strategy(mbs, mbn, zero, False, inner[0][1])
+        static.append(tuple(sum(stage_static_bytes(model, run, strategy, r).values()) for r in roles))
+        # DP exposure shrinks as the backward overlap window grows: the widest window over j bounds it below.
+        data_parallel.append(sum(data_parallel_seconds(model, cluster, run, strategy, window)))
+    return ItemTable(tuple(allowed), tuple(pipeline), tuple(dynamic), tuple(static), tuple(data_parallel))

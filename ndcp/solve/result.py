@@ -1,0 +1,105 @@
+"""Search results shared by the exhaustive oracle and the CP-SAT search: verified strategies and the proof status."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..estimate.memory import MemoryEstimate, estimate_memory
+from ..estimate.time import TimeEstimate, estimate_time
+from ..space import SearchSpace
+from ..specs.strategy import Strategy
+
+# Relative tolerance under which two step times count as a tie (the estimators are deterministic floats).
+TIE = 1e-9
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One strategy priced by the full estimators."""
+
+    strategy: Strategy
+    memory: MemoryEstimate
+    time: TimeEstimate
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    @property
+    def step_seconds(self) -> float:
+        return self.time.step_seconds
+
+    @property
+    def over_bytes(self) -> int:
+        return max(0, self.memory.peak_bytes - self.memory.capacity_bytes)
+
+    def rank_key(self) -> tuple:
+        """Rank by step time, ties broken by the strategy's identity so both searches order alike."""
+        return (self.step_seconds, self.strategy.key())
+
+    def as_dict(self, rank: int | None = None) -> dict:
+        out = {"strategy": self.strategy.as_dict(), "memory": self.memory.as_dict(), "time": self.time.as_dict()}
+        return {"rank": rank, **out} if rank is not None else out
+
+
+def evaluate(space: SearchSpace, strategy: Strategy) -> Evaluated:
+    """Price one strategy with the full memory and step-time estimators."""
+    return Evaluated(strategy, estimate_memory(space.model, space.cluster, space.run, strategy),
+                     estimate_time(space.model, space.cluster, space.run, strategy))
+
+
+@dataclass
+class SearchResult:
+    """What a search proves: `optimal` (certificate complete), `feasible` (time limit: best verified + bound + gap),
+    `infeasible` (nothing fits, with why)."""
+
+    method: str
+    status: str
+    strategies: list[Evaluated]
+    lower_bound_seconds: float
+    space_size: int
+    refused: Counter
+    solve_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    verified: int = 0
+    over_memory: int = 0  # strategies priced and dropped for memory
+    nearest_misses: list[Evaluated] = field(default_factory=list)  # faster than the winner, refused by memory
+    explanation: str = ""
+    solver_calls: int = 0
+    expanded: int = 0  # batch items given exact coefficients (CP-SAT); the rest kept their lower bounds
+
+    @property
+    def proven(self) -> bool:
+        return self.status == "optimal"
+
+    @property
+    def best(self) -> Evaluated | None:
+        return self.strategies[0] if self.strategies else None
+
+    @property
+    def gap(self) -> float:
+        """Relative gap between the best verified step time and the proven lower bound (0 when proven)."""
+        if not self.strategies:
+            return 0.0 if self.status == "infeasible" else float("inf")
+        best = self.strategies[0].step_seconds
+        return max(0.0, (best - self.lower_bound_seconds) / best) if self.status != "optimal" else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "proven": self.proven,
+            "gap": self.gap,
+            "lower_bound_seconds": self.lower_bound_seconds,
+            "solve_seconds": self.solve_seconds,
+            "verify_seconds": self.verify_seconds,
+            "method": self.method,
+            "verified": self.verified,
+            "solver_calls": self.solver_calls,
+            "expanded_items": self.expanded,
+            "explanation": self.explanation,
+            "space": {"size": self.space_size, "refused": dict(sorted(self.refused.items())),
+                      "over_memory": self.over_memory},
+            "strategies": [e.as_dict(rank=i + 1) for i, e in enumerate(self.strategies)],
+            "nearest_misses": [{**e.as_dict(), "over_bytes": e.over_bytes, "peak_stage": e.memory.peak_stage}
+                               for e in self.nearest_misses],
+        }

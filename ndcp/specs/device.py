@@ -1,0 +1,103 @@
+"""Accelerator presets and clusters (device x count with optional overrides). Bandwidths are per device, one way."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .fields import SpecError, finite_number, positive_int, require
+
+GB = 10**9
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator and the node it sits in. Bytes, FLOP/s and bytes/s; latencies in seconds."""
+
+    name: str
+    memory_bytes: int
+    peak_flops: float  # dense BF16/FP16 matrix FLOP/s
+    hbm_bandwidth: float
+    devices_per_node: int
+    intra_node_bandwidth: float  # scale-up (NVLink/xGMI/HCCS) per device, one direction
+    inter_node_bandwidth: float  # scale-out (IB/RoCE) per device, one direction
+    intra_node_latency: float = 5e-6
+    inter_node_latency: float = 12e-6
+    compute_efficiency: float = 0.62  # achievable fraction of peak on large transformer GEMMs (see estimate/compute.py)
+    source: str = ""
+
+    def __post_init__(self):
+        positive_int("memory_bytes", self.memory_bytes)
+        positive_int("devices_per_node", self.devices_per_node)
+        for name in ("peak_flops", "hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
+            finite_number(name, getattr(self, name), 0.0, low_open=True)
+        for name in ("intra_node_latency", "inter_node_latency"):
+            finite_number(name, getattr(self, name), 0.0, 1.0)
+        finite_number("compute_efficiency", self.compute_efficiency, 0.0, 1.0, low_open=True)
+
+
+def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per_node=8, **extra) -> DeviceSpec:
+    return DeviceSpec(name, memory_mib * MIB, tflops * 1e12, hbm_gbs * GB, per_node, intra_gbs * GB, inter_gbs * GB,
+                      source=source, **extra)
+
+
+# Sources: calibration.yaml `hardware:` (copied facts, see shared/reference); NVLink figures are the published
+# bidirectional numbers halved; scale-out is one NIC per GPU (HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s).
+PRESETS: dict[str, DeviceSpec] = {
+    d.name: d
+    for d in (
+        _preset("a100-40g", 40960, 312, 1555, 300, 25,
+                "NVIDIA A100 datasheet: 312 TFLOP/s BF16 dense, 40 GB HBM2 1.56 TB/s, NVLink3 600 GB/s; HDR IB per GPU",
+                compute_efficiency=0.63),
+        _preset("a100-80g", 81920, 312, 2039, 300, 25,
+                "NVIDIA A100 datasheet: 312 TFLOP/s BF16 dense, 80 GB HBM2e 2.04 TB/s, NVLink3 600 GB/s; Narayanan 2021 "
+                "§5: 8x HDR 200 Gb/s per DGX node",
+                compute_efficiency=0.63),
+        _preset("h100", 81559, 989.4, 3350, 450, 50,
+                "NVIDIA H100 SXM5: 989.4 TFLOP/s BF16 dense, 80 GB HBM3 3.35 TB/s, NVLink4 900 GB/s; NDR 400 Gb/s per GPU "
+                "(DGX H100)",
+                compute_efficiency=0.64),
+        _preset("h200", 143771, 989.4, 4800, 450, 50,
+                "NVIDIA H200 SXM: 989.4 TFLOP/s BF16 dense, 141 GB HBM3e 4.8 TB/s, NVLink 900 GB/s; 400 Gb/s per GPU",
+                compute_efficiency=0.64),
+        _preset("h800", 81559, 989.4, 3350, 160, 50,
+                "DeepSeek-V3 report §3.2.2: usable NVLink 160 GB/s, IB 50 GB/s per GPU; BF16 peak as H100",
+                compute_efficiency=0.64),
+        _preset("b200", 183359, 2250, 8000, 900, 50,
+                "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
+                "not confirmed in stored material); 400 Gb/s per GPU"),
+        _preset("mi300x", 196608, 1307.4, 5300, 448, 50,
+                "AMD MI300X: 1307.4 TFLOP/s BF16 dense, 192 GB HBM3 5.3 TB/s, 7x128 GB/s xGMI (896 aggregate); "
+                "400 Gb/s per GPU"),
+        _preset("ascend-910b", 65536, 320, 1600, 196, 25,
+                "NOT CONFIRMED (calibration.yaml): ~320 TFLOP/s FP16, 64 GB HBM2e ~1.6 TB/s, HCCS ~392 GB/s; "
+                "200 Gb/s RoCE per NPU assumed"),
+    )
+}
+
+
+def device_preset(name: str) -> DeviceSpec:
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise SpecError(f"device={name!r} is not a known preset; valid: {', '.join(PRESETS)}")
+    return PRESETS[key]
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """`count` identical devices; overrides (memory, bandwidths, devices per node) are applied to the device."""
+
+    device: DeviceSpec
+    count: int
+
+    def __post_init__(self):
+        positive_int("gpus", self.count)
+        require(self.count <= 1 << 24, "gpus", self.count, "expected at most 16,777,216 devices")
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.count // self.device.devices_per_node)
+
+    def with_overrides(self, **overrides) -> "ClusterSpec":
+        """A copy whose device has the given fields replaced (validated like a preset)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return ClusterSpec(replace(self.device, **given), self.count) if given else self

@@ -1,0 +1,122 @@
+"""Validation helpers shared by the spec dataclasses: typed construction from mappings with field-naming errors."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Iterable, Mapping
+
+
+class SpecError(ValueError):
+    """A user input that cannot describe a valid model, device, run or strategy; the message names the field."""
+
+
+def require(condition: bool, field: str, value: Any, valid: str) -> None:
+    """Raise a SpecError naming the field, the value and what would be valid unless the condition holds."""
+    if not condition:
+        raise SpecError(f"{field}={value!r} is not valid; {valid}")
+
+
+def positive_int(field: str, value: Any) -> None:
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, field, value, "expected an integer >= 1")
+
+
+def non_negative_int(field: str, value: Any) -> None:
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, field, value, "expected an integer >= 0")
+
+
+def finite_number(field: str, value: Any, low: float = -math.inf, high: float = math.inf, *, low_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and value <= high
+    bound = f"{'>' if low_open else '>='} {low}" if low != -math.inf else ""
+    upper = f"<= {high}" if high != math.inf else ""
+    require(ok, field, value, f"expected a finite number {' and '.join(x for x in (bound, upper) if x)}".strip())
+
+
+def one_of(field: str, value: Any, choices: Iterable[Any]) -> None:
+    choices = tuple(choices)
+    require(value in choices, field, value, f"valid: {', '.join(map(str, choices))}")
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of n in increasing order."""
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def _coerce(field: str, annotation: Any, value: Any, context: str) -> Any:
+    """Check (and lightly convert) one value against a field annotation."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(field, option, value, context)
+            except SpecError as error:
+                errors.append(str(error))
+        raise SpecError(errors[0] if errors else f"{context}{field}: unexpected value {value!r}")
+    if dataclasses.is_dataclass(annotation):
+        if isinstance(value, annotation):
+            return value
+        if not isinstance(value, Mapping):
+            raise SpecError(f"{context}{field} must be a mapping of {annotation.__name__} fields, got {value!r}")
+        return from_mapping(annotation, value, f"{context}{field}.")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise SpecError(f"{context}{field} must be a list, got {value!r}")
+        (item,) = typing.get_args(annotation)[:1]
+        return tuple(_coerce(f"{field}[{i}]", item, v, context) for i, v in enumerate(value))
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise SpecError(f"{context}{field}={value!r} is not valid; expected true or false")
+    if annotation is int:
+        if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise SpecError(f"{context}{field}={value!r} is not valid; expected an integer")
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise SpecError(f"{context}{field}={value!r} is not valid; expected a number")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        raise SpecError(f"{context}{field}={value!r} is not valid; expected a string")
+    return value
+
+
+def from_mapping(cls: type, data: Mapping[str, Any], context: str = "") -> Any:
+    """Build the frozen dataclass `cls` from a mapping: unknown keys and missing required fields are errors."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{context or cls.__name__}: expected a mapping of fields, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        raise SpecError(f"{context}{unknown[0]}: unknown key; valid keys: {', '.join(fields)}")
+    kwargs = {}
+    for name, field in fields.items():
+        if name in data:
+            kwargs[name] = _coerce(name, hints[name], data[name], context)
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise SpecError(f"{context}{name}: missing required field")
+    try:
+        return cls(**kwargs)
+    except SpecError as error:
+        message = str(error)
+        raise SpecError(message if not context or message.startswith(context) else f"{context}{message}") from None

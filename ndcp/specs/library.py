@@ -1,0 +1,131 @@
+"""Model library: load a ModelSpec by library name, from a YAML spec file, or from a Hugging Face config.json.
+
+The library is the `models/*.yaml` directory, shipped as package data `ndcp.model_library`. Every failure is a
+one-line SpecError (never a YAML or OS traceback).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .fields import SpecError, from_mapping
+from .hf import model_from_hf_config
+from .model import ModelSpec
+
+_SUFFIXES = (".yaml", ".yml")
+
+
+def _library_dir():
+    """The directory (a Traversable) holding the library YAMLs: package data when installed, else models/."""
+    try:
+        from importlib.resources import files
+
+        root = files("ndcp.model_library")
+        if root.is_dir():
+            return root
+    except (ModuleNotFoundError, TypeError, ValueError, OSError):
+        pass
+    # Running from a source checkout (PYTHONPATH=.): the package-dir mapping models/ -> ndcp.model_library is absent.
+    return Path(__file__).resolve().parents[2] / "models"
+
+
+def _library_files() -> dict[str, Any]:
+    root = _library_dir()
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return {}
+    found = {}
+    for entry in entries:
+        for suffix in _SUFFIXES:
+            if entry.name.endswith(suffix) and entry.is_file():
+                found[entry.name[: -len(suffix)]] = entry
+    return found
+
+
+def library_names() -> list[str]:
+    """Names of the models shipped with ndcp, sorted."""
+    return sorted(_library_files())
+
+
+def list_models() -> list[ModelSpec]:
+    """Every library model, sorted by name."""
+    return [load_model(name) for name in library_names()]
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SpecError(f"{where}: invalid YAML{at}: {problem}") from None
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"{where}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+
+
+def _read_text(path, where: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{where}: cannot read model spec: not UTF-8 text") from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise SpecError(f"{where}: cannot read model spec: {reason}") from None
+
+
+def _default_name(path: Path) -> str:
+    """A model name for a file without one: the folder of a `config.json`, else the file stem."""
+    if path.name == "config.json" and path.resolve().parent.name:
+        return path.resolve().parent.name
+    return path.stem
+
+
+def _from_data(data: Any, where: str, default_name: str, hf: bool) -> ModelSpec:
+    if not isinstance(data, dict):
+        kind = "empty file" if data is None else type(data).__name__
+        raise SpecError(f"{where}: expected a mapping of model fields at the top level, got {kind}")
+    if hf or "model_type" in data:
+        model = model_from_hf_config(data, default_name, context=f"{where}: ")
+        return model
+    if "name" not in data:
+        data = {"name": default_name, **data}
+    return from_mapping(ModelSpec, data, f"{where}: ")
+
+
+def load_model(arg: str) -> ModelSpec:
+    """A library model by name (see `library_names()`), or a YAML spec / Hugging Face config.json by path."""
+    if not isinstance(arg, (str, os.PathLike)) or str(arg).strip() == "":
+        raise SpecError(f"model={arg!r} is not valid; expected a library name ({', '.join(library_names())}) "
+                        "or a path to a YAML spec or Hugging Face config.json")
+    text_arg = str(arg)
+    library = _library_files()
+    if text_arg in library:
+        entry = library[text_arg]
+        where = f"model {text_arg!r}"
+        return _from_data(_parse_yaml(_read_text(entry, where), where), where, text_arg, hf=False)
+    path = Path(text_arg).expanduser()
+    looks_like_path = os.sep in text_arg or "/" in text_arg or path.suffix.lower() in (*_SUFFIXES, ".json")
+    if not path.exists() and not looks_like_path:
+        raise SpecError(f"model={text_arg!r} is not a library model or an existing file; "
+                        f"library models: {', '.join(sorted(library))}")
+    where = str(path)
+    if path.is_dir():
+        raise SpecError(f"{where}: cannot read model spec: is a directory")
+    text = _read_text(path, where)
+    is_json = path.suffix.lower() == ".json"
+    data = _parse_json(text, where) if is_json else _parse_yaml(text, where)
+    return _from_data(data, where, _default_name(path), hf=is_json)
+
+
+__all__ = ["load_model", "library_names", "list_models"]

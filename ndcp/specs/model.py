@@ -1,0 +1,234 @@
+"""Model architecture spec: transformer shape, MoE, MLA and MTP, with exact parameter counts per component."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from .fields import SpecError, divisors, finite_number, non_negative_int, one_of, positive_int, require
+
+ACTIVATIONS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture of experts: routed experts (top-k of `experts`), optional always-on shared experts, dense prefix."""
+
+    experts: int
+    top_k: int
+    expert_ffn_hidden: int
+    shared_experts: int = 0
+    shared_expert_ffn_hidden: int = 0  # 0 = same as expert_ffn_hidden
+    first_dense_layers: int = 0  # the first k layers use the dense MLP (DeepSeek-V3: 3)
+    layer_frequency: int = 1  # every n-th layer after the dense prefix is MoE (Mixtral, DeepSeek: 1)
+    capacity_factor: float = 0.0  # 0 = dropless; otherwise tokens per expert are padded/cut to this factor
+
+    def __post_init__(self):
+        positive_int("moe.experts", self.experts)
+        positive_int("moe.top_k", self.top_k)
+        require(self.top_k <= self.experts, "moe.top_k", self.top_k, f"must be <= moe.experts ({self.experts})")
+        positive_int("moe.expert_ffn_hidden", self.expert_ffn_hidden)
+        non_negative_int("moe.shared_experts", self.shared_experts)
+        non_negative_int("moe.shared_expert_ffn_hidden", self.shared_expert_ffn_hidden)
+        non_negative_int("moe.first_dense_layers", self.first_dense_layers)
+        positive_int("moe.layer_frequency", self.layer_frequency)
+        finite_number("moe.capacity_factor", self.capacity_factor, 0.0, 64.0)
+
+    @property
+    def shared_hidden(self) -> int:
+        return self.shared_expert_ffn_hidden or self.expert_ffn_hidden
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and KV projections with decoupled RoPE dims."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0 = queries are projected directly (no low-rank Q)
+
+    def __post_init__(self):
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            positive_int(f"mla.{name}", getattr(self, name))
+        non_negative_int("mla.q_lora_rank", self.q_lora_rank)
+
+
+@dataclass(frozen=True)
+class LayerParameters:
+    """Parameters of one transformer layer, split by how they are sharded (dense vs expert)."""
+
+    attention: int
+    mlp: int  # dense MLP or the shared experts and router of a MoE layer (non-expert-parallel part)
+    experts: int  # routed experts (expert-parallel part); 0 for dense layers
+    norms: int
+    active_experts: int  # routed-expert parameters a token actually uses (top-k of them)
+
+    @property
+    def dense(self) -> int:
+        """Parameters sharded like attention (by TP), i.e. everything except routed experts."""
+        return self.attention + self.mlp + self.norms
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.experts
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer. Sizes in elements; dropout as probabilities."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn_hidden: int
+    vocab: int
+    kv_heads: int = 0  # 0 = same as heads (MHA)
+    head_dim: int = 0  # 0 = hidden / heads
+    activation: str = "swiglu"
+    max_positions: int = 4096
+    position_embedding: str = "rope"
+    tied_embeddings: bool = False
+    norm: str = "rmsnorm"
+    linear_bias: bool = False  # biases on every linear layer (GPT-2/3)
+    qkv_bias: bool = False  # biases on Q, K, V only (Qwen2)
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    mtp_depth: int = 0  # multi-token-prediction modules (DeepSeek-V3: 1)
+    source: str = ""
+
+    def __post_init__(self):
+        require(isinstance(self.name, str) and self.name.strip() != "", "name", self.name, "expected a non-empty name")
+        for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_positions"):
+            positive_int(name, getattr(self, name))
+        non_negative_int("kv_heads", self.kv_heads)
+        non_negative_int("head_dim", self.head_dim)
+        non_negative_int("mtp_depth", self.mtp_depth)
+        one_of("activation", self.activation, ACTIVATIONS)
+        one_of("norm", self.norm, NORMS)
+        one_of("position_embedding", self.position_embedding, POSITIONS)
+        finite_number("attention_dropout", self.attention_dropout, 0.0, 1.0)
+        finite_number("hidden_dropout", self.hidden_dropout, 0.0, 1.0)
+        require(self.kv_heads == 0 or self.heads % self.kv_heads == 0, "kv_heads", self.kv_heads,
+                f"must divide heads ({self.heads}); valid: {', '.join(str(d) for d in divisors(self.heads))}")
+        if self.head_dim == 0 and self.mla is None:
+            require(self.hidden % self.heads == 0, "heads", self.heads,
+                    f"must divide hidden ({self.hidden}) unless head_dim is given")
+        if self.moe is not None:
+            require(self.moe.first_dense_layers < self.layers, "moe.first_dense_layers", self.moe.first_dense_layers,
+                    f"must be < layers ({self.layers})")
+
+    # -- shape helpers -------------------------------------------------------------------------------------------
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "swiglu"
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one normalisation of width `hidden` (LayerNorm has a bias, RMSNorm does not)."""
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether body layer `index` (0-based) is a MoE layer."""
+        if self.moe is None or index < self.moe.first_dense_layers:
+            return False
+        return (index - self.moe.first_dense_layers) % self.moe.layer_frequency == 0
+
+    @cached_property
+    def moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    # -- parameter counts (exact, from the layer definitions) ----------------------------------------------------
+    def _mlp_params(self, ffn: int) -> int:
+        """One MLP of width ffn: gated = gate+up+down (3hF), else up+down (2hF), plus biases if any."""
+        weights = (3 if self.gated else 2) * self.hidden * ffn
+        return weights + ((ffn * (2 if self.gated else 1) + self.hidden) if self.linear_bias else 0)
+
+    @cached_property
+    def attention_params(self) -> int:
+        h, a = self.hidden, self.heads
+        if self.mla is not None:
+            m = self.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk) if m.q_lora_rank else h * a * qk
+            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+            return q + kv + a * m.v_head_dim * h
+        d, g = self.dim_per_head, self.num_kv_heads
+        qkv_out = (a + 2 * g) * d
+        params = h * qkv_out + a * d * h
+        if self.linear_bias:
+            params += qkv_out + h
+        elif self.qkv_bias:
+            params += qkv_out
+        return params
+
+    @cached_property
+    def dense_layer(self) -> LayerParameters:
+        return LayerParameters(self.attention_params, self._mlp_params(self.ffn_hidden), 0, 2 * self.norm_params, 0)
+
+    @cached_property
+    def moe_layer(self) -> LayerParameters | None:
+        if self.moe is None:
+            return None
+        m = self.moe
+        expert = self._mlp_params(m.expert_ffn_hidden)
+        shared = m.shared_experts * self._mlp_params(m.shared_hidden)
+        router = self.hidden * m.experts
+        return LayerParameters(self.attention_params, shared + router, m.experts * expert, 2 * self.norm_params,
+                               m.top_k * expert)
+
+    def layer(self, index: int) -> LayerParameters:
+        return self.moe_layer if self.is_moe_layer(index) else self.dense_layer
+
+    @property
+    def embedding_params(self) -> int:
+        """Token embedding plus learned positions (if any)."""
+        positions = self.max_positions * self.hidden if self.position_embedding == "learned" else 0
+        return self.vocab * self.hidden + positions
+
+    @property
+    def output_params(self) -> int:
+        """Final norm plus the output projection (0 extra weights when tied to the embedding)."""
+        return self.norm_params + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    @cached_property
+    def mtp_params(self) -> int:
+        """One MTP module per depth: a transformer layer (MoE if the model has MoE), 2h->h projection, two norms."""
+        if not self.mtp_depth:
+            return 0
+        block = (self.moe_layer or self.dense_layer).total
+        return self.mtp_depth * (block + 2 * self.hidden * self.hidden + 2 * self.norm_params)
+
+    @cached_property
+    def parameters(self) -> int:
+        """Total parameters of the main model (embeddings, body, output; MTP modules excluded, as papers count)."""
+        body = self.dense_layers * self.dense_layer.total + self.moe_layers * (self.moe_layer.total if self.moe else 0)
+        return self.embedding_params + body + self.output_params
+
+    @cached_property
+    def active_parameters(self) -> int:
+        """Parameters a token uses: routed experts count only top-k (MTP excluded)."""
+        if self.moe is None:
+            return self.parameters
+        inactive = self.moe_layers * (self.moe_layer.experts - self.moe_layer.active_experts)
+        return self.parameters - inactive
+
+
+__all__ = ["ModelSpec", "MoESpec", "MLASpec", "LayerParameters", "SpecError"]

@@ -1,0 +1,525 @@
+"""Compare ndcp's estimates with measured training runs (a published-runs YAML or a CSV of your own runs).
+
+Rules for fields a row leaves open (each use is recorded in the row's `assumptions`):
+- micro_batch null -> 1; vpp null -> 1; ep null -> 1; etp -> tp (Megatron's default expert TP); zero_stage null -> 1
+  (Megatron-Core distributed optimizer); sp null -> tp > 1 (Megatron-Core recipes enable SP with TP);
+- recompute unknown -> full when the row reports Narayanan's recompute-inclusive 96-coefficient FLOPs (those
+  papers trained with full recompute), else selective (Megatron-Core's recommended default since Korthikanti 2022;
+  it re-runs only the attention core, so a wrong guess moves the step by a few percent);
+- model: kv_heads null -> heads; ffn_hidden null -> 4 x hidden for GELU (GPT) models; activation missing -> gelu for
+  GPT-named models; gelu rows are GPT-style (learned positions, LayerNorm, biases, tied embeddings), swiglu rows
+  Llama-style (RoPE, RMSNorm, no biases, untied); a null vocabulary or layer count cannot be filled: the row is
+  skipped with that reason;
+- precision: "fp16" -> fp16, anything else 16-bit (including "bf16-assumed") -> bf16; FP8 runs are skipped (FP8
+  GEMMs are not modelled).
+
+MFU basis: a row whose `tflops_basis` (or notes) states Narayanan's recompute-inclusive 96-coefficient formula is
+compared on that basis: measured = its TFLOP/s / peak, estimated = those FLOPs (full recompute counted, full s^2
+attention) / (GPUs x peak x estimated step). Every other row is compared on model FLOPs (MFU).
+"""
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .estimate.compute import hardware_flops_per_step, model_flops_per_step
+from .estimate.layout import default_partition
+from .estimate.time import estimate_time
+from .specs.device import PRESETS, ClusterSpec, device_preset
+from .specs.fields import SpecError, from_mapping
+from .specs.model import MLASpec, ModelSpec, MoESpec
+from .specs.run import GIB, RunSpec
+from .specs.strategy import RecomputePlan, StageRecompute, Strategy
+
+# calibration.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
+GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "a100_80gb_sxm": ("a100-80g", {}),
+    "h100_sxm_80gb": ("h100", {}),
+    "h100_96gb_hbm2e_500w": ("h100", {"memory_bytes": 96 * GIB, "hbm_bandwidth": 2.4e12}),
+    "h200_sxm_141gb": ("h200", {}),
+    "h800_sxm_80gb": ("h800", {}),
+    "mi300x": ("mi300x", {}),
+    "b200": ("b200", {}),
+    "ascend_910b": ("ascend-910b", {}),
+}
+NARAYANAN_BASIS = "narayanan-96"
+MODEL_BASIS = "model"
+TOP_K = 5
+
+
+class SkipRun(Exception):
+    """A measured run that ndcp cannot represent; the message is the reason shown to the user."""
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """One measured run next to its estimate. MFU figures are fractions on `basis`; steps in seconds."""
+
+    id: str
+    device: str
+    gpus: int
+    strategy: str
+    basis: str
+    measured_mfu: float | None
+    estimated_mfu: float
+    measured_step: float | None
+    estimated_step: float
+    measured_memory_gib: float | None = None
+    estimated_memory_gib: float | None = None
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def mfu_error_points(self) -> float | None:
+        return None if self.measured_mfu is None else 100 * (self.estimated_mfu - self.measured_mfu)
+
+    @property
+    def step_relative_error(self) -> float | None:
+        return None if not self.measured_step else self.estimated_step / self.measured_step - 1
+
+    @property
+    def memory_relative_error(self) -> float | None:
+        if not self.measured_memory_gib or self.estimated_memory_gib is None:
+            return None
+        return self.estimated_memory_gib / self.measured_memory_gib - 1
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update(assumptions=list(self.assumptions), mfu_error_points=self.mfu_error_points,
+                   step_relative_error=self.step_relative_error, memory_relative_error=self.memory_relative_error)
+        return out
+
+
+@dataclass(frozen=True)
+class SkippedRun:
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ValidationSummary:
+    """Aggregate agreement over the compared runs (None where fewer than two values exist)."""
+
+    runs: int
+    mean_abs_mfu_points: float | None
+    max_abs_mfu_points: float | None
+    mean_abs_step_relative: float | None
+    mfu_pearson: float | None
+    mfu_spearman: float | None
+    step_pearson: float | None
+    step_spearman: float | None
+    top_k: int
+    top_k_agreement: float | None
+    mean_abs_memory_relative: float | None
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    source: str
+    runs: tuple[RunComparison, ...]
+    skipped: tuple[SkippedRun, ...]
+    summary: ValidationSummary
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "runs": [r.as_dict() for r in self.runs],
+                "skipped": [asdict(s) for s in self.skipped], "summary": asdict(self.summary),
+                "notes": list(self.notes)}
+
+
+# -- statistics (numpy only) ---------------------------------------------------------------------------------------
+def pearson(x, y) -> float | None:
+    """Pearson correlation; None with fewer than two points or a constant series."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or x.std() == 0 or y.std() == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def ranks(values) -> np.ndarray:
+    """Ranks starting at 1, ties sharing their average rank."""
+    values = np.asarray(values, float)
+    order = np.argsort(values, kind="mergesort")
+    out = np.empty(len(values))
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        out[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x, y) -> float | None:
+    """Spearman rank correlation: Pearson on the ranks."""
+    return pearson(ranks(x), ranks(y)) if len(x) >= 2 else None
+
+
+def top_k_agreement(measured, estimated, k: int) -> float | None:
+    """Share of the k best measured runs that are also among the k best estimated ones (higher is better)."""
+    k = min(k, len(measured))
+    if k == 0:
+        return None
+    best = set(np.argsort(-np.asarray(measured, float), kind="mergesort")[:k])
+    guessed = set(np.argsort(-np.asarray(estimated, float), kind="mergesort")[:k])
+    return len(best & guessed) / k
+
+
+def summarise(runs: tuple[RunComparison, ...]) -> ValidationSummary:
+    with_mfu = [r for r in runs if r.measured_mfu is not None]
+    with_step = [r for r in runs if r.measured_step]
+    with_memory = [r for r in runs if r.memory_relative_error is not None]
+    mfu_err = [abs(r.mfu_error_points) for r in with_mfu]
+    measured_mfu, estimated_mfu = [r.measured_mfu for r in with_mfu], [r.estimated_mfu for r in with_mfu]
+    measured_step, estimated_step = [r.measured_step for r in with_step], [r.estimated_step for r in with_step]
+    return ValidationSummary(
+        runs=len(runs),
+        mean_abs_mfu_points=float(np.mean(mfu_err)) if mfu_err else None,
+        max_abs_mfu_points=float(np.max(mfu_err)) if mfu_err else None,
+        mean_abs_step_relative=float(np.mean([abs(r.step_relative_error) for r in with_step])) if with_step else None,
+        mfu_pearson=pearson(measured_mfu, estimated_mfu),
+        mfu_spearman=spearman(measured_mfu, estimated_mfu),
+        step_pearson=pearson(np.log(measured_step), np.log(estimated_step)) if with_step else None,
+        step_spearman=spearman(measured_step, estimated_step) if with_step else None,
+        top_k=min(TOP_K, len(with_mfu)),
+        top_k_agreement=top_k_agreement(measured_mfu, estimated_mfu, TOP_K),
+        mean_abs_memory_relative=float(np.mean([abs(r.memory_relative_error) for r in with_memory]))
+        if with_memory else None,
+    )
+
+
+# -- building specs from a row ---------------------------------------------------------------------------------------
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in ("", "null", "none", "unknown"))
+
+
+def _model_from_fields(fields: dict, notes: list[str]) -> ModelSpec:
+    """A ModelSpec from a published row's model fields (rules in the module docstring)."""
+    name = str(fields.get("name") or "model")
+    for key in ("layers", "hidden", "heads", "vocab"):
+        if _is_null(fields.get(key)):
+            raise SkipRun(f"model.{key} is not published")
+    activation = fields.get("activation")
+    if _is_null(activation):
+        if not name.lower().startswith("gpt"):
+            raise SkipRun("model.activation is not published")
+        activation = "gelu"
+        notes.append("activation gelu (GPT)")
+    activation = str(activation).lower()
+    if activation not in ("gelu", "swiglu"):
+        raise SkipRun(f"model.activation={activation!r} is not modelled")
+    hidden = int(fields["hidden"])
+    ffn = fields.get("ffn_hidden")
+    if _is_null(ffn):
+        if activation != "gelu":
+            raise SkipRun("model.ffn_hidden is not published")
+        ffn = 4 * hidden
+        notes.append("ffn_hidden 4h")
+    kv_heads = fields.get("kv_heads")
+    if _is_null(kv_heads):
+        kv_heads = 0
+        notes.append("kv_heads = heads")
+    gpt = activation == "gelu"
+    spec = {"name": name, "layers": int(fields["layers"]), "hidden": hidden, "heads": int(fields["heads"]),
+            "kv_heads": int(kv_heads), "ffn_hidden": int(ffn), "vocab": int(fields["vocab"]), "activation": activation,
+            "max_positions": int(fields.get("seq_len") or 4096), "position_embedding": "learned" if gpt else "rope",
+            "norm": "layernorm" if gpt else "rmsnorm", "linear_bias": gpt, "tied_embeddings": gpt}
+    if isinstance(fields.get("moe"), dict):
+        spec["moe"] = from_mapping(MoESpec, fields["moe"], "model.moe.")
+    if isinstance(fields.get("mla"), dict):
+        spec["mla"] = from_mapping(MLASpec, fields["mla"], "model.mla.")
+    return ModelSpec(**spec)
+
+
+def _cluster(gpu_id: str, gpus: int, per_node: Any) -> ClusterSpec:
+    if gpu_id in GPU_PRESETS:
+        preset, overrides = GPU_PRESETS[gpu_id]
+    elif gpu_id.strip().lower() in PRESETS:
+        preset, overrides = gpu_id.strip().lower(), {}
+    else:
+        raise SkipRun(f"device {gpu_id!r} has no ndcp preset")
+    if not _is_null(per_node):
+        overrides = {**overrides, "devices_per_node": int(per_node)}
+    return ClusterSpec(device_preset(preset), int(gpus)).with_overrides(**overrides)
+
+
+def _precision(value: Any, notes: list[str]) -> str:
+    text = "" if _is_null(value) else str(value).lower()
+    if "fp8" in text:
+        raise SkipRun(f"precision {value!r}: FP8 GEMMs are not modelled")
+    if text == "fp16":
+        return "fp16"
+    if text not in ("bf16", ""):
+        notes.append(f"precision {value!r} -> bf16")
+    return "bf16"
+
+
+def _recompute(value: Any, narayanan_basis: bool, notes: list[str]) -> str:
+    text = "" if value is None else str(value).strip().lower()
+    if text in ("none", "selective", "full"):
+        return text
+    guess = "full" if narayanan_basis else "selective"
+    notes.append(f"recompute {guess} (unknown)")
+    return guess
+
+
+def _flash_attention(entry: dict, training: dict, notes: list[str]) -> bool:
+    """Stated `training.flash_attention`, else False for runs published up to 2022 (FlashAttention, Dao et al.,
+    appeared mid-2022 and reached Megatron in 2023), else True."""
+    stated = _bool_field(training.get("flash_attention"))
+    if stated is not None:
+        return stated
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", str((entry.get("source") or {}).get("title") or ""))]
+    if years and max(years) <= 2022:
+        notes.append("no flash attention (published before 2023)")
+        return False
+    return True
+
+
+def _recompute_plan(model: ModelSpec, fields: dict, virtual_stages: int, layers_per_stage: tuple[int, ...],
+                    narayanan_basis: bool, notes: list[str]) -> RecomputePlan:
+    """The row's recompute as a plan. torchtitan's selective AC (op policy: keeps every other matmul output and
+    recomputes the rest of the layer) re-runs about half of each layer's forward: half the layers recompute fully."""
+    detail = str(fields.get("recompute_detail") or "").lower()
+    if "torchtitan" in detail and "selective" in detail:
+        notes.append("torchtitan selective AC = half the layers full")
+        counts = layers_per_stage or default_partition(model.layers, virtual_stages)
+        return RecomputePlan("per-stage", tuple(StageRecompute(none=n - n // 2, full=n // 2) for n in counts))
+    return RecomputePlan.uniform(_recompute(fields.get("recompute"), narayanan_basis, notes))
+
+
+def _int_or(value: Any, default: int, label: str, notes: list[str]) -> int:
+    if _is_null(value):
+        notes.append(f"{label} {default}")
+        return default
+    return int(value)
+
+
+def _bool_field(value: Any) -> bool | None:
+    if _is_null(value):
+        return None
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "y")
+
+
+def _strategy(model: ModelSpec, fields: dict, gpus: int, global_batch: int, narayanan_basis: bool,
+              notes: list[str]) -> Strategy:
+    """A Strategy from a row's strategy fields (defaults in the module docstring); errors become SkipRun."""
+    degrees = {}
+    for key in ("tp", "pp", "dp", "cp"):
+        if _is_null(fields.get(key)):
+            if key == "cp":
+                degrees[key] = 1
+                continue
+            raise SkipRun(f"strategy.{key} is not published")
+        degrees[key] = int(fields[key])
+    tp, pp, dp, cp = degrees["tp"], degrees["pp"], degrees["dp"], degrees["cp"]
+    if tp * pp * dp * cp != gpus:
+        raise SkipRun(f"tp*pp*dp*cp = {tp * pp * dp * cp} does not match {gpus} GPUs")
+    ep = _int_or(fields.get("ep"), 1, "ep", notes)
+    vpp = _int_or(fields.get("vpp"), 1, "vpp", notes)
+    mbs = _int_or(fields.get("micro_batch", fields.get("mbs")), 1, "mbs", notes)
+    zero = _int_or(fields.get("zero_stage", fields.get("zero")), 1, "zero", notes)
+    sp = _bool_field(fields.get("sp"))
+    if sp is None:
+        sp = tp > 1
+        notes.append(f"sp {str(sp).lower()}")
+    if global_batch % (dp * mbs):
+        raise SkipRun(f"global batch {global_batch} is not a multiple of dp*mbs = {dp * mbs}")
+    if model.layers < pp * vpp:
+        raise SkipRun(f"{model.layers} layers cannot fill pp*vpp = {pp * vpp} stages")
+    per_stage = fields.get("layers_per_virtual_stage")
+    layers_per_stage = (int(per_stage),) * (pp * vpp) if not _is_null(per_stage) and \
+        int(per_stage) * pp * vpp == model.layers else ()
+    recompute = _recompute_plan(model, fields, pp * vpp, layers_per_stage, narayanan_basis, notes)
+    try:
+        return Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=tp if ep > 1 else 1, vpp=vpp, mbs=mbs,
+                        mbn=global_batch // (dp * mbs), zero=zero, sp=sp and tp > 1,
+                        schedule="interleaved" if vpp > 1 else "1f1b", recompute=recompute,
+                        layers_per_stage=layers_per_stage)
+    except SpecError as error:
+        raise SkipRun(f"strategy: {error}") from None
+
+
+def _states_narayanan_basis(outcome: dict, notes_text: str) -> bool:
+    basis = str(outcome.get("tflops_basis") or "").lower()
+    return "recompute" in basis or "96" in basis or "96-coefficient" in notes_text.lower()
+
+
+def _narayanan_flops(model: ModelSpec, seq: int, global_batch: int) -> float:
+    """Narayanan Eq. (3) FLOPs for this model: model FLOPs plus one full-recompute forward of every body layer."""
+    layers = {("dense", "full"): model.dense_layers, ("moe", "full"): model.moe_layers}
+    return hardware_flops_per_step(model, seq, global_batch, layers)
+
+
+def _memory_gib(model, cluster, run, strategy, notes: list[str]) -> float | None:
+    """Estimated peak GiB per device from estimate.memory, or None (with a note) when it is unavailable."""
+    try:
+        from .estimate.memory import estimate_memory
+    except ImportError:
+        notes.append("memory estimator unavailable")
+        return None
+    return estimate_memory(model, cluster, run, strategy).peak_bytes / GIB
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A measured run, normalised: specs plus whatever outcome figures it states."""
+
+    id: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    run: RunSpec
+    strategy: Strategy
+    narayanan_basis: bool
+    step_seconds: float | None
+    mfu: float | None
+    tflops_per_gpu: float | None
+    tokens_per_second_per_gpu: float | None
+    memory_gib: float | None
+    assumptions: tuple[str, ...]
+
+
+def _compare(row: _Row, result_notes: list[str]) -> RunComparison:
+    """Estimate one row and set measured and estimated figures on the same basis."""
+    model, cluster, run, strategy = row.model, row.cluster, row.run, row.strategy
+    estimate = estimate_time(model, cluster, run, strategy)
+    peak = cluster.device.peak_flops * cluster.count
+    if row.narayanan_basis:
+        basis, flops = NARAYANAN_BASIS, _narayanan_flops(model, run.seq_len, strategy.global_batch)
+    else:
+        basis, flops = MODEL_BASIS, model_flops_per_step(model, run.seq_len, strategy.global_batch)
+    measured_step = row.step_seconds
+    if measured_step is None and row.tokens_per_second_per_gpu:
+        measured_step = strategy.global_batch * run.seq_len / (row.tokens_per_second_per_gpu * cluster.count)
+    if measured_step is None and row.tflops_per_gpu:
+        measured_step = flops / (row.tflops_per_gpu * 1e12 * cluster.count)
+    measured_mfu = row.mfu
+    if measured_mfu is None and row.tflops_per_gpu:
+        measured_mfu = row.tflops_per_gpu * 1e12 * cluster.count / peak
+    if measured_mfu is None and measured_step:
+        measured_mfu = flops / (peak * measured_step)
+    memory = _memory_gib(model, cluster, run, strategy, result_notes) if row.memory_gib else None
+    return RunComparison(row.id, cluster.device.name, cluster.count, _strategy_label(strategy), basis, measured_mfu,
+                         flops / (peak * estimate.step_seconds), measured_step, estimate.step_seconds,
+                         row.memory_gib, memory, row.assumptions)
+
+
+def _strategy_label(s: Strategy) -> str:
+    """Short strategy text for tables: tp4 pp8 dp4 vpp6 mbs1 z1 sp selective."""
+    optional = [f"{name}{value}" for name, value in (("cp", s.cp), ("ep", s.ep), ("vpp", s.vpp)) if value > 1]
+    flags = ["sp"] if s.sp else []
+    return " ".join([f"tp{s.tp}", f"pp{s.pp}", f"dp{s.dp}", *optional, f"mbs{s.mbs}", f"z{s.zero}", *flags,
+                     s.recompute.summary()])
+
+
+# -- YAML (calibration.yaml shape) --------------------------------------------------------------------------------
+def _number(value: Any) -> float | None:
+    return None if _is_null(value) else float(value)
+
+
+def _yaml_row(entry: dict) -> _Row:
+    notes: list[str] = []
+    model_fields, cluster_fields = entry.get("model") or {}, entry.get("cluster") or {}
+    training, strategy_fields = entry.get("training") or {}, entry.get("strategy") or {}
+    outcome = entry.get("outcome") or {}
+    narayanan = _states_narayanan_basis(outcome, str(entry.get("notes") or ""))
+    if _is_null(model_fields.get("seq_len")) or _is_null(training.get("global_batch")):
+        raise SkipRun("sequence length or global batch is not published")
+    model = _model_from_fields(model_fields, notes)
+    gpus = int(cluster_fields.get("num_gpus") or 0)
+    if gpus <= 0:
+        raise SkipRun("cluster.num_gpus is not published")
+    cluster = _cluster(str(cluster_fields.get("gpu")), gpus, cluster_fields.get("gpus_per_node"))
+    global_batch, seq = int(training["global_batch"]), int(model_fields["seq_len"])
+    run = RunSpec(global_batch, seq, precision=_precision(training.get("precision"), notes),
+                  flash_attention=_flash_attention(entry, training, notes))
+    strategy = _strategy(model, strategy_fields, gpus, global_batch, narayanan, notes)
+    memory = _number(outcome.get("memory_gib_per_gpu"))
+    observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
+    if memory is None and not _is_null(observed):
+        memory = float(observed) / GIB
+    return _Row(str(entry.get("id")), model, cluster, run, strategy, narayanan, _number(outcome.get("step_time_s")),
+                _number(outcome.get("mfu")), _number(outcome.get("tflops_per_gpu")),
+                _number(outcome.get("tokens_per_s_per_gpu")), memory, tuple(notes))
+
+
+def _yaml_rows(path: Path) -> list[tuple[str, Any]]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise SpecError(f"{path}: expected a mapping with a `runs:` list")
+    return [(str(entry.get("id", f"run{i}")), lambda entry=entry: _yaml_row(entry))
+            for i, entry in enumerate(data["runs"])]
+
+
+# -- CSV of measured runs -------------------------------------------------------------------------------------------
+CSV_REQUIRED = ("model", "device", "gpus", "global_batch", "seq_len", "tp", "pp", "dp")
+
+
+def _csv_model(name: str, folder: Path) -> ModelSpec:
+    from .specs.library import library_names, load_model
+
+    if name in library_names() or Path(name).is_absolute():
+        return load_model(name)
+    relative = folder / name
+    return load_model(str(relative) if relative.exists() else name)
+
+
+def _csv_row(index: int, record: dict, folder: Path) -> _Row:
+    notes: list[str] = []
+    missing = [c for c in CSV_REQUIRED if _is_null(record.get(c))]
+    if missing:
+        raise SkipRun(f"missing column value(s): {', '.join(missing)}")
+    try:
+        model = _csv_model(record["model"].strip(), folder)
+    except SpecError as error:
+        raise SkipRun(str(error)) from None
+    gpus, global_batch = int(record["gpus"]), int(record["global_batch"])
+    cluster = _cluster(record["device"], gpus, record.get("devices_per_node"))
+    flash = _bool_field(record.get("flash_attention"))
+    run = RunSpec(global_batch, int(record["seq_len"]), precision=_precision(record.get("precision"), notes),
+                  flash_attention=True if flash is None else flash)
+    fields = {k: record.get(k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute")}
+    strategy = _strategy(model, fields, gpus, global_batch, False, notes)
+    return _Row(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
+                _number(record.get("step_seconds")), _number(record.get("mfu")), None, None,
+                _number(record.get("memory_gib")), tuple(notes))
+
+
+def _csv_rows(path: Path) -> list[tuple[str, Any]]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        records = list(csv.DictReader(handle))
+    return [(record.get("id") or f"row{i + 1}", lambda i=i, record=record: _csv_row(i, record, path.parent))
+            for i, record in enumerate(records)]
+
+
+def validate_file(path) -> ValidationResult:
+    """Estimate every run in a published-runs YAML or a measured-runs CSV and compare; unrepresentable runs are
+    listed in `skipped` with the reason."""
+    path = Path(path)
+    rows = _csv_rows(path) if path.suffix.lower() == ".csv" else _yaml_rows(path)
+    compared, skipped, notes = [], [], []
+    for run_id, build in rows:
+        try:
+            row = build()
+            if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
+                    and not row.tokens_per_second_per_gpu:
+                raise SkipRun("no measured step time, MFU, TFLOP/s or tokens/s")
+            compared.append(_compare(row, notes))
+        except SkipRun as reason:
+            skipped.append(SkippedRun(run_id, str(reason)))
+        except (SpecError, ValueError, TypeError, KeyError) as error:
+            skipped.append(SkippedRun(run_id, f"cannot be represented: {error}"))
+    runs = tuple(compared)
+    return ValidationResult(str(path), runs, tuple(skipped), summarise(runs), tuple(dict.fromkeys(notes)))
+
+
+__all__ = ["validate_file", "ValidationResult", "RunComparison", "SkippedRun", "ValidationSummary", "pearson",
+           "spearman", "ranks", "top_k_agreement", "GPU_PRESETS"]

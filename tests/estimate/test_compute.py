@@ -1,0 +1,95 @@
+"""Matmul FLOPs against the published closed forms (formulas.md §2), and the roofline time rule."""
+import pytest
+
+from ndcp.estimate.compute import (Gemm, attention_core_flops, gemm_seconds, hardware_flops_per_step, layer_gemms,
+                                   model_flops_per_sequence, model_flops_per_step, total_flops)
+from ndcp.specs import ModelSpec, MoESpec, MLASpec, device_preset
+
+
+def gpt(layers, hidden, heads, vocab=51200, seq=2048):
+    """A GPT-3-style model (4h GeLU MLP, learned positions, biases, tied embeddings)."""
+    return ModelSpec("gpt", layers, hidden, heads, 4 * hidden, vocab, activation="gelu", position_embedding="learned",
+                     norm="layernorm", linear_bias=True, tied_embeddings=True, max_positions=seq)
+
+
+def llama(layers, hidden, heads, kv_heads, ffn, vocab=128256):
+    return ModelSpec("llama", layers, hidden, heads, ffn, vocab, kv_heads=kv_heads, max_positions=8192)
+
+
+# (layers, hidden, heads, B, s): Narayanan 2021 Table 1 and Korthikanti 2022 Table 3 shapes
+GPT_SETTINGS = [(24, 2304, 24, 512, 2048), (48, 6144, 64, 4, 2048), (96, 12288, 96, 64, 2048),
+                (128, 25600, 160, 512, 2048)]
+
+
+@pytest.mark.parametrize("layers,hidden,heads,batch,seq", GPT_SETTINGS)
+def test_full_recompute_hardware_flops_are_narayanan_eq3(layers, hidden, heads, batch, seq):
+    # Narayanan 2021 Eq. (3): F = 96 B s l h^2 (1 + s/6h + V/16lh)
+    model, V = gpt(layers, hidden, heads), 51200
+    expected = 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + V / (16 * layers * hidden))
+    got = hardware_flops_per_step(model, seq, batch, {("dense", "full"): layers})
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("layers,hidden,heads,batch,seq", GPT_SETTINGS)
+def test_model_and_selective_flops_are_korthikanti_appendix_a(layers, hidden, heads, batch, seq):
+    # Korthikanti 2022 App. A: model 72 B L s h^2 (1 + s/6h + V/12hL); selective 72 B L s h^2 (1 + s/3h + V/12hL)
+    model, V = gpt(layers, hidden, heads), 51200
+    base = 72 * batch * layers * seq * hidden**2
+    assert model_flops_per_step(model, seq, batch) == pytest.approx(
+        base * (1 + seq / (6 * hidden) + V / (12 * hidden * layers)), rel=1e-12)
+    assert hardware_flops_per_step(model, seq, batch, {("dense", "selective"): layers}) == pytest.approx(
+        base * (1 + seq / (3 * hidden) + V / (12 * hidden * layers)), rel=1e-12)
+
+
+@pytest.mark.parametrize("model,seq,published", [
+    # NVIDIA dgxc-benchmarking README notes (formulas.md §2.3): model FLOPs per sequence
+    (gpt(96, 12288, 96), 2048, 2.20e15),
+    (llama(32, 4096, 32, 8, 14336), 8192, 4.74e14),
+    (llama(80, 8192, 64, 8, 28672), 8192, 3.94e15),
+    (llama(126, 16384, 128, 8, 53248), 8192, 2.17e16),
+])
+def test_per_sequence_flops_match_nvidia_recipes_within_1_percent(model, seq, published):
+    assert model_flops_per_sequence(model, seq) == pytest.approx(published, rel=0.01)
+
+
+def test_causal_attention_halves_the_core_for_time_only():
+    model = llama(32, 4096, 32, 8, 14336)
+    full = attention_core_flops(model, 8192, 8192, 1, causal=False)
+    assert full == 4 * 8192 * 8192 * 4096  # 2 matmuls x 2 s^2 h (Korthikanti App. A)
+    assert attention_core_flops(model, 8192, 8192, 1, causal=True) == full / 2
+
+
+def test_tensor_parallel_splits_every_gemm_of_a_dense_layer():
+    model = llama(32, 4096, 32, 8, 14336)
+    one, eight = total_flops(layer_gemms(model, "dense", 4096, 1)), total_flops(layer_gemms(model, "dense", 4096, 8))
+    assert eight == pytest.approx(one / 8)
+
+
+def test_moe_layer_counts_router_top_k_and_shared_experts():
+    moe = MoESpec(experts=8, top_k=2, expert_ffn_hidden=1024, shared_experts=1)
+    model = ModelSpec("m", 4, 512, 8, 2048, 1000, moe=moe)
+    tokens, h = 100, 512
+    attention = 2 * tokens * (h * (8 + 2 * 8) * 64 + 8 * 64 * h)
+    expert = 2 * tokens * 3 * h * 1024  # gated: gate, up, down
+    router = 2 * tokens * h * 8
+    assert total_flops(layer_gemms(model, "moe", tokens, 1)) == pytest.approx(attention + router + 3 * expert)
+    # expert work per device is the same whatever the EP/ETP split (balanced routing)
+    assert total_flops(layer_gemms(model, "moe", tokens, 2, ep=4, etp=2)) == pytest.approx(
+        total_flops(layer_gemms(model, "moe", tokens, 2, ep=1, etp=1)))
+
+
+def test_mla_attention_flops_follow_its_projections():
+    mla = MLASpec(kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, q_lora_rank=96)
+    model = ModelSpec("mla", 2, 256, 4, 512, 1000, mla=mla)
+    t = 10
+    expected = 2 * t * (256 * 96 + 96 * 4 * 48 + 256 * (64 + 16) + 64 * 4 * 64 + 4 * 32 * 256)
+    assert total_flops(layer_gemms(model, "dense", t, 1)[:5]) == expected
+    assert attention_core_flops(model, t, t, 1, causal=False) == 2 * t * t * 4 * (48 + 32)
+
+
+def test_gemm_time_is_a_roofline():
+    h100 = device_preset("h100")
+    big = Gemm(8192, 8192, 8192)
+    assert gemm_seconds([big], h100, 2) == pytest.approx(big.flops / (h100.peak_flops * h100.compute_efficiency))
+    skinny = Gemm(8, 8192, 8192)  # 8 rows: bound by reading the weight
+    assert gemm_seconds([skinny], h100, 2) == pytest.approx(skinny.bytes_moved(2) / h100.hbm_bandwidth)

@@ -1,0 +1,132 @@
+"""The memory estimator: Korthikanti's per-layer activations exactly, the ZeRO and Megatron model-state tables,
+and monotonicity of every part in the strategy's degrees."""
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ndcp.estimate.layout import default_partition, in_flight
+from ndcp.estimate.memory import estimate_memory, state_bytes_per_param
+from ndcp.specs import ClusterSpec, ModelSpec, RecomputePlan, RunSpec, Strategy, device_preset
+from ndcp.specs.library import load_model
+
+# GPT-3 175B as in Korthikanti et al. 2022 Table 3 (h 12288, a 96, s 2048), dropout on, no flash attention.
+GPT3 = ModelSpec(name="gpt3", layers=96, hidden=12288, heads=96, ffn_hidden=49152, vocab=51200, activation="gelu",
+                 max_positions=2048, position_embedding="learned", tied_embeddings=True, norm="layernorm",
+                 linear_bias=True, attention_dropout=0.1, hidden_dropout=0.1)
+A100 = ClusterSpec(device_preset("a100-80g"), 1024)
+KORTHIKANTI_RUN = RunSpec(global_batch=1536, seq_len=2048, precision="fp16", flash_attention=False)
+
+
+def per_layer(recompute: str, sp: bool, tp: int = 8, mbs: int = 1) -> int:
+    strategy = Strategy(dp=1024 // (tp * 16), tp=tp, pp=16, mbs=mbs, mbn=1536 // (1024 // (tp * 16) * mbs), sp=sp,
+                        recompute=RecomputePlan.uniform(recompute))
+    return estimate_memory(GPT3, A100, KORTHIKANTI_RUN, strategy).activation_bytes_per_layer[recompute]
+
+
+@pytest.mark.parametrize("mbs", [1, 2])
+def test_korthikanti_per_layer_activations_exactly(mbs):
+    # formulas.md §5 (Korthikanti 2022, Table 2 / §4): bytes per layer for s, b, h, a, t.
+    s, b, h, a, t = 2048, mbs, 12288, 96, 8
+    assert per_layer("none", sp=False, mbs=mbs) == s * b * h * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t))
+    assert per_layer("none", sp=True, mbs=mbs) == s * b * h * (34 + Fraction(5 * a * s, h)) / t
+    assert per_layer("selective", sp=False, mbs=mbs) == s * b * h * (10 + Fraction(24, t))
+    assert per_layer("selective", sp=True, mbs=mbs) == 34 * s * b * h / t
+    assert per_layer("full", sp=True, mbs=mbs) == 2 * s * b * h / t
+    assert per_layer("full", sp=False, mbs=mbs) == 2 * s * b * h
+
+
+def test_korthikanti_without_parallelism():
+    s, b, h, a = 2048, 1, 12288, 96
+    assert per_layer("none", sp=False, tp=1) == s * b * h * (34 + Fraction(5 * a * s, h))
+
+
+def test_worked_values_from_formulas_md():
+    # formulas.md §5 worked table (b=1, s=2048, t=8), 175B: TP only 0.579 GB, TP+SP 0.359, +selective 0.107.
+    assert per_layer("none", sp=False) / 1e9 == pytest.approx(0.579, abs=0.001)
+    assert per_layer("none", sp=True) / 1e9 == pytest.approx(0.359, abs=0.001)
+    assert per_layer("selective", sp=True) / 1e9 == pytest.approx(0.107, abs=0.001)
+
+
+@pytest.mark.parametrize("d", [1, 2, 8, 64])
+def test_megatron_distributed_optimizer_table(d):
+    # Megatron-LM docs dist_optimizer.md: bf16 params / fp32 main grads: 18 -> 6 + 12/d; fp32/fp32: 16 -> 8 + 8/d.
+    bf16 = RunSpec(global_batch=8, seq_len=128, precision="bf16", grad_dtype="fp32")
+    fp32 = RunSpec(global_batch=8, seq_len=128, precision="fp32", grad_dtype="fp32")
+    assert sum(state_bytes_per_param(bf16, 0, d).values()) == 18
+    assert sum(state_bytes_per_param(bf16, 1, d).values()) == pytest.approx(6 + 12 / d)
+    assert sum(state_bytes_per_param(fp32, 0, d).values()) == 16
+    assert sum(state_bytes_per_param(fp32, 1, d).values()) == pytest.approx(8 + 8 / d)
+
+
+@pytest.mark.parametrize("d", [1, 4, 64])
+def test_zero_table(d):
+    # ZeRO (Rajbhandari 2020) Table 1 with K = 12: 16, 4 + 12/d, 2 + 14/d, 16/d bytes per parameter.
+    fp16 = RunSpec(global_batch=8, seq_len=128, precision="fp16", grad_dtype="fp16")
+    expected = [16, 4 + 12 / d, 2 + 14 / d, 16 / d]
+    for stage, want in enumerate(expected):
+        assert sum(state_bytes_per_param(fp16, stage, d).values()) == pytest.approx(want)
+
+
+def test_in_flight_from_the_schedules():
+    assert [in_flight(s, 4, 1, 8) for s in range(4)] == [4, 3, 2, 1]
+    assert [in_flight(s, 4, 1, 2) for s in range(4)] == [2, 2, 2, 1]
+    # Interleaved: stage 0 holds pp*vpp*(1 + (pp-1)/(pp*vpp)) chunks (Korthikanti §4.2.3).
+    pp, vpp = 8, 3
+    assert in_flight(0, pp, vpp, 64) == pp * vpp + pp - 1
+    assert in_flight(pp - 1, pp, vpp, 64) < in_flight(0, pp, vpp, 64)
+
+
+def test_uneven_partition_gives_end_stages_fewer_layers():
+    counts = default_partition(61, 16)  # DeepSeek-V3: 61 layers on 16 stages
+    assert sum(counts) == 61 and counts[0] == min(counts) and counts[-1] == min(counts)
+    assert default_partition(96, 16) == (6,) * 16
+
+
+def test_peak_stage_is_first_with_uniform_layers_and_capacity_respected():
+    strategy = Strategy(dp=8, tp=8, pp=16, mbs=1, mbn=192, sp=True, recompute=RecomputePlan.uniform("selective"))
+    estimate = estimate_memory(GPT3, A100, KORTHIKANTI_RUN, strategy)
+    assert estimate.peak_stage == 0 and estimate.fits
+    capped = RunSpec(global_batch=1536, seq_len=2048, flash_attention=False, memory_cap_bytes=10 * 2**30)
+    assert not estimate_memory(GPT3, A100, capped, strategy).fits
+    assert all(isinstance(v, int) for s in estimate.stages for v in s.parts.values())
+
+
+LLAMA = load_model("llama3-8b")
+H100 = ClusterSpec(device_preset("h100"), 64)
+RUN = RunSpec(global_batch=64, seq_len=4096)
+
+
+def _peak(**kw) -> dict:
+    strategy = Strategy(**kw)
+    return {s.stage: s for s in estimate_memory(LLAMA, H100, RUN, strategy).stages}
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), zero=st.integers(0, 3))
+def test_more_tp_or_pp_never_raises_per_device_parameter_memory(tp, pp, zero):
+    def worst(tp, pp):
+        dp = 64 // (tp * pp)
+        return max(s.parts["parameters"] for s in _peak(dp=dp, tp=tp, pp=pp, mbs=1, mbn=64 // dp, zero=zero).values())
+
+    # ZeRO-3 shards parameters over dp, which shrinks as TP/PP grow; the TP/PP split alone must never add memory.
+    if zero < 3:
+        assert worst(tp * 2, pp) <= worst(tp, pp)
+        assert worst(tp, pp * 2) <= worst(tp, pp)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), mbs=st.sampled_from([1, 2, 4]), sp=st.booleans(), cp=st.sampled_from([1, 2]))
+def test_more_recompute_never_raises_and_larger_mbs_never_lowers_activations(tp, mbs, sp, cp):
+    sp = sp and tp > 1
+    dp = 64 // (tp * cp)
+    if 64 % (dp * mbs):
+        return
+    acts = {}
+    for mode in ("none", "selective", "full"):
+        acts[mode] = _peak(dp=dp, tp=tp, cp=cp, mbs=mbs, mbn=64 // (dp * mbs), sp=sp,
+                           recompute=RecomputePlan.uniform(mode))[0].parts["activations"]
+    assert acts["full"] <= acts["selective"] <= acts["none"]
+    if 64 % (dp * mbs * 2) == 0:
+        bigger = _peak(dp=dp, tp=tp, cp=cp, mbs=mbs * 2, mbn=64 // (dp * mbs * 2), sp=sp)[0].parts["activations"]
+        assert bigger >= acts["none"]

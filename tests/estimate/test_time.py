@@ -1,0 +1,154 @@
+"""Step-time composition: pipeline bubble, parts that add up, monotonicity, per-layer physics and speed."""
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ndcp.estimate.compute import attention_core_flops, matmul_seconds
+from ndcp.estimate.time import (PART_KEYS, LayerTime, estimate_time, layer_time, pipeline_seconds,
+                                stage_extra_time)
+from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
+                        device_preset)
+
+GPT_22B = ModelSpec("gpt-22b", 48, 6144, 64, 24576, 51200, activation="gelu", position_embedding="learned",
+                    norm="layernorm", linear_bias=True, tied_embeddings=True, max_positions=2048)
+LLAMA_8B = ModelSpec("llama-8b", 32, 4096, 32, 14336, 128256, kv_heads=8, max_positions=8192)
+SMALL_MOE = ModelSpec("moe", 8, 1024, 16, 4096, 32000, kv_heads=4,
+                      moe=MoESpec(experts=16, top_k=2, expert_ffn_hidden=1024, shared_experts=1, first_dense_layers=1))
+
+
+def cluster(device="h100", gpus=64, scale=1.0):
+    base = ClusterSpec(device_preset(device), gpus)
+    d = base.device
+    return base.with_overrides(intra_node_bandwidth=d.intra_node_bandwidth * scale,
+                               inter_node_bandwidth=d.inter_node_bandwidth * scale)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 1), (8, 64, 1), (8, 64, 3), (16, 128, 2)])
+def test_bubble_fraction_matches_narayanan(p, m, v):
+    # Narayanan 2021 §2.2.1: (p-1)/m for 1F1B; §2.2.2: (p-1)/(v m) interleaved, with uniform stages of time t
+    t = 0.37
+    bubble = pipeline_seconds(p * t, t, m, v) - m * t
+    assert bubble / (m * t) == pytest.approx((p - 1) / (v * m))
+
+
+def test_pipeline_seconds_works_on_numpy_grids():
+    sums, maxes = np.array([4.0, 8.0]), np.array([1.0, 2.0])
+    assert np.allclose(pipeline_seconds(sums, maxes, np.array([8, 16]), 2), [8 + 1.5, 32 + 3.0])
+    assert pipeline_seconds(3.0, 3.0, 5, 1) == 15.0  # pp = 1: mbn x stage time
+
+
+def llama_strategy(**changes):
+    base = dict(dp=4, tp=4, pp=4, mbs=1, mbn=16, sp=True, zero=1, recompute=RecomputePlan.uniform("selective"))
+    base.update(changes)
+    return Strategy(**base)
+
+
+@pytest.mark.parametrize("strategy", [
+    llama_strategy(),
+    llama_strategy(pp=4, vpp=2, schedule="interleaved", dp=2, cp=2),
+    llama_strategy(pp=1, tp=8, dp=8, zero=3, recompute=RecomputePlan.uniform("full")),
+    llama_strategy(recompute=RecomputePlan("per-stage", tuple(StageRecompute(none=4, selective=2, full=2)
+                                                              for _ in range(4)))),
+])
+def test_parts_add_up_to_the_step(strategy):
+    run = RunSpec(global_batch=strategy.global_batch, seq_len=8192)
+    est = estimate_time(LLAMA_8B, cluster(gpus=strategy.devices), run, strategy)
+    assert tuple(est.parts) == PART_KEYS
+    assert sum(est.parts.values()) == pytest.approx(est.step_seconds, rel=1e-12)
+    assert all(v >= 0 for v in est.parts.values())
+    assert 0 < est.mfu <= est.hfu < 1
+    assert est.as_dict()["parts"] == est.parts
+
+
+def test_moe_model_has_expert_communication():
+    strategy = Strategy(dp=8, tp=1, pp=2, ep=8, mbs=1, mbn=4)
+    est = estimate_time(SMALL_MOE, cluster(gpus=16), RunSpec(global_batch=32, seq_len=4096), strategy)
+    assert est.parts["ep_comm"] > 0
+    assert sum(est.parts.values()) == pytest.approx(est.step_seconds, rel=1e-12)
+
+
+def test_layer_time_fields_and_cache():
+    run = RunSpec(global_batch=8, seq_len=8192)
+    c = cluster()
+    t = layer_time(LLAMA_8B, c, run, "dense", "none", 2, 1, 1, 1, 1, True)
+    assert t.total == pytest.approx(t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm)
+    assert layer_time(LLAMA_8B, c, run, "dense", "none", 2, 1, 1, 1, 1, True) is t  # lru_cache
+    assert isinstance(stage_extra_time(LLAMA_8B, c, run, "only", 2, 1, 1, True), LayerTime)
+
+
+def test_recompute_modes_rerun_what_they_drop():
+    run, c = RunSpec(global_batch=8, seq_len=8192), cluster()
+    none = layer_time(LLAMA_8B, c, run, "dense", "none", 4, 1, 1, 1, 1, True)
+    full = layer_time(LLAMA_8B, c, run, "dense", "full", 4, 1, 1, 1, 1, True)
+    selective = layer_time(LLAMA_8B, c, run, "dense", "selective", 4, 1, 1, 1, 1, True)
+    assert none.recompute == 0
+    tp_forward = full.recompute - full.forward  # full = the layer forward plus its forward TP all-reduces
+    assert 0 < tp_forward <= full.tp_comm
+    core = matmul_seconds(attention_core_flops(LLAMA_8B, 8192, 8192, 4, causal=True), c.device)
+    assert selective.recompute == pytest.approx(core)
+
+
+def test_context_parallel_ring_hides_behind_attention_when_it_can():
+    run = RunSpec(global_batch=8, seq_len=32768)
+    t = layer_time(LLAMA_8B, cluster(), run, "dense", "none", 1, 2, 1, 1, 1, False)
+    assert t.cp_comm == 0  # 2 ranks in a node, 32k tokens: the K/V exchange is shorter than the attention it feeds
+    slow = layer_time(LLAMA_8B, cluster("a100-80g"), RunSpec(global_batch=8, seq_len=4096), "dense", "none", 8, 4, 1,
+                      1, 1, True)
+    assert slow.cp_comm > 0  # across nodes on HDR with short chunks
+
+
+def test_korthikanti_table4_layer_time_within_10_percent():
+    # Korthikanti 2022 Table 4 (22B, A100, TP 8, s 2048, b 4; pre-flash-attention Megatron): forward + backward of
+    # one layer 19.6 ms without recompute, 27.2 ms with full, 20.9 ms selective, 20.3 ms selective + SP
+    c, run = cluster("a100-80g", 8), RunSpec(global_batch=4, seq_len=2048, flash_attention=False)
+    for mode, sp, published in (("none", False, 19.6e-3), ("full", False, 27.2e-3), ("selective", False, 20.9e-3),
+                                ("selective", True, 20.3e-3)):
+        assert layer_time(GPT_22B, c, run, "dense", mode, 8, 1, 1, 1, 4, sp).total == pytest.approx(published, rel=0.1)
+
+
+STRATEGIES = st.builds(
+    lambda tp, pp, cp, vpp, mbs, mbn, zero, mode: Strategy(
+        dp=2, tp=tp, pp=pp, cp=cp, vpp=vpp if pp > 1 else 1, mbs=mbs, mbn=mbn, zero=zero, sp=tp > 1,
+        schedule="interleaved" if vpp > 1 and pp > 1 else "1f1b", recompute=RecomputePlan.uniform(mode)),
+    st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2]),
+    st.sampled_from([1, 2]), st.integers(1, 16), st.sampled_from([0, 1, 3]),
+    st.sampled_from(["none", "selective", "full"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(STRATEGIES, st.floats(1.0, 8.0))
+def test_more_bandwidth_never_slows_a_step(strategy, scale):
+    run = RunSpec(global_batch=strategy.global_batch, seq_len=4096)
+    slow = estimate_time(LLAMA_8B, cluster(gpus=strategy.devices), run, strategy)
+    fast = estimate_time(LLAMA_8B, cluster(gpus=strategy.devices, scale=scale), run, strategy)
+    assert fast.step_seconds <= slow.step_seconds * (1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(STRATEGIES, st.integers(1, 64))
+def test_more_microbatches_never_raise_the_bubble_fraction(strategy, extra):
+    if strategy.pp == 1:
+        strategy = strategy.with_(pp=2)
+    bigger = strategy.with_(mbn=strategy.mbn + extra)
+    fractions = []
+    for s in (strategy, bigger):
+        est = estimate_time(LLAMA_8B, cluster(gpus=s.devices), RunSpec(global_batch=s.global_batch, seq_len=4096), s)
+        fractions.append(est.parts["bubble"] / est.step_seconds)
+    assert fractions[1] <= fractions[0] * (1 + 1e-12)
+
+
+def test_estimate_time_is_well_under_a_millisecond():
+    model = ModelSpec("gpt-175b", 96, 12288, 96, 49152, 51200, activation="gelu", position_embedding="learned",
+                      norm="layernorm", linear_bias=True, tied_embeddings=True, max_positions=2048)
+    strategy = Strategy(dp=8, tp=8, pp=16, vpp=2, schedule="interleaved", mbs=1, mbn=192, sp=True,
+                        recompute=RecomputePlan.uniform("selective"))
+    c, run = cluster("a100-80g", 1024), RunSpec(global_batch=1536, seq_len=2048)
+    estimate_time(model, c, run, strategy)
+    calls = 200
+    start = time.perf_counter()
+    for _ in range(calls):
+        estimate_time(model, c, run, strategy)
+    assert (time.perf_counter() - start) / calls < 1e-3

@@ -1,0 +1,93 @@
+"""The rich estimate report: its sections are present and show the numbers the JSON document holds."""
+import re
+
+import pytest
+from rich.console import Console
+
+from ndcp.cli import build_strategy, parse_strategy_string
+from ndcp.estimate.memory import estimate_memory
+from ndcp.report.jsonout import estimate_document
+from ndcp.report.terminal import format_bytes, gib, memory_bar, memory_bars, render_estimate
+from ndcp.specs import ClusterSpec, RunSpec, device_preset
+from ndcp.specs.library import load_model
+
+try:
+    from ndcp.estimate.time import estimate_time
+except ImportError:  # time estimator not available
+    estimate_time = None
+
+
+def problem(model="llama3-8b", gpus=16, cap=0, strategy="tp=2,pp=2,mbs=1,sp=on,recompute=selective"):
+    m = load_model(model)
+    cluster = ClusterSpec(device_preset("h100"), gpus)
+    run = RunSpec(global_batch=64, seq_len=4096, memory_cap_bytes=cap)
+    s = build_strategy(m, cluster, run, parse_strategy_string(strategy))
+    memory = estimate_memory(m, cluster, run, s)
+    time = estimate_time(m, cluster, run, s) if estimate_time else None
+    return m, cluster, run, s, memory, time
+
+
+def render(*args, width=120):
+    console = Console(record=True, width=width, color_system=None)
+    render_estimate(console, *args)
+    return console.export_text()
+
+
+def test_report_sections_and_numbers_match_json():
+    args = problem()
+    text = render(*args)
+    doc = estimate_document(*args)
+    assert "Assumptions" in text and "llama3-8b" in text and "16 x h100" in text
+    assert "8.03B parameters" in text and "flash attention on" in text and "4096" in text
+    assert "450 GB/s" in text and "50 GB/s" in text
+    assert "tp=2 pp=2 cp=1 dp=4" in text and "mbn=16" in text and "recompute=selective" in text
+    mem = doc["memory"]
+    assert f"capacity {gib(mem['capacity_bytes'])} GiB" in text
+    for stage in mem["stages"]:
+        row = next(line for line in text.splitlines() if re.match(rf"\s+{stage['stage']}\s+{stage['layers']}\s", line))
+        assert gib(stage["total_bytes"]) in row
+        assert gib(stage["parts"]["parameters"]) in row and gib(stage["parts"]["activations"]) in row
+    assert mem["fits"] and f"fits: peak {format_bytes(mem['peak_bytes'])} on stage {mem['peak_stage']}" in text
+    if "time" in doc:
+        t = doc["time"]
+        assert "Step time" in text and f"MFU {100 * t['mfu']:.1f}%" in text and f"HFU {100 * t['hfu']:.1f}%" in text
+        assert f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU" in text
+        assert "pipeline bubble" in text and "% of step" in text
+
+
+def test_report_over_capacity_names_stage_and_excess():
+    args = problem(cap=20 * 2**30, strategy="tp=2,pp=2,sp=on")
+    memory = args[4]
+    assert not memory.fits
+    text = render(*args)
+    excess = format_bytes(memory.peak_bytes - memory.capacity_bytes)
+    assert f"DOES NOT FIT: over by {excess} on stage {memory.peak_stage}" in text
+    assert "┃" in text  # the capacity marker on the bars
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_report_fits_console_width(width):
+    text = render(*problem(), width=width)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    assert "█" in text
+
+
+def test_report_without_time_says_so():
+    m, cluster, run, s, memory, _ = problem(model="tiny", gpus=8, strategy="")
+    text = render(m, cluster, run, s, memory, None, ["time estimator missing"])
+    assert "step time: not estimated" in text and "time estimator missing" in text
+
+
+def test_format_bytes():
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(1536) == "1.50 KiB"
+    assert format_bytes(80 * 2**30) == "80.00 GiB"
+    assert format_bytes(2**30, unit="MiB", digits=0) == "1024 MiB"
+
+
+def test_memory_bars_are_fixed_width_on_a_common_scale():
+    stages = [{"parameters": 10, "activations": 10}, {"parameters": 40, "reserve": 5}]
+    bars = memory_bars(stages, capacity=30, width=20)
+    assert all(len(bar.plain) == 20 for bar in bars)
+    assert "┃" in bars[1].plain and "┃" not in bars[0].plain
+    assert memory_bar({"parameters": 5}, 10, width=10).plain == "█████░░░░░"

@@ -1,0 +1,60 @@
+"""The declared space: named validity rules, refusal counts, --fix/--max, and strategy checks with clear errors."""
+import pytest
+
+from ndcp.space import SearchSpace, SpaceOptions, check_strategy
+from ndcp.specs import ClusterSpec, RunSpec, SpecError, Strategy, device_preset
+from ndcp.specs.library import load_model
+
+LLAMA = load_model("llama3-8b")  # 32 heads, 8 KV heads, 32 layers
+H100 = device_preset("h100")
+
+
+def space(gpus=16, gbs=64, seq=4096, **options):
+    return SearchSpace(LLAMA, ClusterSpec(H100, gpus), RunSpec(global_batch=gbs, seq_len=seq), SpaceOptions(**options))
+
+
+def test_every_candidate_obeys_every_rule():
+    s = space()
+    candidates = list(s.candidates())
+    assert len(candidates) == s.size(s.walk()) > 0
+    for c in candidates:
+        check_strategy(s.model, s.cluster, s.run, c)
+        assert c.devices == 16 and c.global_batch == 64 and c.mbn >= c.pp
+        assert c.tp <= 8 and LLAMA.num_kv_heads % c.tp == 0
+        assert not c.sp or c.tp > 1
+        assert c.vpp == 1 or (LLAMA.layers % (c.pp * c.vpp) == 0 and c.mbn % c.pp == 0)
+
+
+def test_refusals_are_counted_by_rule_name():
+    walk = space(gpus=32, gbs=8).walk()
+    assert walk.refused["tp_heads"] == 2  # tp = 16, 32 do not divide 8 KV heads: counted once each
+    assert walk.refused["mbn_pp"] > 0  # with gbs 8, many pp have too few micro-batches
+    assert walk.refused["global_batch"] > 0  # dp = 16, 32 do not divide 8
+    gpt3 = SearchSpace(load_model("gpt3-175b"), ClusterSpec(H100, 32), RunSpec(global_batch=64, seq_len=2048))
+    assert gpt3.walk().refused["tp_cp_node"] == 2  # tp = 16, 32 divide 96 heads but exceed a node of 8
+
+
+def test_fix_and_max_pin_dimensions():
+    s = space(fix=(("tp", 2), ("pp", 2)), max=(("mbs", 2),))
+    candidates = list(s.candidates())
+    assert candidates and all(c.tp == 2 and c.pp == 2 and c.mbs <= 2 for c in candidates)
+    assert s.walk().refused["fixed"] > 0
+
+
+def test_global_batch_that_cannot_be_split_leaves_an_empty_space():
+    walk = space(gpus=16, gbs=1, max=(("cp", 1),)).walk()
+    assert walk.batches == [] and walk.refused["global_batch"] > 0
+
+
+def test_moe_dimensions_pinned_on_dense_models():
+    assert {c.ep for c in space().candidates()} == {1}
+
+
+def test_check_strategy_names_the_field_and_valid_values():
+    cluster, run = ClusterSpec(H100, 8), RunSpec(global_batch=8, seq_len=2048)
+    with pytest.raises(SpecError, match=r"tp=3 .*valid tp: 1, 2, 4, 8"):
+        check_strategy(LLAMA, cluster, run, Strategy(dp=1, tp=3, mbn=8))
+    with pytest.raises(SpecError, match="must equal --gpus 8"):
+        check_strategy(LLAMA, cluster, run, Strategy(dp=2, tp=2, mbn=4))
+    with pytest.raises(SpecError, match="global batch"):
+        check_strategy(LLAMA, cluster, run, Strategy(dp=8, mbn=2))

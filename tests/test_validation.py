@@ -1,0 +1,75 @@
+"""Validation against published runs (examples/published_runs.yaml) and user CSVs; statistics helpers."""
+import json
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from ndcp.report.validation import render_validation
+from ndcp.validation import pearson, ranks, spearman, top_k_agreement, validate_file
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "examples" / "published_runs.yaml"
+
+
+@pytest.fixture(scope="module")
+def published():
+    return validate_file(PUBLISHED)
+
+
+def test_published_runs_mfu_error_is_within_the_bar(published):
+    s = published.summary
+    assert s.runs >= 25
+    assert s.mean_abs_mfu_points <= 5.0
+    assert s.mean_abs_step_relative <= 0.15
+    assert s.step_pearson > 0.95
+
+
+def test_every_published_run_is_compared_or_skipped_with_a_reason(published):
+    ids = {r.id for r in published.runs} | {s.id for s in published.skipped}
+    assert len(ids) == len(published.runs) + len(published.skipped)
+    assert all(s.reason for s in published.skipped)
+    reasons = {s.id: s.reason for s in published.skipped}
+    assert "FP8" in reasons["torchtitan_l31_70b_fsdp32_tp8"]
+    assert "vocab" in reasons["megatron_readme_gpt3_175b_1024_a100"]
+
+
+def test_narayanan_rows_compare_on_their_recompute_inclusive_basis(published):
+    row = next(r for r in published.runs if r.id == "narayanan2021_t1_1t")
+    assert row.basis == "narayanan-96"
+    assert row.measured_mfu == pytest.approx(163 / 312)  # Table 1: 163 TFLOP/s per A100
+    assert row.measured_step == pytest.approx(102.63, rel=0.01)  # derived.step_time_s
+
+
+def test_result_is_json_and_renders(published):
+    data = json.loads(json.dumps(published.as_dict()))
+    assert set(data) == {"source", "runs", "skipped", "summary", "notes"}
+    console = Console(file=StringIO(), width=200)
+    render_validation(published, console)
+    text = console.file.getvalue()
+    assert "korthikanti2022_175b_present" in text and "Summary" in text
+
+
+def test_csv_of_measured_runs(tmp_path):
+    csv = tmp_path / "runs.csv"
+    csv.write_text(
+        "id,model,device,gpus,global_batch,seq_len,tp,pp,dp,cp,ep,vpp,mbs,zero,sp,recompute,step_seconds,mfu\n"
+        "ok,llama3-8b,h100,8,128,8192,1,1,4,2,1,1,1,1,false,selective,12.27,0.6247\n"
+        "bad-device,llama3-8b,tpu-v9,8,128,8192,1,1,4,2,1,1,1,1,false,selective,12.27,\n"
+        "bad-shape,llama3-8b,h100,8,128,8192,2,1,4,2,1,1,1,1,true,selective,12.27,\n")
+    result = validate_file(csv)
+    assert [r.id for r in result.runs] == ["ok"]
+    assert abs(result.runs[0].mfu_error_points) < 5
+    reasons = {s.id: s.reason for s in result.skipped}
+    assert "tpu-v9" in reasons["bad-device"] and "does not match" in reasons["bad-shape"]
+
+
+def test_statistics():
+    x = [1.0, 2.0, 3.0, 4.0]
+    assert pearson(x, [2.0, 4.0, 6.0, 8.0]) == pytest.approx(1.0)
+    assert pearson(x, [1.0, 1.0, 1.0, 1.0]) is None
+    assert np.array_equal(ranks([10, 20, 20, 5]), [2.0, 3.5, 3.5, 1.0])
+    assert spearman(x, [1.0, 10.0, 100.0, 1000.0]) == pytest.approx(1.0)
+    assert spearman(x, [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert top_k_agreement([5, 4, 3, 2, 1], [5, 1, 3, 2, 4], 2) == 0.5
