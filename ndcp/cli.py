@@ -536,12 +536,271 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+SEARCH_EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024 --seq-len 8192 \\\n"
+                  "    --memory-cap 75GiB --top 10\n"
+                  "ndcp search tiny --device h100 --gpus 8 --global-batch 32 --seq-len 1024 --fix tp=2 --json -")
+def _search_keys() -> tuple[str, ...]:
+    from .space import DIMENSIONS
+
+    return DIMENSIONS + ("sp",)
+
+
+def parse_degree_bounds(option: str, text: str) -> tuple[tuple[str, int], ...]:
+    """`--fix tp=8,pp=16` / `--max tp=8` -> ((name, value), ...) over the space dimensions and sp (on/off = 1/0)."""
+    keys = _search_keys()
+    out: dict[str, int] = {}
+    for item in str(text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip().lower().replace("-", "_"), value.strip()
+        if not sep or not value:
+            raise SpecError(f"{option}: {item!r} is not key=value; valid keys: {', '.join(keys)}")
+        if key not in keys:
+            raise SpecError(f"{option}: unknown key {key!r}; valid keys: {', '.join(keys)}")
+        if key in out:
+            raise SpecError(f"{option}: {key} is given twice")
+        if key == "sp":
+            word = value.lower()
+            if word not in _TRUE + _FALSE:
+                raise SpecError(f"{option}: sp={value!r} is not valid; valid: on, off")
+            out[key] = int(word in _TRUE)
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            raise SpecError(f"{option}: {key}={value!r} is not valid; expected an integer") from None
+        if key == "zero" and not 0 <= number <= 3:
+            raise SpecError(f"{option}: zero={number} is not valid; valid: 0, 1, 2, 3")
+        if key != "zero" and number < 1:
+            raise SpecError(f"{option}: {key}={number} is not valid; expected an integer >= 1")
+        out[key] = number
+    return tuple(out.items())
+
+
+def _zero_stages(text: str) -> tuple[int, ...]:
+    stages = set()
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item not in ("0", "1", "2", "3"):
+            raise argparse.ArgumentTypeError(f"invalid ZeRO stage {item!r}: valid stages 0, 1, 2, 3 (e.g. 0,1,2,3)")
+        stages.add(int(item))
+    if not stages:
+        raise argparse.ArgumentTypeError("no ZeRO stage given: valid stages 0, 1, 2, 3 (e.g. 0,1,2,3)")
+    return tuple(sorted(stages))
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a positive number of seconds") from None
+    if not (value > 0 and value < 1e7):
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a positive number of seconds")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer") from None
+
+
+def register_search(subparsers) -> None:
+    parser = _subparser(
+        subparsers, "search", "the fastest strategy that fits, with a proof",
+        "Search the parallel strategies (tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, ZeRO, SP, recompute) for the\n"
+        "fastest step time that fits in memory. CP-SAT solves a relaxation and verifies its best points with the\n"
+        "full estimators until no unverified strategy can enter the top K (status `optimal`); at the time limit\n"
+        "it reports the best verified strategies with the proven bound and the gap (status `feasible`).\n"
+        "--exhaustive prices every valid strategy instead (the reference oracle).\n\n"
+        "--fix and --max take comma-separated key=value over tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, zero, sp.\n"
+        "Exit 0 when a strategy is found, 1 when none fits (the reason is printed), 2 for usage errors.",
+        SEARCH_EXAMPLE)
+    add_problem_arguments(parser)
+    group = parser.add_argument_group("search space")
+    group.add_argument("--fix", metavar="K=V,...", default="", help="pin dimensions, e.g. tp=8,pp=16")
+    group.add_argument("--max", metavar="K=V,...", default="", dest="max_", help="bound dimensions, e.g. tp=8")
+    group.add_argument("--recompute", choices=("none", "selective", "full", "uniform"), default="uniform",
+                       help="activation recompute: one mode, or `uniform` to search none/selective/full applied to "
+                            "every layer (default uniform)")
+    group.add_argument("--zero", metavar="STAGES", type=_zero_stages, default=(0, 1, 2, 3),
+                       help="ZeRO stages to search (default 0,1,2,3)")
+    group.add_argument("--sp", choices=("on", "off", "both"), default="both",
+                       help="sequence parallelism (only with tp > 1; default both)")
+    group.add_argument("--tp-cp-bound", metavar="N", type=_positive_int, default=0,
+                       help="bound tp x cp (default: tp within a node, cp unbounded)")
+    group = parser.add_argument_group("solver")
+    group.add_argument("--top", metavar="K", type=_positive_int, default=10, help="strategies to rank (default 10)")
+    group.add_argument("--exhaustive", action="store_true", help="price every valid strategy (no solver)")
+    group.add_argument("--time-limit", metavar="SECONDS", type=_positive_float, default=60.0,
+                       help="CP-SAT time limit (default 60)")
+    group.add_argument("--workers", metavar="N", type=_positive_int, default=1,
+                       help="CP-SAT search workers (default 1: deterministic)")
+    group.add_argument("--seed", metavar="S", type=_int, default=0, help="CP-SAT random seed (default 0)")
+    group = parser.add_argument_group("output")
+    add_json_argument(parser)
+    group.add_argument("--csv", metavar="PATH|-", help="also write the ranked strategies as CSV; `-` writes only the "
+                                                       "CSV to stdout")
+    group.add_argument("--quiet", "-q", action="store_true", help="print only the one-line result")
+    parser.set_defaults(func=cmd_search)
+
+
+def build_space_options(args: argparse.Namespace):
+    """SpaceOptions from the search arguments. Raises SpecError for contradictions."""
+    from .space import SpaceOptions
+    from .specs.strategy import RECOMPUTE_MODES as modes
+
+    fix = parse_degree_bounds("--fix", args.fix)
+    bounds = parse_degree_bounds("--max", args.max_)
+    fixed = dict(fix)
+    if "zero" in fixed and fixed["zero"] not in args.zero:
+        raise SpecError(f"--fix zero={fixed['zero']} is not among the searched stages --zero "
+                        f"{','.join(map(str, args.zero))}")
+    sp_choices = {"on": (True,), "off": (False,), "both": (False, True)}[args.sp]
+    if "sp" in fixed and bool(fixed["sp"]) not in sp_choices:
+        raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
+    recompute = modes if args.recompute == "uniform" else (args.recompute,)
+    return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
+                        sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound)
+
+
+class _SearchProgress:
+    """The `progress` callback: a rich live status line on a terminal, plain lines at most every ~2 s otherwise."""
+
+    INTERVAL = 2.0
+
+    def __init__(self, enabled: bool, method: str):
+        import time
+
+        self.enabled, self.method = enabled, method
+        self.clock = time.perf_counter
+        self.start = self.clock()
+        self.last = None  # the latest Progress
+        self.printed = self.start
+        self.live = None
+        self.tty = enabled and sys.stderr.isatty()
+
+    def __enter__(self):
+        if self.tty:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(self, console=Console(stderr=True), refresh_per_second=8, transient=True)
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.stop()
+        return False
+
+    def line(self) -> str:
+        from .report.terminal import format_seconds
+
+        p = self.last
+        elapsed = self.clock() - self.start
+        if p is None:
+            return f"{self.method}: starting   elapsed {elapsed:.1f} s"
+        text = f"{self.method}: {p.phase}"
+        if p.total:
+            text += f"   {p.done:,}/{p.total:,}"
+        elif p.done:
+            text += f"   {p.done:,} verified"
+        text += f"   incumbent {format_seconds(p.incumbent_seconds) if p.incumbent_seconds is not None else '-'}"
+        if p.lower_bound_seconds is not None:
+            text += f"   bound {format_seconds(p.lower_bound_seconds)}"
+        if p.gap is not None:
+            text += f"   gap {100 * p.gap:.2f} %"
+        return text + f"   elapsed {elapsed:.1f} s"
+
+    def __rich__(self):
+        from rich.spinner import Spinner
+
+        return Spinner("dots", text=self.line())
+
+    def __call__(self, progress) -> None:
+        if not self.enabled:
+            return
+        self.last = progress
+        if self.tty:
+            return  # the live display redraws itself
+        now = self.clock()
+        if now - self.printed >= self.INTERVAL:
+            self.printed = now
+            print(f"ndcp: {self.line()}", file=sys.stderr, flush=True)
+
+
+def search_document(model, cluster, run, space, result) -> dict:
+    """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result."""
+    from .report.jsonout import device_document, model_document, run_document
+
+    o = space.options
+    return {
+        "model": model_document(model),
+        "device": device_document(cluster.device),
+        "gpus": cluster.count,
+        "nodes": cluster.nodes,
+        "run": run_document(run, cluster),
+        "search": {"fix": dict(o.fix), "max": dict(o.max), "recompute_modes": list(o.recompute_modes),
+                   "zero_stages": list(o.zero_stages), "sp_choices": list(o.sp_choices),
+                   "tp_cp_bound": o.tp_cp_bound or None},
+        **result.as_dict(),
+    }
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from .solve.certificate import cpsat_search
+    from .solve.exhaustive import exhaustive_search
+    from .space import SearchSpace
+
+    model, cluster, run = build_problem(args)
+    space = SearchSpace(model, cluster, run, build_space_options(args))
+    json_only, csv_only = getattr(args, "json", None) == "-", args.csv == "-"
+    if json_only and csv_only:
+        raise SpecError("--json - and --csv - both write to stdout; give one of them a file path")
+    show_progress = not (json_only or csv_only or args.quiet)
+    with _SearchProgress(show_progress, "exhaustive" if args.exhaustive else "cp-sat") as progress:
+        if args.exhaustive:
+            result = exhaustive_search(space, top=args.top, progress=progress)
+        else:
+            result = cpsat_search(space, top=args.top, time_limit=args.time_limit, seed=args.seed,
+                                  workers=args.workers, progress=progress)
+    found = bool(result.strategies)
+    if args.csv:
+        from .report.csvout import write_ranking_csv
+
+        write_ranking_csv(result, args.csv)
+    if csv_only:
+        if getattr(args, "json", None):
+            emit_json(args, search_document(model, cluster, run, space, result))
+        if not found:
+            print(f"ndcp: {result.status}: {_one_line(result.explanation or 'no strategy found')}", file=sys.stderr)
+        return EXIT_OK if found else EXIT_INFEASIBLE
+    if emit_json(args, search_document(model, cluster, run, space, result)):
+        if not found:
+            print(f"ndcp: {result.status}: {_one_line(result.explanation or 'no strategy found')}", file=sys.stderr)
+        return EXIT_OK if found else EXIT_INFEASIBLE
+    from .report.search import one_line, render_search
+
+    if args.quiet:
+        print(one_line(result))
+    else:
+        render_search(console_for(args), model, cluster, run, space, result)
+    return EXIT_OK if found else EXIT_INFEASIBLE
+
+
 class InternalError(RuntimeError):
     """Something in ndcp itself went wrong (not the user's input)."""
 
 
 # Registration functions, in the order `ndcp --help` lists them. Add `register_search`, `register_recompute` here.
-COMMANDS: list[Callable] = [register_estimate, register_models, register_devices, register_validate]
+COMMANDS: list[Callable] = [register_estimate, register_search, register_models, register_devices,
+                            register_validate]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -595,4 +854,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["main", "add_problem_arguments", "build_problem", "add_json_argument", "emit_json", "parse_size",
-           "parse_strategy_string", "load_strategy_file", "build_strategy", "build_parser", "COMMANDS"]
+           "parse_strategy_string", "load_strategy_file", "build_strategy", "build_parser", "COMMANDS",
+           "parse_degree_bounds", "build_space_options", "search_document"]

@@ -14,7 +14,7 @@ from ..space import SearchSpace
 from .coefficients import expand_item, inner_choices, item_lower_bound, item_memory_lower_bound
 from .cpsat import TIME_UNIT, Point, StrategyModel
 from .explain import explain_infeasible
-from .result import TIE, Evaluated, SearchResult, evaluate
+from .result import TIE, Evaluated, Progress, SearchResult, evaluate
 
 BAND_GROWTH = 0.005  # the first band above the optimum spans 0.5 % of it; each further band doubles the width
 NEAREST_MISSES = 5
@@ -32,10 +32,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
         return _finish(result, start, 0.0)
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
-    # Items whose memory lower bound exceeds the capacity are proven not to fit and leave the model.
-    fits = [item_memory_lower_bound(space, item) <= capacity for item in items]
-    model = StrategyModel([item_lower_bound(space, item) if ok else None for item, ok in zip(items, fits)],
-                          capacity, seed, workers)
+    model = StrategyModel([item_lower_bound(space, item) for item in items], capacity, seed, workers)
     expander = _Expander(space, items, model)
     expander.expand_cheapest(max(top, 4))
     verifier = _Verifier(space, items, top)
@@ -48,7 +45,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
         result.solver_calls += 1
         if best is None or best.expanded or status != "OPTIMAL":
             break
-        expander.expand_up_to(best.bound)
+        expander.expand_up_to(best.bound, at_least=expander.next)  # doubling: few solver calls if bounds are loose
     if best is None:
         if status == "INFEASIBLE":
             expander.expand_all()
@@ -74,7 +71,9 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
         verifier.push(points)
         verifier.verify_until()
         if progress is not None:
-            progress(verifier, (high + 1) * TIME_UNIT)
+            best = verifier.fitting[0].step_seconds if verifier.fitting else None
+            progress(Progress("verifying the solver's best strategies", time.perf_counter() - start, best,
+                              verifier.lower_bound((high + 1) * TIME_UNIT), verifier.count))
         if verifier.certified((high + 1) * TIME_UNIT) or high >= model.max_objective():
             break
         low, high = high + 1, max(high + 1, int(bound * (1 + BAND_GROWTH * 2 ** bands)))
@@ -98,8 +97,12 @@ class _Expander:
         self.next = 0
 
     def _expand_next(self) -> None:
+        """Exact coefficients for the next item, unless its memory lower bound proves it can never fit."""
         i = self.order[self.next]
-        self.model.expand(i, expand_item(self.space, self.items[i]))
+        if item_memory_lower_bound(self.space, self.items[i]) > self.model.cap_bytes:
+            self.model.drop(i)
+        else:
+            self.model.expand(i, expand_item(self.space, self.items[i]))
         self.next += 1
 
     def expand_cheapest(self, count: int) -> None:
@@ -107,10 +110,9 @@ class _Expander:
             self._expand_next()
             count -= 1
 
-    def expand_up_to(self, bound: int) -> None:
-        """Expand every item whose lower bound is <= bound, and at least as many more as are expanded already
-        (doubling keeps the number of solver calls logarithmic when the bounds are loose)."""
-        self.expand_cheapest(max(1, self.next))
+    def expand_up_to(self, bound: int, at_least: int = 1) -> None:
+        """Expand every item whose lower bound is <= bound, and at least `at_least` more."""
+        self.expand_cheapest(at_least)
         while self.next < len(self.order) and self.model.bounds[self.order[self.next]] <= bound:
             self._expand_next()
 

@@ -6,7 +6,8 @@ dynamic_s(i, j) (estimate.time / estimate.memory).
 
 Two levels of coefficients, both never above the full estimators (so the model is a proven relaxation):
 - `item_lower_bound`: one number per batch item, valid for every j and z (design-notes approach C): no recompute
-  (recompute only adds time), perfectly balanced stages, the widest DP overlap window, memory ignored.
+  (recompute only adds time), perfectly balanced stages, no DP exposure, memory ignored; and
+  `item_memory_lower_bound`, checked before an item is expanded, which proves some items can never fit.
 - `expand_item`: exact pipeline and memory coefficients for each j and z of one item; memory is exact on the stages
   the model constrains (first, second, last) and the DP exposure is bounded by its minimum over j.
 The certificate loop expands items in order of their bounds, so most items never need exact coefficients.
@@ -67,37 +68,14 @@ def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bo
     return body + extras + layout.pp * p2p
 
 
-def _overlap_window_bound(space: SearchSpace, layout: Layout, mbs: int, sps: list[bool]) -> float:
-    """An upper bound on one micro-batch's backward (+ recompute) on the slowest stage, over every plan."""
-    model, cluster, run = space.model, space.cluster, space.run
-    most_layers = -(-model.layers // (layout.pp * layout.vpp)) * layout.vpp  # default partition: ceil per chunk
-    worst = 0.0
-    for sp in sps:
-        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-        kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-        layer_bound = max(_backward_and_recompute(layer_time(model, cluster, run, k, "full", *theta)) for k in kinds)
-        extra = max(stage_extra_time(model, cluster, run, r, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                                     etp=layout.etp).backward for r in ("only", "first", "last"))
-        worst = max(worst, most_layers * layer_bound + extra)
-    return worst
-
-
-def _backward_and_recompute(t) -> float:
-    return t.backward + t.recompute
-
-
 def item_lower_bound(space: SearchSpace, item: Item) -> float:
-    """Seconds no strategy of this item can beat: balanced stages, no recompute, best SP, widest DP overlap."""
+    """Seconds no strategy of this item can beat: no recompute, perfectly balanced stages, best SP, and no DP
+    exposure or optimizer time (design-notes approach C). Cheap: the per-layer terms are shared across items."""
     layout, mbs, mbn = item
-    inner, zeros = inner_choices(space)
+    inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
     stage_sum = min(_stage_sum_no_recompute(space, layout, mbs, sp) for sp in sps)
-    pipeline = pipeline_seconds(stage_sum, stage_sum / layout.pp, mbn, layout.vpp)
-    window = _overlap_window_bound(space, layout, mbs, sps)
-    data_parallel = min(sum(data_parallel_seconds(space.model, space.cluster, space.run,
-                                                  layout.strategy(mbs, mbn, zero, False, "none"), window))
-                        for zero in zeros)
-    return pipeline + data_parallel
+    return pipeline_seconds(stage_sum, stage_sum / layout.pp, mbn, layout.vpp)
 
 
 def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:

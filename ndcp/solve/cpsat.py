@@ -43,12 +43,17 @@ class Point:
 class StrategyModel:
     """Integer coefficients for every item; builds and solves CP-SAT models over them."""
 
-    def __init__(self, bounds: list[float | None], capacity_bytes: int, seed: int = 0, workers: int = 1):
-        """bounds[i]: the item's step-time lower bound, or None for an item proven not to fit."""
+    def __init__(self, bounds: list[float], capacity_bytes: int, seed: int = 0, workers: int = 1):
+        """bounds[i]: the item's step-time lower bound (None once the item is proven not to fit)."""
         self.bounds = [None if b is None else _floor(b, TIME_UNIT) for b in bounds]
         self.tables: dict[int, dict] = {}
+        self.cap_bytes = capacity_bytes
         self.cap = capacity_bytes // MIB
         self.seed, self.workers = seed, workers
+
+    def drop(self, i: int) -> None:
+        """Item i is proven not to fit: it leaves the model."""
+        self.bounds[i] = None
 
     def expand(self, i: int, table: ItemTable) -> None:
         self.tables[i] = {

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from ..space import SearchSpace
-from .result import Evaluated, SearchResult, evaluate
 from .explain import explain_infeasible
+from .result import Evaluated, Progress, SearchResult, evaluate
 
 NEAREST_MISSES = 5
 
@@ -21,11 +21,14 @@ def exhaustive_search(space: SearchSpace, top: int = 10, progress=None) -> Searc
     fitting: list[Evaluated] = []
     misses: list[Evaluated] = []
     size = space.size(walk)
+    incumbent = None
     for count, strategy in enumerate(space.candidates(walk), 1):
         evaluated = evaluate(space, strategy)
         (fitting if evaluated.fits else misses).append(evaluated)
-        if progress is not None and count % 1000 == 0:
-            progress(count, size)
+        if evaluated.fits and (incumbent is None or evaluated.step_seconds < incumbent):
+            incumbent = evaluated.step_seconds
+        if progress is not None and count % 500 == 0:
+            progress(Progress("pricing every candidate", time.perf_counter() - start, incumbent, None, count, size))
     fitting.sort(key=Evaluated.rank_key)
     best = fitting[0].step_seconds if fitting else float("inf")
     nearest = sorted((e for e in misses if e.step_seconds < best), key=Evaluated.rank_key)[:NEAREST_MISSES]

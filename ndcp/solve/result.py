@@ -48,6 +48,24 @@ def evaluate(space: SearchSpace, strategy: Strategy) -> Evaluated:
                      estimate_time(space.model, space.cluster, space.run, strategy))
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A progress report from a running search (for the terminal's live display)."""
+
+    phase: str
+    elapsed: float
+    incumbent_seconds: float | None  # best verified step time so far
+    lower_bound_seconds: float | None  # proven bound on anything not yet verified
+    done: int = 0  # candidates priced (oracle) or verified (CP-SAT)
+    total: int = 0  # candidates in the space (oracle)
+
+    @property
+    def gap(self) -> float | None:
+        if self.incumbent_seconds is None or self.lower_bound_seconds is None:
+            return None
+        return max(0.0, (self.incumbent_seconds - self.lower_bound_seconds) / self.incumbent_seconds)
+
+
 @dataclass
 class SearchResult:
     """What a search proves: `optimal` (certificate complete), `feasible` (time limit: best verified + bound + gap),

@@ -55,6 +55,10 @@ class RecomputePlan:
             return StageRecompute(**{self.mode: layers})
         return self.stages[stage]
 
+    def key(self) -> tuple:
+        """An orderable identity (for deterministic tie-breaking)."""
+        return (self.mode, tuple((s.none, s.selective, s.full) for s in self.stages))
+
     def summary(self) -> str:
         if self.is_uniform:
             return self.mode
@@ -135,7 +139,7 @@ class Strategy:
     def key(self) -> tuple:
         """A hashable identity used to deduplicate and order strategies deterministically."""
         return (self.tp, self.pp, self.cp, self.ep, self.etp, self.vpp, self.dp, self.mbs, self.mbn, self.zero,
-                self.sp, self.schedule, self.recompute, self.layers_per_stage)
+                self.sp, self.schedule, self.recompute.key(), self.layers_per_stage)
 
 
 __all__ = ["Strategy", "RecomputePlan", "StageRecompute", "RECOMPUTE_MODES", "SCHEDULES", "SpecError"]

@@ -1,0 +1,61 @@
+"""CSV ranking for `ndcp search --csv`: one row per verified strategy, in rank order.
+
+Sizes are integer bytes, times seconds; the columns copy what the estimators returned, nothing is re-estimated.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+
+from ..specs.fields import SpecError
+
+DEGREE_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp")
+COLUMNS = ("rank", *DEGREE_COLUMNS, "mbs", "mbn", "zero", "sp", "recompute", "schedule", "peak_bytes",
+           "capacity_bytes", "fits", "step_seconds", "mfu", "hfu", "tokens_per_second_per_gpu")
+
+
+def time_part_names(result) -> list[str]:
+    """Every time part any ranked strategy reports, in the estimator's order."""
+    names: list[str] = []
+    for e in result.strategies:
+        for name in e.time.parts:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def ranking_rows(result) -> tuple[list[str], list[list]]:
+    """The header and the rows (rank order) of the ranking CSV."""
+    parts = time_part_names(result)
+    header = [*COLUMNS, *(f"{name}_seconds" for name in parts)]
+    rows = []
+    for rank, e in enumerate(result.strategies, 1):
+        s, m, t = e.strategy, e.memory, e.time
+        rows.append([rank, *(getattr(s, k) for k in DEGREE_COLUMNS), s.mbs, s.mbn, s.zero, "on" if s.sp else "off",
+                     s.recompute.summary(), s.schedule, int(m.peak_bytes), int(m.capacity_bytes),
+                     "true" if m.fits else "false", repr(float(t.step_seconds)), repr(float(t.mfu)),
+                     repr(float(t.hfu)), repr(float(t.tokens_per_second_per_gpu)),
+                     *(repr(float(t.parts.get(name, 0.0))) for name in parts)])
+    return header, rows
+
+
+def write_ranking_csv(result, path: str | Path) -> None:
+    """Write every verified strategy of `result` (result.strategies) to `path` ("-" = stdout) in rank order."""
+    header, rows = ranking_rows(result)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    if str(path) == "-":
+        sys.stdout.write(buffer.getvalue())
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).expanduser().write_text(buffer.getvalue(), encoding="utf-8")
+    except OSError as error:
+        raise SpecError(f"--csv {path}: cannot write: {error.strerror or type(error).__name__}") from None
+
+
+__all__ = ["write_ranking_csv", "ranking_rows", "COLUMNS"]

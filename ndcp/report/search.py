@@ -1,0 +1,284 @@
+"""The rich terminal report for `ndcp search`: assumptions and search space, the proof status, the top-K ranking,
+the best strategy's memory per stage, and the nearest misses refused by memory.
+
+Like the estimate report, it only formats the result objects the search returns (strategies priced by the full
+estimators, refusal counts, bounds); it never re-estimates anything.
+"""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..space import DIMENSIONS, RULES, SearchSpace
+from ..specs.device import ClusterSpec
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from .terminal import (assumptions_panel, fit_line, format_bytes, format_seconds, gib, legend, memory_bar_lines,
+                       memory_table, strategy_line, throughput_line)
+
+GIB = 2**30
+
+# Step-time columns of the ranking: header -> the time parts (estimate/time.py names) it adds up.
+TIME_SHARES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("comp", ("compute_forward", "compute_backward")),
+    ("recomp", ("recompute",)),
+    ("tp", ("tp_comm",)),
+    ("cp", ("cp_comm",)),
+    ("ep", ("ep_comm",)),
+    ("dp", ("dp_comm",)),
+    ("pp", ("pp_comm",)),
+    ("bubble", ("bubble",)),
+)
+STATUS_STYLES = {"optimal": "bold green", "feasible": "bold yellow", "infeasible": "bold red"}
+
+
+# -- small helpers -----------------------------------------------------------------------------------------------
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def _percent(part: float, whole: float, digits: int = 1) -> str:
+    return f"{100 * part / whole:.{digits}f}" if whole else "-"
+
+
+def degrees_text(strategy) -> str:
+    """`tp=4 pp=2 cp=1 dp=1 ep=1 vpp=1 mbs=1 mbn=32 zero=1 sp=on recompute=selective`."""
+    s = strategy
+    text = f"tp={s.tp} pp={s.pp} cp={s.cp} dp={s.dp}"
+    if s.ep > 1 or s.etp > 1:
+        text += f" ep={s.ep} etp={s.etp}"
+    return (text + f" vpp={s.vpp} mbs={s.mbs} mbn={s.mbn} zero={s.zero} sp={_on_off(s.sp)} "
+            f"recompute={s.recompute.summary()}")
+
+
+def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[str, str]]:
+    """Rows for the assumptions panel: which dimensions are searched, pinned or bounded, and the space's size."""
+    o = space.options
+    fixed = dict(o.fix)
+    bounds = dict(o.max)
+    searched, pinned = [], []
+    for name in DIMENSIONS:
+        if name in ("dp", "mbn") and name not in fixed:
+            continue  # derived: dp takes the rest of the GPUs, mbn the rest of the global batch
+        if name in ("ep", "etp") and model.moe is None:
+            pinned.append(f"{name}=1 (dense model)")
+        elif name == "zero":
+            zeros = [z for z in o.zero_stages if space._allowed("zero", z)]
+            (pinned if len(zeros) == 1 else searched).append(
+                f"zero={zeros[0]}" if len(zeros) == 1 else f"zero {{{','.join(map(str, zeros))}}}")
+        elif name in fixed:
+            pinned.append(f"{name}={fixed[name]}")
+        else:
+            searched.append(f"{name}<={bounds[name]}" if name in bounds else name)
+    sp_fixed = fixed.get("sp")
+    sps = [s for s in o.sp_choices if sp_fixed is None or int(s) == sp_fixed]
+    if len(sps) == 1:
+        pinned.append(f"sp={_on_off(sps[0])}")
+    else:
+        searched.append("sp {off,on} (on only with tp>1)")
+    modes = list(o.recompute_modes)
+    if len(modes) == 1:
+        pinned.append(f"recompute={modes[0]}")
+    else:
+        searched.append(f"recompute {{{','.join(modes)}}} (uniform)")
+    derived = [n for n in ("dp", "mbn") if n not in fixed]
+    bound = (f"tp x cp <= {o.tp_cp_bound}" if o.tp_cp_bound
+             else f"tp <= {space.cluster.device.devices_per_node} (one node)")
+    refused = sum(result.refused.values())
+    rows = [("searched", ", ".join(searched) + (f"; {' and '.join(derived)} follow" if derived else "")),
+            ("pinned", ", ".join(pinned) or "nothing"),
+            ("space", f"{result.space_size:,} valid strategies; {refused:,} values refused by the rules; {bound}")]
+    return rows
+
+
+def assumptions_with_space(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace,
+                           result) -> Panel:
+    """The estimate report's Assumptions panel with the search space added."""
+    panel = assumptions_panel(model, cluster, run)
+    grid = panel.renderable
+    for label, text in space_summary(model, space, result):
+        grid.add_row(label, text)
+    return panel
+
+
+def status_text(result) -> Text:
+    """The verdict: optimal with its certificate, feasible with gap and bound, or infeasible with why."""
+    status = result.status
+    text = Text(status, style=STATUS_STYLES.get(status, "bold"))
+    best = result.best
+    if status == "optimal" and best is not None:
+        method = "every candidate priced" if result.method == "exhaustive" else (
+            f"certificate: the solver's bound on every unverified strategy is >= the #{len(result.strategies)} "
+            "verified step time")
+        text.append(f" — proven fastest, step {format_seconds(best.step_seconds)} ({method})")
+    elif status == "feasible" and best is not None:
+        text.append(f" — best verified step {format_seconds(best.step_seconds)}, proven bound "
+                    f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit)")
+    elif status == "feasible":
+        text.append(" — no strategy found before the time limit")
+        if result.explanation:
+            text.append(f": {result.explanation}")
+    else:
+        text.append(f" — {result.explanation or 'no strategy fits'}")
+    return text
+
+
+def refusal_table(result) -> Table | None:
+    if not result.refused and not result.over_memory:
+        return None
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, title="Refused", title_justify="left")
+    table.add_column("rule")
+    table.add_column("count", justify="right")
+    table.add_column("requires")
+    for name, count in sorted(result.refused.items(), key=lambda kv: (-kv[1], kv[0])):
+        table.add_row(name, f"{count:,}", RULES.get(name, name))
+    if result.over_memory:
+        table.add_row("memory", f"{result.over_memory:,}", "priced by the estimators and dropped: peak over capacity")
+    return table
+
+
+def result_panel(result) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("status", status_text(result))
+    grid.add_row("method", "exhaustive (every valid strategy priced)" if result.method == "exhaustive"
+                 else "CP-SAT relaxation + verification with the full estimators")
+    grid.add_row("time", f"{result.solve_seconds:.2f} s in all, {result.verify_seconds:.2f} s verifying")
+    calls = f"{result.solver_calls} solver call{'s' if result.solver_calls != 1 else ''}, " \
+        if result.method != "exhaustive" else ""
+    grid.add_row("work", f"{calls}{result.verified:,} of {result.space_size:,} strategies verified, "
+                         f"{result.over_memory:,} dropped for memory")
+    parts: list = [grid]
+    refusals = refusal_table(result)
+    if refusals is not None:
+        parts.append(refusals)
+    style = {"optimal": "green", "feasible": "yellow"}.get(result.status, "red")
+    return Panel(Group(*parts), title="Result", title_align="left", border_style=style)
+
+
+def ranking_table(result, shares: bool = True, main: bool = True, ep: bool = True, compact: bool = False) -> Table:
+    """The verified strategies in rank order: degrees, batch split, sharding, memory, step time (`main`) and the
+    step-time parts as % of the step (`shares`). `ep=False` leaves out the ep and ep% columns (dense models);
+    `compact` puts the degrees in one column (narrow consoles)."""
+    degrees = ("tp", "pp", "cp", "dp", *(("ep",) if ep else ()), "vpp")
+    title = (f"Top {len(result.strategies)} strategies, fastest first (memory in GiB"
+             + ("; step-time parts in % of the step)" if shares else ")"))
+    if not main:
+        title = "Step-time parts in % of the step (comp = forward + backward)"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    if main:
+        if compact:
+            table.caption, table.caption_justify = f"degrees = {'/'.join(degrees)}", "left"
+            table.padding = (0, 0)  # one space between columns (the box's divider)
+        for name in (("degrees",) if compact else degrees) + ("mbs/mbn", "zero", "sp", "recompute"):
+            table.add_column(name, justify="left" if name in ("degrees", "mbs/mbn", "sp", "recompute") else "right",
+                             no_wrap=True)
+        for name in ("peak", "free", "step", "MFU%", "tok/s/GPU"):
+            table.add_column(name, justify="right", no_wrap=True)
+    if shares:
+        for name, _ in _shares(ep):
+            table.add_column(name, justify="right", no_wrap=True, style="dim" if main else None)
+    for rank, e in enumerate(result.strategies, 1):
+        s, m, t = e.strategy, e.memory, e.time
+        step = t.step_seconds
+        cells = [str(rank)]
+        if main:
+            values = [str(getattr(s, d)) for d in degrees]
+            cells += [*(("/".join(values),) if compact else values), f"{s.mbs}/{s.mbn}",
+                      str(s.zero), _on_off(s.sp), s.recompute.summary(), gib(m.peak_bytes),
+                      gib(m.capacity_bytes - m.peak_bytes), format_seconds(step), f"{100 * t.mfu:.1f}",
+                      f"{t.tokens_per_second_per_gpu:,.0f}"]
+        if shares:
+            cells += [_percent(sum(t.parts.get(p, 0.0) for p in names), step) for _, names in _shares(ep)]
+        table.add_row(*cells, style="bold" if rank == 1 and main else None)
+    return table
+
+
+def _shares(ep: bool):
+    return [(name, parts) for name, parts in TIME_SHARES if ep or name != "ep"]
+
+
+def print_ranking(console: Console, result, ep: bool = True) -> None:
+    """One table when the console is wide enough, else the step-time shares as a second table below."""
+    full = ranking_table(result, ep=ep)
+    if console.measure(full, options=console.options.update_width(10_000)).maximum <= console.width:
+        console.print(full)
+        return
+    main = ranking_table(result, shares=False, ep=ep)
+    if console.measure(main, options=console.options.update_width(10_000)).maximum > console.width:
+        main = ranking_table(result, shares=False, ep=ep, compact=True)
+    console.print(main)
+    console.print(ranking_table(result, main=False, ep=ep))
+
+
+def best_detail(console: Console, result) -> None:
+    best = result.best
+    console.print(Text("Best strategy", style="bold underline"))
+    console.print(strategy_line(best.strategy))
+    memory = best.memory
+    plain = memory_table(memory, bar_width=0)
+    room = min(40, console.width - console.measure(plain).maximum - 3)
+    if room >= 12:
+        console.print(memory_table(memory, bar_width=room))
+    else:
+        console.print(plain)
+        console.print(memory_bar_lines(memory, width=max(10, min(40, console.width - 12))))
+    console.print(legend())
+    console.print(fit_line(memory))
+    console.print(throughput_line(best.time))
+
+
+def miss_line(miss, best) -> Text:
+    """`tp=4 pp=8 ... would be 11 % faster; stage 0 needs 86.3 GiB of 80.0`."""
+    m = miss.memory
+    text = Text(degrees_text(miss.strategy), style="cyan")
+    if best is not None and best.step_seconds:
+        faster = 100 * (best.step_seconds - miss.step_seconds) / best.step_seconds
+        text.append(f" would be {faster:.0f} % faster ({format_seconds(miss.step_seconds)})")
+    else:
+        text.append(f" would take {format_seconds(miss.step_seconds)}")
+    digits = 1 if m.capacity_bytes >= 10 * GIB else 2
+    text.append(f"; stage {m.peak_stage} needs {m.peak_bytes / GIB:.{digits}f} GiB of "
+                f"{m.capacity_bytes / GIB:.{digits}f}", style="red")
+    return text
+
+
+def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace,
+                  result) -> None:
+    """The full `ndcp search` report."""
+    console.print(assumptions_with_space(model, cluster, run, space, result))
+    console.print(result_panel(result))
+    if result.strategies:
+        print_ranking(console, result, ep=model.moe is not None)
+        console.print()
+        best_detail(console, result)
+    if result.nearest_misses:
+        console.print()
+        title = "Nearest misses (faster, but over the memory capacity)" if result.best is not None else \
+            "Nearest misses (the fastest strategies, all over the memory capacity)"
+        console.print(Text(title, style="bold underline"))
+        for miss in result.nearest_misses:
+            console.print(miss_line(miss, result.best))
+
+
+def one_line(result) -> str:
+    """The result in one line (for --quiet)."""
+    best = result.best
+    if best is None:
+        return f"{result.status}: {result.explanation or 'no strategy found'}"
+    t, m = best.time, best.memory
+    proof = "proven optimal" if result.status == "optimal" else (
+        f"gap {100 * result.gap:.2f} % to bound {format_seconds(result.lower_bound_seconds)}")
+    return (f"{result.status}: {degrees_text(best.strategy)}; step {format_seconds(t.step_seconds)}, "
+            f"MFU {100 * t.mfu:.1f}%, peak {format_bytes(m.peak_bytes)} of {format_bytes(m.capacity_bytes)}; "
+            f"{proof} in {result.solve_seconds:.2f} s")
+
+
+__all__ = ["render_search", "ranking_table", "print_ranking", "result_panel", "assumptions_with_space", "miss_line", "one_line",
+           "degrees_text", "TIME_SHARES"]

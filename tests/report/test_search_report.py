@@ -1,0 +1,131 @@
+"""The rich search report: its panels are present and show the numbers the JSON document holds."""
+import dataclasses
+import re
+
+import pytest
+from rich.console import Console
+
+from ndcp.cli import search_document
+from ndcp.report.csvout import ranking_rows
+from ndcp.report.search import one_line, render_search
+from ndcp.report.terminal import format_seconds, gib
+from ndcp.solve.certificate import cpsat_search
+from ndcp.solve.exhaustive import exhaustive_search
+from ndcp.space import RULES, SearchSpace, SpaceOptions
+from ndcp.specs import ClusterSpec, RunSpec, device_preset
+from ndcp.specs.library import load_model
+
+GIB = 2**30
+
+
+def problem(cap=0, options=SpaceOptions(), model="tiny", gbs=32):
+    m = load_model(model)
+    cluster = ClusterSpec(device_preset("h100"), 8)
+    run = RunSpec(global_batch=gbs, seq_len=1024, memory_cap_bytes=cap)
+    return m, cluster, run, SearchSpace(m, cluster, run, options)
+
+
+def render(m, cluster, run, space, result, width=140) -> str:
+    console = Console(record=True, width=width, color_system=None)
+    render_search(console, m, cluster, run, space, result)
+    return console.export_text()
+
+
+@pytest.fixture(scope="module")
+def optimal():
+    m, cluster, run, space = problem()
+    result = cpsat_search(space, top=10)
+    return m, cluster, run, space, result
+
+
+def test_panels_and_numbers_match_json(optimal):
+    m, cluster, run, space, result = optimal
+    text = render(*optimal)
+    doc = search_document(m, cluster, run, space, result)
+    for title in ("Assumptions", "Result", "Top 10 strategies", "Best strategy", "Memory per device"):
+        assert title in text, title
+    assert "optimal" in text and "certificate" in text
+    assert f"{doc['space']['size']:,} valid strategies" in text
+    for rule, count in doc["space"]["refused"].items():
+        assert re.search(rf"{rule}\s+{count:,}\s+{re.escape(RULES[rule][:20])}", text), rule
+    assert f"{doc['verified']:,} of {doc['space']['size']:,} strategies verified" in text
+    assert f"{doc['solver_calls']} solver call" in text
+    ranking = text[text.index("Top 10 strategies"):text.index("Best strategy")]
+    rows = [line.split() for line in ranking.splitlines() if re.match(r"^\s*\d+\s+\d", line)]
+    assert len(rows) == len(doc["strategies"])
+    for row, s in zip(rows, doc["strategies"]):
+        st, mem, t = s["strategy"], s["memory"], s["time"]
+        assert row[0] == str(s["rank"])
+        assert row[1:5] == [str(st[k]) for k in ("tp", "pp", "cp", "dp")]  # dense model: no ep column
+        assert f"{st['mbs']}/{st['mbn']}" in row
+        assert st["recompute"] in row
+        assert gib(mem["peak_bytes"]) in row and gib(mem["capacity_bytes"] - mem["peak_bytes"]) in row
+        assert " ".join(format_seconds(t["step_seconds"]).split()[:1]) in row
+        assert f"{100 * t['mfu']:.1f}" in row
+        assert f"{t['tokens_per_second_per_gpu']:,.0f}" in row
+        compute = t["parts"]["compute_forward"] + t["parts"]["compute_backward"]
+        assert f"{100 * compute / t['step_seconds']:.1f}" in row
+    best = doc["strategies"][0]
+    detail = text[text.index("Best strategy"):]
+    assert f"tp={best['strategy']['tp']} pp={best['strategy']['pp']}" in detail
+    assert gib(best["memory"]["capacity_bytes"]) in detail
+    assert "stage" in detail and ("█" in detail or "░" in detail)
+
+
+def test_space_summary_shows_pinned_and_searched():
+    m, cluster, run, space = problem(options=SpaceOptions(fix=(("tp", 2),), max=(("pp", 2),),
+                                                          recompute_modes=("selective",)))
+    result = cpsat_search(space, top=3)
+    text = " ".join(render(m, cluster, run, space, result).split())
+    assert "tp=2" in text and "pp<=2" in text and "recompute=selective" in text
+    assert "ep=1 (dense model)" in text
+
+
+def test_nearest_misses_and_over_memory(optimal):
+    """A result whose faster strategies were refused by memory lists them as nearest misses."""
+    m, cluster, run, space = problem(cap=int(1.1 * GIB))
+    result = exhaustive_search(space, top=5)
+    assert result.nearest_misses and result.over_memory
+    text = " ".join(render(m, cluster, run, space, result).split())
+    assert "Nearest misses" in text
+    assert f"{result.over_memory:,} dropped for memory" in text
+    miss, best = result.nearest_misses[0], result.best
+    faster = 100 * (best.step_seconds - miss.step_seconds) / best.step_seconds
+    assert f"would be {faster:.0f} % faster" in text
+    assert f"needs {miss.memory.peak_bytes / GIB:.2f} GiB of {miss.memory.capacity_bytes / GIB:.2f}" in text
+
+
+def test_feasible_shows_gap_and_bound(optimal):
+    m, cluster, run, space, result = optimal
+    bound = result.best.step_seconds * 0.9
+    feasible = dataclasses.replace(result, status="feasible", lower_bound_seconds=bound)
+    text = " ".join(render(m, cluster, run, space, feasible).split())
+    assert "feasible" in text and f"gap {100 * feasible.gap:.2f} %" in text
+    assert format_seconds(bound) in text
+    assert one_line(feasible).startswith("feasible: ")
+
+
+def test_infeasible_shows_explanation():
+    m, cluster, run, space = problem(options=SpaceOptions(max=(("cp", 1), ("tp", 1))), gbs=3)
+    result = cpsat_search(space, top=5)
+    assert result.status == "infeasible"
+    text = " ".join(render(m, cluster, run, space, result).split())
+    assert "infeasible" in text and "No strategy passes the validity rules" in text
+    assert "Top " not in text and "Best strategy" not in text
+    assert one_line(result).startswith("infeasible: No strategy")
+
+
+def test_narrow_console_keeps_every_number(optimal):
+    """At 80 columns the ranking splits into two tables; nothing is cut off with an ellipsis."""
+    text = render(*optimal, width=80)
+    ranking = text[text.index("Top 10 strategies"):text.index("Best strategy")]
+    assert "…" not in ranking
+    assert "Step-time parts" in ranking
+
+
+def test_csv_rows_match_result(optimal):
+    *_, result = optimal
+    header, rows = ranking_rows(result)
+    assert header[0] == "rank" and "compute_forward_seconds" in header
+    assert [r[0] for r in rows] == list(range(1, len(result.strategies) + 1))
+    assert [float(r[header.index("step_seconds")]) for r in rows] == [e.step_seconds for e in result.strategies]

@@ -1,0 +1,72 @@
+"""The CP-SAT search proves the same optimum as the exhaustive oracle (same space, same estimators), on random
+small models, clusters, batches and memory caps; its top-K agrees with the oracle's up to ties."""
+import pytest
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+from ndcp.solve.certificate import cpsat_search
+from ndcp.solve.exhaustive import exhaustive_search
+from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.specs import ClusterSpec, ModelSpec, MoESpec, RunSpec, device_preset
+from ndcp.specs.library import load_model
+
+TOP = 3
+
+
+@st.composite
+def problems(draw):
+    heads = draw(st.sampled_from([4, 8, 16]))
+    kv = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16) if heads % d == 0]))
+    moe = None
+    if draw(st.booleans()):
+        experts = draw(st.sampled_from([4, 8]))
+        moe = MoESpec(experts=experts, top_k=draw(st.sampled_from([1, 2])), expert_ffn_hidden=draw(st.sampled_from([128, 256])),
+                      shared_experts=draw(st.sampled_from([0, 1])), first_dense_layers=draw(st.sampled_from([0, 1])))
+    model = ModelSpec(name="random", layers=draw(st.integers(2, 12)), hidden=heads * draw(st.sampled_from([32, 64])),
+                      heads=heads, kv_heads=kv, ffn_hidden=draw(st.sampled_from([256, 512, 1024])),
+                      vocab=draw(st.sampled_from([1000, 32000])), activation=draw(st.sampled_from(["gelu", "swiglu"])),
+                      tied_embeddings=draw(st.booleans()), moe=moe,
+                      hidden_dropout=draw(st.sampled_from([0.0, 0.1])))
+    device = device_preset(draw(st.sampled_from(["a100-80g", "h100", "mi300x"])))
+    gpus = draw(st.sampled_from([1, 2, 4, 6, 8]))
+    # Caps from so tight that nothing fits to generous (tiny models: a small reserve keeps caps meaningful).
+    cap = draw(st.sampled_from([0, 2**22, 2**24, 2**26, 2**27, 2**28, 2**29, 2**30]))
+    run = RunSpec(global_batch=draw(st.sampled_from([1, 2, 4, 8, 12, 16])), seq_len=draw(st.sampled_from([512, 2048])),
+                  flash_attention=draw(st.booleans()), memory_cap_bytes=cap, reserve_bytes=2**20)
+    return SearchSpace(model, ClusterSpec(device, gpus), run, SpaceOptions(zero_stages=(1, 3)))
+
+
+def _times(result):
+    return [e.step_seconds for e in result.strategies]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(space=problems())
+def test_cpsat_optimum_equals_the_oracle(space):
+    oracle = exhaustive_search(space, top=TOP)
+    solved = cpsat_search(space, top=TOP, time_limit=60)
+    event(f"oracle {oracle.status}, {oracle.over_memory and 'some' or 'none'} over memory")
+    assert solved.status == oracle.status
+    if oracle.status == "infeasible":
+        assert not solved.strategies
+        return
+    assert solved.proven and solved.gap == 0.0
+    assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)
+    assert solved.lower_bound_seconds <= solved.strategies[0].step_seconds * (1 + 1e-9)
+    for e in solved.strategies:
+        assert e.fits
+
+
+@pytest.mark.parametrize("name,gpus,gbs,seq", [("llama3-8b", 16, 64, 4096), ("mixtral-8x7b", 16, 32, 4096)])
+def test_cpsat_agrees_with_the_oracle_on_library_models(name, gpus, gbs, seq):
+    space = SearchSpace(load_model(name), ClusterSpec(device_preset("h100"), gpus),
+                        RunSpec(global_batch=gbs, seq_len=seq), SpaceOptions(zero_stages=(1,)))
+    oracle, solved = exhaustive_search(space, top=5), cpsat_search(space, top=5)
+    assert solved.status == "optimal"
+    assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)
+    assert solved.verified < oracle.verified / 10  # the proof prices a small fraction of the space
+
+
+def test_same_inputs_same_answer():
+    space = SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=32, seq_len=1024))
+    first, second = cpsat_search(space, top=5, seed=0), cpsat_search(space, top=5, seed=0)
+    assert [e.strategy for e in first.strategies] == [e.strategy for e in second.strategies]
