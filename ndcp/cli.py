@@ -682,7 +682,7 @@ class _SearchProgress:
         self.start = self.clock()
         self.last = None  # the latest Progress
         self.printed = self.start
-        self.live = None
+        self.live = self.spinner = None
         self.tty = enabled and sys.stderr.isatty()
 
     def __enter__(self):
@@ -700,28 +700,35 @@ class _SearchProgress:
         return False
 
     def line(self) -> str:
+        """`cp-sat 1.2 s | incumbent | bound | gap | done | phase`: the numbers first, so a narrow line keeps them."""
         from .report.terminal import format_seconds
 
         p = self.last
-        elapsed = self.clock() - self.start
+        parts = [f"{self.method} {self.clock() - self.start:.1f} s"]
         if p is None:
-            return f"{self.method}: starting   elapsed {elapsed:.1f} s"
-        text = f"{self.method}: {p.phase}"
-        if p.total:
-            text += f"   {p.done:,}/{p.total:,}"
-        elif p.done:
-            text += f"   {p.done:,} verified"
-        text += f"   incumbent {format_seconds(p.incumbent_seconds) if p.incumbent_seconds is not None else '-'}"
+            return " | ".join(parts + ["solving"])
+        parts.append(f"incumbent {format_seconds(p.incumbent_seconds)}")
         if p.lower_bound_seconds is not None:
-            text += f"   bound {format_seconds(p.lower_bound_seconds)}"
+            parts.append(f"bound {format_seconds(p.lower_bound_seconds)}")
         if p.gap is not None:
-            text += f"   gap {100 * p.gap:.2f} %"
-        return text + f"   elapsed {elapsed:.1f} s"
+            parts.append(f"gap {100 * p.gap:.2f} %")
+        if p.total:
+            parts.append(f"{p.done:,}/{p.total:,} priced")
+        elif p.done:
+            parts.append(f"{p.done:,} verified")
+        parts.append(p.phase)
+        return " | ".join(parts)
 
     def __rich__(self):
         from rich.spinner import Spinner
+        from rich.text import Text
 
-        return Spinner("dots", text=self.line())
+        if self.spinner is None:
+            self.spinner = Spinner("dots", style="cyan")
+        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        text.append_text(self.spinner.render(self.clock()))
+        text.append(" " + self.line())
+        return text
 
     def __call__(self, progress) -> None:
         if not self.enabled:
@@ -798,7 +805,7 @@ class InternalError(RuntimeError):
     """Something in ndcp itself went wrong (not the user's input)."""
 
 
-# Registration functions, in the order `ndcp --help` lists them. Add `register_search`, `register_recompute` here.
+# Registration functions, in the order `ndcp --help` lists them. Add `register_recompute` here.
 COMMANDS: list[Callable] = [register_estimate, register_search, register_models, register_devices,
                             register_validate]
 

@@ -136,6 +136,9 @@ class SearchSpace:
             if m.heads % tp or m.num_kv_heads % tp:
                 refused["tp_heads"] += 1
                 continue
+            if not all(self.inner_choices(tp)):
+                refused["sp_tp"] += 1  # e.g. only sp=on searched, which needs tp > 1
+                continue
             if tp > (self.options.tp_cp_bound or node):
                 refused["tp_cp_node"] += 1
                 continue

@@ -91,17 +91,27 @@ def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     return parts
 
 
-def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> dict[str, float]:
+def resident_layer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout, kind: str,
+                         mode: str) -> float:
+    """Bytes one body layer of (kind, recompute mode) keeps on this stage: its activations per micro-batch times the
+    micro-batches in flight (a linear coefficient of the per-layer recompute plans)."""
+    return layout.in_flight_chunks / strategy.vpp * layer_activation_bytes(model, run, kind, mode, *_theta(strategy))
+
+
+def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                        counts: dict[tuple[str, str], int] | None = None) -> dict[str, float]:
     """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
-    collective buffers and the reserve. Independent of the ZeRO stage."""
+    collective buffers and the reserve. Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers)
+    defaults to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
     theta = _theta(strategy)
     tp, cp, _, _, mbs, sp = theta
     in_flight = layout.in_flight_chunks / strategy.vpp
-    counts = dict(stage_mode_counts(model, strategy)[layout.stage])
-    per_microbatch = sum(n * layer_activation_bytes(model, run, kind, mode, *theta) for (kind, mode), n in counts.items())
+    if counts is None:
+        counts = dict(stage_mode_counts(model, strategy)[layout.stage])
+    body = sum(n * resident_layer_bytes(model, run, strategy, layout, kind, mode) for (kind, mode), n in counts.items())
     head = head_activation_bytes(model, run, tp, cp, mbs, sp)
     last = layout.stage == strategy.pp - 1
-    activations = in_flight * (per_microbatch + (head["embedding"] if layout.is_first else 0.0))
+    activations = body + in_flight * (head["embedding"] if layout.is_first else 0.0)
     if last:
         activations += head["output_inputs"]
         if model.mtp_depth:
@@ -157,4 +167,4 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
 
 
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",
-           "stage_static_bytes", "stage_dynamic_bytes"]
+           "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes"]

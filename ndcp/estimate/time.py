@@ -291,7 +291,8 @@ class TimeEstimate:
                 "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "parts": dict(self.parts)}
 
 
-def _role(stage: int, pp: int) -> str:
+def stage_role(stage: int, pp: int) -> str:
+    """Which extra work a device stage does: "only" (pp = 1), "first", "last" or "middle"."""
     if pp == 1:
         return "only"
     return "first" if stage == 0 else "last" if stage == pp - 1 else "middle"
@@ -300,13 +301,13 @@ def _role(stage: int, pp: int) -> str:
 def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts) -> LayerTime:
     """One micro-batch through one device stage (all its chunks): body layers plus the stage's extra work."""
     s = strategy
-    total = stage_extra_time(model, cluster, run, _role(stage, s.pp), s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp)
+    total = stage_extra_time(model, cluster, run, stage_role(stage, s.pp), s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp)
     for (kind, mode), n in mode_counts:
         total = total + layer_time(model, cluster, run, kind, mode, s.tp, s.cp, s.ep, s.etp, s.mbs, s.sp).scaled(n)
     return total
 
 
-def _p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
+def p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
     """A stage's sends per micro-batch: activation forward and gradient backward at each of its vpp chunks."""
     s = strategy
     if s.pp == 1:
@@ -320,7 +321,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
     s = strategy
     all_counts = stage_mode_counts(model, s)
     stages = [_stage_time(model, cluster, run, s, i, counts) for i, counts in enumerate(all_counts)]
-    p2p = _p2p_per_microbatch(model, cluster, run, s)
+    p2p = p2p_per_microbatch(model, cluster, run, s)
     totals = [t.total + p2p for t in stages]
     slowest = max(range(len(stages)), key=totals.__getitem__)
     stage_max, stage_sum = totals[slowest], sum(totals)
@@ -347,4 +348,4 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
 
 
 __all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds", "data_parallel_seconds",
-           "TimeEstimate", "estimate_time", "stage_mode_counts", "PART_KEYS"]
+           "TimeEstimate", "estimate_time", "stage_mode_counts", "PART_KEYS", "p2p_per_microbatch", "stage_role"]

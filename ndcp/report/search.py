@@ -116,11 +116,10 @@ def status_text(result) -> Text:
         text.append(f" — proven fastest, step {format_seconds(best.step_seconds)} ({method})")
     elif status == "feasible" and best is not None:
         text.append(f" — best verified step {format_seconds(best.step_seconds)}, proven bound "
-                    f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit)")
+                    f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit; raise "
+                    "--time-limit to close it)")
     elif status == "feasible":
-        text.append(" — no strategy found before the time limit")
-        if result.explanation:
-            text.append(f": {result.explanation}")
+        text.append(f" — {result.explanation or 'no strategy found before the time limit'}; raise --time-limit")
     else:
         text.append(f" — {result.explanation or 'no strategy fits'}")
     return text
@@ -147,7 +146,8 @@ def result_panel(result) -> Panel:
     grid.add_row("status", status_text(result))
     grid.add_row("method", "exhaustive (every valid strategy priced)" if result.method == "exhaustive"
                  else "CP-SAT relaxation + verification with the full estimators")
-    grid.add_row("time", f"{result.solve_seconds:.2f} s in all, {result.verify_seconds:.2f} s verifying")
+    grid.add_row("time", f"{result.solve_seconds:.2f} s pricing every strategy" if result.method == "exhaustive"
+                 else f"{result.solve_seconds:.2f} s in all, {result.verify_seconds:.2f} s of it verifying")
     calls = f"{result.solver_calls} solver call{'s' if result.solver_calls != 1 else ''}, " \
         if result.method != "exhaustive" else ""
     grid.add_row("work", f"{calls}{result.verified:,} of {result.space_size:,} strategies verified, "

@@ -48,8 +48,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
         expander.expand_up_to(best.bound, at_least=expander.next)  # doubling: few solver calls if bounds are loose
     if best is None:
         if status == "INFEASIBLE":
-            expander.expand_all()
-            _explain_memory(space, walk, model, items, result, left())
+            _explain_memory(space, walk, items, result)
         else:
             result.status, result.explanation = "feasible", "time limit reached before any solution"
         return _finish(result, start, 0.0)
@@ -83,7 +82,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
         "infeasible" if complete else "feasible")
     result.lower_bound_seconds = verifier.lower_bound(outside)
     if not verifier.fitting and complete:
-        _explain_memory(space, walk, model, items, result, left())
+        _explain_memory(space, walk, items, result)
     return _finish(result, start, verifier.seconds, verifier, expander)
 
 
@@ -178,12 +177,16 @@ class _Verifier:
         return min(best, pending, outside_bound)
 
 
-def _explain_memory(space, walk, model: StrategyModel, items, result: SearchResult, seconds: float) -> None:
-    """Nothing fits: find the least-memory point of the model (a proven lower bound) and verify it."""
-    status, least, bound = model.optimize(max(0.1, seconds), minimize="memory", capped=False)
-    result.solver_calls += 1
-    evaluated = evaluate(space, strategy_of(space, items[least.i], least.j, least.z)) if least else None
-    result.explanation = explain_infeasible(space, walk, evaluated, bound * 2**20 if bound is not None else None)
+def _explain_memory(space: SearchSpace, walk, items, result: SearchResult) -> None:
+    """Nothing fits: the least memory any item can need (a proven lower bound over every item) and the lightest
+    strategy of that item, verified."""
+    bounds = [item_memory_lower_bound(space, item) for item in items]
+    least = min(range(len(items)), key=lambda i: (bounds[i], i))
+    layout, mbs, mbn = items[least]
+    inner, zeros = inner_choices(space)
+    lightest = [layout.strategy(mbs, mbn, z, sp, mode) for sp, mode in inner if not sp or layout.tp > 1 for z in zeros]
+    evaluated = min((evaluate(space, s) for s in lightest), key=lambda e: (e.memory.peak_bytes, e.strategy.key()))
+    result.explanation = explain_infeasible(space, walk, evaluated, int(bounds[least]))
 
 
 def _finish(result: SearchResult, start: float, verify_seconds: float, verifier: _Verifier | None = None,

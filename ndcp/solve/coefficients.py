@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 from ..estimate.layout import stage_layouts
 from ..estimate.memory import stage_dynamic_bytes, stage_static_bytes
-from ..estimate.time import (data_parallel_seconds, estimate_time, layer_time, p2p_seconds, pipeline_seconds,
+from ..estimate.time import (data_parallel_seconds, estimate_time, layer_time, p2p_per_microbatch, pipeline_seconds,
                              stage_extra_time)
-from ..estimate import communication as comm
 from ..space import Layout, SearchSpace
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
@@ -61,10 +60,7 @@ def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bo
     roles = ("only",) if layout.pp == 1 else ("first", "last")
     extras = sum(stage_extra_time(model, cluster, run, r, *extra_args, ep=layout.ep, etp=layout.etp).total
                  for r in roles)
-    p2p = 0.0
-    if layout.pp > 1:
-        crosses = not comm.fits_in_node(2 * layout.tp * layout.cp * layout.dp, cluster.device)
-        p2p = 2 * layout.vpp * p2p_seconds(model, cluster, run, layout.tp, layout.cp, mbs, sp, crosses)
+    p2p = p2p_per_microbatch(model, cluster, run, layout.strategy(mbs, 1, 1, sp, "none"))
     return body + extras + layout.pp * p2p
 
 
