@@ -13,6 +13,8 @@ import time
 from ..space import SearchSpace
 from .coefficients import expand_item, inner_choices, item_lower_bound, item_memory_lower_bound
 from .cpsat import TIME_UNIT, Point, StrategyModel
+from .recompute import PlanModel
+from ..specs.strategy import RECOMPUTE_MODES
 from .explain import explain_infeasible
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate
 
@@ -203,3 +205,109 @@ def _finish(result: SearchResult, start: float, verify_seconds: float, verifier:
     result.verify_seconds = verify_seconds
     result.solve_seconds = time.perf_counter() - start
     return result
+
+
+def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
+                max_offset: int = 2, progress=None) -> SearchResult:
+    """Per-layer recompute and layer partition decided jointly with the degrees (design-notes approach C).
+
+    Batch items are visited in order of a lower bound valid for every plan (no recompute, balanced stages). Each
+    visited item's plan sub-model (recompute.PlanModel, one per SP setting) is solved exactly by CP-SAT; its optimum
+    bounds every plan of that item and its plan is verified with the full estimators. The search stops when the
+    K-th best verified step time is <= the bound of every item not yet visited and every plan not yet verified:
+    that is the certificate. One strategy per (item, SP): its best plan and ZeRO stage.
+    """
+    start = time.perf_counter()
+    deadline = start + time_limit
+    walk = space.walk()
+    result = SearchResult(method="cp-sat per-layer", status="infeasible", strategies=[], lower_bound_seconds=0.0,
+                          space_size=len(walk.batches), refused=walk.refused)
+    if not walk.batches:
+        result.explanation = explain_infeasible(space, walk, None)
+        return _finish(result, start, 0.0)
+    items = walk.batches
+    capacity = space.run.capacity(space.cluster.device.memory_bytes)
+    bounds = [item_lower_bound(space, item) for item in items]
+    order = sorted(range(len(items)), key=lambda i: (bounds[i], i))
+    inner, zeros = inner_choices(space)
+    sps = sorted({sp for sp, _ in inner})
+    verifier = _PlanVerifier(space, top)
+    unproven = float("inf")  # least bound among plan sub-models stopped by the time limit
+    next_bound = float("inf")
+    for position, i in enumerate(order):
+        next_bound = bounds[i]
+        verifier.verify_below(next_bound)
+        if verifier.certified(next_bound) or time.perf_counter() > deadline:
+            break
+        layout, mbs, mbn = items[i]
+        if item_memory_lower_bound(space, items[i]) > capacity:
+            continue
+        for sp in (s for s in sps if not s or layout.tp > 1):
+            plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros, max_offset)
+            solution = plan.solve(capacity, deadline - time.perf_counter(), seed, workers)
+            result.solver_calls += 1
+            if solution is not None:
+                verifier.push(solution)
+                if not solution.proven:
+                    unproven = min(unproven, solution.bound_seconds)
+        result.expanded = position + 1
+        if progress is not None:
+            best = verifier.fitting[0].step_seconds if verifier.fitting else None
+            progress(Progress("solving per-stage recompute plans", time.perf_counter() - start, best,
+                              min(next_bound, verifier.least_pending()), verifier.count))
+    else:
+        next_bound = float("inf")
+    verifier.verify_below(next_bound)
+    complete = verifier.certified(next_bound) and unproven >= verifier.kth()
+    if verifier.fitting:
+        result.status = "optimal" if complete or (next_bound == float("inf") and unproven == float("inf")) else "feasible"
+    elif next_bound != float("inf") or unproven != float("inf"):
+        result.status = "feasible"
+    result.lower_bound_seconds = min(next_bound, verifier.least_pending(), unproven,
+                                     verifier.fitting[0].step_seconds if verifier.fitting else float("inf"))
+    if result.status == "infeasible":
+        _explain_memory(space, walk, items, result)
+    result.strategies = verifier.fitting[:top]
+    result.verified = verifier.count
+    best = result.strategies[0].step_seconds if result.strategies else float("inf")
+    result.nearest_misses = sorted((e for e in verifier.misses if e.step_seconds < best),
+                                   key=Evaluated.rank_key)[:NEAREST_MISSES]
+    result.over_memory = len(verifier.misses)
+    result.verify_seconds = verifier.seconds
+    result.solve_seconds = time.perf_counter() - start
+    return result
+
+
+class _PlanVerifier:
+    """Plans from the sub-models, verified with the full estimators in order of their bounds."""
+
+    def __init__(self, space: SearchSpace, top: int):
+        self.space, self.top = space, top
+        self.pending: list[tuple[float, int, object]] = []
+        self.fitting: list[Evaluated] = []
+        self.misses: list[Evaluated] = []
+        self.count, self.seconds = 0, 0.0
+
+    def push(self, solution) -> None:
+        heapq.heappush(self.pending, (solution.bound_seconds, len(self.pending) + self.count, solution.strategy))
+
+    def least_pending(self) -> float:
+        return self.pending[0][0] if self.pending else float("inf")
+
+    def kth(self) -> float:
+        return self.fitting[self.top - 1].step_seconds if len(self.fitting) >= self.top else float("inf")
+
+    def verify_below(self, bound: float) -> None:
+        """Verify pending plans that could still enter the top K, or that lie below `bound`."""
+        while self.pending and (self.pending[0][0] <= self.kth() * (1 + TIE) or self.pending[0][0] <= bound):
+            _, _, strategy = heapq.heappop(self.pending)
+            t0 = time.perf_counter()
+            evaluated = evaluate(self.space, strategy)
+            self.seconds += time.perf_counter() - t0
+            self.count += 1
+            (self.fitting if evaluated.fits else self.misses).append(evaluated)
+            self.fitting.sort(key=Evaluated.rank_key)
+
+    def certified(self, next_bound: float) -> bool:
+        kth = self.kth()
+        return kth <= next_bound * (1 + TIE) and kth <= self.least_pending() * (1 + TIE)

@@ -1,0 +1,193 @@
+"""Per-stage recompute plans (and layer partitions) for one degree tuple, solved exactly by a small CP-SAT model.
+
+For a batch item (layout, mbs, mbn) and an SP setting, the decisions are, per device stage s and layer kind k, the
+number of layers n[s,k,m] that run with recompute mode m (none / selective / full), the layers per stage L[s] when
+uneven partitions are searched (single-kind models, no interleaving, within +-max_offset of the default), and the
+ZeRO stage (one boolean each). With coefficients from the full estimators (estimate.memory / estimate.time):
+    memory[s] = static[s, zero] + dstatic x (L[s] - default[s]) + fixed[s] + sum r[s,k,m] n[s,k,m] + workspace[s]
+    time[s]   = sum layer[k,m] n[s,k,m] + extra[s];   slowest >= time[s]
+    vpp x pipeline = (vpp x mbn - 1) x slowest + sum time[s]        (estimate.time.pipeline_seconds, times vpp)
+Coefficients are rounded down (memory in MiB, time in 10 us) so the optimum is a lower bound of the full
+estimators; the caller verifies the plan it returns.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from ..estimate.activations import recompute_workspace_bytes
+from ..estimate.layout import default_partition, stage_layouts, stage_mode_counts
+from ..estimate.memory import model_state_bytes, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
+from ..estimate.parameters import StageParameters
+from ..estimate.time import data_parallel_seconds, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
+from ..space import Layout, SearchSpace
+from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
+
+MIB = 2**20
+TIME_UNIT = 1e-5
+UNBOUNDED_WINDOW = 1e9  # seconds: data-parallel exposure with the widest possible overlap (a lower bound)
+
+
+def _floor(value: float, unit: float) -> int:
+    return int(math.floor(value / unit + 1e-9))
+
+
+@dataclass(frozen=True)
+class PlanSolution:
+    """The best plan of one (item, sp): the strategy it gives and a lower bound on its full-estimator step time."""
+
+    strategy: Strategy
+    bound_seconds: float
+    proven: bool
+
+
+class PlanModel:
+    """The sub-model of one batch item and SP setting; ZeRO stage, recompute counts and partition are decided."""
+
+    def __init__(self, space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, modes: tuple[str, ...],
+                 zeros: list[int], max_offset: int):
+        model, cluster, run = space.model, space.cluster, space.run
+        self.space, self.layout, self.mbs, self.mbn, self.sp = space, layout, mbs, mbn, sp
+        self.modes, self.zeros = modes, zeros
+        base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
+        self.base = base
+        self.layouts = stage_layouts(model, base)
+        self.kinds = [{k: n for (k, _), n in counts if n} for counts in stage_mode_counts(model, base)]
+        pp = layout.pp
+        single_kind = model.moe is None or model.dense_layers == 0
+        self.offset = max_offset if (single_kind and layout.vpp == 1 and pp > 1) else 0
+        self.default = [self.layouts[s].layers for s in range(pp)]
+        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+        present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+        self.layer_time = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in present for m in modes}
+        p2p = p2p_per_microbatch(model, cluster, run, base)
+        self.extra_time = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
+                                            ep=layout.ep, etp=layout.etp).total + p2p for s in range(pp)]
+        self.resident = [{(k, m): resident_layer_bytes(model, run, base, self.layouts[s], k, m)
+                          for k in present for m in modes} for s in range(pp)]
+        self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
+        self.fixed = [sum(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={}).values()) for s in range(pp)]
+        self.static = [[sum(stage_static_bytes(model, run, base.with_(zero=z), self.layouts[s]).values())
+                        for s in range(pp)] for z in zeros]
+        layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
+        one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms,
+                                    layer.experts / (layout.ep * layout.etp), 1)
+        self.static_per_layer = [sum(model_state_bytes(run, base.with_(zero=z), one_layer).values()) for z in zeros]
+        self.data_parallel = [sum(data_parallel_seconds(model, cluster, run, base.with_(zero=z), UNBOUNDED_WINDOW))
+                              for z in zeros]
+
+    @staticmethod
+    def _follow_kind_rule(m, n, moe_layers: int, s: int) -> None:
+        """On a stage with both kinds, MoE layers take the heavier recompute first (layout.mode_kind_counts), so
+        the counts the model picks are the ones the estimators will read back."""
+        full_first = m.NewBoolVar(f"moe_all_full{s}")
+        m.Add(n[("moe", "full")] == moe_layers).OnlyEnforceIf(full_first)
+        m.Add(n[("dense", "full")] == 0).OnlyEnforceIf(full_first.Not())
+        if ("moe", "none") in n:
+            moe_covered = m.NewBoolVar(f"moe_no_none{s}")
+            m.Add(n[("moe", "none")] == 0).OnlyEnforceIf(moe_covered)
+            m.Add(n[("dense", "full")] + n.get(("dense", "selective"), 0) == 0).OnlyEnforceIf(moe_covered.Not())
+
+    def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1) -> PlanSolution | None:
+        """The fastest plan whose every stage fits, or None when none does."""
+        m = cp_model.CpModel()
+        pp, vpp, cap = self.layout.pp, self.layout.vpp, capacity_bytes // MIB
+        z = [m.NewBoolVar(f"zero{k}") for k in range(len(self.zeros))]
+        m.AddExactlyOne(z)
+        most = max(self.default) + self.offset
+        sizes, counts, stage_times = [], [], []
+        slowest = m.NewIntVar(0, 10**15, "slowest")
+        for s in range(pp):
+            if self.offset:
+                size = m.NewIntVar(max(1, self.default[s] - self.offset), self.default[s] + self.offset, f"L{s}")
+                kinds = {next(iter(self.kinds[s])): size}
+            else:
+                size = self.default[s]
+                kinds = self.kinds[s]
+            sizes.append(size)
+            n = {}
+            for kind, total in kinds.items():
+                for mode in self.modes:
+                    n[(kind, mode)] = m.NewIntVar(0, most, f"n{s}_{kind}_{mode}")
+                m.Add(sum(n[(kind, mode)] for mode in self.modes) == total)
+            if len(kinds) > 1:
+                self._follow_kind_rule(m, n, kinds["moe"], s)
+            counts.append(n)
+            workspace = m.NewIntVar(0, 10**12, f"ws{s}")
+            for key, var in n.items():
+                need = _floor(self.workspace[key], MIB)
+                if need:
+                    used = m.NewBoolVar(f"used{s}_{key[0]}_{key[1]}")
+                    m.Add(var <= most * used)
+                    m.Add(workspace >= need * used)
+            static = sum(zk * _floor(self.static[k][s] - self.static_per_layer[k] * self.default[s], MIB)
+                         for k, zk in enumerate(z))
+            per_layer = [_floor(self.static_per_layer[k], MIB) for k in range(len(z))]
+            # static parts: z picks the ZeRO stage; the per-layer static term scales with the stage's layers
+            layer_static = m.NewIntVar(0, 10**12, f"layer_static{s}")
+            for k, zk in enumerate(z):
+                m.Add(layer_static == per_layer[k] * size).OnlyEnforceIf(zk)
+            memory = (static + layer_static + _floor(self.fixed[s], MIB) + workspace
+                      + sum(_floor(self.resident[s][key], MIB) * var for key, var in n.items()))
+            m.Add(memory <= cap)
+            time = sum(_floor(self.layer_time[key], TIME_UNIT) * var for key, var in n.items())
+            t = m.NewIntVar(0, 10**15, f"t{s}")
+            m.Add(t == time + _floor(self.extra_time[s], TIME_UNIT))
+            m.Add(slowest >= t)
+            stage_times.append(t)
+        if self.offset:
+            m.Add(sum(sizes) == self.space.model.layers)
+        dp = sum(zk * _floor(self.data_parallel[k], TIME_UNIT) * vpp for k, zk in enumerate(z))
+        m.Minimize((vpp * self.mbn - 1) * slowest + sum(stage_times) + dp)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, seconds)
+        solver.parameters.random_seed = seed
+        solver.parameters.num_workers = workers
+        status = solver.Solve(m)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        zero = self.zeros[next(k for k, v in enumerate(z) if solver.Value(v))]
+        layers = [solver.Value(x) if not isinstance(x, int) else x for x in sizes]
+        stages = []
+        for s in range(pp):
+            totals = dict.fromkeys(RECOMPUTE_MODES, 0)
+            for (_, mode), var in counts[s].items():
+                totals[mode] += solver.Value(var)
+            stages.append(totals)
+        plan = self._plan(stages, layers)
+        bound = math.floor(solver.BestObjectiveBound() + 1e-9) * TIME_UNIT / vpp
+        return PlanSolution(plan(zero), bound, status == cp_model.OPTIMAL)
+
+    def _plan(self, stages: list[dict[str, int]], layers: list[int]):
+        """A function zero -> Strategy carrying the per-virtual-stage plan and (if changed) the partition."""
+        pp, vpp = self.layout.pp, self.layout.vpp
+        partition = tuple(layers) if layers != self.default else ()
+        chunk_layers = partition or default_partition(self.space.model.layers, pp * vpp)
+        per_virtual = _split(stages, chunk_layers, pp)
+        modes = {m for st in per_virtual for m in RECOMPUTE_MODES if st.count(m)}
+        recompute = (RecomputePlan.uniform(modes.pop()) if len(modes) == 1 and not partition
+                     else RecomputePlan(mode="per-stage", stages=tuple(per_virtual)))
+        base = self.base
+
+        def build(zero: int) -> Strategy:
+            return Strategy(dp=base.dp, tp=base.tp, pp=base.pp, cp=base.cp, ep=base.ep, etp=base.etp, vpp=base.vpp,
+                            mbs=base.mbs, mbn=base.mbn, zero=zero, sp=base.sp, schedule=base.schedule,
+                            recompute=recompute, layers_per_stage=partition)
+        return build
+
+
+def _split(stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int) -> list[StageRecompute]:
+    """Per-virtual-stage counts from each device stage's totals: its chunks (virtual stages s, s+pp, ...) are
+    filled in order, heavier recompute first, each up to its layer count. Memory and time depend on the totals only."""
+    out: list[StageRecompute] = [StageRecompute()] * len(chunk_layers)
+    for s, totals in enumerate(stages):
+        pool = dict(totals)
+        for v in range(s, len(chunk_layers), pp):
+            need, chunk = chunk_layers[v], dict.fromkeys(RECOMPUTE_MODES, 0)
+            for mode in ("full", "selective", "none"):
+                take = min(need, pool[mode])
+                chunk[mode], pool[mode], need = take, pool[mode] - take, need - take
+            out[v] = StageRecompute(**chunk)
+    return out
