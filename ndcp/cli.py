@@ -625,9 +625,14 @@ def register_search(subparsers) -> None:
     group = parser.add_argument_group("search space")
     group.add_argument("--fix", metavar="K=V,...", default="", help="pin dimensions, e.g. tp=8,pp=16")
     group.add_argument("--max", metavar="K=V,...", default="", dest="max_", help="bound dimensions, e.g. tp=8")
-    group.add_argument("--recompute", choices=("none", "selective", "full", "uniform"), default="uniform",
-                       help="activation recompute: one mode, or `uniform` to search none/selective/full applied to "
-                            "every layer (default uniform)")
+    group.add_argument("--recompute", choices=("uniform", "per-layer", "none", "selective", "full"),
+                       default="uniform",
+                       help="activation recompute: `uniform` searches none/selective/full applied to every layer "
+                            "(default); `per-layer` also decides per stage how many layers keep, selectively or "
+                            "fully recompute activations, jointly with the degrees (never slower than uniform; on "
+                            "large problems it may stop at the time limit with a gap); or one mode for every layer")
+    group.add_argument("--max-offset", metavar="N", type=_int, default=2,
+                       help="per-layer: layers a stage may hold above or below the even partition (default 2)")
     group.add_argument("--zero", metavar="STAGES", type=_zero_stages, default=(0, 1, 2, 3),
                        help="ZeRO stages to search (default 0,1,2,3)")
     group.add_argument("--sp", choices=("on", "off", "both"), default="both",
@@ -664,7 +669,7 @@ def build_space_options(args: argparse.Namespace):
     sp_choices = {"on": (True,), "off": (False,), "both": (False, True)}[args.sp]
     if "sp" in fixed and bool(fixed["sp"]) not in sp_choices:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
-    recompute = modes if args.recompute == "uniform" else (args.recompute,)
+    recompute = modes if args.recompute in ("uniform", "per-layer") else (args.recompute,)
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
                         sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound)
 
@@ -761,8 +766,8 @@ def search_document(model, cluster, run, space, result) -> dict:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from .solve.certificate import cpsat_search
-    from .solve.exhaustive import exhaustive_search
+    from .solve.certificate import cpsat_search, plan_search
+    from .solve.exhaustive import exhaustive_plan_search, exhaustive_search
     from .space import SearchSpace
 
     model, cluster, run = build_problem(args)
@@ -771,9 +776,17 @@ def cmd_search(args: argparse.Namespace) -> int:
     if json_only and csv_only:
         raise SpecError("--json - and --csv - both write to stdout; give one of them a file path")
     show_progress = not (json_only or csv_only or args.quiet)
+    per_layer = args.recompute == "per-layer"
+    if args.max_offset < 0:
+        raise SpecError(f"--max-offset={args.max_offset} is not valid; expected an integer >= 0")
     with _SearchProgress(show_progress, "exhaustive" if args.exhaustive else "cp-sat") as progress:
-        if args.exhaustive:
+        if args.exhaustive and per_layer:
+            result = exhaustive_plan_search(space, top=args.top, max_offset=args.max_offset)
+        elif args.exhaustive:
             result = exhaustive_search(space, top=args.top, progress=progress)
+        elif per_layer:
+            result = plan_search(space, top=args.top, time_limit=args.time_limit, seed=args.seed,
+                                 workers=args.workers, max_offset=args.max_offset, progress=progress)
         else:
             result = cpsat_search(space, top=args.top, time_limit=args.time_limit, seed=args.seed,
                                   workers=args.workers, progress=progress)

@@ -234,34 +234,54 @@ def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
     return 2 * (run.param_bytes + run.optimizer_state_bytes) + 2 * run.grad_bytes
 
 
-def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                          overlap_window: float) -> tuple[float, float]:
-    """(exposed DP/ZeRO communication, optimizer step) of the slowest stage.
+@dataclass(frozen=True)
+class DataParallelTerms:
+    """One device stage's data-parallel work per step, before overlap (seconds)."""
 
-    Overlap follows Megatron's --overlap-grad-reduce / --overlap-param-gather: the gradient sync runs behind
-    `overlap_window` seconds of backward, the distributed optimizer's parameter gather behind the next step's first
-    forward (about half a backward), ZeRO-3 gathers are prefetched behind each micro-batch's forward and backward
-    (1.5 windows). What is left, and at least the last layer's bucket (ready only when its compute ends), is
-    exposed. Expert parameters sync over the expert-data-parallel group.
-    """
+    gradients: float  # once per step, after the last micro-batch's backward
+    gather_per_step: float  # distributed optimizer: updated parameters, before the next step's forward
+    gather_per_microbatch: float  # ZeRO-3: forward and backward gathers of every micro-batch
+    last_bucket: float  # share of the sync that waits for the stage's last layer and never overlaps
+    optimizer: float  # Adam step and gradient clipping over the local (sharded) states
+
+    def exposed(self, window: float, mbn: int) -> float:
+        """Communication left after overlapping with `window` seconds of this stage's backward (Megatron
+        --overlap-grad-reduce / --overlap-param-gather): gradients behind the window, the parameter gather behind
+        the next step's first forward (about half a backward), ZeRO-3 gathers prefetched behind each micro-batch's
+        forward and backward (1.5 windows); the last bucket's share is always exposed."""
+        return (_exposed(self.gradients, window, self.last_bucket)
+                + _exposed(self.gather_per_step, window / 2, self.last_bucket)
+                + mbn * _exposed(self.gather_per_microbatch, 1.5 * window, self.last_bucket))
+
+
+def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
+                        strategy: Strategy) -> tuple[DataParallelTerms, ...]:
+    """Per device stage: its data-parallel sync and optimizer terms. Expert parameters sync over the
+    expert-data-parallel group, the rest over data x context parallel ranks."""
     s = strategy
     dense_group = s.dp * s.cp
     dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
     edp = expert_data_parallel(s)
     expert_span = comm.group_span(("edp",), {"etp": s.etp, "ep": s.ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
-    worst_comm = worst_optimizer = 0.0
-    for params in set(stage_parameters(model, s)):  # middle stages repeat
+    out = []
+    for params in stage_parameters(model, s):
         local_dense, local_expert, layers = params.dense, params.expert, params.layers
         sync = (_sync_seconds(cluster, run, s.zero, local_dense, dense_group, dense_span)
                 + _sync_seconds(cluster, run, s.zero, local_expert, edp, expert_span))
-        last_bucket = 1.0 / max(layers, 1)
-        exposed = (_exposed(sync.gradients, overlap_window, last_bucket)
-                   + _exposed(sync.gather_per_step, overlap_window / 2, last_bucket)
-                   + s.mbn * _exposed(sync.gather_per_microbatch, 1.5 * overlap_window, last_bucket))
         sharded = local_dense / dense_group + local_expert / edp if s.zero >= 1 else local_dense + local_expert
         optimizer = memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device)
-        worst_comm, worst_optimizer = max(worst_comm, exposed), max(worst_optimizer, optimizer)
-    return worst_comm, worst_optimizer
+        out.append(DataParallelTerms(sync.gradients, sync.gather_per_step, sync.gather_per_microbatch,
+                                     1.0 / max(layers, 1), optimizer))
+    return tuple(out)
+
+
+def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
+                          overlap_windows) -> tuple[float, float]:
+    """(exposed DP/ZeRO communication, optimizer step): the worst device stage of each. Each stage's sync overlaps
+    its own last micro-batch backward, `overlap_windows[stage]` seconds (one number: the same for every stage)."""
+    terms = data_parallel_terms(model, cluster, run, strategy)
+    windows = overlap_windows if isinstance(overlap_windows, (list, tuple)) else [overlap_windows] * len(terms)
+    return (max(t.exposed(w, strategy.mbn) for t, w in zip(terms, windows)), max(t.optimizer for t in terms))
 
 
 def _exposed(seconds: float, window: float, last_bucket: float) -> float:
@@ -327,7 +347,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
     stage_max, stage_sum = totals[slowest], sum(totals)
     pipeline = pipeline_seconds(stage_sum, stage_max, s.mbn, s.vpp)
     worst = stages[slowest]
-    dp_comm, optimizer = data_parallel_seconds(model, cluster, run, s, worst.backward + worst.recompute)
+    dp_comm, optimizer = data_parallel_seconds(model, cluster, run, s, [t.backward + t.recompute for t in stages])
     step = pipeline + dp_comm + optimizer
 
     parts = {"compute_forward": s.mbn * worst.forward, "compute_backward": s.mbn * worst.backward,

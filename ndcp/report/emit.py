@@ -76,7 +76,7 @@ def _megatron_recompute(plans: list[StageRecompute], uniform: str) -> tuple[list
     # (virtual) stage fully, with N large enough to cover each stage's full + selective layers.
     n = max(p.full + p.selective for p in plans)
     emitted = [StageRecompute(none=p.layers - min(n, p.layers), full=min(n, p.layers)) for p in plans]
-    notes = ["Megatron's block recompute needs the same full-recompute count on every stage and no selective "
+    notes = [] if emitted == plans else ["Megatron's block recompute needs the same full-recompute count on every stage and no selective "
              f"mix; the plan had (selective, full) per stage {[(p.selective, p.full) for p in plans]}: emitted "
              f"--recompute-method block --recompute-num-layers {n} (the first {n} layers of every stage fully "
              "recomputed), which recomputes at least as much on every stage, so it still fits, at some extra "

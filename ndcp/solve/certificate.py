@@ -11,7 +11,8 @@ import heapq
 import time
 
 from ..space import SearchSpace
-from .coefficients import expand_item, inner_choices, item_lower_bound, item_memory_lower_bound
+from .coefficients import (expand_item, inner_choices, item_lower_bound, item_memory_lower_bound,
+                           item_plan_lower_bound)
 from .cpsat import TIME_UNIT, Point, StrategyModel
 from .recompute import PlanModel
 from ..specs.strategy import RECOMPUTE_MODES
@@ -213,9 +214,11 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
 
     Batch items are visited in order of a lower bound valid for every plan (no recompute, balanced stages). Each
     visited item's plan sub-model (recompute.PlanModel, one per SP setting) is solved exactly by CP-SAT; its optimum
-    bounds every plan of that item and its plan is verified with the full estimators. The search stops when the
-    K-th best verified step time is <= the bound of every item not yet visited and every plan not yet verified:
-    that is the certificate. One strategy per (item, SP): its best plan and ZeRO stage.
+    bounds every remaining plan of that (item, SP), and its plan is verified with the full estimators. When the
+    verified time exceeds the bound, the sub-model is solved again without the verified plans (a no-good cut) as
+    long as its bound could still beat that item's best. The search stops when the K-th best verified step time is
+    <= the bound of every item not yet visited and every sub-model not yet exhausted: that is the certificate.
+    One strategy per (item, SP): its best plan and ZeRO stage.
     """
     start = time.perf_counter()
     deadline = start + time_limit
@@ -227,86 +230,134 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
         return _finish(result, start, 0.0)
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
-    bounds = [item_lower_bound(space, item) for item in items]
-    order = sorted(range(len(items)), key=lambda i: (bounds[i], i))
+    # Items wait in a queue ordered by their bound: the cheap one first; an item reaching the front is given its
+    # tighter, memory-aware bound and queued again; reaching the front a second time, its plans are solved.
+    queue = [(item_lower_bound(space, item), i, False) for i, item in enumerate(items)]
+    heapq.heapify(queue)
     inner, zeros = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
-    verifier = _PlanVerifier(space, top)
-    unproven = float("inf")  # least bound among plan sub-models stopped by the time limit
+    verifier = _PlanVerifier(space, top, capacity, seed, workers, deadline)
+    # Uniform plans are per-layer plans too: the proven uniform top K seeds the incumbents, so the answer is never
+    # slower than the best uniform plan and most items are cut by their bounds at once.
+    uniform = cpsat_search(space, top=top, time_limit=time_limit / 3, seed=seed, workers=workers)
+    verifier.add_verified(uniform.strategies)
+    result.solver_calls += uniform.solver_calls
     next_bound = float("inf")
-    for position, i in enumerate(order):
-        next_bound = bounds[i]
-        verifier.verify_below(next_bound)
+    while queue:
+        next_bound, i, tightened = queue[0]
+        verifier.settle(next_bound)
         if verifier.certified(next_bound) or time.perf_counter() > deadline:
             break
-        layout, mbs, mbn = items[i]
-        if item_memory_lower_bound(space, items[i]) > capacity:
+        heapq.heappop(queue)
+        if not tightened:
+            tighter = item_plan_lower_bound(space, items[i], max_offset)
+            if tighter is not None:
+                heapq.heappush(queue, (max(tighter, next_bound), i, True))
             continue
+        layout, mbs, mbn = items[i]
         for sp in (s for s in sps if not s or layout.tp > 1):
             plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros, max_offset)
-            solution = plan.solve(capacity, deadline - time.perf_counter(), seed, workers)
-            result.solver_calls += 1
-            if solution is not None:
-                verifier.push(solution)
-                if not solution.proven:
-                    unproven = min(unproven, solution.bound_seconds)
-        result.expanded = position + 1
+            verifier.solve(plan, _degree_key(plan.base), ())
+        result.expanded += 1
         if progress is not None:
-            best = verifier.fitting[0].step_seconds if verifier.fitting else None
+            best = verifier.ranked()[0].step_seconds if verifier.best else None
             progress(Progress("solving per-stage recompute plans", time.perf_counter() - start, best,
                               min(next_bound, verifier.least_pending()), verifier.count))
-    else:
+    if not queue:
         next_bound = float("inf")
-    verifier.verify_below(next_bound)
-    complete = verifier.certified(next_bound) and unproven >= verifier.kth()
-    if verifier.fitting:
-        result.status = "optimal" if complete or (next_bound == float("inf") and unproven == float("inf")) else "feasible"
-    elif next_bound != float("inf") or unproven != float("inf"):
+    verifier.settle(next_bound)
+    ranked = verifier.ranked()
+    certified = verifier.certified(next_bound) and not verifier.unproven
+    if ranked:
+        result.status = "optimal" if certified else "feasible"
+    elif time.perf_counter() > deadline or verifier.unproven:
         result.status = "feasible"
-    result.lower_bound_seconds = min(next_bound, verifier.least_pending(), unproven,
-                                     verifier.fitting[0].step_seconds if verifier.fitting else float("inf"))
-    if result.status == "infeasible":
-        _explain_memory(space, walk, items, result)
-    result.strategies = verifier.fitting[:top]
-    result.verified = verifier.count
-    best = result.strategies[0].step_seconds if result.strategies else float("inf")
+    result.lower_bound_seconds = min(next_bound, verifier.least_pending(), *verifier.unproven,
+                                     ranked[0].step_seconds if ranked else float("inf"))
+    result.solver_calls = verifier.solves
+    result.strategies = ranked[:top]
+    result.verified = verifier.count + uniform.verified
+    best = ranked[0].step_seconds if ranked else float("inf")
     result.nearest_misses = sorted((e for e in verifier.misses if e.step_seconds < best),
                                    key=Evaluated.rank_key)[:NEAREST_MISSES]
     result.over_memory = len(verifier.misses)
+    if result.status == "infeasible":
+        _explain_memory(space, walk, items, result)
     result.verify_seconds = verifier.seconds
     result.solve_seconds = time.perf_counter() - start
     return result
 
 
+def _degree_key(strategy) -> tuple:
+    """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry."""
+    s = strategy
+    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp)
+
+
 class _PlanVerifier:
-    """Plans from the sub-models, verified with the full estimators in order of their bounds."""
+    """Plans from the sub-models, verified with the full estimators in order of their bounds; sub-models whose
+    bound could still beat their item's best are solved again without the plans already verified."""
 
-    def __init__(self, space: SearchSpace, top: int):
-        self.space, self.top = space, top
-        self.pending: list[tuple[float, int, object]] = []
-        self.fitting: list[Evaluated] = []
+    def __init__(self, space: SearchSpace, top: int, capacity: int, seed: int, workers: int, deadline: float):
+        self.space, self.top, self.capacity = space, top, capacity
+        self.seed, self.workers, self.deadline = seed, workers, deadline
+        self.pending: list[tuple] = []  # (bound, sequence, action, payload)
+        self.best: dict[tuple, Evaluated] = {}  # (item, sp) -> best verified plan that fits
         self.misses: list[Evaluated] = []
-        self.count, self.seconds = 0, 0.0
+        self.unproven: list[float] = []  # bounds of sub-models stopped by the time limit
+        self.count = self.solves = self.sequence = 0
+        self.seconds = 0.0
 
-    def push(self, solution) -> None:
-        heapq.heappush(self.pending, (solution.bound_seconds, len(self.pending) + self.count, solution.strategy))
+    def add_verified(self, strategies: list[Evaluated]) -> None:
+        """Verified strategies found elsewhere (the uniform search) enter the ranking."""
+        for evaluated in strategies:
+            key = _degree_key(evaluated.strategy)
+            if key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
+                self.best[key] = evaluated
+
+    def _push(self, bound: float, action: str, payload) -> None:
+        self.sequence += 1
+        heapq.heappush(self.pending, (bound, self.sequence, action, payload))
+
+    def solve(self, plan: PlanModel, key: tuple, exclude: tuple) -> None:
+        solution = plan.solve(self.capacity, self.deadline - time.perf_counter(), self.seed, self.workers, exclude)
+        self.solves += 1
+        if solution is None:
+            return
+        if not solution.proven:
+            self.unproven.append(solution.bound_seconds)
+        self._push(solution.bound_seconds, "verify", (plan, key, exclude + (solution.assignment,), solution))
+
+    def ranked(self) -> list[Evaluated]:
+        return sorted(self.best.values(), key=Evaluated.rank_key)
 
     def least_pending(self) -> float:
         return self.pending[0][0] if self.pending else float("inf")
 
     def kth(self) -> float:
-        return self.fitting[self.top - 1].step_seconds if len(self.fitting) >= self.top else float("inf")
+        ranked = self.ranked()
+        return ranked[self.top - 1].step_seconds if len(ranked) >= self.top else float("inf")
 
-    def verify_below(self, bound: float) -> None:
-        """Verify pending plans that could still enter the top K, or that lie below `bound`."""
+    def settle(self, bound: float) -> None:
+        """Process pending work whose bound could still matter: below the K-th best, or below `bound`."""
         while self.pending and (self.pending[0][0] <= self.kth() * (1 + TIE) or self.pending[0][0] <= bound):
-            _, _, strategy = heapq.heappop(self.pending)
+            if time.perf_counter() > self.deadline:
+                return
+            lower, _, action, (plan, key, exclude, solution) = heapq.heappop(self.pending)
+            if action == "resolve":
+                if key not in self.best or self.best[key].step_seconds > lower * (1 + TIE):
+                    self.solve(plan, key, exclude)
+                continue
             t0 = time.perf_counter()
-            evaluated = evaluate(self.space, strategy)
+            evaluated = evaluate(self.space, solution.strategy)
             self.seconds += time.perf_counter() - t0
             self.count += 1
-            (self.fitting if evaluated.fits else self.misses).append(evaluated)
-            self.fitting.sort(key=Evaluated.rank_key)
+            if not evaluated.fits:
+                self.misses.append(evaluated)
+            elif key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
+                self.best[key] = evaluated
+            if evaluated.step_seconds > lower * (1 + TIE):  # the bound was not tight: other plans may do better
+                self._push(lower, "resolve", (plan, key, exclude, None))
 
     def certified(self, next_bound: float) -> bool:
         kth = self.kth()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..estimate.layout import stage_layouts
-from ..estimate.memory import stage_dynamic_bytes, stage_static_bytes
+from ..estimate.memory import resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
 from ..estimate.time import (data_parallel_seconds, estimate_time, layer_time, p2p_per_microbatch, pipeline_seconds,
                              stage_extra_time)
 from ..space import Layout, SearchSpace
@@ -123,3 +123,51 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
         # DP exposure shrinks as the backward overlap window grows: the widest window over j bounds it below.
         data_parallel.append(sum(data_parallel_seconds(model, cluster, run, strategy, window)))
     return ItemTable(tuple(allowed), tuple(pipeline), tuple(dynamic), tuple(static), tuple(data_parallel))
+
+
+def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> float | None:
+    """A tighter bound for per-layer plans, or None when no plan of the item can fit: the first and last stages
+    must shed (memory with no recompute) - capacity bytes by recompute, which costs at least that many bytes times
+    the cheapest seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least
+    that much longer, which lifts both the slowest stage and the stage sum of the balanced pipeline bound."""
+    model, cluster, run = space.model, space.cluster, space.run
+    layout, mbs, mbn = item
+    inner, zeros = inner_choices(space)
+    capacity = run.capacity(cluster.device.memory_bytes)
+    kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+    best = None
+    for sp in sorted({sp for sp, _ in inner if not sp or layout.tp > 1}):
+        base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
+        layouts = stage_layouts(model, base)
+        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+        stage_sum = _stage_sum_no_recompute(space, layout, mbs, sp)
+        slowest, extra_sum, feasible = stage_sum / layout.pp, 0.0, True
+        for s in sorted(set(role_stages(layout.pp))):
+            stage = layouts[s]
+            fewest = max(1, stage.layers - (max_offset if layout.vpp == 1 and layout.pp > 1 else 0))
+            static = min(sum(stage_static_bytes(model, run, base.with_(zero=z), stage).values()) for z in zeros)
+            fixed = sum(stage_dynamic_bytes(model, run, base, stage, counts={}).values())
+            per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in kinds
+                         for m in ("none", "selective", "full")}
+            times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in kinds
+                     for m in ("none", "selective", "full")}
+            light = min(kinds, key=lambda k: per_layer[(k, "none")])
+            excess = static + fixed + fewest * per_layer[(light, "none")] - capacity
+            most_saved = fewest * max(per_layer[(k, "none")] - per_layer[(k, "full")] for k in kinds)
+            if excess > most_saved:
+                feasible = False
+                break
+            ratios = [(times[(k, m)] - times[(k, "none")]) / (per_layer[(k, "none")] - per_layer[(k, m)])
+                      for k in kinds for m in ("selective", "full") if per_layer[(k, "none")] > per_layer[(k, m)]]
+            extra = max(0.0, excess) * min(ratios, default=0.0)
+            role = "only" if layout.pp == 1 else "first" if s == 0 else "last"
+            stage_time = (fewest * min(times[(k, "none")] for k in kinds) + extra
+                          + stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp,
+                                             ep=layout.ep, etp=layout.etp).total)
+            slowest = max(slowest, stage_time)
+            extra_sum += extra
+        if feasible:
+            total = stage_sum + extra_sum
+            bound = pipeline_seconds(total, max(slowest, total / layout.pp), mbn, layout.vpp)
+            best = bound if best is None else min(best, bound)
+    return best

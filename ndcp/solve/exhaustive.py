@@ -5,9 +5,13 @@ simple: the reference planner's nested loops (space.SearchSpace.candidates) and 
 """
 from __future__ import annotations
 
+import itertools
 import time
 
+from ..estimate.layout import default_partition
 from ..space import SearchSpace
+from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, Strategy
+from .recompute import split_stage_counts
 from .explain import explain_infeasible
 from .result import Evaluated, Progress, SearchResult, evaluate
 
@@ -37,6 +41,62 @@ def exhaustive_search(space: SearchSpace, top: int = 10, progress=None) -> Searc
         method="exhaustive", status="optimal" if fitting else "infeasible", strategies=fitting[:top],
         lower_bound_seconds=best if fitting else 0.0, space_size=size, refused=walk.refused,
         solve_seconds=elapsed, verified=size, over_memory=len(misses), nearest_misses=nearest)
+    if not fitting:
+        least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
+        result.explanation = explain_infeasible(space, walk, least)
+    return result
+
+
+def _stage_plans(layers: int) -> list[tuple[int, int, int]]:
+    """Every (none, selective, full) split of one stage's layers."""
+    return [(layers - s - f, s, f) for f in range(layers + 1) for s in range(layers + 1 - f)]
+
+
+def _partitions(layers: int, pp: int, max_offset: int) -> list[tuple[int, ...]]:
+    """Every layers-per-stage tuple within +-max_offset of the default partition (the default first)."""
+    base = default_partition(layers, pp)
+    found = [()]
+    for combo in itertools.product(*(range(max(1, b - max_offset), b + max_offset + 1) for b in base)):
+        if sum(combo) == layers and combo != base:
+            found.append(combo)
+    return found
+
+
+def exhaustive_plan_search(space: SearchSpace, top: int = 10, max_offset: int = 2) -> SearchResult:
+    """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
+    within max_offset (single-kind models, no interleaving, as recompute.PlanModel searches), priced in full; the
+    best plan of each (item, SP) is ranked. Exponential in the stages: for tests and small cases only."""
+    start = time.perf_counter()
+    walk = space.walk()
+    _, zeros_choices, _ = space.inner_choices(2)
+    best: dict[tuple, Evaluated] = {}
+    misses: list[Evaluated] = []
+    model = space.model
+    single_kind = model.moe is None or model.dense_layers == 0
+    for layout, mbs, mbn in walk.batches:
+        offset = max_offset if (single_kind and layout.vpp == 1 and layout.pp > 1) else 0
+        zeros, sps, _ = space.inner_choices(layout.tp)
+        for partition in _partitions(model.layers, layout.pp, offset) if offset else [()]:
+            counts = partition or default_partition(model.layers, layout.pp * layout.vpp)
+            stage_layers = [sum(counts[s::layout.pp]) for s in range(layout.pp)]
+            for plans in itertools.product(*(_stage_plans(n) for n in stage_layers)):
+                stages = [dict(zip(RECOMPUTE_MODES, p)) for p in plans]
+                recompute = RecomputePlan(mode="per-stage", stages=tuple(split_stage_counts(stages, counts, layout.pp)))
+                for sp in sps:
+                    for zero in zeros:
+                        base = layout.strategy(mbs, mbn, zero, sp, "none")
+                        strategy = Strategy(**{**base.__dict__, "recompute": recompute, "layers_per_stage": partition})
+                        evaluated = evaluate(space, strategy)
+                        key = (layout, mbs, mbn, sp)
+                        if not evaluated.fits:
+                            misses.append(evaluated)
+                        elif key not in best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(best[key]):
+                            best[key] = evaluated
+    fitting = sorted(best.values(), key=Evaluated.rank_key)
+    result = SearchResult(method="exhaustive per-layer", status="optimal" if fitting else "infeasible",
+                          strategies=fitting[:top], lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0,
+                          space_size=len(walk.batches), refused=walk.refused,
+                          solve_seconds=time.perf_counter() - start, over_memory=len(misses))
     if not fitting:
         least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
         result.explanation = explain_infeasible(space, walk, least)

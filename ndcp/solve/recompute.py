@@ -21,17 +21,25 @@ from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import default_partition, stage_layouts, stage_mode_counts
 from ..estimate.memory import model_state_bytes, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
 from ..estimate.parameters import StageParameters
-from ..estimate.time import data_parallel_seconds, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
+from ..estimate.time import data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
 from ..space import Layout, SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
 MIB = 2**20
 TIME_UNIT = 1e-5
-UNBOUNDED_WINDOW = 1e9  # seconds: data-parallel exposure with the widest possible overlap (a lower bound)
 
 
 def _floor(value: float, unit: float) -> int:
     return int(math.floor(value / unit + 1e-9))
+
+
+def _ceil(value: float, unit: float) -> int:
+    return int(math.ceil(value / unit - 1e-9))
+
+
+def _backward_window(t) -> float:
+    """What a layer adds to its stage's backward overlap window: its backward and recompute time."""
+    return t.backward + t.recompute
 
 
 @dataclass(frozen=True)
@@ -39,8 +47,9 @@ class PlanSolution:
     """The best plan of one (item, sp): the strategy it gives and a lower bound on its full-estimator step time."""
 
     strategy: Strategy
-    bound_seconds: float
+    bound_seconds: float  # lower bound on every plan of the sub-model not excluded so far
     proven: bool
+    assignment: tuple[int, ...]  # values of the decision variables, to exclude this plan in a later solve
 
 
 class PlanModel:
@@ -75,8 +84,22 @@ class PlanModel:
         one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms,
                                     layer.experts / (layout.ep * layout.etp), 1)
         self.static_per_layer = [sum(model_state_bytes(run, base.with_(zero=z), one_layer).values()) for z in zeros]
-        self.data_parallel = [sum(data_parallel_seconds(model, cluster, run, base.with_(zero=z), UNBOUNDED_WINDOW))
-                              for z in zeros]
+        # Data-parallel terms per stage and ZeRO stage. With uneven partitions a stage may hold default +- offset
+        # layers: take each term at its smallest (fewest layers; the last bucket's share at the most layers).
+        low = tuple(max(1, d - self.offset) for d in self.default)
+        high = tuple(d + self.offset for d in self.default)
+        self.dp_terms = []
+        for z in zeros:
+            fewest = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=low)
+                                         if self.offset else base.with_(zero=z))
+            most = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=high)
+                                       if self.offset else base.with_(zero=z))
+            self.dp_terms.append([(t.gradients, t.gather_per_step, t.gather_per_microbatch, m.last_bucket, t.optimizer)
+                                  for t, m in zip(fewest, most)])
+        self.backward = {(k, mode): _backward_window(layer_time(model, cluster, run, k, mode, *theta))
+                         for k in present for mode in modes}
+        self.extra_backward = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
+                                                ep=layout.ep, etp=layout.etp).backward for s in range(pp)]
 
     @staticmethod
     def _follow_kind_rule(m, n, moe_layers: int, s: int) -> None:
@@ -90,8 +113,9 @@ class PlanModel:
             m.Add(n[("moe", "none")] == 0).OnlyEnforceIf(moe_covered)
             m.Add(n[("dense", "full")] + n.get(("dense", "selective"), 0) == 0).OnlyEnforceIf(moe_covered.Not())
 
-    def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1) -> PlanSolution | None:
-        """The fastest plan whose every stage fits, or None when none does."""
+    def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1,
+              exclude: tuple[tuple[int, ...], ...] = ()) -> PlanSolution | None:
+        """The fastest plan whose every stage fits, other than the `exclude`d assignments; None when none is left."""
         m = cp_model.CpModel()
         pp, vpp, cap = self.layout.pp, self.layout.vpp, capacity_bytes // MIB
         z = [m.NewBoolVar(f"zero{k}") for k in range(len(self.zeros))]
@@ -139,8 +163,16 @@ class PlanModel:
             stage_times.append(t)
         if self.offset:
             m.Add(sum(sizes) == self.space.model.layers)
-        dp = sum(zk * _floor(self.data_parallel[k], TIME_UNIT) * vpp for k, zk in enumerate(z))
-        m.Minimize((vpp * self.mbn - 1) * slowest + sum(stage_times) + dp)
+        decisions = list(z) + [x for x in sizes if not isinstance(x, int)] + [v for n in counts for v in n.values()]
+        for assignment in exclude:  # no-good: differ from an excluded plan in at least one decision
+            differs = []
+            for var, value in zip(decisions, assignment):
+                d = m.NewBoolVar("")
+                m.Add(var != value).OnlyEnforceIf(d)
+                differs.append(d)
+            m.AddBoolOr(differs)
+        exposed, optimizer = self._data_parallel(m, z, counts)
+        m.Minimize((vpp * self.mbn - 1) * slowest + sum(stage_times) + vpp * (exposed + optimizer))
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.01, seconds)
         solver.parameters.random_seed = seed
@@ -158,14 +190,35 @@ class PlanModel:
             stages.append(totals)
         plan = self._plan(stages, layers)
         bound = math.floor(solver.BestObjectiveBound() + 1e-9) * TIME_UNIT / vpp
-        return PlanSolution(plan(zero), bound, status == cp_model.OPTIMAL)
+        return PlanSolution(plan(zero), bound, status == cp_model.OPTIMAL,
+                            tuple(solver.Value(v) for v in decisions))
+
+    def _data_parallel(self, m, z, counts):
+        """Exposed DP sync and optimizer step (estimate.time.DataParallelTerms.exposed), linear in the counts: each
+        stage's sync overlaps its own backward window (rounded up: exposure is never overestimated)."""
+        exposed = m.NewIntVar(0, 10**15, "dp_exposed")
+        optimizer = m.NewIntVar(0, 10**15, "optimizer")
+        for s, n in enumerate(counts):
+            window = (sum(_ceil(self.backward[key], TIME_UNIT) * var for key, var in n.items())
+                      + _ceil(self.extra_backward[s], TIME_UNIT))
+            grads, gather, per_mb = (m.NewIntVar(0, 10**15, f"{name}{s}") for name in ("g", "p", "q"))
+            for k, zk in enumerate(z):
+                g, p, q, last, opt = (self.dp_terms[k][s][0], self.dp_terms[k][s][1], self.dp_terms[k][s][2],
+                                      self.dp_terms[k][s][3], self.dp_terms[k][s][4])
+                for term, value, scale in ((grads, g, 2), (gather, p, 1), (per_mb, q, 3)):
+                    # term >= value - scale/2 x window  (written times 2) and term >= value x last bucket
+                    m.Add(2 * term >= 2 * _floor(value, TIME_UNIT) - scale * window).OnlyEnforceIf(zk)
+                    m.Add(term >= _floor(value * last, TIME_UNIT)).OnlyEnforceIf(zk)
+                m.Add(optimizer >= _floor(opt, TIME_UNIT)).OnlyEnforceIf(zk)
+            m.Add(exposed >= grads + gather + self.mbn * per_mb)
+        return exposed, optimizer
 
     def _plan(self, stages: list[dict[str, int]], layers: list[int]):
         """A function zero -> Strategy carrying the per-virtual-stage plan and (if changed) the partition."""
         pp, vpp = self.layout.pp, self.layout.vpp
         partition = tuple(layers) if layers != self.default else ()
         chunk_layers = partition or default_partition(self.space.model.layers, pp * vpp)
-        per_virtual = _split(stages, chunk_layers, pp)
+        per_virtual = split_stage_counts(stages, chunk_layers, pp)
         modes = {m for st in per_virtual for m in RECOMPUTE_MODES if st.count(m)}
         recompute = (RecomputePlan.uniform(modes.pop()) if len(modes) == 1 and not partition
                      else RecomputePlan(mode="per-stage", stages=tuple(per_virtual)))
@@ -178,7 +231,7 @@ class PlanModel:
         return build
 
 
-def _split(stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int) -> list[StageRecompute]:
+def split_stage_counts(stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int) -> list[StageRecompute]:
     """Per-virtual-stage counts from each device stage's totals: its chunks (virtual stages s, s+pp, ...) are
     filled in order, heavier recompute first, each up to its layer count. Memory and time depend on the totals only."""
     out: list[StageRecompute] = [StageRecompute()] * len(chunk_layers)

@@ -111,6 +111,15 @@ def test_megatron_uneven_first_last_stage():
     assert any("partition" in n for n in emit("megatron", LLAMA, RUN, bad).notes)
 
 
+def test_megatron_all_full_per_stage_is_exact_without_note():
+    s = llama_strategy(vpp=1, schedule="1f1b", layers_per_stage=(18, 22, 20, 20), recompute=RecomputePlan(
+        mode="per-stage", stages=tuple(StageRecompute(full=n) for n in (18, 22, 20, 20))))
+    out = emit("megatron", LLAMA, RUN, s)
+    assert not any("recompute" in n for n in out.notes)
+    args = parse_megatron(out.text)
+    assert megatron_plan(args, partition(LLAMA, s)) == stage_plans(LLAMA, s)
+
+
 def test_megatron_block_recompute_exact():
     plan = RecomputePlan(mode="per-stage", stages=tuple(StageRecompute(none=17, full=3) for _ in range(4)))
     s = llama_strategy(vpp=1, schedule="1f1b", recompute=plan)
