@@ -12,6 +12,7 @@ Exit codes: 0 success (an estimate that does not fit is still a success), 1 infe
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import traceback
@@ -20,7 +21,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .specs.device import ClusterSpec, PRESETS, device_preset
-from .specs.fields import SpecError, divisors, from_mapping
+from .specs.fields import SpecError, divisors, from_mapping, show
 from .specs.model import ModelSpec
 from .specs.run import RunSpec
 from .specs.strategy import RECOMPUTE_MODES, SCHEDULES, RecomputePlan, StageRecompute, Strategy
@@ -57,9 +58,12 @@ def parse_size(text: str) -> int:
     unit = match.group(3).lower() if match else ""
     if not match or unit not in _SIZE_UNITS:
         raise argparse.ArgumentTypeError(f"invalid size {text!r}: expected e.g. 70GiB, 75GB, 80000MiB or bytes")
-    number = float(match.group(1)) * (10 ** int(match.group(2)) if match.group(2) else 1)
-    value = number * _SIZE_UNITS[unit]
-    if value > 1 << 60:
+    try:  # a huge exponent (1e400GB) overflows the float: too large, not a crash
+        number = float(match.group(1)) * (10.0 ** int(match.group(2)) if match.group(2) else 1)
+        value = number * _SIZE_UNITS[unit]
+    except (OverflowError, ValueError):
+        value = math.inf
+    if not value <= 1 << 60:
         raise argparse.ArgumentTypeError(f"invalid size {text!r}: too large")
     return int(round(value))
 
@@ -185,16 +189,19 @@ def _strategy_value(key: str, value: Any) -> Any:
     """Check and convert one strategy value (from the --strategy string or the YAML file)."""
     if key in STRATEGY_INT_KEYS:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise SpecError(f"{key}={value!r} is not valid; expected an integer")
+            raise SpecError(f"{key}={show(value)} is not valid; expected an integer")
         try:
             number = int(str(value).strip())
         except ValueError:
-            raise SpecError(f"{key}={value!r} is not valid; expected an integer") from None
+            raise SpecError(f"{key}={show(value)} is not valid; expected an integer") from None
         low = 0 if key == "zero" else 1
         if number < low or (key == "zero" and number > 3):
             valid = "valid: 0, 1, 2, 3" if key == "zero" else "expected an integer >= 1"
             raise SpecError(f"{key}={number} is not valid; {valid}")
         return number
+    if not isinstance(value, (str, int, float, dict, list, tuple)) or (
+            key in ("sp", "schedule") and not isinstance(value, (str, int))):
+        raise SpecError(f"{key}={show(value)} is not valid")  # before str(value): a YAML alias bomb must not print
     if key == "sp":
         if isinstance(value, bool):
             return value
@@ -203,30 +210,30 @@ def _strategy_value(key: str, value: Any) -> Any:
             return True
         if word in _FALSE:
             return False
-        raise SpecError(f"sp={value!r} is not valid; valid: on, off, true, false, 1, 0")
+        raise SpecError(f"sp={show(value)} is not valid; valid: on, off, true, false, 1, 0")
     if key == "schedule":
         word = str(value).strip().lower()
         if word not in SCHEDULES:
-            raise SpecError(f"schedule={value!r} is not valid; valid: {', '.join(SCHEDULES)}")
+            raise SpecError(f"schedule={show(value)} is not valid; valid: {', '.join(SCHEDULES)}")
         return word
     if key == "recompute":
         if isinstance(value, str):
             word = value.strip().lower()
             if word not in RECOMPUTE_MODES:
-                raise SpecError(f"recompute={value!r} is not valid; valid: {', '.join(RECOMPUTE_MODES)} "
+                raise SpecError(f"recompute={show(value)} is not valid; valid: {', '.join(RECOMPUTE_MODES)} "
                                 "(per-stage plans go in --strategy-file)")
             return word
         return value  # a per-stage mapping from the file, checked by _recompute_plan
     if key == "layers_per_stage":
         if not isinstance(value, (list, tuple)) or not value:
-            raise SpecError(f"layers_per_stage={value!r} is not valid; expected a list of layer counts per stage")
+            raise SpecError(f"layers_per_stage={show(value)} is not valid; expected a list of layer counts per stage")
         return tuple(_layer_count(i, v) for i, v in enumerate(value))
     raise SpecError(f"{key}: unknown strategy key; valid keys: {', '.join(STRATEGY_KEYS)}")
 
 
 def _layer_count(index: int, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"layers_per_stage[{index}]={value!r} is not valid; expected an integer >= 1")
+        raise SpecError(f"layers_per_stage[{index}]={show(value)} is not valid; expected an integer >= 1")
     return value
 
 
@@ -252,21 +259,16 @@ def parse_strategy_string(text: str) -> dict[str, Any]:
 def load_strategy_file(path: str) -> dict[str, Any]:
     """A YAML (or JSON) strategy: the --strategy keys plus `layers_per_stage` and a per-stage `recompute`. A document
     with a top-level `strategy` mapping (an `ndcp estimate --json` output) is read from that mapping."""
-    import yaml
+    from .specs.library import parse_yaml
 
     where = f"--strategy-file {path}"
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"{where}: cannot read: not UTF-8 text") from None
-    except OSError as error:
-        raise SpecError(f"{where}: cannot read: {error.strerror or type(error).__name__}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SpecError(f"{where}: invalid YAML{at}: {getattr(error, 'problem', None) or 'parse error'}") from None
+    except (OSError, ValueError) as error:  # ValueError: a path with an embedded NUL
+        raise SpecError(f"{where}: cannot read: {getattr(error, 'strerror', None) or type(error).__name__}") from None
+    data = parse_yaml(text, where)  # YAML errors, nesting too deep, 4300+-digit integers -> SpecError
     if isinstance(data, dict) and isinstance(data.get("strategy"), dict):
         data = data["strategy"]
     if not isinstance(data, dict):
@@ -276,7 +278,7 @@ def load_strategy_file(path: str) -> dict[str, Any]:
     for key, value in data.items():
         name = str(key).strip().lower().replace("-", "_")
         if name not in STRATEGY_KEYS + FILE_ONLY_KEYS:
-            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(STRATEGY_KEYS + FILE_ONLY_KEYS)}")
+            raise SpecError(f"{where}: unknown key {show(key)}; valid keys: {', '.join(STRATEGY_KEYS + FILE_ONLY_KEYS)}")
         try:
             out[name] = _strategy_value(name, value)
         except SpecError as error:
@@ -290,7 +292,7 @@ def _recompute_plan(value: Any) -> RecomputePlan:
         return RecomputePlan.uniform(value)
     stages = value.get("stages") if isinstance(value, dict) else value if isinstance(value, list) else None
     if isinstance(value, dict) and set(value) - {"stages", "mode"}:
-        extra = sorted(set(value) - {"stages", "mode"})[0]
+        extra = show(sorted(set(value) - {"stages", "mode"}, key=str)[0])
         raise SpecError(f"recompute.{extra}: unknown key; valid keys: stages")
     if not isinstance(stages, list) or not stages:
         raise SpecError("recompute is not valid; expected none|selective|full or {stages: [{none: N, selective: N, "
@@ -302,7 +304,7 @@ def _recompute_plan(value: Any) -> RecomputePlan:
         counts = {k: v for k, v in entry.items() if k not in ("stage", "layers")}
         stage = from_mapping(StageRecompute, counts, f"recompute.stages[{i}].")
         if "layers" in entry and entry["layers"] != stage.layers:
-            raise SpecError(f"recompute.stages[{i}]: layers={entry['layers']!r} but none+selective+full = "
+            raise SpecError(f"recompute.stages[{i}]: layers={show(entry['layers'])} but none+selective+full = "
                             f"{stage.layers}")
         plan.append(stage)
     return RecomputePlan(mode="per-stage", stages=tuple(plan))
@@ -389,6 +391,7 @@ def register_estimate(subparsers) -> None:
                        help="e.g. tp=8,pp=16,dp=8,mbs=1,vpp=1,zero=1,sp=on,recompute=selective")
     group.add_argument("--strategy-file", metavar="PLAN.yaml", help="strategy as YAML (per-stage plans allowed)")
     add_json_argument(parser)
+    add_emit_arguments(parser, "the strategy")
     parser.set_defaults(func=cmd_estimate)
 
 
@@ -414,13 +417,18 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     time = estimate_time(model, cluster, run, strategy) if estimate_time else None
     notes = [why] if why else []
     doc = estimate_document(model, cluster, run, strategy, memory, time, notes)
+    check_emit_arguments(args, stdout_taken=getattr(args, "json", None) == "-")
     if emit_json(args, doc):
         for note in notes:
             print(f"ndcp: note: {note}", file=sys.stderr)
+        if args.emit:
+            write_emitted(args, model, run, strategy)
         return EXIT_OK
     from .report.terminal import render_estimate
 
     render_estimate(console_for(args), model, cluster, run, strategy, memory, time, notes)
+    if args.emit:
+        write_emitted(args, model, run, strategy)
     return EXIT_OK
 
 
@@ -604,10 +612,25 @@ def _positive_float(text: str) -> float:
 
 
 def _int(text: str) -> int:
+    """A 32-bit integer (CP-SAT seeds are int32; larger values are never meaningful here)."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a 32-bit integer")
+    return value
+
+
+MAX_WORKERS = 256
+
+
+def _workers(text: str) -> int:
+    """CP-SAT search workers: 1..256 (CP-SAT starts one thread per worker)."""
+    value = _positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected at most {MAX_WORKERS} workers")
+    return value
 
 
 def register_search(subparsers) -> None:
@@ -625,10 +648,12 @@ def register_search(subparsers) -> None:
     group = parser.add_argument_group("search space")
     group.add_argument("--fix", metavar="K=V,...", default="", help="pin dimensions, e.g. tp=8,pp=16")
     group.add_argument("--max", metavar="K=V,...", default="", dest="max_", help="bound dimensions, e.g. tp=8")
-    group.add_argument("--recompute", choices=("uniform", "per-layer", "none", "selective", "full"),
+    group.add_argument("--recompute", choices=("uniform", "per-layer", "greedy", "none", "selective", "full"),
                        default="uniform",
                        help="activation recompute: `uniform` searches none/selective/full applied to every layer "
-                            "(default); `per-layer` also decides per stage how many layers keep, selectively or "
+                            "(default); `greedy` gives every candidate the reference planner's greedy per-stage plan "
+                            "(status `heuristic`: no proof, for comparison); "
+                            "`per-layer` also decides per stage how many layers keep, selectively or "
                             "fully recompute activations, jointly with the degrees (never slower than uniform; on "
                             "large problems it may stop at the time limit with a gap); or one mode for every layer")
     group.add_argument("--max-offset", metavar="N", type=_int, default=2,
@@ -644,7 +669,7 @@ def register_search(subparsers) -> None:
     group.add_argument("--exhaustive", action="store_true", help="price every valid strategy (no solver)")
     group.add_argument("--time-limit", metavar="SECONDS", type=_positive_float, default=60.0,
                        help="CP-SAT time limit (default 60)")
-    group.add_argument("--workers", metavar="N", type=_positive_int, default=1,
+    group.add_argument("--workers", metavar="N", type=_workers, default=1,
                        help="CP-SAT search workers (default 1: deterministic)")
     group.add_argument("--seed", metavar="S", type=_int, default=0, help="CP-SAT random seed (default 0)")
     group = parser.add_argument_group("output")
@@ -652,6 +677,9 @@ def register_search(subparsers) -> None:
     group.add_argument("--csv", metavar="PATH|-", help="also write the ranked strategies as CSV; `-` writes only the "
                                                        "CSV to stdout")
     group.add_argument("--quiet", "-q", action="store_true", help="print only the one-line result")
+    add_emit_arguments(group, "the winner")
+    group.add_argument("--plot", metavar="PATH", help="plot the ranking and the winner's memory (.png or .svg; needs "
+                                                      "matplotlib)")
     parser.set_defaults(func=cmd_search)
 
 
@@ -669,7 +697,7 @@ def build_space_options(args: argparse.Namespace):
     sp_choices = {"on": (True,), "off": (False,), "both": (False, True)}[args.sp]
     if "sp" in fixed and bool(fixed["sp"]) not in sp_choices:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
-    recompute = modes if args.recompute in ("uniform", "per-layer") else (args.recompute,)
+    recompute = modes if args.recompute in ("uniform", "per-layer", "greedy") else (args.recompute,)
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
                         sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound)
 
@@ -762,6 +790,9 @@ def search_document(model, cluster, run, space, result) -> dict:
                    "zero_stages": list(o.zero_stages), "sp_choices": list(o.sp_choices),
                    "tp_cp_bound": o.tp_cp_bound or None},
         **result.as_dict(),
+        **({"gap": None, "lower_bound_seconds": None,
+            "note": "greedy recompute plans (reference planner heuristic): not proven, no bound"}
+           if result.status == "heuristic" else {}),
     }
 
 
@@ -777,10 +808,21 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise SpecError("--json - and --csv - both write to stdout; give one of them a file path")
     show_progress = not (json_only or csv_only or args.quiet)
     per_layer = args.recompute == "per-layer"
-    if args.max_offset < 0:
-        raise SpecError(f"--max-offset={args.max_offset} is not valid; expected an integer >= 0")
-    with _SearchProgress(show_progress, "exhaustive" if args.exhaustive else "cp-sat") as progress:
-        if args.exhaustive and per_layer:
+    if not 0 <= args.max_offset <= model.layers:
+        raise SpecError(f"--max-offset={args.max_offset} is not valid; expected an integer from 0 to the "
+                        f"{model.layers} layers of {model.name}")
+    greedy = args.recompute == "greedy"
+    if greedy and args.exhaustive:
+        raise SpecError("--recompute greedy prices every candidate's greedy plan already; drop --exhaustive")
+    check_emit_arguments(args, stdout_taken=json_only or csv_only)
+    check_plot_path(getattr(args, "plot", None))
+    with _SearchProgress(show_progress, "exhaustive" if args.exhaustive else "greedy" if greedy else "cp-sat") \
+            as progress:
+        if greedy:
+            from .solve.greedy import greedy_search
+
+            result = greedy_search(space, top=args.top, progress=progress, time_limit=args.time_limit)
+        elif args.exhaustive and per_layer:
             result = exhaustive_plan_search(space, top=args.top, max_offset=args.max_offset)
         elif args.exhaustive:
             result = exhaustive_search(space, top=args.top, progress=progress)
@@ -791,6 +833,11 @@ def cmd_search(args: argparse.Namespace) -> int:
             result = cpsat_search(space, top=args.top, time_limit=args.time_limit, seed=args.seed,
                                   workers=args.workers, progress=progress)
     found = bool(result.strategies)
+    if getattr(args, "plot", None):
+        write_plot(args.plot, lambda path: __import__("ndcp.report.plots", fromlist=["plot_search"]).plot_search(
+            result, path))
+    if found and args.emit and args.emit_file:
+        write_emitted(args, model, run, result.best.strategy)
     if args.csv:
         from .report.csvout import write_ranking_csv
 
@@ -811,16 +858,177 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(one_line(result))
     else:
         render_search(console_for(args), model, cluster, run, space, result)
+    if found and args.emit and not args.emit_file:
+        write_emitted(args, model, run, result.best.strategy)
     return EXIT_OK if found else EXIT_INFEASIBLE
+
+
+# -- trainer configs and plots (search, estimate, recompute) ----------------------------------------------------
+EMIT_KINDS = ("megatron", "torchtitan", "mindformers")
+
+
+def add_emit_arguments(parser, what: str) -> None:
+    parser.add_argument("--emit", choices=EMIT_KINDS,
+                        help=f"print the launch configuration of {what} for a trainer: Megatron-LM flags, a "
+                             "torchtitan TOML or a MindFormers YAML")
+    parser.add_argument("--emit-file", metavar="PATH", help="write the --emit configuration to PATH instead of stdout")
+
+
+def check_emit_arguments(args: argparse.Namespace, stdout_taken: bool) -> None:
+    emit_kind, emit_file = getattr(args, "emit", None), getattr(args, "emit_file", None)
+    if emit_file and not emit_kind:
+        raise SpecError("--emit-file needs --emit megatron|torchtitan|mindformers")
+    if emit_kind and not emit_file and stdout_taken:
+        raise SpecError("--emit writes to stdout, which --json -/--csv - already use; add --emit-file PATH")
+
+
+def write_emitted(args: argparse.Namespace, model, run, strategy) -> None:
+    """The --emit configuration of `strategy`, to --emit-file or stdout; notes go to stderr."""
+    from .report.emit import emit
+
+    emitted = emit(args.emit, model, run, strategy)
+    if args.emit_file:
+        try:
+            Path(args.emit_file).expanduser().write_text(emitted.text, encoding="utf-8")
+        except OSError as error:
+            raise SpecError(f"--emit-file {args.emit_file}: cannot write: {error.strerror or error}") from None
+        print(f"ndcp: wrote the {args.emit} configuration to {args.emit_file}", file=sys.stderr)
+    else:
+        sys.stdout.write(emitted.text)  # its notes are comments at the top of the text
+        sys.stdout.flush()
+        return
+    for note in emitted.notes:
+        print(f"ndcp: note: {note}", file=sys.stderr)
+
+
+def check_plot_path(path: str | None) -> None:
+    if path and Path(path).suffix.lower() not in (".png", ".svg"):
+        raise SpecError(f"--plot {path}: the file name must end in .png or .svg")
+
+
+def write_plot(path: str, draw: Callable) -> None:
+    try:
+        draw(path)
+    except (RuntimeError, ValueError, OSError) as error:
+        raise SpecError(f"--plot {path}: {_one_line(error)}") from None
+    print(f"ndcp: wrote the plot to {path}", file=sys.stderr)
+
+
+# -- recompute: the memory-time frontier of one strategy ---------------------------------------------------------
+RECOMPUTE_EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 \\\n"
+                     "    --strategy tp=2,pp=4,mbs=2,zero=1,sp=on\n"
+                     "ndcp recompute llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192 \\\n"
+                     "    --caps 40GiB,50GiB,60GiB,70GiB --emit megatron --json frontier.json")
+
+
+def _size_list(text: str) -> list[int]:
+    sizes = [parse_size(item) for item in str(text).split(",") if item.strip()]
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"invalid caps {text!r}: expected e.g. 40GiB,50GiB,60GiB")
+    return sizes
+
+
+def register_recompute(subparsers) -> None:
+    parser = _subparser(
+        subparsers, "recompute", "memory-time frontier of one strategy's recompute plans",
+        "For one strategy (degrees, SP and ZeRO fixed), the fastest per-stage recompute plan and layer partition\n"
+        "under a sweep of memory caps, each solved exactly by CP-SAT and verified with the full estimators.\n"
+        "Default caps: 12 from the least memory any plan needs up to the capacity (--memory-cap or the device).\n"
+        "Without --strategy, the strategy is the best `ndcp search --recompute uniform` finds.\n"
+        "Exit 0 when every cap has a plan, 1 when some cap is below the least memory, 2 for usage errors.",
+        RECOMPUTE_EXAMPLE)
+    add_problem_arguments(parser)
+    group = parser.add_argument_group("strategy")
+    group.add_argument("--strategy", metavar="K=V,...", default="",
+                       help="as in `ndcp estimate` (its recompute is ignored); omitted: the best uniform search result")
+    group.add_argument("--strategy-file", metavar="PLAN.yaml", help="strategy as YAML")
+    group = parser.add_argument_group("frontier")
+    group.add_argument("--caps", metavar="SIZE,...", type=_size_list,
+                       help="memory caps to solve under, e.g. 40GiB,50GiB,60GiB (default: 12 caps, least to capacity)")
+    group.add_argument("--points", metavar="N", type=_positive_int, default=12, help="default caps (default 12)")
+    group.add_argument("--max-offset", metavar="N", type=_int, default=2,
+                       help="layers a stage may hold above or below the even partition (default 2)")
+    group.add_argument("--time-limit", metavar="SECONDS", type=_positive_float, default=10.0,
+                       help="CP-SAT time limit per plan solve (default 10)")
+    group.add_argument("--workers", metavar="N", type=_workers, default=1, help="CP-SAT workers (default 1)")
+    group.add_argument("--seed", metavar="S", type=_int, default=0, help="CP-SAT random seed (default 0)")
+    group = parser.add_argument_group("output")
+    add_json_argument(group)
+    group.add_argument("--csv", metavar="PATH|-", help="also write the frontier as CSV; `-` writes only the CSV")
+    group.add_argument("--plot", metavar="PATH", help="plot step time vs cap (.png or .svg; needs matplotlib)")
+    add_emit_arguments(group, "the fastest plan of the frontier")
+    parser.set_defaults(func=cmd_recompute)
+
+
+def cmd_recompute(args: argparse.Namespace) -> int:
+    from .report.frontier import frontier_document, render_frontier, write_frontier_csv
+    from .report.search import degrees_text
+    from .solve.frontier import frontier
+    from .space import SearchSpace
+
+    model, cluster, run = build_problem(args)
+    json_only, csv_only = getattr(args, "json", None) == "-", args.csv == "-"
+    if json_only and csv_only:
+        raise SpecError("--json - and --csv - both write to stdout; give one of them a file path")
+    if not 0 <= args.max_offset <= model.layers:
+        raise SpecError(f"--max-offset={args.max_offset} is not valid; expected an integer from 0 to the "
+                        f"{model.layers} layers of {model.name}")
+    check_emit_arguments(args, stdout_taken=json_only or csv_only)
+    check_plot_path(args.plot)
+    capacity = run.capacity(cluster.device.memory_bytes)
+    for cap in args.caps or ():
+        if cap <= 0 or cap > cluster.device.memory_bytes:
+            raise SpecError(f"--caps: {_gib(cap)} is not valid; expected a size up to the {cluster.device.name} "
+                            f"device memory ({_gib(cluster.device.memory_bytes)})")
+    space = SearchSpace(model, cluster, run)
+    if args.strategy or args.strategy_file:
+        values = load_strategy_file(args.strategy_file) if args.strategy_file else {}
+        values.update(parse_strategy_string(args.strategy))
+        values.pop("layers_per_stage", None)
+        values["recompute"] = "none"
+        strategy = build_strategy(model, cluster, run, values)
+    else:
+        from .solve.certificate import cpsat_search
+
+        best = cpsat_search(space, top=1, time_limit=60.0, seed=args.seed, workers=args.workers).best
+        if best is None:
+            print("ndcp: infeasible: no uniform-recompute strategy fits; give one with --strategy", file=sys.stderr)
+            return EXIT_INFEASIBLE
+        strategy = best.strategy
+    result = frontier(space, strategy, caps=args.caps, max_cap=capacity, count=args.points,
+                      max_offset=args.max_offset, seconds=args.time_limit, seed=args.seed, workers=args.workers)
+    if args.csv:
+        write_frontier_csv(model, result, args.csv)
+    quiet = emit_json(args, frontier_document(model, result)) or csv_only
+    if not quiet:
+        render_frontier(console_for(args), model, result, degrees_text(strategy.with_(recompute=RecomputePlan())))
+    if result.points and args.plot:
+        from .report.plots import plot_frontier
+
+        points = [(p.cap_bytes, p.peak_bytes, p.step_seconds) for p in result.points] + [
+            (c, None, None) for c in result.infeasible_caps]
+        write_plot(args.plot, lambda path: plot_frontier(points, path))
+    if result.points and args.emit:
+        write_emitted(args, model, run, result.points[-1].strategy)
+    if result.least_bytes is None:
+        print(f"ndcp: infeasible: no recompute plan of this strategy fits under {_gib(max(args.caps or [capacity]))}",
+              file=sys.stderr)
+        return EXIT_INFEASIBLE
+    if result.infeasible_caps:
+        caps = ", ".join(_gib(c) for c in result.infeasible_caps)
+        print(f"ndcp: infeasible: cap {caps} is below the least memory any recompute plan of this strategy needs "
+              f"({_gib(result.least_bytes)})", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return EXIT_OK
 
 
 class InternalError(RuntimeError):
     """Something in ndcp itself went wrong (not the user's input)."""
 
 
-# Registration functions, in the order `ndcp --help` lists them. Add `register_recompute` here.
-COMMANDS: list[Callable] = [register_estimate, register_search, register_models, register_devices,
-                            register_validate]
+# Registration functions, in the order `ndcp --help` lists them.
+COMMANDS: list[Callable] = [register_estimate, register_search, register_recompute, register_models,
+                            register_devices, register_validate]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,7 +32,8 @@ TIME_SHARES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pp", ("pp_comm",)),
     ("bubble", ("bubble",)),
 )
-STATUS_STYLES = {"optimal": "bold green", "feasible": "bold yellow", "infeasible": "bold red"}
+STATUS_STYLES = {"optimal": "bold green", "feasible": "bold yellow", "heuristic": "bold yellow",
+                 "infeasible": "bold red"}
 
 
 # -- small helpers -----------------------------------------------------------------------------------------------
@@ -114,6 +115,9 @@ def status_text(result) -> Text:
             f"certificate: the solver's bound on every unverified strategy is >= the #{len(result.strategies)} "
             "verified step time")
         text.append(f" — proven fastest, step {format_seconds(best.step_seconds)} ({method})")
+    elif status == "heuristic" and best is not None:
+        text.append(f" — fastest greedy plan, step {format_seconds(best.step_seconds)}: the reference planner's "
+                    "greedy recompute, not proven and with no bound (--recompute per-layer gives the proven optimum)")
     elif status == "feasible" and best is not None:
         text.append(f" — best verified step {format_seconds(best.step_seconds)}, proven bound "
                     f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit; raise "
@@ -145,7 +149,8 @@ def result_panel(result) -> Panel:
     grid.add_column()
     grid.add_row("status", status_text(result))
     grid.add_row("method", "exhaustive (every valid strategy priced)" if result.method == "exhaustive"
-                 else "CP-SAT relaxation + verification with the full estimators")
+                 else "greedy per-stage recompute on every candidate, priced by the full estimators (heuristic)"
+                 if result.method == "greedy" else "CP-SAT relaxation + verification with the full estimators")
     grid.add_row("time", f"{result.solve_seconds:.2f} s pricing every strategy" if result.method == "exhaustive"
                  else f"{result.solve_seconds:.2f} s in all, {result.verify_seconds:.2f} s of it verifying")
     calls = f"{result.solver_calls} solver call{'s' if result.solver_calls != 1 else ''}, " \
@@ -273,7 +278,8 @@ def one_line(result) -> str:
     if best is None:
         return f"{result.status}: {result.explanation or 'no strategy found'}"
     t, m = best.time, best.memory
-    proof = "proven optimal" if result.status == "optimal" else (
+    proof = "proven optimal" if result.status == "optimal" else "heuristic, not proven" \
+        if result.status == "heuristic" else (
         f"gap {100 * result.gap:.2f} % to bound {format_seconds(result.lower_bound_seconds)}")
     return (f"{result.status}: {degrees_text(best.strategy)}; step {format_seconds(t.step_seconds)}, "
             f"MFU {100 * t.mfu:.1f}%, peak {format_bytes(m.peak_bytes)} of {format_bytes(m.capacity_bytes)}; "

@@ -26,7 +26,7 @@ from ..space import Layout, SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
 MIB = 2**20
-TIME_UNIT = 1e-5
+TIME_UNIT = 1e-5  # seconds per time unit in the plan model (10 us)
 
 
 def _floor(value: float, unit: float) -> int:

@@ -26,7 +26,7 @@ class DeviceSpec:
     source: str = ""
 
     def __post_init__(self):
-        positive_int("memory_bytes", self.memory_bytes)
+        positive_int("memory_bytes", self.memory_bytes, 1 << 60)
         positive_int("devices_per_node", self.devices_per_node)
         for name in ("peak_flops", "hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
             finite_number(name, getattr(self, name), 0.0, low_open=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import types
 import typing
 from typing import Any, Iterable, Mapping
@@ -12,22 +13,55 @@ class SpecError(ValueError):
     """A user input that cannot describe a valid model, device, run or strategy; the message names the field."""
 
 
+# Upper bound on any size, count or dimension in a spec (2**24 = 16,777,216): far above every real model, and small
+# enough that loops over layers or divisors stay fast and float conversions never overflow.
+MAX_SIZE = 1 << 24
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 2, 4, 4, 4
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 60, 60, 40
+
+
+def show(value: Any) -> str:
+    """A bounded repr for error messages: nested, aliased (YAML anchors) or huge values cannot blow up a message."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails still needs a message
+        return f"<{type(value).__name__}>"
+
+
 def require(condition: bool, field: str, value: Any, valid: str) -> None:
     """Raise a SpecError naming the field, the value and what would be valid unless the condition holds."""
     if not condition:
-        raise SpecError(f"{field}={value!r} is not valid; {valid}")
+        raise SpecError(f"{field}={show(value)} is not valid; {valid}")
 
 
-def positive_int(field: str, value: Any) -> None:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, field, value, "expected an integer >= 1")
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def non_negative_int(field: str, value: Any) -> None:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, field, value, "expected an integer >= 0")
+def positive_int(field: str, value: Any, high: int = MAX_SIZE) -> None:
+    require(_is_int(value) and 1 <= value <= high, field, value,
+            f"expected an integer >= 1" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
+
+
+def non_negative_int(field: str, value: Any, high: int = MAX_SIZE) -> None:
+    require(_is_int(value) and 0 <= value <= high, field, value,
+            f"expected an integer >= 0" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
+
+
+def _finite(value: Any) -> bool:
+    """A real number that converts to a finite float (huge ints such as 10**400 do not: OverflowError)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def finite_number(field: str, value: Any, low: float = -math.inf, high: float = math.inf, *, low_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = _finite(value)
     ok = ok and (value > low if low_open else value >= low) and value <= high
     bound = f"{'>' if low_open else '>='} {low}" if low != -math.inf else ""
     upper = f"<= {high}" if high != math.inf else ""
@@ -67,36 +101,39 @@ def _coerce(field: str, annotation: Any, value: Any, context: str) -> Any:
                 return _coerce(field, option, value, context)
             except SpecError as error:
                 errors.append(str(error))
-        raise SpecError(errors[0] if errors else f"{context}{field}: unexpected value {value!r}")
+        raise SpecError(errors[0] if errors else f"{context}{field}: unexpected value {show(value)}")
     if dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
             return value
         if not isinstance(value, Mapping):
-            raise SpecError(f"{context}{field} must be a mapping of {annotation.__name__} fields, got {value!r}")
+            raise SpecError(f"{context}{field} must be a mapping of {annotation.__name__} fields, got {show(value)}")
         return from_mapping(annotation, value, f"{context}{field}.")
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise SpecError(f"{context}{field} must be a list, got {value!r}")
+            raise SpecError(f"{context}{field} must be a list, got {show(value)}")
         (item,) = typing.get_args(annotation)[:1]
         return tuple(_coerce(f"{field}[{i}]", item, v, context) for i, v in enumerate(value))
     if annotation is bool:
         if isinstance(value, bool):
             return value
-        raise SpecError(f"{context}{field}={value!r} is not valid; expected true or false")
+        raise SpecError(f"{context}{field}={show(value)} is not valid; expected true or false")
     if annotation is int:
         if isinstance(value, float) and value.is_integer() and math.isfinite(value):
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise SpecError(f"{context}{field}={value!r} is not valid; expected an integer")
+        raise SpecError(f"{context}{field}={show(value)} is not valid; expected an integer")
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise SpecError(f"{context}{field}={value!r} is not valid; expected a number")
+            try:
+                return float(value)
+            except OverflowError:
+                raise SpecError(f"{context}{field}={show(value)} is not valid; expected a finite number") from None
+        raise SpecError(f"{context}{field}={show(value)} is not valid; expected a number")
     if annotation is str:
         if isinstance(value, str):
             return value
-        raise SpecError(f"{context}{field}={value!r} is not valid; expected a string")
+        raise SpecError(f"{context}{field}={show(value)} is not valid; expected a string")
     return value
 
 
@@ -108,7 +145,7 @@ def from_mapping(cls: type, data: Mapping[str, Any], context: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        raise SpecError(f"{context}{unknown[0]}: unknown key; valid keys: {', '.join(fields)}")
+        raise SpecError(f"{context}{show(unknown[0])}: unknown key; valid keys: {', '.join(fields)}")
     kwargs = {}
     for name, field in fields.items():
         if name in data:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-from .fields import SpecError, from_mapping
-from .model import ModelSpec
+from .fields import MAX_SIZE, SpecError, from_mapping, show
+from .model import MAX_LAYERS, ModelSpec
 
 _MISSING = object()
 
@@ -28,14 +28,14 @@ class _Config:
         self.keys: dict[str, str] = {}  # ModelSpec field path -> HF key it came from (for error messages)
 
     def error(self, key: str, value: Any, valid: str) -> SpecError:
-        return SpecError(f"{self.context}{key}={value!r} is not valid; {valid}")
+        return SpecError(f"{self.context}{key}={show(value)} is not valid; {valid}")
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:
         if key in self.data and self.data[key] is not None:
             return self.data[key]
         if default is _MISSING:
             raise SpecError(f"{self.context}{key}: missing required key in Hugging Face config "
-                            f"(model_type {self.data.get('model_type')!r})")
+                            f"(model_type {show(self.data.get('model_type'))})")
         return default
 
     def int(self, key: str, default: Any = _MISSING) -> int:
@@ -44,6 +44,14 @@ class _Config:
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise self.error(key, value, "expected an integer >= 0")
+        if value > MAX_SIZE:  # before any loop over it (layers) runs
+            raise self.error(key, value, f"expected an integer <= {MAX_SIZE:,}")
+        return value
+
+    def layers(self, key: str) -> int:
+        value = self.int(key)
+        if value > MAX_LAYERS:
+            raise self.error(key, value, f"expected at most {MAX_LAYERS:,} layers")
         return value
 
     def number(self, key: str, default: Any = _MISSING) -> float:
@@ -177,7 +185,7 @@ def _qwen_moe(cfg: _Config, qkv_bias: bool) -> dict[str, Any]:
     experts = cfg.int("num_experts")
     if experts == 0:  # a dense model in MoE clothing
         return fields
-    layers = fields["layers"]
+    layers = cfg.layers("num_hidden_layers")
     step = cfg.int("decoder_sparse_step", 1)
     if step < 1:
         raise cfg.error("decoder_sparse_step", step, "expected an integer >= 1")
@@ -185,7 +193,8 @@ def _qwen_moe(cfg: _Config, qkv_bias: bool) -> dict[str, Any]:
     if not isinstance(mlp_only, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
                                                           for i in mlp_only):
         raise cfg.error("mlp_only_layers", mlp_only, "expected a list of layer indices")
-    sparse = [i for i in range(layers) if i not in set(mlp_only) and (i + 1) % step == 0]
+    dense_only = set(mlp_only)
+    sparse = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
     first, frequency = _fit_moe_layers(cfg, layers, sparse,
                                        f"decoder_sparse_step={step} with mlp_only_layers={list(mlp_only)}")
     shared_hidden = cfg.int("shared_expert_intermediate_size", 0)
@@ -205,7 +214,7 @@ def _qwen_moe(cfg: _Config, qkv_bias: bool) -> dict[str, Any]:
 
 def _deepseek(cfg: _Config) -> dict[str, Any]:
     """DeepSeek-V2/V3: MLA attention, fine-grained routed + shared experts after a dense prefix, optional MTP."""
-    layers = cfg.int("num_hidden_layers")
+    layers = cfg.layers("num_hidden_layers")
     fields = {
         "layers": cfg.take("layers", "num_hidden_layers", layers),
         "hidden": cfg.take("hidden", "hidden_size", cfg.int("hidden_size")),
@@ -275,7 +284,7 @@ def model_from_hf_config(config: Mapping[str, Any], name: str, *, context: str =
     if model_type is None:
         raise SpecError(f"{context}model_type: missing in Hugging Face config; supported model types: {supported}")
     if not isinstance(model_type, str) or model_type not in _BUILDERS:
-        raise SpecError(f"{context}model_type={model_type!r} is not supported; supported model types: {supported}")
+        raise SpecError(f"{context}model_type={show(model_type)} is not supported; supported model types: {supported}")
     cfg = _Config(config, context)
     fields = _BUILDERS[model_type](cfg)
     origin = config.get("_name_or_path")

@@ -57,14 +57,28 @@ def list_models() -> list[ModelSpec]:
     return [load_model(name) for name in library_names()]
 
 
-def _parse_yaml(text: str, where: str) -> Any:
+def parse_yaml(text: str, where: str) -> Any:
+    """`yaml.safe_load` (no python tags) with every failure as a one-line SpecError: syntax errors, nesting too deep
+    for the parser (RecursionError) and integers too long to convert (ValueError, over 4300 digits)."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        problem = getattr(error, "problem", None) or (str(error).splitlines() or ["parse error"])[0]
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise SpecError(f"{where}: invalid YAML{at}: {problem}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: invalid YAML: nested too deeply") from None
+    except (ValueError, OverflowError) as error:  # e.g. an integer literal over 4300 digits
+        raise SpecError(f"{where}: invalid YAML: {_first_line(error)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).split(";")[0].strip()
+    return (text.splitlines() or [type(error).__name__])[0][:200]
+
+
+_parse_yaml = parse_yaml
 
 
 def _parse_json(text: str, where: str) -> Any:
@@ -72,6 +86,10 @@ def _parse_json(text: str, where: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise SpecError(f"{where}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: invalid JSON: nested too deeply") from None
+    except (ValueError, OverflowError) as error:  # e.g. an integer literal over 4300 digits
+        raise SpecError(f"{where}: invalid JSON: {_first_line(error)}") from None
 
 
 def _read_text(path, where: str) -> str:
@@ -128,4 +146,4 @@ def load_model(arg: str) -> ModelSpec:
     return _from_data(data, where, _default_name(path), hf=is_json)
 
 
-__all__ = ["load_model", "library_names", "list_models"]
+__all__ = ["load_model", "library_names", "list_models", "parse_yaml"]

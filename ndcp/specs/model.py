@@ -7,8 +7,18 @@ from functools import cached_property
 from .fields import SpecError, divisors, finite_number, non_negative_int, one_of, positive_int, require
 
 ACTIVATIONS = ("gelu", "swiglu")
+MAX_LAYERS = 1 << 14  # 16,384 layers: far above any real model; per-layer loops (partition, plans) stay fast
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
+
+
+def _printable(text: str) -> bool:
+    """Text a terminal or a UTF-8 file can take: encodable, and no control characters (tabs and newlines aside)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return all(c.isprintable() or c in "\t\n" for c in text)
 
 
 @dataclass(frozen=True)
@@ -31,8 +41,8 @@ class MoESpec:
         positive_int("moe.expert_ffn_hidden", self.expert_ffn_hidden)
         non_negative_int("moe.shared_experts", self.shared_experts)
         non_negative_int("moe.shared_expert_ffn_hidden", self.shared_expert_ffn_hidden)
-        non_negative_int("moe.first_dense_layers", self.first_dense_layers)
-        positive_int("moe.layer_frequency", self.layer_frequency)
+        non_negative_int("moe.first_dense_layers", self.first_dense_layers, MAX_LAYERS)
+        positive_int("moe.layer_frequency", self.layer_frequency, MAX_LAYERS)
         finite_number("moe.capacity_factor", self.capacity_factor, 0.0, 64.0)
 
     @property
@@ -104,11 +114,16 @@ class ModelSpec:
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name.strip() != "", "name", self.name, "expected a non-empty name")
-        for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_positions"):
+        for name in ("name", "source"):
+            text = getattr(self, name)
+            require(isinstance(text, str) and _printable(text), name, text,
+                    "expected printable text (no control characters or unpaired surrogates)")
+        positive_int("layers", self.layers, MAX_LAYERS)
+        for name in ("hidden", "heads", "ffn_hidden", "vocab", "max_positions"):
             positive_int(name, getattr(self, name))
         non_negative_int("kv_heads", self.kv_heads)
         non_negative_int("head_dim", self.head_dim)
-        non_negative_int("mtp_depth", self.mtp_depth)
+        non_negative_int("mtp_depth", self.mtp_depth, MAX_LAYERS)
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORMS)
         one_of("position_embedding", self.position_embedding, POSITIONS)

@@ -30,8 +30,8 @@ class RunSpec:
         one_of("precision", self.precision, PRECISIONS)
         one_of("grad_dtype", self.grad_dtype, PRECISIONS)
         one_of("optimizer", self.optimizer, ("adam",))
-        non_negative_int("memory_cap_bytes", self.memory_cap_bytes)
-        non_negative_int("reserve_bytes", self.reserve_bytes)
+        non_negative_int("memory_cap_bytes", self.memory_cap_bytes, 1 << 60)
+        non_negative_int("reserve_bytes", self.reserve_bytes, 1 << 60)
         finite_number("reserve_bytes", self.reserve_bytes, 0, 1 << 50)
 
     @property

@@ -1,0 +1,163 @@
+"""The memory-time frontier of one strategy: for a sweep of memory caps, the fastest per-stage recompute plan (and
+layer partition) that fits, degrees, SP and ZeRO stage fixed, solved exactly by recompute.PlanModel and verified with
+the full estimators.
+
+The plan model's coefficients are rounded down, so a solution may be over the cap once priced in full: it is then
+excluded (a no-good cut) and the model solved again. Each point is reported with its verified peak and step time.
+A looser cap never gives a slower point: a plan that fits a tighter cap fits every looser one, so the frontier keeps
+the faster of the new optimum and the previous point (the model's optima are monotone already; this also covers ties
+in the rounded objective that the full estimators break differently).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from ..estimate.layout import partition
+from ..space import Layout, SearchSpace
+from ..specs.strategy import RECOMPUTE_MODES, Strategy
+from .recompute import PlanModel
+from .result import TIE, Evaluated, evaluate
+
+MIB, GIB = 2**20, 2**30
+RESOLUTION = 16 * MIB  # the least memory is found to within this
+RETRIES = 4  # solutions over the cap once priced in full, excluded before giving up on a cap
+
+
+@dataclass
+class FrontierPoint:
+    caps: list[int]  # the caps (bytes) that gave this plan, ascending
+    evaluated: Evaluated
+    bound_seconds: float  # the plan model's lower bound under the smallest of the caps
+    proven: bool  # the plan model was solved to optimality at every cap of this point
+
+    @property
+    def cap_bytes(self) -> int:
+        return self.caps[0]
+
+    @property
+    def step_seconds(self) -> float:
+        return self.evaluated.step_seconds
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.evaluated.memory.peak_bytes
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.evaluated.strategy
+
+
+@dataclass
+class Frontier:
+    strategy: Strategy  # the strategy whose degrees are fixed
+    least_bytes: int | None  # the least cap any plan fits under (None: not even the largest cap)
+    points: list[FrontierPoint] = field(default_factory=list)  # ascending cap, descending step time
+    infeasible_caps: list[int] = field(default_factory=list)  # requested caps no plan fits under
+    solve_seconds: float = 0.0
+    solves: int = 0
+
+    def marginal(self) -> list[float | None]:
+        """Per point: seconds of step time per GiB of peak saved by moving to the next tighter point (None for the
+        tightest, or when the tighter point does not save memory)."""
+        out: list[float | None] = [None]
+        for lo, hi in zip(self.points, self.points[1:]):
+            saved = (hi.peak_bytes - lo.peak_bytes) / GIB
+            out.append((lo.step_seconds - hi.step_seconds) / saved if saved > 0 else None)
+        return out
+
+
+def stage_counts(model, strategy: Strategy) -> list[dict[str, int]]:
+    """Per device stage: layers with none / selective / full recompute, and the stage's layers."""
+    counts = partition(model, strategy)
+    pp = strategy.pp
+    out = [dict.fromkeys(RECOMPUTE_MODES + ("layers",), 0) for _ in range(pp)]
+    for v, n in enumerate(counts):
+        plan = strategy.recompute.for_stage(v, n)
+        row = out[v % pp]
+        for mode in RECOMPUTE_MODES:
+            row[mode] += plan.count(mode)
+        row["layers"] += n
+    return out
+
+
+def _space_at(space: SearchSpace, cap: int) -> SearchSpace:
+    return replace(space, run=replace(space.run, memory_cap_bytes=cap))
+
+
+class _Solver:
+    def __init__(self, space: SearchSpace, strategy: Strategy, max_offset: int, seconds: float, seed: int,
+                 workers: int):
+        layout = Layout(strategy.tp, strategy.pp, strategy.cp, strategy.dp, strategy.ep, strategy.etp, strategy.vpp)
+        self.space, self.seconds, self.seed, self.workers = space, seconds, seed, workers
+        self.model = PlanModel(space, layout, strategy.mbs, strategy.mbn, strategy.sp, RECOMPUTE_MODES,
+                               [strategy.zero], max_offset)
+        self.solves = 0
+
+    def fastest(self, cap: int):
+        """(evaluated, solution) of the fastest verified plan under `cap`, or None when none fits."""
+        space = _space_at(self.space, cap)
+        exclude: tuple = ()
+        for _ in range(RETRIES + 1):
+            solution = self.model.solve(cap, self.seconds, self.seed, self.workers, exclude)
+            self.solves += 1
+            if solution is None:
+                return None
+            evaluated = evaluate(space, solution.strategy)
+            if evaluated.fits:
+                return evaluated, solution
+            exclude += (solution.assignment,)
+        return None
+
+
+def least_memory(solver: _Solver, high: int) -> int | None:
+    """The least cap (to within RESOLUTION) under which some plan fits, verified; None if none fits under `high`."""
+    if solver.fastest(high) is None:
+        return None
+    low = 0  # no plan fits under 0 bytes
+    while high - low > RESOLUTION:
+        mid = (low + high) // 2
+        if solver.fastest(mid) is None:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def default_caps(least: int, most: int, count: int = 12) -> list[int]:
+    if count <= 1 or most <= least:
+        return [most]
+    step = (most - least) / (count - 1)
+    return sorted({min(most, int(least + i * step + MIB - 1) // MIB * MIB) for i in range(count)})
+
+
+def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = None, max_cap: int | None = None,
+             count: int = 12, max_offset: int = 2, seconds: float = 10.0, seed: int = 0, workers: int = 1) -> Frontier:
+    """The memory-time frontier of `strategy` over `caps` (default: `count` caps from the least memory any plan needs
+    up to `max_cap`, default the run's capacity)."""
+    start = time.perf_counter()
+    solver = _Solver(space, strategy, max_offset, seconds, seed, workers)
+    most = max_cap or space.run.capacity(space.cluster.device.memory_bytes)
+    least = least_memory(solver, max(caps) if caps else most)
+    out = Frontier(strategy, least)
+    if caps is None:
+        caps = default_caps(least, most, count) if least is not None else [most]
+    previous: FrontierPoint | None = None
+    for cap in sorted(set(caps)):
+        found = solver.fastest(cap) if least is not None and cap >= least else None
+        if found is None:
+            out.infeasible_caps.append(cap)
+            continue
+        evaluated, solution = found
+        if previous is not None and previous.step_seconds <= evaluated.step_seconds * (1 + TIE):
+            previous.caps.append(cap)  # the same plan (or a tie): no faster plan under this cap
+            previous.proven = previous.proven and solution.proven
+            continue
+        previous = FrontierPoint([cap], evaluated, solution.bound_seconds, solution.proven)
+        out.points.append(previous)
+    out.solves = solver.solves
+    out.solve_seconds = time.perf_counter() - start
+    return out
+
+
+__all__ = ["Frontier", "FrontierPoint", "frontier", "least_memory", "default_caps", "stage_counts"]

@@ -1,0 +1,125 @@
+"""The reference planner's greedy recompute (SAPP ND), for comparison only: no proof, no optimality claim.
+
+For one strategy (degrees, batch split, SP and ZeRO fixed, default partition), each pipeline stage starts with every
+layer keeping its activations. A stage that does not fit first tries selective recompute on all its layers; when that
+alone is not enough it grows its plan one fully recomputed layer at a time (SAPP's "potentials": none -> full, one
+layer more per step) until it fits. Everything is priced by the full estimators (`evaluate`).
+
+Stages are independent in memory (a stage's peak depends on its own plan only) and, from one full layer on, a stage's
+memory only falls as layers turn full, so the smallest number of full layers that fits is found by bisection per
+stage: the same plan as the one-layer-at-a-time loop, with a logarithmic number of estimator calls.
+"""
+from __future__ import annotations
+
+import time
+
+from ..estimate.layout import default_partition
+from ..estimate.memory import estimate_memory
+from ..space import SearchSpace
+from ..specs.strategy import RecomputePlan, Strategy
+from .explain import explain_infeasible
+from .recompute import split_stage_counts
+from .result import Evaluated, Progress, SearchResult, evaluate
+
+NEAREST_MISSES = 5
+STATUS = "heuristic"  # a greedy plan carries no proof: it is never "optimal" nor "feasible" with a bound
+
+
+def _strategy(base: Strategy, stages: list[dict[str, int]], chunk_layers: tuple[int, ...]) -> Strategy:
+    modes = {m for st in stages for m, n in st.items() if n}
+    recompute = (RecomputePlan.uniform(modes.pop()) if len(modes) == 1 and not base.layers_per_stage
+                 else RecomputePlan(mode="per-stage", stages=tuple(split_stage_counts(stages, chunk_layers, base.pp))))
+    return base.with_(recompute=recompute)
+
+
+def greedy_plan(space: SearchSpace, base: Strategy) -> Evaluated:
+    """The greedy per-stage recompute plan of one strategy (its own recompute plan is ignored), priced in full.
+    When even full recompute of every layer does not fit, the all-full plan is returned (it does not fit)."""
+    model, cluster, run = space.model, space.cluster, space.run
+    pp = base.pp
+    chunk_layers = base.layers_per_stage or default_partition(model.layers, base.virtual_stages)
+    layers = [sum(chunk_layers[s::pp]) for s in range(pp)]
+    capacity = run.capacity(cluster.device.memory_bytes)
+
+    def stage_bytes(stages):
+        memory = estimate_memory(model, cluster, run, _strategy(base, stages, chunk_layers))
+        return [s.total_bytes for s in memory.stages]
+
+    def plan(mode, s, full=0):
+        if mode == "full-count":
+            return {"none": layers[s] - full, "selective": 0, "full": full}
+        return {"none": layers[s] if mode == "none" else 0, "selective": layers[s] if mode == "selective" else 0,
+                "full": 0}
+
+    stages = [plan("none", s) for s in range(pp)]
+    peaks = stage_bytes(stages)
+    over = [s for s in range(pp) if peaks[s] > capacity]
+    if over:  # try selective recompute for all of a stage's layers first
+        trial = [plan("selective", s) if s in over else stages[s] for s in range(pp)]
+        peaks = stage_bytes(trial)
+        for s in list(over):
+            if peaks[s] <= capacity:
+                stages[s] = trial[s]
+                over.remove(s)
+    # none -> full one layer at a time; bisection on the count (fits is monotone from one full layer on)
+    low = {s: 1 for s in over}  # the smallest count that may fit
+    high = {s: layers[s] for s in over}  # a count that fits, or all layers (the most that can be saved)
+    while any(low[s] < high[s] for s in over):
+        mid = {s: (low[s] + high[s]) // 2 for s in over}
+        trial = [plan("full-count", s, mid[s]) if s in over else stages[s] for s in range(pp)]
+        peaks = stage_bytes(trial)
+        for s in over:
+            if low[s] < high[s]:
+                if peaks[s] <= capacity:
+                    high[s] = mid[s]
+                else:
+                    low[s] = mid[s] + 1
+    for s in over:
+        stages[s] = plan("full-count", s, high[s])
+    return evaluate(space, _strategy(base, stages, chunk_layers))
+
+
+def greedy_search(space: SearchSpace, top: int = 10, progress=None, time_limit: float | None = None) -> SearchResult:
+    """Every (layout, mbs, mbn, SP, ZeRO) of the space with its greedy recompute plan, ranked by step time.
+
+    Status `heuristic` when something fits: the ranking is of greedy plans only, with no bound on what a better plan
+    could reach (`ndcp search --recompute per-layer` gives the proven optimum). `infeasible` when no candidate fits
+    even with every layer fully recomputed (the least memory the default partition allows). A time limit stops the
+    walk early; the result says how many candidates were priced."""
+    start = time.perf_counter()
+    walk = space.walk()
+    fitting: list[Evaluated] = []
+    misses: list[Evaluated] = []
+    candidates = []
+    for layout, mbs, mbn in walk.batches:
+        zeros, sps, _ = space.inner_choices(layout.tp)
+        candidates += [(layout, mbs, mbn, sp, zero) for sp in sps for zero in zeros]
+    stopped = False
+    for count, (layout, mbs, mbn, sp, zero) in enumerate(candidates, 1):
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            stopped = True
+            break
+        evaluated = greedy_plan(space, layout.strategy(mbs, mbn, zero, sp, "none"))
+        (fitting if evaluated.fits else misses).append(evaluated)
+        if progress is not None and count % 50 == 0:
+            best = min((e.step_seconds for e in fitting), default=None)
+            progress(Progress("greedy plan per candidate", time.perf_counter() - start, best, None, count,
+                              len(candidates)))
+    fitting.sort(key=Evaluated.rank_key)
+    best = fitting[0].step_seconds if fitting else float("inf")
+    nearest = sorted((e for e in misses if e.step_seconds < best), key=Evaluated.rank_key)[:NEAREST_MISSES]
+    result = SearchResult(
+        method="greedy", status=STATUS if fitting else ("infeasible" if not stopped else "feasible"),
+        strategies=fitting[:top], lower_bound_seconds=0.0, space_size=len(candidates), refused=walk.refused,
+        solve_seconds=time.perf_counter() - start, verified=len(fitting) + len(misses), over_memory=len(misses),
+        nearest_misses=nearest)
+    if stopped:
+        result.explanation = (f"time limit: greedy plans priced for {len(fitting) + len(misses):,} of "
+                              f"{len(candidates):,} candidates")
+    elif not fitting:
+        least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
+        result.explanation = explain_infeasible(space, walk, least)
+    return result
+
+
+__all__ = ["greedy_plan", "greedy_search", "STATUS"]

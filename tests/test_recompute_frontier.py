@@ -1,0 +1,91 @@
+"""`ndcp recompute`: the memory-time frontier of one strategy is monotone, verified, and a cap below the least
+memory exits 1 with one clear line."""
+import json
+
+import pytest
+
+from ndcp.cli import main
+from ndcp.solve.frontier import frontier
+from ndcp.solve.greedy import greedy_plan
+from ndcp.space import SearchSpace
+from ndcp.specs import ClusterSpec, RunSpec, device_preset
+from ndcp.specs.library import load_model
+
+GIB = 2**30
+PROBLEM = ["llama3-8b", "--device", "h100", "--gpus", "64", "--global-batch", "256", "--seq-len", "8192"]
+STRATEGY = ["--strategy", "tp=2,pp=4,mbs=2,zero=1,sp=on"]
+
+
+@pytest.fixture(scope="module")
+def doc():
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["recompute", *PROBLEM, *STRATEGY, "--json", "-"])
+    assert code == 0
+    return json.loads(out.getvalue())
+
+
+def test_frontier_is_monotone_and_verified(doc):
+    rows = doc["frontier"]
+    assert len(rows) >= 3
+    caps = [r["cap_bytes"] for r in rows]
+    steps = [r["step_seconds"] for r in rows]
+    assert caps == sorted(caps)
+    assert all(a >= b for a, b in zip(steps, steps[1:]))  # a looser cap never gives a slower optimum
+    for r in rows:
+        assert r["peak_bytes"] <= r["cap_bytes"]
+        assert r["bound_seconds"] <= r["step_seconds"] * (1 + 1e-9)
+        assert sum(s["layers"] for s in r["stages"]) == 32
+        assert all(s["none"] + s["selective"] + s["full"] == s["layers"] for s in r["stages"])
+    assert doc["least_memory_bytes"] <= caps[0]
+    assert rows[0]["stages"][0]["full"] > 0  # the tightest point recomputes
+    assert all(s["full"] == 0 for s in rows[-1]["stages"])  # the loosest keeps activations
+
+
+def test_tight_caps_monotone_and_no_slower_than_greedy():
+    model = load_model("llama3-8b")
+    cluster = ClusterSpec(device_preset("h100"), 64)
+    run = RunSpec(global_batch=256, seq_len=8192)
+    space = SearchSpace(model, cluster, run)
+    from ndcp.cli import build_strategy
+
+    strategy = build_strategy(model, cluster, run, {"tp": 2, "pp": 4, "mbs": 2, "zero": 1, "sp": True})
+    caps = [14 * GIB, 16 * GIB, 18 * GIB, 22 * GIB, 28 * GIB]
+    result = frontier(space, strategy, caps=caps)
+    assert not result.infeasible_caps
+    best_at = {}
+    for p in result.points:
+        for c in p.caps:
+            best_at[c] = p.step_seconds
+    steps = [best_at[c] for c in caps]
+    assert all(a >= b for a, b in zip(steps, steps[1:]))
+    from dataclasses import replace
+
+    for cap in caps:  # the exact plan is never slower than the greedy one under the same cap
+        tight = replace(space, run=replace(run, memory_cap_bytes=cap))
+        greedy = greedy_plan(tight, strategy)
+        if greedy.fits:
+            assert best_at[cap] <= greedy.step_seconds * (1 + 1e-9)
+
+
+def test_cap_below_least_memory_exits_1(capsys):
+    code = main(["recompute", *PROBLEM, *STRATEGY, "--caps", "8GiB,30GiB"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ndcp: infeasible: cap 8.00 GiB is below the least memory")
+    assert "Traceback" not in out + err
+
+
+def test_csv_and_usage_errors(capsys):
+    code = main(["recompute", *PROBLEM, *STRATEGY, "--caps", "20GiB,40GiB", "--csv", "-"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("cap_gib,") and len(lines) >= 2
+    code = main(["recompute", *PROBLEM, *STRATEGY, "--caps", "900GiB"])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith("ndcp: error: --caps")
