@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from .estimate.compute import hardware_flops_per_step, model_flops_per_step
 from .estimate.layout import default_partition
 from .estimate.time import estimate_time
 from .specs.device import PRESETS, ClusterSpec, device_preset
 from .specs.fields import SpecError, from_mapping
+from .specs.library import parse_yaml
 from .specs.model import MLASpec, ModelSpec, MoESpec
 from .specs.run import GIB, RunSpec
 from .specs.strategy import RecomputePlan, StageRecompute, Strategy
@@ -452,7 +452,7 @@ def _yaml_row(entry: dict) -> _Row:
 
 
 def _yaml_rows(path: Path) -> list[tuple[str, Any]]:
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise SpecError(f"{path}: expected a mapping with a `runs:` list")
     return [(str(entry.get("id", f"run{i}")), lambda entry=entry: _yaml_row(entry))

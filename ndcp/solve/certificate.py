@@ -39,7 +39,12 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
         return _finish(result, start, 0.0)
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
-    model = StrategyModel([item_lower_bound(space, item) for item in items], capacity, seed, workers)
+    bounds = _bounds_before(space, items, deadline)
+    if bounds is None:
+        result.status = "feasible"
+        result.explanation = f"time limit reached while bounding the {len(items):,} batch items; nothing verified yet"
+        return _finish(result, start, 0.0)
+    model = StrategyModel(bounds, capacity, seed, workers)
     expander = _Expander(space, items, model)
     expander.expand_cheapest(max(top, 4))
     verifier = _Verifier(space, items, top)
@@ -91,6 +96,16 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     if not verifier.fitting and complete:
         _explain_memory(space, walk, items, result)
     return _finish(result, start, verifier.seconds, verifier, expander)
+
+
+def _bounds_before(space: SearchSpace, items, deadline: float) -> list[float] | None:
+    """Every item's lower bound, or None if the deadline passes first (checked every 256 items)."""
+    bounds = []
+    for n, item in enumerate(items):
+        if n % 256 == 0 and time.perf_counter() > deadline:
+            return None
+        bounds.append(item_lower_bound(space, item))
+    return bounds
 
 
 class _Expander:
@@ -236,7 +251,12 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
     # Items wait in a queue ordered by their bound: the cheap one first; an item reaching the front is given its
     # tighter, memory-aware bound and queued again; reaching the front a second time, its plans are solved.
-    queue = [(item_lower_bound(space, item), i, False) for i, item in enumerate(items)]
+    bounds = _bounds_before(space, items, deadline)
+    if bounds is None:
+        result.status = "feasible"
+        result.explanation = f"time limit reached while bounding the {len(items):,} batch items; nothing verified yet"
+        return _finish(result, start, 0.0)
+    queue = [(bound, i, False) for i, bound in enumerate(bounds)]
     heapq.heapify(queue)
     inner, zeros = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
