@@ -7,6 +7,8 @@ import yaml
 from ndcp.cli import main, parse_size, parse_strategy_string
 from ndcp.specs import SpecError
 
+from .cli_helpers import assert_one_line_error, run as run_error
+
 PROBLEM = ["llama3-8b", "--device", "h100", "--gpus", "16", "--global-batch", "64", "--seq-len", "4096"]
 TINY = ["tiny", "--device", "h100", "--gpus", "8", "--global-batch", "16", "--seq-len", "512"]
 
@@ -18,20 +20,6 @@ def run_json(capsys, *args):
     return json.loads(out)  # stdout holds exactly one JSON document
 
 
-def run_error(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code, out, err, *words):
-    assert code == 2
-    assert "Traceback" not in out + err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("ndcp: error: ")
-    for word in words:
-        assert word in lines[0]
 
 
 # -- estimate ----------------------------------------------------------------------------------------------------

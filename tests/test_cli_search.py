@@ -8,13 +8,13 @@ import pytest
 from ndcp.cli import main, parse_degree_bounds
 from ndcp.specs import SpecError
 
+from .cli_helpers import assert_one_line_error, run as run_cli
+
 TINY = ["tiny", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "1024"]
 
 
 def run(capsys, *args):
-    code = main(["search", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, "search", *args)
 
 
 def run_json(capsys, *args, code=0):
@@ -23,14 +23,6 @@ def run_json(capsys, *args, code=0):
     return json.loads(out), err  # stdout holds exactly one JSON document
 
 
-def assert_one_line_error(code, out, err, *words):
-    assert code == 2
-    assert "Traceback" not in out + err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("ndcp: error: ")
-    for word in words:
-        assert word in lines[0]
 
 
 @pytest.fixture(scope="module")

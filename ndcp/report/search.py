@@ -16,8 +16,8 @@ from ..space import DIMENSIONS, RULES, SearchSpace
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from .terminal import (assumptions_panel, fit_line, format_bytes, format_seconds, gib, legend, memory_bar_lines,
-                       memory_table, strategy_line, throughput_line)
+from .terminal import (assumptions_panel, fit_line, format_bytes, format_seconds, gib, print_memory, strategy_line,
+                       throughput_line)
 
 GIB = 2**30
 
@@ -226,16 +226,8 @@ def best_detail(console: Console, result) -> None:
     best = result.best
     console.print(Text("Best strategy", style="bold underline"))
     console.print(strategy_line(best.strategy))
-    memory = best.memory
-    plain = memory_table(memory, bar_width=0)
-    room = min(40, console.width - console.measure(plain).maximum - 3)
-    if room >= 12:
-        console.print(memory_table(memory, bar_width=room))
-    else:
-        console.print(plain)
-        console.print(memory_bar_lines(memory, width=max(10, min(40, console.width - 12))))
-    console.print(legend())
-    console.print(fit_line(memory))
+    print_memory(console, best.memory)
+    console.print(fit_line(best.memory))
     console.print(throughput_line(best.time))
 
 

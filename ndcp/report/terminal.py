@@ -296,13 +296,9 @@ def throughput_line(time) -> Text:
                          f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU")
 
 
-def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                    memory, time=None, notes: Iterable[str] = ()) -> None:
-    """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time."""
-    console.print(assumptions_panel(model, cluster, run, memory.capacity_bytes))
-    console.print(strategy_line(strategy))
-    console.print()
-    # The bar column takes the room the numbers leave (at most 40); on narrow consoles the bars go below the table.
+def print_memory(console: Console, memory) -> None:
+    """Per-stage memory table with bars against the capacity, and the legend. The bar column takes the room the
+    numbers leave (at most 40); on narrow consoles the bars go below the table."""
     plain = memory_table(memory, bar_width=0)
     room = min(40, console.width - console.measure(plain).maximum - 3)
     if room >= 12:
@@ -311,6 +307,15 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
         console.print(plain)
         console.print(memory_bar_lines(memory, width=max(10, min(40, console.width - 12))))
     console.print(legend())
+
+
+def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
+                    memory, time=None, notes: Iterable[str] = ()) -> None:
+    """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time."""
+    console.print(assumptions_panel(model, cluster, run, memory.capacity_bytes))
+    console.print(strategy_line(strategy))
+    console.print()
+    print_memory(console, memory)
     console.print(other_note(memory))
     console.print(fit_line(memory))
     console.print()

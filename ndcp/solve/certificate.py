@@ -31,19 +31,11 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
                  progress=None) -> SearchResult:
     start = time.perf_counter()
     deadline = start + time_limit
-    walk = space.walk()
-    result = SearchResult(method="cp-sat", status="infeasible", strategies=[], lower_bound_seconds=0.0,
-                          space_size=space.size(walk), refused=walk.refused)
-    if not walk.batches:
-        result.explanation = explain_infeasible(space, walk, None)
-        return _finish(result, start, 0.0)
+    walk, result, bounds = _bounded_items(space, "cp-sat", start, deadline)
+    if bounds is None:
+        return result
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
-    bounds = _bounds_before(space, items, deadline)
-    if bounds is None:
-        result.status = "feasible"
-        result.explanation = f"time limit reached while bounding the {len(items):,} batch items; nothing verified yet"
-        return _finish(result, start, 0.0)
     model = StrategyModel(bounds, capacity, seed, workers)
     expander = _Expander(space, items, model)
     expander.expand_cheapest(max(top, 4))
@@ -98,14 +90,24 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     return _finish(result, start, verifier.seconds, verifier, expander)
 
 
-def _bounds_before(space: SearchSpace, items, deadline: float) -> list[float] | None:
-    """Every item's lower bound, or None if the deadline passes first (checked every 256 items)."""
+def _bounded_items(space: SearchSpace, method: str, start: float, deadline: float):
+    """Walk the space and bound every batch item (the deadline checked every 256 items): (walk, result, bounds),
+    where bounds is None when the search ends here, with `result` finished (empty space, or out of time)."""
+    walk = space.walk()
+    result = SearchResult(method=method, status="infeasible", strategies=[], lower_bound_seconds=0.0,
+                          space_size=space.size(walk), refused=walk.refused)
+    if not walk.batches:
+        result.explanation = explain_infeasible(space, walk, None)
+        return walk, _finish(result, start, 0.0), None
     bounds = []
-    for n, item in enumerate(items):
+    for n, item in enumerate(walk.batches):
         if n % 256 == 0 and time.perf_counter() > deadline:
-            return None
+            result.status = "feasible"
+            result.explanation = (f"time limit reached while bounding the {len(walk.batches):,} batch items; "
+                                  "nothing verified yet")
+            return walk, _finish(result, start, 0.0), None
         bounds.append(item_lower_bound(space, item))
-    return bounds
+    return walk, result, bounds
 
 
 class _Expander:
@@ -241,21 +243,13 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     """
     start = time.perf_counter()
     deadline = start + time_limit
-    walk = space.walk()
-    result = SearchResult(method="cp-sat per-layer", status="infeasible", strategies=[], lower_bound_seconds=0.0,
-                          space_size=len(walk.batches), refused=walk.refused)
-    if not walk.batches:
-        result.explanation = explain_infeasible(space, walk, None)
-        return _finish(result, start, 0.0)
+    walk, result, bounds = _bounded_items(space, "cp-sat per-layer", start, deadline)
+    if bounds is None:
+        return result
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
     # Items wait in a queue ordered by their bound: the cheap one first; an item reaching the front is given its
     # tighter, memory-aware bound and queued again; reaching the front a second time, its plans are solved.
-    bounds = _bounds_before(space, items, deadline)
-    if bounds is None:
-        result.status = "feasible"
-        result.explanation = f"time limit reached while bounding the {len(items):,} batch items; nothing verified yet"
-        return _finish(result, start, 0.0)
     queue = [(bound, i, False) for i, bound in enumerate(bounds)]
     heapq.heapify(queue)
     inner, zeros = inner_choices(space)
