@@ -29,6 +29,7 @@ import numpy as np
 
 from .estimate.compute import hardware_flops_per_step, model_flops_per_step
 from .estimate.layout import default_partition
+from .estimate.memory import estimate_memory
 from .estimate.time import estimate_time
 from .specs.device import PRESETS, ClusterSpec, device_preset
 from .specs.fields import SpecError, from_mapping
@@ -73,6 +74,7 @@ class RunComparison:
     measured_memory_gib: float | None = None
     estimated_memory_gib: float | None = None
     assumptions: tuple[str, ...] = ()
+    estimated_fits: bool = True  # the estimated peak fits the device (these runs really ran)
 
     @property
     def mfu_error_points(self) -> float | None:
@@ -359,16 +361,6 @@ def _narayanan_flops(model: ModelSpec, seq: int, global_batch: int) -> float:
     return hardware_flops_per_step(model, seq, global_batch, layers)
 
 
-def _memory_gib(model, cluster, run, strategy, notes: list[str]) -> float | None:
-    """Estimated peak GiB per device from estimate.memory, or None (with a note) when it is unavailable."""
-    try:
-        from .estimate.memory import estimate_memory
-    except ImportError:
-        notes.append("memory estimator unavailable")
-        return None
-    return estimate_memory(model, cluster, run, strategy).peak_bytes / GIB
-
-
 @dataclass(frozen=True)
 class _Row:
     """A measured run, normalised: specs plus whatever outcome figures it states."""
@@ -385,6 +377,7 @@ class _Row:
     tokens_per_second_per_gpu: float | None
     memory_gib: float | None
     assumptions: tuple[str, ...]
+    peak_known: bool = True  # the source publishes the device's peak FLOP/s
 
 
 def _compare(row: _Row, result_notes: list[str]) -> RunComparison:
@@ -406,10 +399,15 @@ def _compare(row: _Row, result_notes: list[str]) -> RunComparison:
         measured_mfu = row.tflops_per_gpu * 1e12 * cluster.count / peak
     if measured_mfu is None and measured_step:
         measured_mfu = flops / (peak * measured_step)
-    memory = _memory_gib(model, cluster, run, strategy, result_notes) if row.memory_gib else None
+    assumptions = row.assumptions
+    if not row.peak_known:  # its MFU and step time cannot be compared with a peak the source does not know
+        measured_mfu = measured_step = None
+        assumptions += ("time not compared: the source publishes no peak FLOP/s for this device",)
+    memory = estimate_memory(model, cluster, run, strategy)
     return RunComparison(row.id, cluster.device.name, cluster.count, _strategy_label(strategy), basis, measured_mfu,
                          flops / (peak * estimate.step_seconds), measured_step, estimate.step_seconds,
-                         row.memory_gib, memory, row.assumptions)
+                         row.memory_gib, memory.peak_bytes / GIB if row.memory_gib else None, assumptions,
+                         memory.fits)
 
 
 def _strategy_label(s: Strategy) -> str:
@@ -425,7 +423,7 @@ def _number(value: Any) -> float | None:
     return None if _is_null(value) else float(value)
 
 
-def _yaml_row(entry: dict) -> _Row:
+def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> _Row:
     notes: list[str] = []
     model_fields, cluster_fields = entry.get("model") or {}, entry.get("cluster") or {}
     training, strategy_fields = entry.get("training") or {}, entry.get("strategy") or {}
@@ -448,14 +446,26 @@ def _yaml_row(entry: dict) -> _Row:
         memory = float(observed) / GIB
     return _Row(str(entry.get("id")), model, cluster, run, strategy, narayanan, _number(outcome.get("step_time_s")),
                 _number(outcome.get("mfu")), _number(outcome.get("tflops_per_gpu")),
-                _number(outcome.get("tokens_per_s_per_gpu")), memory, tuple(notes))
+                _number(outcome.get("tokens_per_s_per_gpu")), memory, tuple(notes),
+                str(cluster_fields.get("gpu")) not in unknown_peaks)
+
+
+def _unknown_peaks(data: dict) -> frozenset[str]:
+    """Hardware ids whose `peak_tflops` publishes neither a BF16 nor an FP16 dense figure."""
+    unknown = set()
+    for hw in data.get("hardware") or []:
+        peaks = (hw or {}).get("peak_tflops") or {}
+        if isinstance(hw, dict) and all(_is_null(peaks.get(k)) for k in ("bf16_dense", "fp16_dense")):
+            unknown.add(str(hw.get("id")))
+    return frozenset(unknown)
 
 
 def _yaml_rows(path: Path) -> list[tuple[str, Any]]:
     data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise SpecError(f"{path}: expected a mapping with a `runs:` list")
-    return [(str(entry.get("id", f"run{i}")), lambda entry=entry: _yaml_row(entry))
+    unknown = _unknown_peaks(data)
+    return [(str(entry.get("id", f"run{i}")), lambda entry=entry: _yaml_row(entry, unknown))
             for i, entry in enumerate(data["runs"])]
 
 

@@ -8,7 +8,8 @@ import pytest
 from rich.console import Console
 
 from ndcp.report.validation import render_validation
-from ndcp.validation import pearson, ranks, spearman, top_k_agreement, validate_file
+from ndcp.estimate.memory import estimate_memory
+from ndcp.validation import SkipRun, _yaml_rows, pearson, ranks, spearman, top_k_agreement, validate_file
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "examples" / "published_runs.yaml"
 
@@ -22,6 +23,7 @@ def test_published_runs_mfu_error_is_within_the_bar(published):
     s = published.summary
     assert s.runs >= 25
     assert s.mean_abs_mfu_points <= 5.0
+    assert s.max_abs_mfu_points <= 10.0
     assert s.mean_abs_step_relative <= 0.15
     assert s.step_pearson > 0.95
 
@@ -73,3 +75,28 @@ def test_statistics():
     assert spearman(x, [1.0, 10.0, 100.0, 1000.0]) == pytest.approx(1.0)
     assert spearman(x, [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
     assert top_k_agreement([5, 4, 3, 2, 1], [5, 1, 3, 2, 4], 2) == 0.5
+
+
+def test_published_strategies_are_estimated_to_fit_their_devices():
+    """Those runs really ran, so their estimated peak must not exceed the device by more than the estimator's
+    resolution. Measured on this file: 28 of 29 fit; Llama-3.1-405B on 512 H100 (tp8 pp8 cp2 vpp8, recompute not
+    published) is estimated 0.3 % over with the default 1 GiB reserve."""
+    rows = dict(_yaml_rows(PUBLISHED))
+    over = []
+    for run_id, build in rows.items():
+        try:
+            row = build()
+        except SkipRun:
+            continue
+        memory = estimate_memory(row.model, row.cluster, row.run, row.strategy)
+        if not memory.fits:
+            over.append((run_id, memory.peak_bytes / memory.capacity_bytes))
+    assert all(ratio <= 1.01 for _, ratio in over), over
+    assert len(over) <= 1, over
+
+
+def test_time_is_not_compared_on_a_device_without_a_published_peak(published):
+    torchtitan = next(r for r in published.runs if r.id == "torchtitan_l31_8b_fsdp8_bf16")
+    assert torchtitan.measured_mfu is None and torchtitan.measured_step is None
+    assert torchtitan.measured_memory_gib == pytest.approx(82.4)
+    assert any("no peak" in a for a in torchtitan.assumptions)
