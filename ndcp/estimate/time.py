@@ -336,18 +336,29 @@ def p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
     return 2 * s.vpp * p2p_seconds(model, cluster, run, s.tp, s.cp, s.mbs, s.sp, crosses)
 
 
+def stage_times(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> list[LayerTime]:
+    """Per device stage: one micro-batch's time by part (body layers and the stage's extra work, without p2p)."""
+    return [_stage_time(model, cluster, run, strategy, i, counts)
+            for i, counts in enumerate(stage_mode_counts(model, strategy))]
+
+
+def overlap_windows(stages: list[LayerTime]) -> list[float]:
+    """Each stage's DP overlap window: its last micro-batch's backward (and recompute) time."""
+    return [t.backward + t.recompute for t in stages]
+
+
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
     """Step time = pipeline(sum and max of per-micro-batch stage times) + exposed DP sync + optimizer step."""
     s = strategy
     all_counts = stage_mode_counts(model, s)
-    stages = [_stage_time(model, cluster, run, s, i, counts) for i, counts in enumerate(all_counts)]
+    stages = stage_times(model, cluster, run, s)
     p2p = p2p_per_microbatch(model, cluster, run, s)
     totals = [t.total + p2p for t in stages]
     slowest = max(range(len(stages)), key=totals.__getitem__)
     stage_max, stage_sum = totals[slowest], sum(totals)
     pipeline = pipeline_seconds(stage_sum, stage_max, s.mbn, s.vpp)
     worst = stages[slowest]
-    dp_comm, optimizer = data_parallel_seconds(model, cluster, run, s, [t.backward + t.recompute for t in stages])
+    dp_comm, optimizer = data_parallel_seconds(model, cluster, run, s, overlap_windows(stages))
     step = pipeline + dp_comm + optimizer
 
     parts = {"compute_forward": s.mbn * worst.forward, "compute_backward": s.mbn * worst.backward,
@@ -368,4 +379,5 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
 
 
 __all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds", "data_parallel_seconds",
-           "TimeEstimate", "estimate_time", "stage_mode_counts", "PART_KEYS", "p2p_per_microbatch", "stage_role"]
+           "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts", "PART_KEYS",
+           "p2p_per_microbatch", "stage_role"]

@@ -20,6 +20,7 @@ from .explain import explain_infeasible
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate
 
 BAND_GROWTH = 0.005  # the first band above the optimum spans 0.5 % of it; each further band doubles the width
+BAND_POINTS = 256  # a band holding more points than this is narrowed before it is enumerated in full
 NEAREST_MISSES = 5
 # Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
 # verified one by more than this fraction (the plan model rounds each time coefficient to 10 us, so plans that tie in
@@ -61,12 +62,19 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
             verifier.verify(best)
         result.status, result.lower_bound_seconds = "feasible", bound * TIME_UNIT
         return _finish(result, start, verifier.seconds, verifier, expander)
-    low, high, complete, bands = bound, bound, True, 0
+    low, high, complete, bands, limit = bound, bound, True, 0, BAND_POINTS
     while True:
-        points, complete = model.enumerate_band(low, high, left())
+        points, state = model.enumerate_band(low, high, left(), limit)
         result.solver_calls += 1
+        complete = state != "timeout"
         if not complete:
             break
+        if state == "overflow":  # too many points at once: a narrower band (or, if it cannot narrow, a larger one)
+            if high > low:
+                high = low + (high - low) // 4
+            else:
+                limit *= 4
+            continue
         pending = [p.bound for p in points if not p.expanded]
         if pending:  # unexpanded items reach into the band: give them exact coefficients, enumerate it again
             expander.expand_up_to(high)

@@ -8,8 +8,8 @@ Two levels of coefficients, both never above the full estimators (so the model i
 - `item_lower_bound`: one number per batch item, valid for every j and z (design-notes approach C): no recompute
   (recompute only adds time), perfectly balanced stages, no DP exposure, memory ignored; and
   `item_memory_lower_bound`, checked before an item is expanded, which proves some items can never fit.
-- `expand_item`: exact pipeline and memory coefficients for each j and z of one item; memory is exact on the stages
-  the model constrains (first, second, last) and the DP exposure is bounded by its minimum over j.
+- `expand_item`: exact step time for each (j, z) of one item, and memory exact on the stages the model constrains
+  (first, second, last).
 The certificate loop expands items in order of their bounds, so most items never need exact coefficients.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from ..estimate.layout import stage_layouts
 from ..estimate.memory import resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
-from ..estimate.time import (data_parallel_seconds, estimate_time, layer_time, p2p_per_microbatch, pipeline_seconds,
-                             stage_extra_time)
+from ..estimate.time import (data_parallel_seconds, layer_time, overlap_windows, p2p_per_microbatch,
+                             pipeline_seconds, stage_extra_time, stage_times)
 from ..space import Layout, SearchSpace
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
@@ -30,10 +30,9 @@ class ItemTable:
     """Exact coefficients of one batch item over inner choices j and ZeRO stages z (roles = constrained stages)."""
 
     allowed: tuple[bool, ...]  # [j]: SP needs tp > 1
-    pipeline: tuple[float, ...]  # [j] seconds
+    time: tuple[tuple[float, ...], ...]  # [j][z] seconds: pipeline + data-parallel exposure + optimizer
     dynamic: tuple[tuple[float, ...], ...]  # [j][role] bytes
     static: tuple[tuple[float, ...], ...]  # [z][role] bytes
-    data_parallel: tuple[float, ...]  # [z] seconds, lower bound over j
 
 
 def role_stages(pp: int) -> tuple[int, int, int]:
@@ -96,33 +95,34 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
 
 
 def expand_item(space: SearchSpace, item: Item) -> ItemTable:
-    """Exact per-(j, z) coefficients of one item from the full estimators' stage functions."""
+    """Exact per-(j, z) coefficients of one item from the full estimators' stage functions: step time exactly,
+    memory exactly on the constrained stages."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
     reference = layout.strategy(mbs, mbn, zeros[0], False, inner[0][1])
     layouts = stage_layouts(model, reference)
     roles = [layouts[s] for s in role_stages(layout.pp)]
-    allowed, pipeline, dynamic, window = [], [], [], 0.0
+    allowed, times, dynamic = [], [], []
     for sp, mode in inner:
         ok = not sp or layout.tp > 1
         allowed.append(ok)
         if not ok:
-            pipeline.append(0.0)
+            times.append((0.0,) * len(zeros))
             dynamic.append((0.0,) * len(roles))
             continue
         strategy = layout.strategy(mbs, mbn, zeros[0], sp, mode)
-        parts = estimate_time(model, cluster, run, strategy).parts
-        pipeline.append(sum(v for k, v in parts.items() if k not in ("dp_comm", "optimizer")))
-        window = max(window, (parts["compute_backward"] + parts["recompute"]) / mbn)
+        stages = stage_times(model, cluster, run, strategy)
+        p2p = p2p_per_microbatch(model, cluster, run, strategy)
+        totals = [t.total + p2p for t in stages]
+        pipeline = pipeline_seconds(sum(totals), max(totals), mbn, layout.vpp)
+        windows = overlap_windows(stages)
+        times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_(zero=z), windows))
+                           for z in zeros))
         dynamic.append(tuple(sum(stage_dynamic_bytes(model, run, strategy, r).values()) for r in roles))
-    static, data_parallel = [], []
-    for zero in zeros:
-        strategy = layout.strategy(mbs, mbn, zero, False, inner[0][1])
-        static.append(tuple(sum(stage_static_bytes(model, run, strategy, r).values()) for r in roles))
-        # DP exposure shrinks as the backward overlap window grows: the widest window over j bounds it below.
-        data_parallel.append(sum(data_parallel_seconds(model, cluster, run, strategy, window)))
-    return ItemTable(tuple(allowed), tuple(pipeline), tuple(dynamic), tuple(static), tuple(data_parallel))
+    static = [tuple(sum(stage_static_bytes(model, run, reference.with_(zero=z), r).values()) for r in roles)
+              for z in zeros]
+    return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static))
 
 
 def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> float | None:

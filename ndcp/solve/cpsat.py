@@ -1,13 +1,14 @@
 """The CP-SAT model of the strategy space (uniform recompute), disaggregated per batch item.
 
 Every valid (layout, mbs, mbn) triple is a batch item i (space.SearchSpace.walk builds that table of allowed
-tuples, so dp x mbs x mbn = global batch and every divisibility rule hold exactly). An *expanded* item owns booleans
-x[i,j] (its inner choice: sp x recompute) and y[i,z] (its ZeRO stage) with sum_j x[i,j] = sum_z y[i,z]; an item not
-yet expanded is one boolean u[i] carrying its lower bound. Exactly one item is chosen. Then, linear in the booleans:
-    time     = sum x[i,j] pipeline[i,j] + sum y[i,z] data_parallel[i,z] + sum u[i] bound[i]     (units of 10 us)
-    memory_r = sum x[i,j] dynamic[i,j,r] + sum y[i,z] static[i,z,r] <= cap, for r in first/second/last stage (MiB)
-Coefficients are rounded down and the cap is rounded down, so the model stays a relaxation of the full estimators
-(design-notes formulation B: each item owns its variables; no big-M over shared ones).
+tuples, so dp x mbs x mbn = global batch and every divisibility rule hold exactly). An *expanded* item owns one
+boolean q[i,j,z] per inner choice j (sp x recompute) and ZeRO stage z; an item not yet expanded is one boolean u[i]
+carrying its lower bound. Exactly one boolean is true. Then, linear in the booleans:
+    time     = sum q[i,j,z] time[i,j,z] + sum u[i] bound[i]                                    (units of 10 us)
+    memory_r = sum q[i,j,z] (dynamic[i,j,r] + static[i,z,r]) <= cap, r in first/second/last stage   (MiB)
+Coefficients are rounded down and the cap is rounded down, so the model stays a relaxation of the full estimators:
+exact in time, exact in memory except on stages it does not constrain (design-notes formulation B: each item owns
+its variables; no big-M over shared ones).
 """
 from __future__ import annotations
 
@@ -56,67 +57,56 @@ class StrategyModel:
         self.bounds[i] = None
 
     def expand(self, i: int, table: ItemTable) -> None:
+        """Exact coefficients for item i: {(j, z): (time units, memory units per role)} over its allowed choices."""
         self.tables[i] = {
-            "allowed": table.allowed,
-            "time": [_floor(t, TIME_UNIT) for t in table.pipeline],
-            "dp": [_floor(t, TIME_UNIT) for t in table.data_parallel],
-            "dynamic": [[_floor(b, MIB) for b in row] for row in table.dynamic],
-            "static": [[_floor(b, MIB) for b in row] for row in table.static],
-        }
+            (j, z): (_floor(table.time[j][z], TIME_UNIT),
+                     tuple(_floor(d, MIB) + _floor(st, MIB) for d, st in zip(table.dynamic[j], table.static[z])))
+            for j, ok in enumerate(table.allowed) if ok for z in range(len(table.static))}
 
     def _least(self, i: int) -> int:
         """The item's smallest objective in the model."""
         table = self.tables.get(i)
         if table is None:
             return self.bounds[i]
-        return min(t for t, ok in zip(table["time"], table["allowed"]) if ok) + min(table["dp"])
+        return min(t for t, _ in table.values())
 
     def objective(self, i: int, j: int, z: int) -> int:
-        t = self.tables[i]
-        return t["time"][j] + t["dp"][z]
+        return self.tables[i][(j, z)][0]
 
     def max_objective(self) -> int:
-        expanded = [max(t["time"]) + max(t["dp"]) for t in self.tables.values()]
+        expanded = [max(t for t, _ in table.values()) for table in self.tables.values()]
         return max(expanded + [b for b in self.bounds if b is not None])
 
     def _build(self, capped: bool, band: tuple[int, int] | None, minimize: str):
         m = cp_model.CpModel()
-        choose, time_terms, memory_terms = [], [], [[], [], []]
-        xs: dict[int, list] = {}
-        ys: dict[int, list] = {}
-        us: dict[int, object] = {}
-        for i in range(len(self.bounds)):
-            table = self.tables.get(i)
-            if self.bounds[i] is None or (band is not None and self._least(i) > band[1]):
+        choices: dict = {}  # boolean -> (i, j, z); j, z None for an unexpanded item
+        time_terms, memory_terms = [], [[], [], []]
+        for i, bound in enumerate(self.bounds):
+            if bound is None or (band is not None and self._least(i) > band[1]):
                 continue  # proven not to fit, or every point of the item lies above the band
+            table = self.tables.get(i)
             if table is None:
                 u = m.NewBoolVar(f"u{i}")
-                us[i] = u
-                choose.append(u)
-                time_terms.append((u, self.bounds[i]))
+                choices[u] = (i, None, None)
+                time_terms.append((u, bound))
                 continue
-            x = [m.NewBoolVar(f"x{i}_{j}") if ok else None for j, ok in enumerate(table["allowed"])]
-            y = [m.NewBoolVar(f"y{i}_{z}") for z in range(len(table["dp"]))]
-            xs[i], ys[i] = x, y
-            live = [v for v in x if v is not None]
-            choose.extend(live)
-            m.Add(sum(live) == sum(y))
-            for j, v in enumerate(x):
-                if v is None:
+            for (j, z), (units, memory) in table.items():
+                if band is not None and not band[0] <= units <= band[1]:
                     continue
-                time_terms.append((v, table["time"][j]))
+                if capped and max(memory) > self.cap:
+                    continue  # this point's constrained stages cannot fit
+                q = m.NewBoolVar(f"q{i}_{j}_{z}")
+                choices[q] = (i, j, z)
+                time_terms.append((q, units))
                 for r in range(3):
-                    memory_terms[r].append((v, table["dynamic"][j][r]))
-            for z, v in enumerate(y):
-                time_terms.append((v, table["dp"][z]))
-                for r in range(3):
-                    memory_terms[r].append((v, table["static"][z][r]))
-        m.AddExactlyOne(choose)
+                    memory_terms[r].append((q, memory[r]))
+        variables = list(choices)
+        if not variables:
+            m.AddBoolOr([])  # nothing to choose: infeasible
+            return m, choices
+        m.AddExactlyOne(variables)
         objective = cp_model.LinearExpr.WeightedSum([v for v, _ in time_terms], [c for _, c in time_terms])
         peaks = [cp_model.LinearExpr.WeightedSum([v for v, _ in terms], [c for _, c in terms]) for terms in memory_terms]
-        if capped:
-            for peak in peaks:
-                m.Add(peak <= self.cap)
         if band is not None:
             m.Add(objective >= band[0])
             m.Add(objective <= band[1])
@@ -126,7 +116,7 @@ class StrategyModel:
             worst = m.NewIntVar(0, max(1, sum(max((c for _, c in terms), default=0) for terms in memory_terms)), "peak")
             m.AddMaxEquality(worst, peaks)
             m.Minimize(worst)
-        return m, xs, ys, us
+        return m, choices
 
     def _solver(self, seconds: float, enumerate_all: bool = False) -> cp_model.CpSolver:
         solver = cp_model.CpSolver()
@@ -136,37 +126,37 @@ class StrategyModel:
         solver.parameters.enumerate_all_solutions = enumerate_all
         return solver
 
-    def _decode(self, value, xs, ys, us) -> Point:
-        for i, u in us.items():
-            if value(u):
-                return Point(i, None, None, self.bounds[i])
-        for i, x in xs.items():
-            for j, v in enumerate(x):
-                if v is not None and value(v):
-                    z = next(k for k, w in enumerate(ys[i]) if value(w))
-                    return Point(i, j, z, self.objective(i, j, z))
-        raise AssertionError("a solution chooses exactly one item")
+    def _decode(self, value, choices) -> Point:
+        for var, (i, j, z) in choices.items():
+            if value(var):
+                return Point(i, j, z, self.bounds[i] if j is None else self.objective(i, j, z))
+        raise AssertionError("a solution chooses exactly one point")
 
     def optimize(self, seconds: float, minimize: str = "time", capped: bool = True):
         """(status name, best Point or None, proven lower bound of the objective in units or None)."""
-        m, xs, ys, us = self._build(capped, None, minimize)
+        m, choices = self._build(capped, None, minimize)
         solver = self._solver(seconds)
         status = solver.Solve(m)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return solver.StatusName(status), None, None
-        point = self._decode(solver.Value, xs, ys, us)
+        point = self._decode(solver.Value, choices)
         return solver.StatusName(status), point, int(math.floor(solver.BestObjectiveBound() + 1e-9))
 
-    def enumerate_band(self, low: int, high: int, seconds: float) -> tuple[list[Point], bool]:
-        """Every point whose objective lies in [low, high] and whose constrained stages fit; (points, complete)."""
-        m, xs, ys, us = self._build(True, (low, high), "none")
+    def enumerate_band(self, low: int, high: int, seconds: float, limit: int) -> tuple[list[Point], str]:
+        """Every point whose objective lies in [low, high] and whose constrained stages fit, and how it ended:
+        "complete", "overflow" (more than `limit` points: the caller narrows the band) or "timeout"."""
+        m, choices = self._build(True, (low, high), "none")
         found: list[Point] = []
         model = self
 
         class Collect(cp_model.CpSolverSolutionCallback):
             def on_solution_callback(self):
-                found.append(model._decode(self.Value, xs, ys, us))
+                found.append(model._decode(self.Value, choices))
+                if len(found) > limit:
+                    self.StopSearch()
 
         solver = self._solver(seconds, enumerate_all=True)
         status = solver.Solve(m, Collect())
-        return found, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+        if len(found) > limit:
+            return found, "overflow"
+        return found, "complete" if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) else "timeout"
