@@ -119,36 +119,44 @@ def _bounded_items(space: SearchSpace, method: str, start: float, deadline: floa
 
 
 class _Expander:
-    """Gives items exact coefficients, cheapest lower bound first."""
+    """Gives items exact coefficients, least lower bound first. An item reaching the front first gets its tighter,
+    memory-aware bound (coefficients.item_plan_lower_bound, valid for uniform plans too) and waits again with it;
+    an item that cannot fit even with full recompute leaves the model. Reaching the front again, it is expanded."""
 
     def __init__(self, space: SearchSpace, items, model: StrategyModel):
         self.space, self.items, self.model = space, items, model
-        self.order = sorted((i for i in range(len(items)) if model.bounds[i] is not None),
-                            key=lambda i: (model.bounds[i], i))
-        self.next = 0
+        self.queue = [(b, i, False) for i, b in enumerate(model.bounds) if b is not None]
+        heapq.heapify(self.queue)
+        self.next = 0  # items expanded
 
-    def _expand_next(self) -> None:
-        """Exact coefficients for the next item, unless its memory lower bound proves it can never fit."""
-        i = self.order[self.next]
-        if item_memory_lower_bound(self.space, self.items[i]) > self.model.cap_bytes:
-            self.model.drop(i)
-        else:
-            self.model.expand(i, expand_item(self.space, self.items[i]))
+    def _front(self) -> int | None:
+        """The least bound of an item still waiting (tightened ones included), or None."""
+        return self.queue[0][0] if self.queue else None
+
+    def _step(self) -> bool:
+        """Tighten or expand the item at the front; True when an item was expanded."""
+        bound, i, tightened = heapq.heappop(self.queue)
+        if not tightened:
+            tighter = item_plan_lower_bound(self.space, self.items[i], max_offset=0)
+            if tighter is None:
+                self.model.drop(i)
+            else:
+                self.model.bounds[i] = max(bound, int(tighter / TIME_UNIT))
+                heapq.heappush(self.queue, (self.model.bounds[i], i, True))
+            return False
+        self.model.expand(i, expand_item(self.space, self.items[i]))
         self.next += 1
+        return True
 
     def expand_cheapest(self, count: int) -> None:
-        while self.next < len(self.order) and count > 0:
-            self._expand_next()
-            count -= 1
+        while self.queue and count > 0:
+            count -= self._step()
 
     def expand_up_to(self, bound: int, at_least: int = 1) -> None:
         """Expand every item whose lower bound is <= bound, and at least `at_least` more."""
         self.expand_cheapest(at_least)
-        while self.next < len(self.order) and self.model.bounds[self.order[self.next]] <= bound:
-            self._expand_next()
-
-    def expand_all(self) -> None:
-        self.expand_cheapest(len(self.order))
+        while self.queue and self._front() <= bound:
+            self._step()
 
 
 def strategy_of(space: SearchSpace, item, j: int, z: int):

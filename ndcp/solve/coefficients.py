@@ -117,10 +117,10 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
         totals = [t.total + p2p for t in stages]
         pipeline = pipeline_seconds(sum(totals), max(totals), mbn, layout.vpp)
         windows = overlap_windows(stages)
-        times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_(zero=z), windows))
+        times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_zero(z), windows))
                            for z in zeros))
         dynamic.append(tuple(sum(stage_dynamic_bytes(model, run, strategy, r).values()) for r in roles))
-    static = [tuple(sum(stage_static_bytes(model, run, reference.with_(zero=z), r).values()) for r in roles)
+    static = [tuple(sum(stage_static_bytes(model, run, reference.with_zero(z), r).values()) for r in roles)
               for z in zeros]
     return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static))
 
@@ -145,7 +145,7 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
         for s in sorted(set(role_stages(layout.pp))):
             stage = layouts[s]
             fewest = max(1, stage.layers - (max_offset if layout.vpp == 1 and layout.pp > 1 else 0))
-            static = min(sum(stage_static_bytes(model, run, base.with_(zero=z), stage).values()) for z in zeros)
+            static = min(sum(stage_static_bytes(model, run, base.with_zero(z), stage).values()) for z in zeros)
             fixed = sum(stage_dynamic_bytes(model, run, base, stage, counts={}).values())
             per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in kinds
                          for m in ("none", "selective", "full")}

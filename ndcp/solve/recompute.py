@@ -78,12 +78,12 @@ class PlanModel:
                           for k in present for m in modes} for s in range(pp)]
         self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
         self.fixed = [sum(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={}).values()) for s in range(pp)]
-        self.static = [[sum(stage_static_bytes(model, run, base.with_(zero=z), self.layouts[s]).values())
+        self.static = [[sum(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]).values())
                         for s in range(pp)] for z in zeros]
         layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
         one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms,
                                     layer.experts / (layout.ep * layout.etp), 1)
-        self.static_per_layer = [sum(model_state_bytes(run, base.with_(zero=z), one_layer).values()) for z in zeros]
+        self.static_per_layer = [sum(model_state_bytes(run, base.with_zero(z), one_layer).values()) for z in zeros]
         # Data-parallel terms per stage and ZeRO stage. With uneven partitions a stage may hold default +- offset
         # layers: take each term at its smallest (fewest layers; the last bucket's share at the most layers).
         low = tuple(max(1, d - self.offset) for d in self.default)
@@ -91,9 +91,9 @@ class PlanModel:
         self.dp_terms = []
         for z in zeros:
             fewest = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=low)
-                                         if self.offset else base.with_(zero=z))
+                                         if self.offset else base.with_zero(z))
             most = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=high)
-                                       if self.offset else base.with_(zero=z))
+                                       if self.offset else base.with_zero(z))
             self.dp_terms.append([(t.gradients, t.gather_per_step, t.gather_per_microbatch, m.last_bucket, t.optimizer)
                                   for t, m in zip(fewest, most)])
         self.backward = {(k, mode): _backward_window(layer_time(model, cluster, run, k, mode, *theta))

@@ -123,7 +123,14 @@ class Strategy:
         return self.pp * self.vpp
 
     def with_(self, **changes) -> "Strategy":
+        """A copy with some fields changed, validated again."""
         return replace(self, **changes)
+
+    def with_zero(self, zero: int) -> "Strategy":
+        """The same strategy under another ZeRO stage (0-3); no other field depends on it, so it stays valid."""
+        if zero not in (0, 1, 2, 3):
+            raise SpecError(f"zero={zero!r} is not valid; valid: 0, 1, 2, 3")
+        return Strategy.trusted(**{**self.__dict__, "zero": zero})
 
     def as_dict(self) -> dict:
         """The JSON `strategy` object (the recompute plan as a mode string or per-stage counts)."""
