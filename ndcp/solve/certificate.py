@@ -23,8 +23,8 @@ BAND_GROWTH = 0.005  # the first band above the optimum spans 0.5 % of it; each 
 BAND_POINTS = 256  # a band holding more points than this is narrowed before it is enumerated in full
 NEAREST_MISSES = 5
 # Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
-# verified one by more than this fraction (the plan model rounds each time coefficient to 10 us, so plans that tie in
-# the model differ in the full estimators by far less). Documented as "optimal within 0.01 %".
+# verified one by more than the plan model's rounding (each time coefficient floored to 1e-6 of the step; PlanSolution says
+# by how much at most) or this fraction, whichever is larger: plans are proven optimal within that tolerance.
 PLAN_TOLERANCE = 1e-4
 
 
@@ -252,8 +252,9 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     Batch items are visited in order of a lower bound valid for every plan (no recompute, balanced stages). Each
     visited item's plan sub-model (recompute.PlanModel, one per SP setting) is solved exactly by CP-SAT; its optimum
     bounds every remaining plan of that (item, SP), and its plan is verified with the full estimators. When the
-    verified time exceeds the bound by more than PLAN_TOLERANCE, the sub-model is solved again without the verified
-    plans (a no-good cut) as long as its bound could still beat that item's best. The search stops when the K-th best verified step time is
+    verified time exceeds the bound by more than the tolerance (the model's rounding, at least PLAN_TOLERANCE) or
+    the plan does not fit, the sub-model is solved again without the verified plans (a no-good cut) as long as its
+    bound could still beat that item's best. The search stops when the K-th best verified step time is
     <= the bound of every item not yet visited and every sub-model not yet exhausted: that is the certificate.
     One strategy per (item, SP): its best plan and ZeRO stage.
     """
@@ -379,7 +380,7 @@ class _PlanVerifier:
                 return
             lower, _, action, (plan, key, exclude, solution) = heapq.heappop(self.pending)
             if action == "resolve":
-                if key not in self.best or self.best[key].step_seconds > lower * (1 + PLAN_TOLERANCE):
+                if key not in self.best or self.best[key].step_seconds > lower + solution:
                     self.solve(plan, key, exclude)
                 continue
             t0 = time.perf_counter()
@@ -390,8 +391,11 @@ class _PlanVerifier:
                 self.misses.append(evaluated)
             elif key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
                 self.best[key] = evaluated
-            if evaluated.step_seconds > lower * (1 + PLAN_TOLERANCE):  # bound not tight: other plans may do better
-                self._push(lower, "resolve", (plan, key, exclude, None))
+            # Another plan of these degrees could still be faster by more than the tolerance (the model's rounding,
+            # at least PLAN_TOLERANCE), or this one does not fit: solve again without the plans verified so far.
+            slack = max(solution.rounding_seconds, PLAN_TOLERANCE * lower)
+            if not evaluated.fits or evaluated.step_seconds > lower + slack:
+                self._push(lower, "resolve", (plan, key, exclude, slack))
 
     def certified(self, next_bound: float) -> bool:
         kth = self.kth()

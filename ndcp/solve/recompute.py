@@ -7,7 +7,7 @@ ZeRO stage (one boolean each). With coefficients from the full estimators (estim
     memory[s] = static[s, zero] + dstatic x (L[s] - default[s]) + fixed[s] + sum r[s,k,m] n[s,k,m] + workspace[s]
     time[s]   = sum layer[k,m] n[s,k,m] + extra[s];   slowest >= time[s]
     vpp x pipeline = (vpp x mbn - 1) x slowest + sum time[s]        (estimate.time.pipeline_seconds, times vpp)
-Coefficients are rounded down (memory in MiB, time in 10 us) so the optimum is a lower bound of the full
+Coefficients are rounded down (memory in MiB, time in units of 1e-6 of the item's step-time bound) so the optimum is a lower bound of the full
 estimators; the caller verifies the plan it returns.
 """
 from __future__ import annotations
@@ -23,10 +23,11 @@ from ..estimate.memory import model_state_bytes, resident_layer_bytes, stage_dyn
 from ..estimate.parameters import StageParameters
 from ..estimate.time import data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
 from ..space import Layout, SearchSpace
+from .coefficients import item_lower_bound
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
 MIB = 2**20
-TIME_UNIT = 1e-5  # seconds per time unit in the plan model (10 us)
+RESOLUTION = 1e-6  # the plan model's time unit, as a fraction of the item's step-time lower bound
 
 
 def _floor(value: float, unit: float) -> int:
@@ -50,6 +51,7 @@ class PlanSolution:
     bound_seconds: float  # lower bound on every plan of the sub-model not excluded so far
     proven: bool
     assignment: tuple[int, ...]  # values of the decision variables, to exclude this plan in a later solve
+    rounding_seconds: float = 0.0  # how far below the full estimators rounding can put the model's objective
 
 
 class PlanModel:
@@ -62,6 +64,8 @@ class PlanModel:
         self.modes, self.zeros = modes, zeros
         base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
         self.base = base
+        # Time unit: fine enough that flooring every coefficient costs well under PLAN_TOLERANCE of the step.
+        self.unit = max(1e-12, item_lower_bound(space, (layout, mbs, mbn)) * RESOLUTION)
         self.layouts = stage_layouts(model, base)
         self.kinds = [{k: n for (k, _), n in counts if n} for counts in stage_mode_counts(model, base)]
         pp = layout.pp
@@ -156,9 +160,9 @@ class PlanModel:
             memory = (static + layer_static + _floor(self.fixed[s], MIB) + workspace
                       + sum(_floor(self.resident[s][key], MIB) * var for key, var in n.items()))
             m.Add(memory <= cap)
-            time = sum(_floor(self.layer_time[key], TIME_UNIT) * var for key, var in n.items())
+            time = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
             t = m.NewIntVar(0, 10**15, f"t{s}")
-            m.Add(t == time + _floor(self.extra_time[s], TIME_UNIT))
+            m.Add(t == time + _floor(self.extra_time[s], self.unit))
             m.Add(slowest >= t)
             stage_times.append(t)
         if self.offset:
@@ -189,9 +193,13 @@ class PlanModel:
                 totals[mode] += solver.Value(var)
             stages.append(totals)
         plan = self._plan(stages, layers)
-        bound = math.floor(solver.BestObjectiveBound() + 1e-9) * TIME_UNIT / vpp
+        bound = math.floor(solver.BestObjectiveBound() + 1e-9) * self.unit / vpp
+        # Every coefficient is floored to the unit: at most one unit per layer and per extra term on a stage,
+        # counted (vpp * mbn - 1) times through the slowest stage and once per stage in the sum, plus the DP terms.
+        per_stage = most + 1
+        rounding = self.unit * ((vpp * self.mbn - 1 + pp) * per_stage + vpp * (self.mbn + 4)) / vpp
         return PlanSolution(plan(zero), bound, status == cp_model.OPTIMAL,
-                            tuple(solver.Value(v) for v in decisions))
+                            tuple(solver.Value(v) for v in decisions), rounding)
 
     def _data_parallel(self, m, z, counts):
         """Exposed DP sync and optimizer step (estimate.time.DataParallelTerms.exposed), linear in the counts: each
@@ -199,17 +207,17 @@ class PlanModel:
         exposed = m.NewIntVar(0, 10**15, "dp_exposed")
         optimizer = m.NewIntVar(0, 10**15, "optimizer")
         for s, n in enumerate(counts):
-            window = (sum(_ceil(self.backward[key], TIME_UNIT) * var for key, var in n.items())
-                      + _ceil(self.extra_backward[s], TIME_UNIT))
+            window = (sum(_ceil(self.backward[key], self.unit) * var for key, var in n.items())
+                      + _ceil(self.extra_backward[s], self.unit))
             grads, gather, per_mb = (m.NewIntVar(0, 10**15, f"{name}{s}") for name in ("g", "p", "q"))
             for k, zk in enumerate(z):
                 g, p, q, last, opt = (self.dp_terms[k][s][0], self.dp_terms[k][s][1], self.dp_terms[k][s][2],
                                       self.dp_terms[k][s][3], self.dp_terms[k][s][4])
                 for term, value, scale in ((grads, g, 2), (gather, p, 1), (per_mb, q, 3)):
                     # term >= value - scale/2 x window  (written times 2) and term >= value x last bucket
-                    m.Add(2 * term >= 2 * _floor(value, TIME_UNIT) - scale * window).OnlyEnforceIf(zk)
-                    m.Add(term >= _floor(value * last, TIME_UNIT)).OnlyEnforceIf(zk)
-                m.Add(optimizer >= _floor(opt, TIME_UNIT)).OnlyEnforceIf(zk)
+                    m.Add(2 * term >= 2 * _floor(value, self.unit) - scale * window).OnlyEnforceIf(zk)
+                    m.Add(term >= _floor(value * last, self.unit)).OnlyEnforceIf(zk)
+                m.Add(optimizer >= _floor(opt, self.unit)).OnlyEnforceIf(zk)
             m.Add(exposed >= grads + gather + self.mbn * per_mb)
         return exposed, optimizer
 

@@ -34,7 +34,7 @@ def test_joint_plan_search_equals_exhaustive_enumeration(space, offset):
     plans = {e.strategy.recompute.summary().split()[0] for e in oracle.strategies}
     event(f"oracle {oracle.status}; best plans: {', '.join(sorted(plans)) or '-'}")
     assert solved.status == oracle.status
-    # Plans are proven optimal within PLAN_TOLERANCE (the plan model rounds times to 10 us).
+    # Plans are proven optimal within PLAN_TOLERANCE (the plan model's rounding stays below it on these cases).
     assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
                                                                        rel=PLAN_TOLERANCE)
     uniform = cpsat_search(space, top=1)
