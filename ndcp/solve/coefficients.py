@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..estimate.layout import stage_layouts
 from ..estimate.memory import resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
 from ..estimate.time import (data_parallel_seconds, layer_time, overlap_windows, p2p_per_microbatch,
-                             pipeline_seconds, stage_extra_time, stage_times)
+                             pipeline_seconds, stage_extra_time, stage_role, stage_times)
 from ..space import Layout, SearchSpace
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
@@ -160,10 +160,9 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
             ratios = [(times[(k, m)] - times[(k, "none")]) / (per_layer[(k, "none")] - per_layer[(k, m)])
                       for k in kinds for m in ("selective", "full") if per_layer[(k, "none")] > per_layer[(k, m)]]
             extra = max(0.0, excess) * min(ratios, default=0.0)
-            role = "only" if layout.pp == 1 else "first" if s == 0 else "last"
             stage_time = (fewest * min(times[(k, "none")] for k in kinds) + extra
-                          + stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp,
-                                             ep=layout.ep, etp=layout.etp).total)
+                          + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp, mbs,
+                                             sp, ep=layout.ep, etp=layout.etp).total)
             slowest = max(slowest, stage_time)
             extra_sum += extra
         if feasible:
