@@ -656,8 +656,9 @@ def register_search(subparsers) -> None:
                             "`per-layer` also decides per stage how many layers keep, selectively or "
                             "fully recompute activations, jointly with the degrees (never slower than uniform; on "
                             "large problems it may stop at the time limit with a gap); or one mode for every layer")
-    group.add_argument("--max-offset", metavar="N", type=_int, default=2,
-                       help="per-layer: layers a stage may hold above or below the even partition (default 2)")
+    group.add_argument("--max-offset", metavar="N", type=_int, default=0,
+                       help="per-layer: layers a stage may hold above or below the even partition (default 0: the "
+                            "even partition; each unit widens the plan models and slows the proof)")
     group.add_argument("--zero", metavar="STAGES", type=_zero_stages, default=(0, 1, 2, 3),
                        help="ZeRO stages to search (default 0,1,2,3)")
     group.add_argument("--sp", choices=("on", "off", "both"), default="both",
