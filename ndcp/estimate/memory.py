@@ -84,6 +84,11 @@ def _theta(strategy: Strategy) -> tuple:
     return strategy.tp, strategy.cp, strategy.ep, strategy.etp, strategy.mbs, strategy.sp
 
 
+def parts_total(parts: dict[str, float]) -> int:
+    """Bytes of a set of parts as the estimate reports them: each part in whole bytes, then added."""
+    return sum(int(v) for v in parts.values())
+
+
 def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> dict[str, float]:
     """Parts that depend only on where layers sit and how ZeRO shards: model states and ZeRO-3 gather buffers."""
     parts = model_state_bytes(run, strategy, stage_parameters(model, strategy)[layout.stage])
@@ -167,4 +172,4 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
 
 
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",
-           "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes"]
+           "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes", "parts_total"]

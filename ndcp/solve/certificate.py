@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from dataclasses import dataclass
 
 from ..space import SearchSpace
 from .coefficients import (expand_item, inner_choices, item_lower_bound, item_memory_lower_bound,
@@ -39,8 +40,27 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
     model = StrategyModel(bounds, capacity, seed, workers)
     expander = _Expander(space, items, model)
-    expander.expand_cheapest(max(top, 4))
     verifier = _Verifier(space, items, top)
+    known = _Floor(min(bounds))
+    try:
+        return _search_model(space, top, start, deadline, progress, walk, result, model, expander, verifier, known)
+    except KeyboardInterrupt:  # Ctrl-C: like the time limit, the best verified so far with the proven bound
+        result.status, result.explanation = "feasible", "interrupted"
+        result.lower_bound_seconds = min(known.seconds, verifier.lower_bound(float("inf")))
+        return _finish(result, start, verifier.seconds, verifier, expander)
+
+
+@dataclass
+class _Floor:
+    """The proven lower bound on everything not yet verified, kept up to date for an interrupted search."""
+
+    seconds: float
+
+
+def _search_model(space, top, start, deadline, progress, walk, result, model, expander, verifier, known):
+    """The body of cpsat_search: optimum of the relaxation, then bands until the certificate holds."""
+    items = walk.batches
+    expander.expand_cheapest(max(top, 4))
 
     def left() -> float:
         return deadline - time.perf_counter()
@@ -48,6 +68,8 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     while True:  # the relaxation's optimum must be an expanded item
         status, best, bound = model.optimize(left())
         result.solver_calls += 1
+        if bound is not None:
+            known.seconds = bound * TIME_UNIT
         if best is None or best.expanded or status != "OPTIMAL":
             break
         expander.expand_up_to(best.bound, at_least=expander.next)  # doubling: few solver calls if bounds are loose
@@ -88,6 +110,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
         if verifier.certified((high + 1) * TIME_UNIT) or high >= model.max_objective():
             break
         low, high = high + 1, max(high + 1, int(bound * (1 + BAND_GROWTH * 2 ** bands)))
+        known.seconds = low * TIME_UNIT
         bands += 1
     outside = (high + 1) * TIME_UNIT if complete else low * TIME_UNIT
     result.status = ("optimal" if complete else "feasible") if verifier.fitting else (
@@ -108,13 +131,16 @@ def _bounded_items(space: SearchSpace, method: str, start: float, deadline: floa
         result.explanation = explain_infeasible(space, walk, None)
         return walk, _finish(result, start, 0.0), None
     bounds = []
-    for n, item in enumerate(walk.batches):
-        if n % 256 == 0 and time.perf_counter() > deadline:
-            result.status = "feasible"
-            result.explanation = (f"time limit reached while bounding the {len(walk.batches):,} batch items; "
-                                  "nothing verified yet")
-            return walk, _finish(result, start, 0.0), None
-        bounds.append(item_lower_bound(space, item))
+    try:
+        for n, item in enumerate(walk.batches):
+            if n % 256 == 0 and time.perf_counter() > deadline:
+                raise TimeoutError
+            bounds.append(item_lower_bound(space, item))
+    except (TimeoutError, KeyboardInterrupt) as stop:
+        result.status = "feasible"
+        result.explanation = (f"{'time limit reached' if isinstance(stop, TimeoutError) else 'interrupted'} while "
+                              f"bounding the {len(walk.batches):,} batch items; nothing verified yet")
+        return walk, _finish(result, start, 0.0), None
     return walk, result, bounds
 
 

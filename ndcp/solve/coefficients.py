@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..estimate.layout import stage_layouts
-from ..estimate.memory import resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
+from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
 from ..estimate.time import (data_parallel_seconds, layer_time, overlap_windows, p2p_per_microbatch,
                              pipeline_seconds, stage_extra_time, stage_role, stage_times)
 from ..space import Layout, SearchSpace
@@ -86,10 +86,10 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
-        static = min(sum(stage_static_bytes(model, run, layout.strategy(mbs, mbn, z, False, lightest),
-                                            layouts[stage]).values()) for z in zeros)
-        dynamic = min(sum(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, lightest),
-                                              layouts[stage]).values()) for sp in sps)
+        static = min(parts_total(stage_static_bytes(model, run, layout.strategy(mbs, mbn, z, False, lightest),
+                                            layouts[stage])) for z in zeros)
+        dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, lightest),
+                                              layouts[stage])) for sp in sps)
         worst = max(worst, static + dynamic)
     return worst
 
@@ -119,8 +119,8 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
         windows = overlap_windows(stages)
         times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_zero(z), windows))
                            for z in zeros))
-        dynamic.append(tuple(sum(stage_dynamic_bytes(model, run, strategy, r).values()) for r in roles))
-    static = [tuple(sum(stage_static_bytes(model, run, reference.with_zero(z), r).values()) for r in roles)
+        dynamic.append(tuple(parts_total(stage_dynamic_bytes(model, run, strategy, r)) for r in roles))
+    static = [tuple(parts_total(stage_static_bytes(model, run, reference.with_zero(z), r)) for r in roles)
               for z in zeros]
     return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static))
 
@@ -145,14 +145,14 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
         for s in sorted(set(role_stages(layout.pp))):
             stage = layouts[s]
             fewest = max(1, stage.layers - (max_offset if layout.vpp == 1 and layout.pp > 1 else 0))
-            static = min(sum(stage_static_bytes(model, run, base.with_zero(z), stage).values()) for z in zeros)
-            fixed = sum(stage_dynamic_bytes(model, run, base, stage, counts={}).values())
+            static = min(parts_total(stage_static_bytes(model, run, base.with_zero(z), stage)) for z in zeros)
+            fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
             per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in kinds
                          for m in ("none", "selective", "full")}
             times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in kinds
                      for m in ("none", "selective", "full")}
             light = min(kinds, key=lambda k: per_layer[(k, "none")])
-            excess = static + fixed + fewest * per_layer[(light, "none")] - capacity
+            excess = static + fixed + int(fewest * per_layer[(light, "none")]) - capacity  # whole bytes, as reported
             most_saved = fewest * max(per_layer[(k, "none")] - per_layer[(k, "full")] for k in kinds)
             if excess > most_saved:
                 feasible = False

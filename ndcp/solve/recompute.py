@@ -19,7 +19,8 @@ from ortools.sat.python import cp_model
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import default_partition, stage_layouts, stage_mode_counts
-from ..estimate.memory import model_state_bytes, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
+from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
+                               stage_static_bytes)
 from ..estimate.parameters import StageParameters
 from ..estimate.time import data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
 from ..space import Layout, SearchSpace
@@ -81,8 +82,8 @@ class PlanModel:
         self.resident = [{(k, m): resident_layer_bytes(model, run, base, self.layouts[s], k, m)
                           for k in present for m in modes} for s in range(pp)]
         self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
-        self.fixed = [sum(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={}).values()) for s in range(pp)]
-        self.static = [[sum(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]).values())
+        self.fixed = [parts_total(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={})) for s in range(pp)]
+        self.static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]))
                         for s in range(pp)] for z in zeros]
         layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
         one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms,
