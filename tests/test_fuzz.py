@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ndcp.cli import main
 
 _SPEC = importlib.util.spec_from_file_location("fuzz_cli", Path(__file__).resolve().parents[1] / "scripts" / "fuzz_cli.py")
 fuzz_cli = importlib.util.module_from_spec(_SPEC)

@@ -272,7 +272,7 @@ def _finish(result: SearchResult, start: float, verify_seconds: float, verifier:
 
 
 def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
-                max_offset: int = 2, progress=None) -> SearchResult:
+                max_offset: int = 0, progress=None) -> SearchResult:
     """Per-layer recompute and layer partition decided jointly with the degrees (design-notes approach C).
 
     Batch items are visited in order of a lower bound valid for every plan (no recompute, balanced stages). Each

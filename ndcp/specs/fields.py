@@ -42,12 +42,12 @@ def _is_int(value: Any) -> bool:
 
 def positive_int(field: str, value: Any, high: int = MAX_SIZE) -> None:
     require(_is_int(value) and 1 <= value <= high, field, value,
-            f"expected an integer >= 1" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
+            "expected an integer >= 1" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
 
 
 def non_negative_int(field: str, value: Any, high: int = MAX_SIZE) -> None:
     require(_is_int(value) and 0 <= value <= high, field, value,
-            f"expected an integer >= 0" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
+            "expected an integer >= 0" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
 
 
 def _finite(value: Any) -> bool:
