@@ -39,7 +39,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
     model = StrategyModel(bounds, capacity, seed, workers)
-    expander = _Expander(space, items, model)
+    expander = _Expander(space, items, model, deadline)
     verifier = _Verifier(space, items, top)
     known = _Floor(min(bounds))
     try:
@@ -70,7 +70,7 @@ def _search_model(space, top, start, deadline, progress, walk, result, model, ex
         result.solver_calls += 1
         if bound is not None:
             known.seconds = bound * TIME_UNIT
-        if best is None or best.expanded or status != "OPTIMAL":
+        if best is None or best.expanded or status != "OPTIMAL" or left() <= 0:
             break
         expander.expand_up_to(best.bound, at_least=expander.next)  # doubling: few solver calls if bounds are loose
     if best is None:
@@ -88,7 +88,7 @@ def _search_model(space, top, start, deadline, progress, walk, result, model, ex
     while True:
         points, state = model.enumerate_band(low, high, left(), limit)
         result.solver_calls += 1
-        complete = state != "timeout"
+        complete = state != "timeout" and left() > 0
         if not complete:
             break
         if state == "overflow":  # too many points at once: a narrower band (or, if it cannot narrow, a larger one)
@@ -149,8 +149,8 @@ class _Expander:
     memory-aware bound (coefficients.item_plan_lower_bound, valid for uniform plans too) and waits again with it;
     an item that cannot fit even with full recompute leaves the model. Reaching the front again, it is expanded."""
 
-    def __init__(self, space: SearchSpace, items, model: StrategyModel):
-        self.space, self.items, self.model = space, items, model
+    def __init__(self, space: SearchSpace, items, model: StrategyModel, deadline: float = float("inf")):
+        self.space, self.items, self.model, self.deadline = space, items, model, deadline
         self.queue = [(b, i, False) for i, b in enumerate(model.bounds) if b is not None]
         heapq.heapify(self.queue)
         self.next = 0  # items expanded
@@ -175,13 +175,14 @@ class _Expander:
         return True
 
     def expand_cheapest(self, count: int) -> None:
-        while self.queue and count > 0:
+        while self.queue and count > 0 and time.perf_counter() < self.deadline:
             count -= self._step()
 
     def expand_up_to(self, bound: int, at_least: int = 1) -> None:
-        """Expand every item whose lower bound is <= bound, and at least `at_least` more."""
+        """Expand every item whose lower bound is <= bound, and at least `at_least` more (until the deadline: the
+        model stays a valid relaxation with items unexpanded, so the search just ends `feasible`)."""
         self.expand_cheapest(at_least)
-        while self.queue and self._front() <= bound:
+        while self.queue and self._front() <= bound and time.perf_counter() < self.deadline:
             self._step()
 
 
