@@ -12,7 +12,7 @@ from functools import lru_cache
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from ..specs.strategy import Strategy
+from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, gemm_seconds,
                       hardware_flops_per_step, layer_gemms, matmul_seconds, memory_seconds, model_flops_per_step,
@@ -257,8 +257,20 @@ class DataParallelTerms:
 def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
                         strategy: Strategy) -> tuple[DataParallelTerms, ...]:
     """Per device stage: its data-parallel sync and optimizer terms. Expert parameters sync over the
-    expert-data-parallel group, the rest over data x context parallel ranks."""
+    expert-data-parallel group, the rest over data x context parallel ranks. Depends only on where parameters sit
+    and how ZeRO shards them, so it is cached on those fields."""
     s = strategy
+    return _data_parallel_terms(model, cluster, run, s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp,
+                                s.zero)
+
+
+@lru_cache(maxsize=65536)
+def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int,
+                         layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
+                         zero: int) -> tuple[DataParallelTerms, ...]:
+    s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
+                         schedule="interleaved" if vpp > 1 else "1f1b", recompute=RecomputePlan(),
+                         layers_per_stage=layers_per_stage)
     dense_group = s.dp * s.cp
     dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
     edp = expert_data_parallel(s)
