@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .fields import SpecError, finite_number, positive_int, require
+from .fields import SpecError, cached_hash, finite_number, positive_int, require
 
 GB = 10**9
 MIB = 2**20
@@ -12,6 +12,8 @@ MIB = 2**20
 @dataclass(frozen=True)
 class DeviceSpec:
     """One accelerator and the node it sits in. Bytes, FLOP/s and bytes/s; latencies in seconds."""
+
+    __hash__ = cached_hash
 
     name: str
     memory_bytes: int
@@ -85,6 +87,8 @@ def device_preset(name: str) -> DeviceSpec:
 @dataclass(frozen=True)
 class ClusterSpec:
     """`count` identical devices; overrides (memory, bandwidths, devices per node) are applied to the device."""
+
+    __hash__ = cached_hash
 
     device: DeviceSpec
     count: int

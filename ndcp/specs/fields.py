@@ -137,6 +137,17 @@ def _coerce(field: str, annotation: Any, value: Any, context: str) -> Any:
     return value
 
 
+def cached_hash(self) -> int:
+    """`__hash__` for frozen specs: computed once, since specs key every estimator cache (hashing a model's many
+    fields on each lookup was a hot spot)."""
+    try:
+        return self.__dict__["_hash"]
+    except KeyError:
+        value = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+        self.__dict__["_hash"] = value
+        return value
+
+
 def from_mapping(cls: type, data: Mapping[str, Any], context: str = "") -> Any:
     """Build the frozen dataclass `cls` from a mapping: unknown keys and missing required fields are errors."""
     if not isinstance(data, Mapping):

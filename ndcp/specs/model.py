@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .fields import SpecError, divisors, finite_number, non_negative_int, one_of, positive_int, require
+from .fields import (SpecError, cached_hash, divisors, finite_number, non_negative_int, one_of, positive_int,
+                     require)
 
 ACTIVATIONS = ("gelu", "swiglu")
 MAX_LAYERS = 1 << 14  # 16,384 layers: far above any real model; per-layer loops (partition, plans) stay fast
@@ -89,6 +90,8 @@ class LayerParameters:
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer. Sizes in elements; dropout as probabilities."""
+
+    __hash__ = cached_hash
 
     name: str
     layers: int

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fields import finite_number, non_negative_int, one_of, positive_int, require
+from .fields import cached_hash, finite_number, non_negative_int, one_of, positive_int, require
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -13,6 +13,8 @@ GIB = 2**30
 @dataclass(frozen=True)
 class RunSpec:
     """What is trained: global batch in sequences, sequence length, dtypes and the memory budget per device."""
+
+    __hash__ = cached_hash
 
     global_batch: int
     seq_len: int
