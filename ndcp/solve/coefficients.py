@@ -4,10 +4,12 @@ A candidate is (batch item i = layout + mbs + mbn, inner choice j = (sp, recompu
 splits exactly into pipeline(i, j) + data_parallel(i, j, z) and its memory on stage s into static_s(i, z) +
 dynamic_s(i, j) (estimate.time / estimate.memory).
 
-Two levels of coefficients, both never above the full estimators (so the model is a proven relaxation):
-- `item_lower_bound`: one number per batch item, valid for every j and z (design-notes approach C): no recompute
-  (recompute only adds time), perfectly balanced stages, no DP exposure, memory ignored; and
-  `item_memory_lower_bound`, checked before an item is expanded, which proves some items can never fit.
+Three levels of coefficients, all never above the full estimators (so the model is a proven relaxation; a property
+test checks the bounds against the estimators):
+- `item_lower_bound`: one number per batch item, valid for every j and z and every per-layer plan (design-notes
+  approach C): no recompute (recompute only adds time), perfectly balanced stages, no DP exposure, memory ignored.
+- `item_plan_lower_bound`: tighter, memory-aware (the recompute the first, second and last stage must do to fit,
+  as a fractional knapsack), or None when no plan can fit; `item_memory_lower_bound`: the least memory of an item.
 - `expand_item`: exact step time for each (j, z) of one item, and memory exact on the stages the model constrains
   (first, second, last).
 The certificate loop expands items in order of their bounds, so most items never need exact coefficients.
