@@ -31,6 +31,9 @@ PLAN_TOLERANCE = 1e-4
 
 def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
                  progress=None) -> SearchResult:
+    """The `top` fastest strategies of the space that fit (uniform recompute), proven: `optimal` when the
+    certificate completes, `feasible` with the proven bound at the time limit or on Ctrl-C, `infeasible` with why.
+    Deterministic for a given seed and worker count."""
     start = time.perf_counter()
     deadline = start + time_limit
     walk, result, bounds = _bounded_items(space, "cp-sat", start, deadline)
