@@ -380,7 +380,7 @@ class _Row:
     peak_known: bool = True  # the source publishes the device's peak FLOP/s
 
 
-def _compare(row: _Row, result_notes: list[str]) -> RunComparison:
+def _compare(row: _Row) -> RunComparison:
     """Estimate one row and set measured and estimated figures on the same basis."""
     model, cluster, run, strategy = row.model, row.cluster, row.run, row.strategy
     estimate = estimate_time(model, cluster, run, strategy)
@@ -515,20 +515,20 @@ def validate_file(path) -> ValidationResult:
     listed in `skipped` with the reason."""
     path = Path(path)
     rows = _csv_rows(path) if path.suffix.lower() == ".csv" else _yaml_rows(path)
-    compared, skipped, notes = [], [], []
+    compared, skipped = [], []
     for run_id, build in rows:
         try:
             row = build()
             if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
                     and not row.tokens_per_second_per_gpu:
                 raise SkipRun("no measured step time, MFU, TFLOP/s or tokens/s")
-            compared.append(_compare(row, notes))
+            compared.append(_compare(row))
         except SkipRun as reason:
             skipped.append(SkippedRun(run_id, str(reason)))
         except (SpecError, ValueError, TypeError, KeyError) as error:
             skipped.append(SkippedRun(run_id, f"cannot be represented: {error}"))
     runs = tuple(compared)
-    return ValidationResult(str(path), runs, tuple(skipped), summarise(runs), tuple(dict.fromkeys(notes)))
+    return ValidationResult(str(path), runs, tuple(skipped), summarise(runs))
 
 
 __all__ = ["validate_file", "ValidationResult", "RunComparison", "SkippedRun", "ValidationSummary", "pearson",

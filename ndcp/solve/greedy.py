@@ -16,9 +16,9 @@ import time
 from ..estimate.layout import default_partition
 from ..estimate.memory import estimate_memory
 from ..space import SearchSpace
-from ..specs.strategy import RecomputePlan, Strategy
+from ..specs.strategy import Strategy
 from .explain import explain_infeasible
-from .recompute import split_stage_counts
+from .recompute import plan_from_stage_totals
 from .result import Evaluated, Progress, SearchResult, evaluate
 
 NEAREST_MISSES = 5
@@ -26,9 +26,7 @@ STATUS = "heuristic"  # a greedy plan carries no proof: it is never "optimal" no
 
 
 def _strategy(base: Strategy, stages: list[dict[str, int]], chunk_layers: tuple[int, ...]) -> Strategy:
-    modes = {m for st in stages for m, n in st.items() if n}
-    recompute = (RecomputePlan.uniform(modes.pop()) if len(modes) == 1 and not base.layers_per_stage
-                 else RecomputePlan(mode="per-stage", stages=tuple(split_stage_counts(stages, chunk_layers, base.pp))))
+    recompute = plan_from_stage_totals(stages, chunk_layers, base.pp, uneven=bool(base.layers_per_stage))
     return base.with_(recompute=recompute)
 
 

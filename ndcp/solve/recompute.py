@@ -193,13 +193,12 @@ class PlanModel:
             for (_, mode), var in counts[s].items():
                 totals[mode] += solver.Value(var)
             stages.append(totals)
-        plan = self._plan(stages, layers)
         bound = math.floor(solver.BestObjectiveBound() + 1e-9) * self.unit / vpp
         # Every coefficient is floored to the unit: at most one unit per layer and per extra term on a stage,
         # counted (vpp * mbn - 1) times through the slowest stage and once per stage in the sum, plus the DP terms.
         per_stage = most + 1
         rounding = self.unit * ((vpp * self.mbn - 1 + pp) * per_stage + vpp * (self.mbn + 4)) / vpp
-        return PlanSolution(plan(zero), bound, status == cp_model.OPTIMAL,
+        return PlanSolution(self._plan(stages, layers, zero), bound, status == cp_model.OPTIMAL,
                             tuple(solver.Value(v) for v in decisions), rounding)
 
     def _data_parallel(self, m, z, counts):
@@ -222,22 +221,24 @@ class PlanModel:
             m.Add(exposed >= grads + gather + self.mbn * per_mb)
         return exposed, optimizer
 
-    def _plan(self, stages: list[dict[str, int]], layers: list[int]):
-        """A function zero -> Strategy carrying the per-virtual-stage plan and (if changed) the partition."""
+    def _plan(self, stages: list[dict[str, int]], layers: list[int], zero: int) -> Strategy:
+        """The strategy carrying the per-virtual-stage plan, the partition (if changed) and the ZeRO stage."""
         pp, vpp = self.layout.pp, self.layout.vpp
         partition = tuple(layers) if layers != self.default else ()
         chunk_layers = partition or default_partition(self.space.model.layers, pp * vpp)
-        per_virtual = split_stage_counts(stages, chunk_layers, pp)
-        modes = {m for st in per_virtual for m in RECOMPUTE_MODES if st.count(m)}
-        recompute = (RecomputePlan.uniform(modes.pop()) if len(modes) == 1 and not partition
-                     else RecomputePlan(mode="per-stage", stages=tuple(per_virtual)))
-        base = self.base
+        recompute = plan_from_stage_totals(stages, chunk_layers, pp, uneven=bool(partition))
+        return self.base.with_(zero=zero, recompute=recompute, layers_per_stage=partition)
 
-        def build(zero: int) -> Strategy:
-            return Strategy(dp=base.dp, tp=base.tp, pp=base.pp, cp=base.cp, ep=base.ep, etp=base.etp, vpp=base.vpp,
-                            mbs=base.mbs, mbn=base.mbn, zero=zero, sp=base.sp, schedule=base.schedule,
-                            recompute=recompute, layers_per_stage=partition)
-        return build
+
+def plan_from_stage_totals(stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int,
+                           uneven: bool) -> RecomputePlan:
+    """The recompute plan of per-device-stage mode totals: one uniform mode when every layer has the same one (and
+    the partition is the default), else per-virtual-stage counts."""
+    per_virtual = split_stage_counts(stages, chunk_layers, pp)
+    modes = {m for st in per_virtual for m in RECOMPUTE_MODES if st.count(m)}
+    if len(modes) == 1 and not uneven:
+        return RecomputePlan.uniform(modes.pop())
+    return RecomputePlan(mode="per-stage", stages=tuple(per_virtual))
 
 
 def split_stage_counts(stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int) -> list[StageRecompute]:
