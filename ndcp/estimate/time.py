@@ -165,19 +165,28 @@ def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp:
     return block.scaled(model.mtp_depth)
 
 
-@lru_cache(maxsize=16384)
 def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
                      sp: bool, *, ep: int = 1, etp: int = 1) -> LayerTime:
     """Work outside the body layers: "first" = embedding; "last" = final norm, output layer, loss and MTP modules;
-    "only" (pp = 1) = both; anything else = nothing. ep/etp shape the MTP module's MoE layer."""
+    "only" (pp = 1) = both; anything else = nothing. ep/etp shape the MTP module's MoE layer (only)."""
+    if role == "only":
+        return (stage_extra_time(model, cluster, run, "first", tp, cp, mbs, sp, ep=ep, etp=etp)
+                + stage_extra_time(model, cluster, run, "last", tp, cp, mbs, sp, ep=ep, etp=etp))
+    if role not in ("first", "last"):
+        return ZERO_TIME
+    if not model.mtp_depth:
+        ep = etp = 1  # nothing else depends on them: share the cached terms
+    return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp)
+
+
+@lru_cache(maxsize=16384)
+def _stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
+                      sp: bool, ep: int, etp: int) -> LayerTime:
     tokens = mbs * run.seq_len / cp
-    extra = ZERO_TIME
-    if role in ("first", "only"):
-        extra = extra + _embedding_time(model, cluster, run, tokens, tp, sp)
-    if role in ("last", "only"):
-        extra = extra + _output_head_time(model, cluster, run, tokens, tp, sp) + _mtp_time(
-            model, cluster, run, tp, cp, mbs, sp, ep, etp)
-    return extra
+    if role == "first":
+        return _embedding_time(model, cluster, run, tokens, tp, sp)
+    return _output_head_time(model, cluster, run, tokens, tp, sp) + _mtp_time(model, cluster, run, tp, cp, mbs, sp,
+                                                                             ep, etp)
 
 
 def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool,
@@ -342,10 +351,22 @@ def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts
 def p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
     """A stage's sends per micro-batch: activation forward and gradient backward at each of its vpp chunks."""
     s = strategy
-    if s.pp == 1:
+    return pipeline_p2p_seconds(model, cluster, run, s.pp, s.vpp, s.tp, s.cp, s.mbs, s.sp,
+                                p2p_crosses_node(cluster, s.tp, s.cp, s.dp))
+
+
+def p2p_crosses_node(cluster: ClusterSpec, tp: int, cp: int, dp: int) -> bool:
+    """Whether neighbouring pipeline stages sit on different nodes (ranks ordered TP -> CP -> DP -> PP)."""
+    return not comm.fits_in_node(2 * tp * cp * dp, cluster.device)
+
+
+@lru_cache(maxsize=65536)
+def pipeline_p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int, tp: int, cp: int,
+                         mbs: int, sp: bool, crosses_node: bool) -> float:
+    """p2p_per_microbatch from the fields it depends on (shared by every dp with the same node crossing)."""
+    if pp == 1:
         return 0.0
-    crosses = not comm.fits_in_node(2 * s.tp * s.cp * s.dp, cluster.device)
-    return 2 * s.vpp * p2p_seconds(model, cluster, run, s.tp, s.cp, s.mbs, s.sp, crosses)
+    return 2 * vpp * p2p_seconds(model, cluster, run, tp, cp, mbs, sp, crosses_node)
 
 
 def stage_times(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> list[LayerTime]:
@@ -392,4 +413,4 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
 
 __all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds", "data_parallel_seconds",
            "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts", "PART_KEYS",
-           "p2p_per_microbatch", "stage_role"]
+           "p2p_per_microbatch", "p2p_crosses_node", "pipeline_p2p_seconds", "stage_role"]

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from ..space import SearchSpace
-from .coefficients import (expand_item, inner_choices, item_lower_bound, item_memory_lower_bound,
-                           item_plan_lower_bound)
+from .coefficients import (expand_item, inner_choices, item_data_parallel_floor, item_lower_bounds,
+                           item_memory_lower_bound, item_plan_lower_bound)
 from .cpsat import TIME_UNIT, Point, StrategyModel
 from .recompute import PlanModel
 from ..specs.strategy import RECOMPUTE_MODES
@@ -42,7 +42,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
     model = StrategyModel(bounds, capacity, seed, workers)
-    expander = _Expander(space, items, model, deadline)
+    expander = _Expander(space, items, model, bounds, deadline)
     verifier = _Verifier(space, items, top)
     known = _Floor(min(bounds))
     try:
@@ -133,12 +133,13 @@ def _bounded_items(space: SearchSpace, method: str, start: float, deadline: floa
     if not walk.batches:
         result.explanation = explain_infeasible(space, walk, None)
         return walk, _finish(result, start, 0.0), None
-    bounds = []
+
+    def check() -> None:
+        if time.perf_counter() > deadline:
+            raise TimeoutError
+
     try:
-        for n, item in enumerate(walk.batches):
-            if n % 256 == 0 and time.perf_counter() > deadline:
-                raise TimeoutError
-            bounds.append(item_lower_bound(space, item))
+        bounds = item_lower_bounds(space, walk.batches, check)
     except (TimeoutError, KeyboardInterrupt) as stop:
         result.status = "feasible"
         result.explanation = (f"{'time limit reached' if isinstance(stop, TimeoutError) else 'interrupted'} while "
@@ -147,14 +148,30 @@ def _bounded_items(space: SearchSpace, method: str, start: float, deadline: floa
     return walk, result, bounds
 
 
-class _Expander:
-    """Gives items exact coefficients, least lower bound first. An item reaching the front first gets its tighter,
-    memory-aware bound (coefficients.item_plan_lower_bound, valid for uniform plans too) and waits again with it;
-    an item that cannot fit even with full recompute leaves the model. Reaching the front again, it is expanded."""
+READY = 2  # bound levels: 0 cheap pipeline bound, 1 + DP floor, 2 memory-aware plan bound (then expand or solve)
 
-    def __init__(self, space: SearchSpace, items, model: StrategyModel, deadline: float = float("inf")):
+
+def tighten(space: SearchSpace, item, level: int, bound: float, max_offset: int) -> float | None:
+    """The item's bound at the next level (seconds), or None when it is proven not to fit: level 1 adds the cheap
+    data-parallel floor to the pipeline bound, level 2 takes the memory-aware plan bound. Cheap levels first, so
+    most items are cut before the costly ones."""
+    if level == 0:
+        return bound + item_data_parallel_floor(space, item, max_offset)
+    tighter = item_plan_lower_bound(space, item, max_offset)
+    return None if tighter is None else max(bound, tighter)
+
+
+class _Expander:
+    """Gives items exact coefficients, least lower bound first. An item reaching the front below level READY gets
+    its next, tighter bound (`tighten`; the memory-aware ones are valid for uniform plans too) and waits again with
+    it; an item that cannot fit even with full recompute leaves the model. Reaching the front at READY, it is
+    expanded."""
+
+    def __init__(self, space: SearchSpace, items, model: StrategyModel, seconds: list[float],
+                 deadline: float = float("inf")):
         self.space, self.items, self.model, self.deadline = space, items, model, deadline
-        self.queue = [(b, i, False) for i, b in enumerate(model.bounds) if b is not None]
+        self.seconds = list(seconds)  # each item's current bound in seconds (the model holds it in units)
+        self.queue = [(b, i, 0) for i, b in enumerate(model.bounds) if b is not None]
         heapq.heapify(self.queue)
         self.next = 0  # items expanded
 
@@ -164,14 +181,15 @@ class _Expander:
 
     def _step(self) -> bool:
         """Tighten or expand the item at the front; True when an item was expanded."""
-        bound, i, tightened = heapq.heappop(self.queue)
-        if not tightened:
-            tighter = item_plan_lower_bound(self.space, self.items[i], max_offset=0)
+        bound, i, level = heapq.heappop(self.queue)
+        if level < READY:
+            tighter = tighten(self.space, self.items[i], level, self.seconds[i], max_offset=0)
             if tighter is None:
                 self.model.drop(i)
             else:
+                self.seconds[i] = tighter
                 self.model.bounds[i] = max(bound, int(tighter / TIME_UNIT))
-                heapq.heappush(self.queue, (self.model.bounds[i], i, True))
+                heapq.heappush(self.queue, (self.model.bounds[i], i, level + 1))
             return False
         self.model.expand(i, expand_item(self.space, self.items[i]))
         self.next += 1
@@ -297,7 +315,7 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
     # Items wait in a queue ordered by their bound: the cheap one first; an item reaching the front is given its
     # tighter, memory-aware bound and queued again; reaching the front a second time, its plans are solved.
-    queue = [(bound, i, False) for i, bound in enumerate(bounds)]
+    queue = [(bound, i, 0) for i, bound in enumerate(bounds)]
     heapq.heapify(queue)
     inner, zeros = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
@@ -309,15 +327,15 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     result.solver_calls += uniform.solver_calls
     next_bound = float("inf")
     while queue:
-        next_bound, i, tightened = queue[0]
+        next_bound, i, level = queue[0]
         verifier.settle(next_bound)
         if verifier.certified(next_bound) or time.perf_counter() > deadline:
             break
         heapq.heappop(queue)
-        if not tightened:
-            tighter = item_plan_lower_bound(space, items[i], max_offset)
+        if level < READY:
+            tighter = tighten(space, items[i], level, next_bound, max_offset)
             if tighter is not None:
-                heapq.heappush(queue, (max(tighter, next_bound), i, True))
+                heapq.heappush(queue, (tighter, i, level + 1))
             continue
         layout, mbs, mbn = items[i]
         for sp in (s for s in sps if not s or layout.tp > 1):

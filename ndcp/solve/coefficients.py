@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimate.layout import stage_layouts
+from ..estimate.layout import stage_chunks, stage_layouts
 from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
-from ..estimate.time import (data_parallel_seconds, layer_time, overlap_windows, p2p_per_microbatch,
-                             pipeline_seconds, stage_extra_time, stage_role, stage_times)
+from ..estimate.time import (data_parallel_seconds, data_parallel_terms, layer_time, overlap_windows,
+                             p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
+                             stage_extra_time, stage_role, stage_times)
 from ..space import Layout, SearchSpace
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
@@ -48,31 +49,77 @@ def inner_choices(space: SearchSpace) -> tuple[list[tuple[bool, str]], list[int]
     return [(sp, mode) for sp in sps for mode in modes], zeros
 
 
-def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool) -> float:
-    """Sum over device stages of one micro-batch's stage time with no recompute (exact for that plan)."""
+def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: dict) -> float:
+    """Sum over device stages of one micro-batch's stage time with no recompute (exact for that plan). `memo` keeps
+    the parts shared across items: body and extra work per (tp, cp, ep, etp, mbs, sp, pp = 1)."""
     model, cluster, run = space.model, space.cluster, space.run
-    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-    body = 0.0
-    if model.dense_layers:
-        body += model.dense_layers * layer_time(model, cluster, run, "dense", "none", *theta).total
-    if model.moe_layers:
-        body += model.moe_layers * layer_time(model, cluster, run, "moe", "none", *theta).total
-    extra_args = (layout.tp, layout.cp, mbs, sp)
-    roles = ("only",) if layout.pp == 1 else ("first", "last")
-    extras = sum(stage_extra_time(model, cluster, run, r, *extra_args, ep=layout.ep, etp=layout.etp).total
-                 for r in roles)
-    p2p = p2p_per_microbatch(model, cluster, run, layout.strategy(mbs, 1, 1, sp, "none"))
-    return body + extras + layout.pp * p2p
+    key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp, layout.pp == 1)
+    work = memo.get(key)
+    if work is None:
+        theta = key[:6]
+        work = sum(n * layer_time(model, cluster, run, kind, "none", *theta).total
+                   for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n)
+        roles = ("only",) if layout.pp == 1 else ("first", "last")
+        work += sum(stage_extra_time(model, cluster, run, r, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
+                                     etp=layout.etp).total for r in roles)
+        memo[key] = work
+    crosses = p2p_crosses_node(cluster, layout.tp, layout.cp, layout.dp)
+    p2p = pipeline_p2p_seconds(model, cluster, run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp, crosses)
+    return work + layout.pp * p2p
+
+
+def item_lower_bounds(space: SearchSpace, items, check=None) -> list[float]:
+    """Seconds no strategy of each item can beat: no recompute, perfectly balanced stages, best SP, and no DP
+    exposure or optimizer time (design-notes approach C). Cheap: the per-layer terms are shared across items.
+    `check()` is called every 256 items (the caller's deadline or interrupt)."""
+    inner, _ = inner_choices(space)
+    sps = sorted({sp for sp, _ in inner})
+    memo: dict = {}
+    bounds = []
+    for n, (layout, mbs, mbn) in enumerate(items):
+        if check is not None and n % 256 == 0:
+            check()
+        stage_sum = min(_stage_sum_no_recompute(space, layout, mbs, sp, memo) for sp in sps
+                        if not sp or layout.tp > 1)
+        bounds.append(pipeline_seconds(stage_sum, stage_sum / layout.pp, mbn, layout.vpp))
+    return bounds
 
 
 def item_lower_bound(space: SearchSpace, item: Item) -> float:
-    """Seconds no strategy of this item can beat: no recompute, perfectly balanced stages, best SP, and no DP
-    exposure or optimizer time (design-notes approach C). Cheap: the per-layer terms are shared across items."""
+    """item_lower_bounds for one item."""
+    return item_lower_bounds(space, [item])[0]
+
+
+def item_data_parallel_floor(space: SearchSpace, item: Item, max_offset: int) -> float:
+    """Seconds of DP/ZeRO exposure plus optimizer step that every strategy of this item pays, cheaply: on the first
+    and last stages (a lower bound of the worst stage), with an overlap window no longer than the stage's layers'
+    backward plus a full-recompute forward each plus its extra work's backward (exposure shrinks as the window
+    grows). Needs the partition fixed; with offsets allowed it is 0."""
+    model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
-    inner, _ = inner_choices(space)
-    sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
-    stage_sum = min(_stage_sum_no_recompute(space, layout, mbs, sp) for sp in sps)
-    return pipeline_seconds(stage_sum, stage_sum / layout.pp, mbn, layout.vpp)
+    if max_offset and layout.vpp == 1 and layout.pp > 1:
+        return 0.0
+    inner, zeros = inner_choices(space)
+    kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+    per_layer = max(_window_per_layer(space, k, layout, mbs, sp) for k in kinds
+                    for sp in {sp for sp, _ in inner if not sp or layout.tp > 1})
+    chunks = stage_chunks(model, layout.pp, layout.vpp)
+    ends = sorted({0, layout.pp - 1})
+    windows = {s: sum(n for _, n in chunks[s]) * per_layer + max(
+        stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp, mbs, sp,
+                         ep=layout.ep, etp=layout.etp).backward for sp in (False, layout.tp > 1)) for s in ends}
+    best = float("inf")
+    for z in zeros:
+        terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, "none"))
+        best = min(best, max(terms[s].exposed(windows[s], mbn) for s in ends) + max(terms[s].optimizer for s in ends))
+    return best
+
+
+def _window_per_layer(space: SearchSpace, kind: str, layout: Layout, mbs: int, sp: bool) -> float:
+    """The longest one body layer can add to a stage's overlap window: its backward plus a full recompute."""
+    t = layer_time(space.model, space.cluster, space.run, kind, "full", layout.tp, layout.cp, layout.ep, layout.etp,
+                   mbs, sp)
+    return t.backward + t.recompute
 
 
 def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
@@ -127,26 +174,44 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static))
 
 
+def _data_parallel_floor(space: SearchSpace, item: Item, sp: bool, zeros: list[int]) -> float:
+    """Seconds of DP/ZeRO exposure plus optimizer step no plan of this layout can avoid (partition fixed): each
+    stage's overlap window is at most its backward plus a full-recompute forward of every layer, and exposure only
+    shrinks as the window grows; the best ZeRO stage is taken."""
+    model, cluster, run = space.model, space.cluster, space.run
+    layout, mbs, mbn = item
+    full = layout.strategy(mbs, mbn, zeros[0], sp, "full")
+    widest = overlap_windows(stage_times(model, cluster, run, full))
+    return min(sum(data_parallel_seconds(model, cluster, run, full.with_zero(z), widest)) for z in zeros)
+
+
 def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> float | None:
-    """A tighter bound for per-layer plans, or None when no plan of the item can fit: the first and last stages
-    must shed (memory with no recompute) - capacity bytes by recompute, which costs at least that many bytes times
-    the cheapest seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least
-    that much longer, which lifts both the slowest stage and the stage sum of the balanced pipeline bound."""
+    """A tighter bound for per-layer plans (uniform ones included), or None when no plan of the item can fit.
+
+    Pipeline: with the partition fixed (max_offset 0, vpp > 1 or pp 1) every stage's time with no recompute is
+    exact and recompute only adds to it; otherwise stages are taken as balanced. Memory: the first, second and last
+    stages must shed (memory with no recompute) - capacity bytes by recompute, which costs at least that many bytes
+    times the cheapest seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at
+    least that much longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition
+    fixed, `_data_parallel_floor`; else nothing."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
     capacity = run.capacity(cluster.device.memory_bytes)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+    offsets = max_offset if layout.vpp == 1 and layout.pp > 1 else 0
     best = None
     for sp in sorted({sp for sp, _ in inner if not sp or layout.tp > 1}):
         base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
         layouts = stage_layouts(model, base)
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-        stage_sum = _stage_sum_no_recompute(space, layout, mbs, sp)
-        slowest, extra_sum, feasible = stage_sum / layout.pp, 0.0, True
+        p2p = p2p_per_microbatch(model, cluster, run, base)
+        plain = [t.total + p2p for t in stage_times(model, cluster, run, base)]
+        stage_sum = sum(plain)
+        slowest, extra_sum, feasible = (stage_sum / layout.pp if offsets else max(plain)), 0.0, True
         for s in sorted(set(role_stages(layout.pp))):
             stage = layouts[s]
-            fewest = max(1, stage.layers - (max_offset if layout.vpp == 1 and layout.pp > 1 else 0))
+            fewest = max(1, stage.layers - offsets)
             static = min(parts_total(stage_static_bytes(model, run, base.with_zero(z), stage)) for z in zeros)
             fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
             per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in kinds
@@ -162,13 +227,18 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
             ratios = [(times[(k, m)] - times[(k, "none")]) / (per_layer[(k, "none")] - per_layer[(k, m)])
                       for k in kinds for m in ("selective", "full") if per_layer[(k, "none")] > per_layer[(k, m)]]
             extra = max(0.0, excess) * min(ratios, default=0.0)
-            stage_time = (fewest * min(times[(k, "none")] for k in kinds) + extra
-                          + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp, mbs,
-                                             sp, ep=layout.ep, etp=layout.etp).total)
-            slowest = max(slowest, stage_time)
+            if offsets:
+                plain_time = (fewest * min(times[(k, "none")] for k in kinds) + p2p
+                              + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp,
+                                                 mbs, sp, ep=layout.ep, etp=layout.etp).total)
+            else:
+                plain_time = plain[s]
+            slowest = max(slowest, plain_time + extra)
             extra_sum += extra
         if feasible:
             total = stage_sum + extra_sum
             bound = pipeline_seconds(total, max(slowest, total / layout.pp), mbn, layout.vpp)
+            if not offsets:
+                bound += _data_parallel_floor(space, item, sp, zeros)
             best = bound if best is None else min(best, bound)
     return best

@@ -2,9 +2,9 @@
 
 Every valid (layout, mbs, mbn) triple is a batch item i (space.SearchSpace.walk builds that table of allowed
 tuples, so dp x mbs x mbn = global batch and every divisibility rule hold exactly). An *expanded* item owns one
-boolean q[i,j,z] per inner choice j (sp x recompute) and ZeRO stage z; an item not yet expanded is one boolean u[i]
-carrying its lower bound. Exactly one boolean is true. Then, linear in the booleans:
-    time     = sum q[i,j,z] time[i,j,z] + sum u[i] bound[i]                                    (units of 10 us)
+boolean q[i,j,z] per inner choice j (sp x recompute) and ZeRO stage z; the items not yet expanded share one boolean,
+rest, carrying the least of their lower bounds. Exactly one boolean is true. Then, linear in the booleans:
+    time     = sum q[i,j,z] time[i,j,z] + rest * min bound[unexpanded]                        (units of 10 us)
     memory_r = sum q[i,j,z] (dynamic[i,j,r] + static[i,z,r]) <= cap, r in first/second/last stage   (MiB)
 Coefficients are rounded down and the cap is rounded down, so the model stays a relaxation of the full estimators:
 exact in time, exact in memory except on stages it does not constrain (design-notes formulation B: each item owns
@@ -63,13 +63,6 @@ class StrategyModel:
                      tuple(_floor(d, MIB) + _floor(st, MIB) for d, st in zip(table.dynamic[j], table.static[z])))
             for j, ok in enumerate(table.allowed) if ok for z in range(len(table.static))}
 
-    def _least(self, i: int) -> int:
-        """The item's smallest objective in the model."""
-        table = self.tables.get(i)
-        if table is None:
-            return self.bounds[i]
-        return min(t for t, _ in table.values())
-
     def objective(self, i: int, j: int, z: int) -> int:
         return self.tables[i][(j, z)][0]
 
@@ -77,24 +70,30 @@ class StrategyModel:
         expanded = [max(t for t, _ in table.values()) for table in self.tables.values()]
         return max(expanded + [b for b in self.bounds if b is not None])
 
-    def _build(self, capped: bool, band: tuple[int, int] | None, minimize: str):
+    def _rest(self) -> tuple[int, int] | None:
+        """(item, bound) of the unexpanded item with the least bound, or None when every item is expanded."""
+        waiting = [(b, i) for i, b in enumerate(self.bounds) if b is not None and i not in self.tables]
+        return (min(waiting)[1], min(waiting)[0]) if waiting else None
+
+    def _build(self, band: tuple[int, int] | None):
+        """Expanded items contribute their points; every unexpanded item is represented by one boolean, `rest`,
+        carrying the least bound among them (all their points lie at or above it, so the model stays a relaxation,
+        and choosing `rest` tells the caller to expand more)."""
         m = cp_model.CpModel()
-        choices: dict = {}  # boolean -> (i, j, z); j, z None for an unexpanded item
+        choices: dict = {}  # boolean -> (i, j, z); j, z None for the rest
         time_terms, memory_terms = [], [[], [], []]
-        for i, bound in enumerate(self.bounds):
-            if bound is None or (band is not None and self._least(i) > band[1]):
-                continue  # proven not to fit, or every point of the item lies above the band
-            table = self.tables.get(i)
-            if table is None:
-                u = m.NewBoolVar(f"u{i}")
-                choices[u] = (i, None, None)
-                time_terms.append((u, bound))
+        rest = self._rest()
+        if rest is not None and (band is None or rest[1] <= band[1]):
+            u = m.NewBoolVar("rest")
+            choices[u] = (rest[0], None, None)
+            # In a band, an unexpanded item below its low end would still own points inside it: charge `low`.
+            time_terms.append((u, rest[1] if band is None else max(rest[1], band[0])))
+        for i, table in self.tables.items():
+            if self.bounds[i] is None:
                 continue
             for (j, z), (units, memory) in table.items():
                 if band is not None and not band[0] <= units <= band[1]:
                     continue
-                if capped and max(memory) > self.cap:
-                    continue  # this point's constrained stages cannot fit
                 q = m.NewBoolVar(f"q{i}_{j}_{z}")
                 choices[q] = (i, j, z)
                 time_terms.append((q, units))
@@ -106,16 +105,13 @@ class StrategyModel:
             return m, choices
         m.AddExactlyOne(variables)
         objective = cp_model.LinearExpr.WeightedSum([v for v, _ in time_terms], [c for _, c in time_terms])
-        peaks = [cp_model.LinearExpr.WeightedSum([v for v, _ in terms], [c for _, c in terms]) for terms in memory_terms]
+        for terms in memory_terms:
+            m.Add(cp_model.LinearExpr.WeightedSum([v for v, _ in terms], [c for _, c in terms]) <= self.cap)
         if band is not None:
             m.Add(objective >= band[0])
             m.Add(objective <= band[1])
-        if minimize == "time":
+        else:
             m.Minimize(objective)
-        elif minimize == "memory":
-            worst = m.NewIntVar(0, max(1, sum(max((c for _, c in terms), default=0) for terms in memory_terms)), "peak")
-            m.AddMaxEquality(worst, peaks)
-            m.Minimize(worst)
         return m, choices
 
     def _solver(self, seconds: float, enumerate_all: bool = False) -> cp_model.CpSolver:
@@ -132,9 +128,9 @@ class StrategyModel:
                 return Point(i, j, z, self.bounds[i] if j is None else self.objective(i, j, z))
         raise AssertionError("a solution chooses exactly one point")
 
-    def optimize(self, seconds: float, minimize: str = "time", capped: bool = True):
+    def optimize(self, seconds: float):
         """(status name, best Point or None, proven lower bound of the objective in units or None)."""
-        m, choices = self._build(capped, None, minimize)
+        m, choices = self._build(None)
         solver = self._solver(seconds)
         status = solver.Solve(m)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -145,7 +141,7 @@ class StrategyModel:
     def enumerate_band(self, low: int, high: int, seconds: float, limit: int) -> tuple[list[Point], str]:
         """Every point whose objective lies in [low, high] and whose constrained stages fit, and how it ended:
         "complete", "overflow" (more than `limit` points: the caller narrows the band) or "timeout"."""
-        m, choices = self._build(True, (low, high), "none")
+        m, choices = self._build((low, high))
         found: list[Point] = []
         model = self
 

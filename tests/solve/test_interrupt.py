@@ -3,7 +3,7 @@
 real signal lands wherever the search happens to be; these pin the two phases it can land in)."""
 import pytest
 
-from ndcp.solve import certificate
+from ndcp.solve import certificate, coefficients
 from ndcp.solve.certificate import cpsat_search
 from ndcp.space import SearchSpace
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
@@ -13,9 +13,9 @@ SPACE = SearchSpace(load_model("llama3-70b"), ClusterSpec(device_preset("h100"),
                     RunSpec(global_batch=128, seq_len=8192))
 
 
-def interrupt_on_call(monkeypatch, name: str, call: int) -> None:
-    """Make certificate.<name> raise KeyboardInterrupt on its `call`-th call."""
-    original, calls = getattr(certificate, name), []
+def interrupt_on_call(monkeypatch, module, name: str, call: int) -> None:
+    """Make module.<name> raise KeyboardInterrupt on its `call`-th call."""
+    original, calls = getattr(module, name), []
 
     def wrapped(*args, **kwargs):
         calls.append(1)
@@ -23,12 +23,13 @@ def interrupt_on_call(monkeypatch, name: str, call: int) -> None:
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(certificate, name, wrapped)
+    monkeypatch.setattr(module, name, wrapped)
 
 
-@pytest.mark.parametrize("name, call", [("item_lower_bound", 100), ("expand_item", 30)])
-def test_interrupted_search_returns_feasible_with_a_bound(monkeypatch, name, call):
-    interrupt_on_call(monkeypatch, name, call)
+@pytest.mark.parametrize("module, name, call", [(coefficients, "pipeline_p2p_seconds", 100),  # bounding items
+                                                 (certificate, "expand_item", 10)])
+def test_interrupted_search_returns_feasible_with_a_bound(monkeypatch, module, name, call):
+    interrupt_on_call(monkeypatch, module, name, call)
     result = cpsat_search(SPACE, top=10, time_limit=60)
     assert result.status == "feasible" and "interrupted" in result.explanation
     uninterrupted = cpsat_search(SPACE, top=1)
