@@ -11,7 +11,13 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
   Llama-style (RoPE, RMSNorm, no biases, untied); a null vocabulary or layer count cannot be filled: the row is
   skipped with that reason;
 - precision: "fp16" -> fp16, anything else 16-bit (including "bf16-assumed") -> bf16; FP8 runs are skipped (FP8
-  GEMMs are not modelled).
+  GEMMs are not modelled);
+- trainer: torchtitan for rows whose source or recompute detail names torchtitan (their memory is FSDP2's, their
+  selective AC torchtitan's op-level policy: estimate/activations.py), else Megatron;
+- gradient dtype: a stated `training.grad_dtype`, else bf16 for NVIDIA dgxc-benchmarking rows (NVIDIA's performance
+  recipes reduce gradients in bf16: grad_reduce_in_fp32 = False in Megatron-Bridge scripts/performance/configs
+  llama3/llama3_8b_llm_pretrain.py and llama31/llama31_405b_llm_pretrain.py, and in NeMo's
+  pretrain_performance_optimizations, e.g. recipes/gpt3_175b.py), else fp32 main gradients (Megatron's default).
 
 MFU basis: a row whose `tflops_basis` (or notes) states Narayanan's recompute-inclusive 96-coefficient formula is
 compared on that basis: measured = its TFLOP/s / peak, estimated = those FLOPs (full recompute counted, full s^2
@@ -28,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from .estimate.compute import hardware_flops_per_step, model_flops_per_step
-from .estimate.layout import default_partition
 from .estimate.memory import estimate_memory
 from .estimate.time import estimate_time
 from .specs.device import PRESETS, ClusterSpec, device_preset
@@ -36,7 +41,7 @@ from .specs.fields import SpecError, from_mapping
 from .specs.library import parse_yaml
 from .specs.model import MLASpec, ModelSpec, MoESpec
 from .specs.run import GIB, RunSpec
-from .specs.strategy import RecomputePlan, StageRecompute, Strategy
+from .specs.strategy import RecomputePlan, Strategy
 
 # calibration.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
 GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -284,16 +289,29 @@ def _flash_attention(entry: dict, training: dict, notes: list[str]) -> bool:
     return True
 
 
-def _recompute_plan(model: ModelSpec, fields: dict, virtual_stages: int, layers_per_stage: tuple[int, ...],
-                    narayanan_basis: bool, notes: list[str]) -> RecomputePlan:
-    """The row's recompute as a plan. torchtitan's selective AC (op policy: keeps every other matmul output and
-    recomputes the rest of the layer) re-runs about half of each layer's forward: half the layers recompute fully."""
-    detail = str(fields.get("recompute_detail") or "").lower()
-    if "torchtitan" in detail and "selective" in detail:
-        notes.append("torchtitan selective AC = half the layers full")
-        counts = layers_per_stage or default_partition(model.layers, virtual_stages)
-        return RecomputePlan("per-stage", tuple(StageRecompute(none=n - n // 2, full=n // 2) for n in counts))
-    return RecomputePlan.uniform(_recompute(fields.get("recompute"), narayanan_basis, notes))
+def _trainer(entry: dict, notes: list[str]) -> str:
+    """torchtitan when the row's source or recompute detail names it (its selective AC is then torchtitan's op-level
+    policy and its model states FSDP2's), else megatron."""
+    source = entry.get("source") or {}
+    text = " ".join(str(v) for v in (source.get("title"), source.get("repo_files"),
+                                     (entry.get("strategy") or {}).get("recompute_detail")))
+    if "torchtitan" in text.lower():
+        notes.append("trainer torchtitan (FSDP2, op-level selective AC)")
+        return "torchtitan"
+    return "megatron"
+
+
+def _grad_dtype(entry: dict, training: dict, notes: list[str]) -> str:
+    """Main-gradient dtype: stated, else bf16 for NVIDIA dgxc-benchmarking rows (their performance recipes set
+    grad_reduce_in_fp32 = False; module docstring), else fp32."""
+    stated = str(training.get("grad_dtype") or "").strip().lower()
+    if stated in ("bf16", "fp16", "fp32"):
+        return stated
+    source = entry.get("source") or {}
+    if "dgxc-benchmarking" in f"{source.get('title')} {source.get('repo_files')}":
+        notes.append("bf16 main gradients (NVIDIA performance recipes)")
+        return "bf16"
+    return "fp32"
 
 
 def _int_or(value: Any, default: int, label: str, notes: list[str]) -> int:
@@ -340,7 +358,7 @@ def _strategy(model: ModelSpec, fields: dict, gpus: int, global_batch: int, nara
     per_stage = fields.get("layers_per_virtual_stage")
     layers_per_stage = (int(per_stage),) * (pp * vpp) if not _is_null(per_stage) and \
         int(per_stage) * pp * vpp == model.layers else ()
-    recompute = _recompute_plan(model, fields, pp * vpp, layers_per_stage, narayanan_basis, notes)
+    recompute = RecomputePlan.uniform(_recompute(fields.get("recompute"), narayanan_basis, notes))
     try:
         return Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=tp if ep > 1 else 1, vpp=vpp, mbs=mbs,
                         mbn=global_batch // (dp * mbs), zero=zero, sp=sp and tp > 1,
@@ -438,7 +456,8 @@ def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> _Row:
     cluster = _cluster(str(cluster_fields.get("gpu")), gpus, cluster_fields.get("gpus_per_node"))
     global_batch, seq = int(training["global_batch"]), int(model_fields["seq_len"])
     run = RunSpec(global_batch, seq, precision=_precision(training.get("precision"), notes),
-                  flash_attention=_flash_attention(entry, training, notes))
+                  flash_attention=_flash_attention(entry, training, notes),
+                  grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, notes))
     strategy = _strategy(model, strategy_fields, gpus, global_batch, narayanan, notes)
     memory = _number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
@@ -494,8 +513,9 @@ def _csv_row(index: int, record: dict, folder: Path) -> _Row:
     gpus, global_batch = int(record["gpus"]), int(record["global_batch"])
     cluster = _cluster(record["device"], gpus, record.get("devices_per_node"))
     flash = _bool_field(record.get("flash_attention"))
+    optional = {k: str(record[k]).strip().lower() for k in ("grad_dtype", "trainer") if not _is_null(record.get(k))}
     run = RunSpec(global_batch, int(record["seq_len"]), precision=_precision(record.get("precision"), notes),
-                  flash_attention=True if flash is None else flash)
+                  flash_attention=True if flash is None else flash, **optional)
     fields = {k: record.get(k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute")}
     strategy = _strategy(model, fields, gpus, global_batch, False, notes)
     return _Row(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,

@@ -78,9 +78,8 @@ def test_statistics():
 
 
 def test_published_strategies_are_estimated_to_fit_their_devices():
-    """Those runs really ran, so their estimated peak must not exceed the device by more than the estimator's
-    resolution. Measured on this file: 28 of 29 fit; Llama-3.1-405B on 512 H100 (tp8 pp8 cp2 vpp8, recompute not
-    published) is estimated 0.3 % over with the default 1 GiB reserve."""
+    """Those runs really ran, so every estimated peak must fit its device (Llama-3.1-405B on 512 H100, tp8 pp8 cp2
+    vpp8, was 0.3 % over before its bf16 main gradients -- NVIDIA's performance recipes -- were modelled)."""
     rows = dict(_yaml_rows(PUBLISHED))
     over = []
     for run_id, build in rows.items():
@@ -91,8 +90,22 @@ def test_published_strategies_are_estimated_to_fit_their_devices():
         memory = estimate_memory(row.model, row.cluster, row.run, row.strategy)
         if not memory.fits:
             over.append((run_id, memory.peak_bytes / memory.capacity_bytes))
-    assert all(ratio <= 1.01 for _, ratio in over), over
-    assert len(over) <= 1, over
+    assert over == []
+
+
+@pytest.mark.parametrize("run_id", ["torchtitan_l31_8b_fsdp8_bf16", "dgxc_llama31_8b_h100_bf16_8"])
+def test_measured_peak_memory_within_ten_percent(published, run_id):
+    row = next(r for r in published.runs if r.id == run_id)
+    assert abs(row.memory_relative_error) <= 0.10, row.memory_relative_error
+
+
+def test_trainer_and_gradient_rules(published):
+    runs = {r.id: r for r in published.runs}
+    torchtitan = runs["torchtitan_l31_8b_fsdp8_bf16"]
+    assert any("torchtitan" in a for a in torchtitan.assumptions) and torchtitan.strategy.endswith("selective")
+    assert any("bf16 main gradients" in a for a in runs["dgxc_llama31_405b_h100_bf16_512"].assumptions)
+    assert not any("bf16 main gradients" in a for a in runs["mcore_r080_h100_462b"].assumptions)
+    assert published.summary.mean_abs_memory_relative <= 0.10
 
 
 def test_time_is_not_compared_on_a_device_without_a_published_peak(published):
@@ -100,3 +113,34 @@ def test_time_is_not_compared_on_a_device_without_a_published_peak(published):
     assert torchtitan.measured_mfu is None and torchtitan.measured_step is None
     assert torchtitan.measured_memory_gib == pytest.approx(82.4)
     assert any("no peak" in a for a in torchtitan.assumptions)
+
+
+def test_csv_trainer_and_grad_dtype_columns(tmp_path):
+    csv = tmp_path / "runs.csv"
+    csv.write_text(
+        "id,model,device,gpus,global_batch,seq_len,tp,pp,dp,zero,recompute,trainer,grad_dtype,step_seconds,memory_gib\n"
+        "titan,llama3-8b,h100,8,16,8192,1,1,8,3,selective,torchtitan,,2.8,82.4\n"
+        "mega,llama3-8b,h100,8,16,8192,1,1,8,3,selective,,,2.8,82.4\n"
+        "bf16,llama3-8b,h100,8,16,8192,1,1,8,3,selective,,bf16,2.8,82.4\n"
+        "bad,llama3-8b,h100,8,16,8192,1,1,8,3,selective,deepspeed,,2.8,82.4\n")
+    result = validate_file(csv)
+    memory = {r.id: r.estimated_memory_gib for r in result.runs}
+    assert memory["titan"] != memory["mega"] and memory["bf16"] < memory["mega"]
+    assert "trainer" in {s.id: s.reason for s in result.skipped}["bad"]
+
+
+def test_dgxc_model_states_match_the_logged_allocated_memory():
+    """The dgxc Llama-3.1-8B log line reports memory_allocated after forward/backward (NeMo MegatronStrategy logs
+    torch.cuda.memory_allocated): that is the model states, 2 + 2 + 12/8 bytes per parameter with bf16 main
+    gradients (4 + ... with fp32 ones would be 15 GiB more)."""
+    from ndcp.estimate.layout import stage_layouts
+    from ndcp.estimate.memory import model_state_bytes
+    from ndcp.estimate.parameters import stage_parameters
+    from ndcp.specs.library import parse_yaml
+
+    entry = next(e for e in parse_yaml(PUBLISHED.read_text(encoding="utf-8"), str(PUBLISHED))["runs"]
+                 if e["id"] == "dgxc_llama31_8b_h100_bf16_8")
+    row = dict(_yaml_rows(PUBLISHED))["dgxc_llama31_8b_h100_bf16_8"]()
+    assert len(stage_layouts(row.model, row.strategy)) == 1
+    states = sum(model_state_bytes(row.run, row.strategy, stage_parameters(row.model, row.strategy)[0]).values())
+    assert states == pytest.approx(entry["memory_observation"]["memory_allocated_bytes"], rel=0.01)

@@ -1,10 +1,21 @@
-"""Activation memory of one body layer for one micro-batch, from an op-level inventory (the one place it is written).
+"""Activation memory of one body layer for one micro-batch, from op-level inventories (the one place it is written).
 
-Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4 (formulas.md §5): a GPT
-layer stores sbh(34 + 5as/h) bytes with 16-bit activations and 1-byte dropout masks. Each stored tensor below carries
-its sharding: `tp` tensors are split by tensor parallelism; `seq` tensors are full-width activations that plain TP
-replicates and sequence parallelism splits by tp; `core` tensors are the attention core that selective recompute drops.
-Every tensor's sequence dimension is split by context parallelism. Full recompute keeps only the layer input.
+Two trainers (RunSpec.trainer):
+- megatron (default): Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4
+  (formulas.md §5): a GPT layer stores sbh(34 + 5as/h) bytes with 16-bit activations and 1-byte dropout masks. The
+  same inventory is what Megatron-Core's Transformer Engine layer saves for a Llama layer: TELayerNormColumnParallel-
+  Linear keeps the norm input and the (sequence-sharded) norm output, fused attention keeps Q, K, V, its output and
+  the softmax statistics, the SwiGLU keeps the fc1 output (gate and up) and fc2 keeps the SwiGLU output; no masks
+  without dropout. `selective` drops the attention core (Korthikanti §5); `full` keeps the layer input.
+- torchtitan: eager PyTorch autograd on torchtitan's Llama block (torchtitan/models/llama/model.py, models/norms.py)
+  for `none`; its op-level selective AC for `selective` (torchtitan parallelisms/parallelize_llama.py,
+  _apply_ac_to_transformer_block: keep the outputs of ops in `_save_list` -- aten.mm, the SDPA flash/efficient
+  kernels, reduce_scatter -- except every second mm of the block, recompute the rest); `full` keeps the block input.
+
+Each stored tensor carries its sharding: `tp` tensors are split by tensor parallelism; `seq` tensors are full-width
+activations that plain TP replicates and sequence parallelism splits by tp; `core` tensors are the attention core
+that selective recompute drops; `rep` tensors are whole on every TP rank even with SP (torchtitan's all-gathered
+linear inputs and row-parallel partial sums). Every tensor's sequence dimension is split by context parallelism.
 """
 from __future__ import annotations
 
@@ -24,7 +35,7 @@ class Tensor:
 
     name: str
     bytes: float
-    shard: str  # "tp" | "seq" | "core" | "expert"
+    shard: str  # "tp" | "seq" | "core" | "expert" | "rep"
 
 
 def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) -> list[Tensor]:
@@ -96,7 +107,8 @@ def layer_inventory(model: ModelSpec, run: RunSpec, moe: bool, tp: int, cp: int,
 
 
 def sharded_bytes(tensor: Tensor, tp: int, sp: bool) -> float:
-    """Bytes of one tensor on one device: TP splits `tp`/`core`; SP also splits `seq`; expert tensors are per rank."""
+    """Bytes of one tensor on one device: TP splits `tp`/`core`; SP also splits `seq`; expert and `rep` tensors are
+    per rank already."""
     if tensor.shard in ("tp", "core"):
         return tensor.bytes / tp
     if tensor.shard == "seq":
@@ -104,16 +116,78 @@ def sharded_bytes(tensor: Tensor, tp: int, sp: bool) -> float:
     return tensor.bytes
 
 
+# -- torchtitan (eager autograd, op-level SAC) -------------------------------------------------------------------
+def _torchtitan_modelled(model: ModelSpec, kind: str) -> bool:
+    """torchtitan's dense Llama block (MHA/GQA attention, dense MLP) is inventoried op by op; MLA and MoE layers
+    fall back to the Megatron inventory."""
+    return model.mla is None and kind != "moe"
+
+
+def _torchtitan_norm(run: RunSpec, tokens: int, h: int, name: str) -> list[Tensor]:
+    """torchtitan RMSNorm (models/norms.py: `_norm(x.float()).type_as(x) * weight`), then the linear that reads it.
+    Autograd keeps the fp32 copy of the input (pow and mul), the normalised bf16 tensor (the weight mul) and the
+    norm output (the linear's input). Under TP the norm runs sequence-sharded and its output is all-gathered before
+    the column-parallel linears (PrepareModuleInput Shard(1) -> Replicate()), so the linear keeps the whole one."""
+    B = run.activation_bytes
+    return [Tensor(f"{name}_fp32_input", FP32 * tokens * h, "seq"),
+            Tensor(f"{name}_normalised", B * tokens * h, "seq"), Tensor(f"{name}_output", B * tokens * h, "rep")]
+
+
+def _torchtitan_eager_inventory(model: ModelSpec, run: RunSpec, tokens: int) -> list[Tensor]:
+    """What eager autograd keeps for one torchtitan Llama block (models/llama/model.py Attention, FeedForward).
+    Attention: RoPE'd Q (the fp32 complex product is cast back, not kept), repeat_kv's expanded K and V copies (or
+    K, V themselves without GQA), SDPA's output and logsumexp, and the contiguous copy of the output that wo reads.
+    MLP: w1 and w3 outputs, SiLU output and the product that w2 reads (SwiGLU); w1 output and GeLU output otherwise.
+    The block input is read only by ops that keep nothing (x.float(), the residual add)."""
+    B, h, a = run.activation_bytes, model.hidden, model.heads
+    d, g = model.dim_per_head, model.num_kv_heads
+    kv = a if g < a else g  # repeat_kv materialises n_rep copies when n_rep > 1
+    items = _torchtitan_norm(run, tokens, h, "attention_norm")
+    items += [Tensor("query", B * tokens * a * d, "tp"), Tensor("keys", B * tokens * kv * d, "tp"),
+              Tensor("values", B * tokens * kv * d, "tp"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
+              Tensor("softmax_stats", FP32 * a * tokens, "tp"), Tensor("wo_input", B * tokens * a * d, "tp")]
+    items += _torchtitan_norm(run, tokens, h, "ffn_norm")
+    width = 4 if model.gated else 2
+    items.append(Tensor("mlp_hidden", B * tokens * width * model.ffn_hidden, "tp"))
+    return items
+
+
+def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: int, sp: bool) -> list[Tensor]:
+    """torchtitan op-level SAC: the checkpoint keeps the block input, the outputs of the SDPA kernel (output and
+    logsumexp), every reduce_scatter output (SP), and the outputs of the 1st, 3rd, 5th... aten.mm of the block
+    (the policy counts mms per block and recomputes every second one). mm order (model.py): wq, wk, wv, wo, then
+    w1, w3, w2 (SwiGLU) or w1, w2. Column-parallel outputs are TP-sharded; a row-parallel mm output is the partial
+    sum before its all-reduce / reduce-scatter, whole on every rank."""
+    B, h, a = run.activation_bytes, model.hidden, model.heads
+    d, g, f = model.dim_per_head, model.num_kv_heads, model.ffn_hidden
+    mms = [("wq", a * d, "tp"), ("wk", g * d, "tp"), ("wv", g * d, "tp"), ("wo", h, "rep"), ("w1", f, "tp")]
+    mms += [("w3", f, "tp"), ("w2", h, "rep")] if model.gated else [("w2", h, "rep")]
+    items = [Tensor("block_input", B * tokens * h, "seq"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
+             Tensor("softmax_stats", FP32 * a * tokens, "tp")]
+    items += [Tensor(f"{name}_output", B * tokens * width, shard) for i, (name, width, shard) in enumerate(mms)
+              if i % 2 == 0]
+    if tp > 1 and sp:  # wo and w2 outputs reduce-scattered to the sequence shard (c10d reduce_scatter_tensor)
+        items += [Tensor("attention_reduce_scatter", B * tokens * h, "seq"),
+                  Tensor("mlp_reduce_scatter", B * tokens * h, "seq")]
+    return items
+
+
 @lru_cache(maxsize=65536)
 def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int, ep: int, etp: int,
                            mbs: int, sp: bool) -> float:
     """Bytes one body layer keeps for one micro-batch under recompute `mode` (none | selective | full).
 
-    selective drops the attention core (Korthikanti §5, "selective activation recomputation"); full keeps only the
-    layer input, sequence-sharded when SP is on (Megatron keeps the checkpoint in the SP layout): 2sbh(/t).
+    Megatron: selective drops the attention core (Korthikanti §5, "selective activation recomputation"); full keeps
+    only the layer input, sequence-sharded when SP is on (Megatron keeps the checkpoint in the SP layout): 2sbh(/t).
+    torchtitan: eager autograd, op-level SAC, and the block input (Shard(1) under SP) respectively.
     """
     if mode == "full":
         return run.activation_bytes * mbs * run.seq_len / cp * model.hidden / (tp if sp else 1)
+    if run.trainer == "torchtitan" and _torchtitan_modelled(model, kind):
+        tokens = mbs * run.seq_len // cp
+        items = (_torchtitan_sac_inventory(model, run, tokens, tp, sp) if mode == "selective"
+                 else _torchtitan_eager_inventory(model, run, tokens))
+        return sum(sharded_bytes(t, tp, sp) for t in items)
     items = layer_inventory(model, run, kind == "moe", tp, cp, etp, mbs, sp)
     return sum(sharded_bytes(t, tp, sp) for t in items if not (mode == "selective" and t.shard == "core"))
 
@@ -132,11 +206,23 @@ def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: s
 @lru_cache(maxsize=16384)
 def head_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool) -> dict[str, float]:
     """Per micro-batch: embedding-side bytes kept per in-flight micro-batch on the first stage, and the output side
-    on the last stage (final norm and output-projection inputs, fp32 logits s*b*V/t; Korthikanti §4.3)."""
+    on the last stage: final-norm and output-projection inputs, and the logits' loss path.
+
+    Megatron: norm and projection inputs 4sbh/t, fp32 logits s*b*V/t (Korthikanti §4.3; Megatron-Core's vocab-
+    parallel cross entropy casts the logits to fp32 once and computes the softmax and its gradient in place).
+    torchtitan: the final RMSNorm keeps what a block's norm keeps (_torchtitan_norm); the model returns
+    `self.output(h).float()` (fp32 logits), the loss is `cross_entropy(pred.float(), labels)` and train.py deletes
+    `pred` before backward, so at the start of backward log_softmax's saved fp32 output, nll_loss's fp32 gradient
+    and log_softmax's fp32 input gradient coexist: 3 x 4 bytes per logit (vocabulary-sharded under TP's loss
+    parallel)."""
     B, h = run.activation_bytes, model.hidden
     tokens = mbs * run.seq_len / cp
     seq_shard = tp if sp else 1
     embedding = (MASK_BYTES * tokens * h / seq_shard) if model.hidden_dropout > 0 else 0.0
-    output_inputs = 2 * B * tokens * h / seq_shard
-    logits = FP32 * tokens * model.vocab / tp
+    if run.trainer == "torchtitan":
+        output_inputs = sum(sharded_bytes(t, tp, sp) for t in _torchtitan_norm(run, tokens, h, "norm"))
+        logits = 3 * FP32 * tokens * model.vocab / tp
+    else:
+        output_inputs = 2 * B * tokens * h / seq_shard
+        logits = FP32 * tokens * model.vocab / tp
     return {"embedding": embedding, "output_inputs": output_inputs, "logits": logits}

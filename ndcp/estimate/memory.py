@@ -4,7 +4,9 @@ Model states follow ZeRO (Rajbhandari et al. 2020, Table 1) and Megatron's distr
 (docs/user-guide/features/dist_optimizer.md; formulas.md §6): parameters at the run precision, gradients at the
 gradient dtype, optimizer states (fp32 master copy for 16-bit parameters + two fp32 Adam moments). ZeRO stage k
 shards states (k>=1), gradients (k>=2) and parameters (k=3) over the data-parallel x context-parallel group; expert
-parameters are sharded over the expert-data-parallel group instead.
+parameters are sharded over the expert-data-parallel group instead. A torchtitan run (RunSpec.trainer) keeps FSDP2's
+layout instead: fp32 parameters that are the optimizer's own (no separate master copy), bf16 only in the gathered
+copies.
 """
 from __future__ import annotations
 
@@ -25,19 +27,33 @@ def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, floa
 
     bf16 params + fp32 grads + Adam: zero 0 -> 18, zero 1 -> 6 + 12/d (Megatron distributed optimizer table);
     16-bit grads: 16, 4 + 12/d, 2 + 14/d, 16/d (ZeRO Table 1).
+    torchtitan: FSDP2 shards the fp32 parameters themselves and casts to bf16 only when it all-gathers
+    (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan parallelize_llama.apply_fsdp); AdamW steps
+    those fp32 shards, so the states are 4 (params) + grad dtype + 8 (two moments): 16/d with fp32 grads.
     """
+    if run.trainer == "torchtitan":
+        params, states = 4, 8
+    else:
+        params, states = run.param_bytes, run.optimizer_state_bytes
     return {
-        "parameters": run.param_bytes / (shard if zero >= 3 else 1),
+        "parameters": params / (shard if zero >= 3 else 1),
         "gradients": run.grad_bytes / (shard if zero >= 2 else 1),
-        "optimizer_states": run.optimizer_state_bytes / (shard if zero >= 1 else 1),
+        "optimizer_states": states / (shard if zero >= 1 else 1),
     }
 
 
 def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters) -> dict[str, float]:
-    """Parameters, gradients and optimizer states of one stage's device."""
+    """Parameters, gradients and optimizer states of one stage's device.
+
+    torchtitan with FSDP and pipeline parallelism does not reshard after forward (apply_fsdp:
+    reshard_after_forward=False when PP is on, to avoid per-micro-batch all-gathers), so every parameter of the
+    stage is also held unsharded in the compute dtype through the step: counted with the parameters."""
     dense = state_bytes_per_param(run, strategy.zero, strategy.dp * strategy.cp)
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
-    return {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
+    out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
+    if run.trainer == "torchtitan" and strategy.zero >= 3 and strategy.pp > 1:
+        out["parameters"] += run.param_bytes * (params.dense + params.expert)
+    return out
 
 
 @dataclass(frozen=True)
@@ -151,11 +167,25 @@ def _comm_buffer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) -> fl
 
 
 def _parameter_gather_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) -> float:
-    """ZeRO-3 gathers each layer's parameters before use: two layers resident (current + prefetch)."""
+    """ZeRO-3 gathers each layer's parameters before use: two layers resident (current + prefetch).
+
+    torchtitan (FSDP2): the root module (embedding, final norm, output) is not resharded after forward (fully_shard
+    docs: the root's reshard_after_forward is set to False, its parameters being all-gathered again at once for
+    backward), so with one pipeline stage its gathered copy stays resident too; with PP every gathered copy is
+    already counted in model_state_bytes."""
     if strategy.zero < 3:
         return 0.0
     layer = model.moe_layer or model.dense_layer
-    return 2 * run.param_bytes * ((layer.attention + layer.mlp) / strategy.tp + layer.experts / (strategy.ep * strategy.etp))
+    blocks = 2 * run.param_bytes * ((layer.attention + layer.mlp) / strategy.tp
+                                    + layer.experts / (strategy.ep * strategy.etp))
+    if run.trainer != "torchtitan":
+        return blocks
+    if strategy.pp > 1:
+        return 0.0
+    vocab = model.vocab * model.hidden  # vocabulary-parallel embedding and output projection
+    root = vocab / strategy.tp + (model.embedding_params - vocab) + (model.output_params - model.norm_params) \
+        / strategy.tp + model.norm_params
+    return blocks + run.param_bytes * root
 
 
 @lru_cache(maxsize=4096)

@@ -83,9 +83,18 @@ def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens:
     return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
 
 
-@lru_cache(maxsize=65536)
 def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
                ep: int, etp: int, mbs: int, sp: bool) -> LayerTime:
+    """One body layer of `kind` under recompute `mode` (see _layer_time); a dense layer does not depend on ep/etp,
+    so its cached terms are shared across them."""
+    if kind == "dense":
+        ep = etp = 1
+    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp)
+
+
+@lru_cache(maxsize=131072)
+def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
+                ep: int, etp: int, mbs: int, sp: bool) -> LayerTime:
     """One body layer of `kind` under recompute `mode` for one micro-batch of mbs sequences of local length seq/cp.
 
     recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
@@ -179,7 +188,7 @@ def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role:
     return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp)
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=65536)
 def _stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
                       sp: bool, ep: int, etp: int) -> LayerTime:
     tokens = mbs * run.seq_len / cp

@@ -48,7 +48,7 @@ def frontier_document(model, result: Frontier) -> dict:
         "least_memory_bytes": result.least_bytes,
         "frontier": frontier_rows(model, result),
         "infeasible_caps_bytes": list(result.infeasible_caps),
-        "solves": result.solves, "solve_seconds": result.solve_seconds,
+        "solves": result.solves, "timing": {"solve_seconds": result.solve_seconds},
     }
 
 

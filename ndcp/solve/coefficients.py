@@ -49,6 +49,13 @@ def inner_choices(space: SearchSpace) -> tuple[list[tuple[bool, str]], list[int]
     return [(sp, mode) for sp in sps for mode in modes], zeros
 
 
+def partition_offset(model, layout: Layout, max_offset: int) -> int:
+    """How far a stage's layer count may move from the default partition in per-layer plans: uneven partitions are
+    searched only for single-kind models without interleaving (0 = the partition is fixed)."""
+    single_kind = model.moe is None or model.dense_layers == 0
+    return max_offset if single_kind and layout.vpp == 1 and layout.pp > 1 else 0
+
+
 def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: dict) -> float:
     """Sum over device stages of one micro-batch's stage time with no recompute (exact for that plan). `memo` keeps
     the parts shared across items: body and extra work per (tp, cp, ep, etp, mbs, sp, pp = 1)."""
@@ -97,7 +104,7 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, max_offset: int) ->
     grows). Needs the partition fixed; with offsets allowed it is 0."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
-    if max_offset and layout.vpp == 1 and layout.pp > 1:
+    if partition_offset(model, layout, max_offset):
         return 0.0
     inner, zeros = inner_choices(space)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
@@ -199,7 +206,7 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
     inner, zeros = inner_choices(space)
     capacity = run.capacity(cluster.device.memory_bytes)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-    offsets = max_offset if layout.vpp == 1 and layout.pp > 1 else 0
+    offsets = partition_offset(model, layout, max_offset)
     best = None
     for sp in sorted({sp for sp, _ in inner if not sp or layout.tp > 1}):
         base = layout.strategy(mbs, mbn, zeros[0], sp, "none")

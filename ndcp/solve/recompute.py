@@ -24,7 +24,7 @@ from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_by
 from ..estimate.parameters import StageParameters
 from ..estimate.time import data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
 from ..space import Layout, SearchSpace
-from .coefficients import item_lower_bound
+from .coefficients import item_lower_bound, partition_offset
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
 MIB = 2**20
@@ -70,8 +70,7 @@ class PlanModel:
         self.layouts = stage_layouts(model, base)
         self.kinds = [{k: n for (k, _), n in counts if n} for counts in stage_mode_counts(model, base)]
         pp = layout.pp
-        single_kind = model.moe is None or model.dense_layers == 0
-        self.offset = max_offset if (single_kind and layout.vpp == 1 and pp > 1) else 0
+        self.offset = partition_offset(model, layout, max_offset)
         self.default = [self.layouts[s].layers for s in range(pp)]
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
         present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]

@@ -108,8 +108,8 @@ class SearchResult:
             "proven": self.proven,
             "gap": self.gap,
             "lower_bound_seconds": self.lower_bound_seconds,
-            "solve_seconds": self.solve_seconds,
-            "verify_seconds": self.verify_seconds,
+            "solve_seconds": self.solve_seconds,  # the issue-4 contract key: a copy of timing.solve_seconds
+            "timing": {"solve_seconds": self.solve_seconds, "verify_seconds": self.verify_seconds},
             "method": self.method,
             "verified": self.verified,
             "solver_calls": self.solver_calls,

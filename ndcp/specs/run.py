@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from .fields import cached_hash, finite_number, non_negative_int, one_of, positive_int, require
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+# Whose memory behaviour the estimate models (estimate/activations.py, estimate/memory.py): Megatron-Core with
+# Transformer Engine (Korthikanti's selective recompute, distributed optimizer), or torchtitan (FSDP2, op-level
+# selective activation checkpointing, eager PyTorch autograd).
+TRAINERS = ("megatron", "torchtitan")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 GIB = 2**30
 
@@ -24,6 +28,7 @@ class RunSpec:
     flash_attention: bool = True
     memory_cap_bytes: int = 0  # 0 = the device capacity
     reserve_bytes: int = GIB  # allocator fragmentation, CUDA context and workspaces, added to every stage
+    trainer: str = "megatron"  # one of TRAINERS: what "selective" recompute keeps, model-state layout, loss path
 
     def __post_init__(self):
         positive_int("global_batch", self.global_batch)
@@ -32,6 +37,7 @@ class RunSpec:
         one_of("precision", self.precision, PRECISIONS)
         one_of("grad_dtype", self.grad_dtype, PRECISIONS)
         one_of("optimizer", self.optimizer, ("adam",))
+        one_of("trainer", self.trainer, TRAINERS)
         non_negative_int("memory_cap_bytes", self.memory_cap_bytes, 1 << 60)
         non_negative_int("reserve_bytes", self.reserve_bytes, 1 << 60)
         finite_number("reserve_bytes", self.reserve_bytes, 0, 1 << 50)

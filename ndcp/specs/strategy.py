@@ -106,8 +106,7 @@ class Strategy:
         """Build without re-validating: for strategies generated from an already validated search space, where the
         oracle and the solver create hundreds of thousands of them. Every field must be given."""
         strategy = object.__new__(cls)
-        for name, value in fields.items():
-            object.__setattr__(strategy, name, value)
+        strategy.__dict__.update(fields)  # frozen: bypass the dataclass __setattr__ as object.__setattr__ would
         return strategy
 
     @property

@@ -5,6 +5,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.layout import default_partition, in_flight
 from ndcp.estimate.memory import estimate_memory, state_bytes_per_param
 from ndcp.specs import ClusterSpec, ModelSpec, RecomputePlan, RunSpec, Strategy, device_preset
@@ -130,3 +131,68 @@ def test_more_recompute_never_raises_and_larger_mbs_never_lowers_activations(tp,
     if 64 % (dp * mbs * 2) == 0:
         bigger = _peak(dp=dp, tp=tp, cp=cp, mbs=mbs * 2, mbn=64 // (dp * mbs * 2), sp=sp)[0].parts["activations"]
         assert bigger >= acts["none"]
+
+
+# -- trainer-specific inventories ----------------------------------------------------------------------------------
+def _layer(run: RunSpec, model: ModelSpec, mode: str, tp: int = 1, cp: int = 1, mbs: int = 1, sp: bool = False):
+    return layer_activation_bytes(model, run, "dense", mode, tp, cp, 1, 1, mbs, sp)
+
+
+def test_megatron_te_llama_layer_inventory():
+    # Megatron-Core + Transformer Engine, Llama-3.1-405B layer, TP8 + SP, selective (flash attention): norm inputs
+    # and norm outputs 2+2 each, Q 2, K and V 2g/a each, attention output 2, fc1 output 4f/h, SwiGLU output 2f/h:
+    # s*b*h*(12 + 4g/a + 6f/h)/t bytes.
+    model = load_model("llama3.1-405b")
+    run = RunSpec(global_batch=8, seq_len=8192)
+    s, h, a, g, f, t = 8192, model.hidden, model.heads, model.num_kv_heads, model.ffn_hidden, 8
+    assert _layer(run, model, "selective", tp=t, sp=True) == pytest.approx(
+        s * h * (12 + Fraction(4 * g, a) + Fraction(6 * f, h)) / t)
+
+
+def test_torchtitan_op_sac_keeps_every_other_matmul():
+    # torchtitan op-level SAC (parallelize_llama._apply_ac_to_transformer_block): block input, outputs of mm 1, 3, 5,
+    # 7 = wq, wv, w1, w2 (wk, wo, w3 recomputed), SDPA output and fp32 logsumexp. Llama-3.1-8B, local batch 2.
+    model = LLAMA
+    run = RunSpec(global_batch=16, seq_len=8192, trainer="torchtitan")
+    tokens, h, a, d = 2 * 8192, model.hidden, model.heads, model.dim_per_head
+    g, f = model.num_kv_heads, model.ffn_hidden
+    kept = 2 * h + 2 * a * d + 2 * g * d + 2 * a * d + 4 * a + 2 * f + 2 * h
+    assert _layer(run, model, "selective", mbs=2) == tokens * kept
+    # Eager autograd without AC: two RMSNorms (fp32 input copy, normalised, output) 8h each; RoPE'd Q, repeat_kv's
+    # K and V, SDPA output, wo's contiguous input 2ad each, logsumexp; w1, SiLU, w3 and product outputs 2f each.
+    eager = 16 * h + 10 * a * d + 4 * a + 8 * f
+    assert _layer(run, model, "none", mbs=2) == tokens * eager
+    assert _layer(run, model, "full", mbs=2) == tokens * 2 * h
+    # Megatron's selective for the same layer keeps more (12 + 4g/a + 6f/h units) than torchtitan's op policy.
+    assert _layer(RunSpec(global_batch=16, seq_len=8192), model, "selective", mbs=2) > tokens * kept
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), sp=st.booleans(), cp=st.sampled_from([1, 2]), mbs=st.sampled_from([1, 2]))
+def test_torchtitan_recompute_modes_are_ordered(tp, sp, cp, mbs):
+    run = RunSpec(global_batch=64, seq_len=4096, trainer="torchtitan")
+    sp = sp and tp > 1
+    none, selective, full = (_layer(run, LLAMA, m, tp, cp, mbs, sp) for m in ("none", "selective", "full"))
+    assert full <= selective <= none
+
+
+@pytest.mark.parametrize("d", [1, 8, 128])
+def test_fsdp2_states_are_16_bytes_per_parameter(d):
+    # torchtitan FSDP2: fp32 sharded parameters are the optimizer's own (no master copy), fp32 gradients, two fp32
+    # Adam moments: 16/d with full sharding; Megatron's ZeRO-3 layout keeps bf16 params + a master copy: 18/d.
+    titan = RunSpec(global_batch=8, seq_len=128, trainer="torchtitan")
+    assert sum(state_bytes_per_param(titan, 3, d).values()) == pytest.approx(16 / d)
+    assert sum(state_bytes_per_param(RunSpec(global_batch=8, seq_len=128), 3, d).values()) == pytest.approx(18 / d)
+
+
+@pytest.mark.parametrize("gpus, measured_gib", [(8, 82.4), (128, 67.0)])
+def test_torchtitan_fsdp_llama_8b_peak_within_ten_percent(gpus, measured_gib):
+    # pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md Tables 1 and 3: Llama 3.1 8B, FSDP over 8 or
+    # 128 H100 96 GB, local batch 2, seq 8192, selective (op) AC, eager: 82.4 and 67.0 GiB (torchtitan logs
+    # max_reserved). The estimate is the live-tensor peak plus the 1 GiB reserve, so it sits a little low.
+    cluster = ClusterSpec(device_preset("h100"), gpus).with_overrides(memory_bytes=96 * 2**30)
+    run = RunSpec(global_batch=2 * gpus, seq_len=8192, trainer="torchtitan")
+    strategy = Strategy(dp=gpus, tp=1, pp=1, mbs=2, mbn=1, zero=3, recompute=RecomputePlan.uniform("selective"))
+    estimate = estimate_memory(LLAMA, cluster, run, strategy)
+    assert estimate.fits
+    assert estimate.peak_bytes / 2**30 == pytest.approx(measured_gib, rel=0.10)
