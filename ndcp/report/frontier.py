@@ -48,6 +48,7 @@ def frontier_document(model, result: Frontier) -> dict:
         "least_memory_bytes": result.least_bytes,
         "frontier": frontier_rows(model, result),
         "infeasible_caps_bytes": list(result.infeasible_caps),
+        "complete": result.complete,
         "solves": result.solves, "timing": {"solve_seconds": result.solve_seconds},
     }
 
@@ -118,6 +119,9 @@ def render_frontier(console, model, result: Frontier, degrees: str) -> None:
             console.print(line, markup=False, highlight=False)
     for cap in result.infeasible_caps:
         console.print(Text(f"cap {_g(cap)} GiB: no plan fits", style="red"))
+    if not result.complete:
+        console.print(Text("a plan solve ran out of time before finding any plan: a cap above may be reported as "
+                           "infeasible only because of that (raise --time-limit)", style="yellow"))
 
 
 __all__ = ["frontier_document", "write_frontier_csv", "render_frontier", "frontier_table", "frontier_chart",

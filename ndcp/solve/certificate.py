@@ -15,7 +15,7 @@ from ..space import SearchSpace
 from .coefficients import (expand_item, inner_choices, item_data_parallel_floor, item_lower_bounds,
                            item_memory_lower_bound, item_plan_lower_bound)
 from .cpsat import TIME_UNIT, Point, StrategyModel
-from .recompute import PlanModel
+from .recompute import PlanModel, PlanTimeout
 from ..specs.strategy import RECOMPUTE_MODES
 from .explain import explain_infeasible
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate
@@ -340,7 +340,7 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
         layout, mbs, mbn = items[i]
         for sp in (s for s in sps if not s or layout.tp > 1):
             plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros, max_offset)
-            verifier.solve(plan, _degree_key(plan.base), ())
+            verifier.solve(plan, _degree_key(plan.base), (), next_bound)
         result.expanded += 1
         if progress is not None:
             best = verifier.ranked()[0].step_seconds if verifier.best else None
@@ -402,9 +402,16 @@ class _PlanVerifier:
         self.sequence += 1
         heapq.heappush(self.pending, (bound, self.sequence, action, payload))
 
-    def solve(self, plan: PlanModel, key: tuple, exclude: tuple) -> None:
-        solution = plan.solve(self.capacity, self.deadline - time.perf_counter(), self.seed, self.workers, exclude)
+    def solve(self, plan: PlanModel, key: tuple, exclude: tuple, floor: float) -> None:
+        """Solve a sub-model whose plans are proven no faster than `floor` seconds (kept as unproven on a timeout).
+        Only a plan that could enter the top K matters: the K-th best verified time cuts the sub-model off."""
         self.solves += 1
+        try:
+            solution = plan.solve(self.capacity, self.deadline - time.perf_counter(), self.seed, self.workers,
+                                  exclude, cutoff_seconds=self.kth() * (1 + TIE))
+        except PlanTimeout:
+            self.unproven.append(floor)
+            return
         if solution is None:
             return
         if not solution.proven:
@@ -429,7 +436,7 @@ class _PlanVerifier:
             lower, _, action, (plan, key, exclude, solution) = heapq.heappop(self.pending)
             if action == "resolve":
                 if key not in self.best or self.best[key].step_seconds > lower + solution:
-                    self.solve(plan, key, exclude)
+                    self.solve(plan, key, exclude, lower)
                 continue
             t0 = time.perf_counter()
             evaluated = evaluate(self.space, solution.strategy)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimate.layout import stage_chunks, stage_layouts
+from ..estimate.activations import recompute_workspace_bytes
+from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
 from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
 from ..estimate.time import (data_parallel_seconds, data_parallel_terms, layer_time, overlap_windows,
                              p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
@@ -192,60 +193,75 @@ def _data_parallel_floor(space: SearchSpace, item: Item, sp: bool, zeros: list[i
     return min(sum(data_parallel_seconds(model, cluster, run, full.with_zero(z), widest)) for z in zeros)
 
 
+def _bytes_to_shed(space: SearchSpace, base, offsets: int, zeros: list[int]) -> dict | None:
+    """Per constrained stage: (bytes recompute must save, body layers per kind, resident bytes per (kind, mode)), or
+    None when even full recompute of every layer cannot fit. Memory with no recompute is counted in whole bytes as
+    reported, with the lightest ZeRO stage, plus the smallest recompute workspace once anything recomputes; with
+    offsets (single-kind models) the stage may hold as few as default - offset layers."""
+    model, run = space.model, space.run
+    capacity = run.capacity(space.cluster.device.memory_bytes)
+    theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
+    layouts = stage_layouts(model, base)
+    out = {}
+    for s in sorted(set(role_stages(base.pp))):
+        stage = layouts[s]
+        counts = {k: n for k, n in kind_counts(model, stage).items() if n}
+        if offsets:
+            counts = {k: max(1, n - offsets) for k, n in counts.items()}
+        per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
+                     for m in ("none", "selective", "full")}
+        static = min(parts_total(stage_static_bytes(model, run, base.with_zero(z), stage)) for z in zeros)
+        fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
+        excess = static + fixed + int(sum(n * per_layer[(k, "none")] for k, n in counts.items())) - capacity
+        if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
+            excess += min(recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
+                          for m in ("selective", "full"))
+        if excess > sum(n * (per_layer[(k, "none")] - per_layer[(k, "full")]) for k, n in counts.items()):
+            return None
+        out[s] = (excess, counts, per_layer)
+    return out
+
+
 def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> float | None:
     """A tighter bound for per-layer plans (uniform ones included), or None when no plan of the item can fit.
 
     Pipeline: with the partition fixed (max_offset 0, vpp > 1 or pp 1) every stage's time with no recompute is
     exact and recompute only adds to it; otherwise stages are taken as balanced. Memory: the first, second and last
-    stages must shed (memory with no recompute) - capacity bytes by recompute, which costs at least that many bytes
-    times the cheapest seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at
-    least that much longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition
+    stages must shed `_bytes_to_shed` bytes by recompute, which costs at least that many bytes times the cheapest
+    seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least that much longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition
     fixed, `_data_parallel_floor`; else nothing."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
-    capacity = run.capacity(cluster.device.memory_bytes)
-    kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     offsets = partition_offset(model, layout, max_offset)
     best = None
     for sp in sorted({sp for sp, _ in inner if not sp or layout.tp > 1}):
         base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
-        layouts = stage_layouts(model, base)
+        shed = _bytes_to_shed(space, base, offsets, zeros)  # memory first: most items that fail, fail here
+        if shed is None:
+            continue
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
         p2p = p2p_per_microbatch(model, cluster, run, base)
         plain = [t.total + p2p for t in stage_times(model, cluster, run, base)]
         stage_sum = sum(plain)
-        slowest, extra_sum, feasible = (stage_sum / layout.pp if offsets else max(plain)), 0.0, True
-        for s in sorted(set(role_stages(layout.pp))):
-            stage = layouts[s]
-            fewest = max(1, stage.layers - offsets)
-            static = min(parts_total(stage_static_bytes(model, run, base.with_zero(z), stage)) for z in zeros)
-            fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
-            per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in kinds
-                         for m in ("none", "selective", "full")}
-            times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in kinds
+        slowest, extra_sum = (stage_sum / layout.pp if offsets else max(plain)), 0.0
+        for s, (excess, counts, per_layer) in shed.items():
+            times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in counts
                      for m in ("none", "selective", "full")}
-            light = min(kinds, key=lambda k: per_layer[(k, "none")])
-            excess = static + fixed + int(fewest * per_layer[(light, "none")]) - capacity  # whole bytes, as reported
-            most_saved = fewest * max(per_layer[(k, "none")] - per_layer[(k, "full")] for k in kinds)
-            if excess > most_saved:
-                feasible = False
-                break
             ratios = [(times[(k, m)] - times[(k, "none")]) / (per_layer[(k, "none")] - per_layer[(k, m)])
-                      for k in kinds for m in ("selective", "full") if per_layer[(k, "none")] > per_layer[(k, m)]]
+                      for k in counts for m in ("selective", "full") if per_layer[(k, "none")] > per_layer[(k, m)]]
             extra = max(0.0, excess) * min(ratios, default=0.0)
             if offsets:
-                plain_time = (fewest * min(times[(k, "none")] for k in kinds) + p2p
+                plain_time = (sum(n * times[(k, "none")] for k, n in counts.items()) + p2p
                               + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp,
                                                  mbs, sp, ep=layout.ep, etp=layout.etp).total)
             else:
                 plain_time = plain[s]
             slowest = max(slowest, plain_time + extra)
             extra_sum += extra
-        if feasible:
-            total = stage_sum + extra_sum
-            bound = pipeline_seconds(total, max(slowest, total / layout.pp), mbn, layout.vpp)
-            if not offsets:
-                bound += _data_parallel_floor(space, item, sp, zeros)
-            best = bound if best is None else min(best, bound)
+        total = stage_sum + extra_sum
+        bound = pipeline_seconds(total, max(slowest, total / layout.pp), mbn, layout.vpp)
+        if not offsets:
+            bound += _data_parallel_floor(space, item, sp, zeros)
+        best = bound if best is None else min(best, bound)
     return best

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from ..estimate.layout import partition
 from ..space import Layout, SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
-from .recompute import PlanModel
+from .recompute import PlanModel, PlanTimeout
 from .result import TIE, Evaluated, evaluate
 
 MIB, GIB = 2**20, 2**30
@@ -56,6 +56,7 @@ class Frontier:
     infeasible_caps: list[int] = field(default_factory=list)  # requested caps no plan fits under
     solve_seconds: float = 0.0
     solves: int = 0
+    complete: bool = True  # False when a plan solve ran out of time: a cap read as infeasible may not be
 
     def marginal(self) -> list[float | None]:
         """Per point: seconds of step time per GiB of peak saved by moving to the next tighter point (None for the
@@ -93,14 +94,19 @@ class _Solver:
         self.model = PlanModel(space, layout, strategy.mbs, strategy.mbn, strategy.sp, RECOMPUTE_MODES,
                                [strategy.zero], max_offset)
         self.solves = 0
+        self.timed_out = False
 
     def fastest(self, cap: int):
         """(evaluated, solution) of the fastest verified plan under `cap`, or None when none fits."""
         space = _space_at(self.space, cap)
         exclude: tuple = ()
         for _ in range(RETRIES + 1):
-            solution = self.model.solve(cap, self.seconds, self.seed, self.workers, exclude)
             self.solves += 1
+            try:
+                solution = self.model.solve(cap, self.seconds, self.seed, self.workers, exclude)
+            except PlanTimeout:  # unknown under this cap: reported, and read as no plan found
+                self.timed_out = True
+                return None
             if solution is None:
                 return None
             evaluated = evaluate(space, solution.strategy)
@@ -155,7 +161,7 @@ def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = No
             continue
         previous = FrontierPoint([cap], evaluated, solution.bound_seconds, solution.proven)
         out.points.append(previous)
-    out.solves = solver.solves
+    out.solves, out.complete = solver.solves, not solver.timed_out
     out.solve_seconds = time.perf_counter() - start
     return out
 

@@ -44,6 +44,10 @@ def _backward_window(t) -> float:
     return t.backward + t.recompute
 
 
+class PlanTimeout(Exception):
+    """A sub-model ran out of time before finding any plan: nothing is known of it beyond the caller's bound."""
+
+
 @dataclass(frozen=True)
 class PlanSolution:
     """The best plan of one (item, sp): the strategy it gives and a lower bound on its full-estimator step time."""
@@ -118,8 +122,10 @@ class PlanModel:
             m.Add(n[("dense", "full")] + n.get(("dense", "selective"), 0) == 0).OnlyEnforceIf(moe_covered.Not())
 
     def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1,
-              exclude: tuple[tuple[int, ...], ...] = ()) -> PlanSolution | None:
-        """The fastest plan whose every stage fits, other than the `exclude`d assignments; None when none is left."""
+              exclude: tuple[tuple[int, ...], ...] = (), cutoff_seconds: float = math.inf) -> PlanSolution | None:
+        """The fastest plan whose every stage fits, other than the `exclude`d assignments; None when none is left
+        or, given a cutoff, when none can be faster than it (the model is a lower bound, so then no plan is).
+        Raises PlanTimeout when the time runs out before any plan is found."""
         m = cp_model.CpModel()
         pp, vpp, cap = self.layout.pp, self.layout.vpp, capacity_bytes // MIB
         z = [m.NewBoolVar(f"zero{k}") for k in range(len(self.zeros))]
@@ -176,12 +182,17 @@ class PlanModel:
                 differs.append(d)
             m.AddBoolOr(differs)
         exposed, optimizer = self._data_parallel(m, z, counts)
-        m.Minimize((vpp * self.mbn - 1) * slowest + sum(stage_times) + vpp * (exposed + optimizer))
+        objective = (vpp * self.mbn - 1) * slowest + sum(stage_times) + vpp * (exposed + optimizer)
+        if cutoff_seconds < math.inf:
+            m.Add(objective <= _floor(cutoff_seconds * vpp, self.unit))
+        m.Minimize(objective)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.01, seconds)
         solver.parameters.random_seed = seed
         solver.parameters.num_workers = workers
         status = solver.Solve(m)
+        if status == cp_model.UNKNOWN:
+            raise PlanTimeout
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         zero = self.zeros[next(k for k, v in enumerate(z) if solver.Value(v))]

@@ -34,3 +34,23 @@ def test_interrupted_search_returns_feasible_with_a_bound(monkeypatch, module, n
     assert result.status == "feasible" and "interrupted" in result.explanation
     uninterrupted = cpsat_search(SPACE, top=1)
     assert result.lower_bound_seconds <= uninterrupted.strategies[0].step_seconds
+
+
+def test_a_plan_model_that_times_out_leaves_the_per_layer_search_unproven(monkeypatch):
+    """A sub-model that finds nothing before its time runs out is not 'no plan': the search must not claim a
+    proof, and its bound stays below the true optimum."""
+    from ndcp.solve.recompute import PlanModel, PlanTimeout
+
+    exact = certificate.plan_search(SPACE, top=1, time_limit=60)
+    original, calls = PlanModel.solve, []
+
+    def first_times_out(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise PlanTimeout
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PlanModel, "solve", first_times_out)
+    result = certificate.plan_search(SPACE, top=1, time_limit=60)
+    assert exact.status == "optimal" and result.status == "feasible"
+    assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
