@@ -649,13 +649,12 @@ def register_search(subparsers) -> None:
     group.add_argument("--fix", metavar="K=V,...", default="", help="pin dimensions, e.g. tp=8,pp=16")
     group.add_argument("--max", metavar="K=V,...", default="", dest="max_", help="bound dimensions, e.g. tp=8")
     group.add_argument("--recompute", choices=("uniform", "per-layer", "greedy", "none", "selective", "full"),
-                       default="uniform",
-                       help="activation recompute: `uniform` searches none/selective/full applied to every layer "
-                            "(default); `greedy` gives every candidate the reference planner's greedy per-stage plan "
-                            "(status `heuristic`: no proof, for comparison); "
-                            "`per-layer` also decides per stage how many layers keep, selectively or "
-                            "fully recompute activations, jointly with the degrees (never slower than uniform; on "
-                            "large problems it may stop at the time limit with a gap); or one mode for every layer")
+                       default="per-layer",
+                       help="activation recompute: `per-layer` (default) decides per stage how many layers keep, "
+                            "selectively or fully recompute activations, jointly with the degrees (never slower than "
+                            "uniform); `uniform` searches none/selective/full applied to every layer (faster); "
+                            "`greedy` gives every candidate the reference planner's greedy per-stage plan "
+                            "(status `heuristic`: no proof, for comparison); or one mode for every layer")
     group.add_argument("--max-offset", metavar="N", type=_int, default=0,
                        help="per-layer: layers a stage may hold above or below the even partition (default 0: the "
                             "even partition; each unit widens the plan models and slows the proof)")
@@ -824,7 +823,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
             result = greedy_search(space, top=args.top, progress=progress, time_limit=args.time_limit)
         elif args.exhaustive and per_layer:
-            result = exhaustive_plan_search(space, top=args.top, max_offset=args.max_offset)
+            result = exhaustive_plan_search(space, top=args.top, max_offset=args.max_offset, progress=progress)
         elif args.exhaustive:
             result = exhaustive_search(space, top=args.top, progress=progress)
         elif per_layer:

@@ -86,6 +86,13 @@ class Layout:
                                 layers_per_stage=())
 
 
+def partition_offset(model: ModelSpec, layout: Layout, max_offset: int) -> int:
+    """How far a stage's layer count may move from the default partition in per-layer plans: uneven partitions are
+    searched only for single-kind models without interleaving (0 = the partition is fixed)."""
+    single_kind = model.moe is None or model.dense_layers == 0
+    return max_offset if single_kind and layout.vpp == 1 and layout.pp > 1 else 0
+
+
 @dataclass
 class SpaceWalk:
     """The result of walking the space: valid (layout, mbs, mbn) triples and refusal counts by rule."""

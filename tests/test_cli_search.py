@@ -27,12 +27,12 @@ def run_json(capsys, *args, code=0):
 
 @pytest.fixture(scope="module")
 def tiny_docs():
-    """The CP-SAT and exhaustive documents for the tiny problem (computed once)."""
+    """The CP-SAT and exhaustive documents for the tiny problem, uniform recompute (computed once)."""
     import io
     from contextlib import redirect_stdout
 
     docs = {}
-    for name, extra in (("cpsat", []), ("exhaustive", ["--exhaustive"])):
+    for name, extra in (("cpsat", ["--recompute", "uniform"]), ("exhaustive", ["--recompute", "uniform", "--exhaustive"])):
         buffer = io.StringIO()
         with redirect_stdout(buffer):
             assert main(["search", *TINY, *extra, "--json", "-"]) == 0
@@ -194,8 +194,16 @@ def test_progress_lines_when_not_a_tty(capsys, monkeypatch):
     from ndcp import cli
 
     monkeypatch.setattr(cli._SearchProgress, "INTERVAL", 0.0)
-    code, out, err = run(capsys, *TINY, "--exhaustive")
-    assert code == 0
-    lines = [line for line in err.splitlines() if line]
-    assert lines and all(line.startswith("ndcp: exhaustive ") for line in lines)
-    assert "incumbent" in lines[0] and "priced" in lines[0]
+    for recompute in ("uniform", "per-layer"):
+        code, out, err = run(capsys, *TINY, "--exhaustive", "--recompute", recompute)
+        assert code == 0
+        lines = [line for line in err.splitlines() if line]
+        assert lines and all(line.startswith("ndcp: exhaustive ") for line in lines)
+        assert "incumbent" in lines[0] and "priced" in lines[0]
+
+
+def test_per_layer_exhaustive_refuses_an_enumeration_too_large_to_finish(capsys):
+    code, out, err = run(capsys, "llama3-70b", "--device", "h100", "--gpus", "64", "--global-batch", "128",
+                         "--seq-len", "8192", "--exhaustive")
+    assert code == 2
+    assert "per-layer" in err and "--recompute uniform" in err and "Traceback" not in err

@@ -24,7 +24,7 @@ from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_b
 from ..estimate.time import (data_parallel_seconds, data_parallel_terms, layer_time, overlap_windows,
                              p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
                              stage_extra_time, stage_role, stage_times)
-from ..space import Layout, SearchSpace
+from ..space import Layout, SearchSpace, partition_offset
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -48,13 +48,6 @@ def inner_choices(space: SearchSpace) -> tuple[list[tuple[bool, str]], list[int]
     """All (sp, recompute) pairs and ZeRO stages the space searches (SP pairs are masked per item by tp)."""
     zeros, sps, modes = space.inner_choices(2)
     return [(sp, mode) for sp in sps for mode in modes], zeros
-
-
-def partition_offset(model, layout: Layout, max_offset: int) -> int:
-    """How far a stage's layer count may move from the default partition in per-layer plans: uneven partitions are
-    searched only for single-kind models without interleaving (0 = the partition is fixed)."""
-    single_kind = model.moe is None or model.dense_layers == 0
-    return max_offset if single_kind and layout.vpp == 1 and layout.pp > 1 else 0
 
 
 def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: dict) -> float:

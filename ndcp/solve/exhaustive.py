@@ -6,10 +6,12 @@ simple: the reference planner's nested loops (space.SearchSpace.candidates) and 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 
 from ..estimate.layout import default_partition
-from ..space import SearchSpace
+from ..space import SearchSpace, partition_offset
+from ..specs.fields import SpecError
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, Strategy
 from .recompute import split_stage_counts
 from .explain import explain_infeasible
@@ -62,40 +64,62 @@ def _partitions(layers: int, pp: int, max_offset: int) -> list[tuple[int, ...]]:
     return found
 
 
-def exhaustive_plan_search(space: SearchSpace, top: int = 10, max_offset: int = 2) -> SearchResult:
-    """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
-    within max_offset (single-kind models, no interleaving, as recompute.PlanModel searches), priced in full; the
-    best plan of each (item, SP) is ranked. Exponential in the stages: for tests and small cases only."""
-    start = time.perf_counter()
-    walk = space.walk()
-    _, zeros_choices, _ = space.inner_choices(2)
-    best: dict[tuple, Evaluated] = {}
-    misses: list[Evaluated] = []
+MAX_PLAN_CANDIDATES = 2_000_000  # the per-layer oracle refuses enumerations larger than this (hours in Python)
+
+
+def _plan_candidates(space: SearchSpace, walk, max_offset: int):
+    """(layout, mbs, mbn, partition, stage plans, sp, zero) for every per-layer strategy of the space, and how many."""
     model = space.model
-    single_kind = model.moe is None or model.dense_layers == 0
+    groups, total = [], 0
     for layout, mbs, mbn in walk.batches:
-        offset = max_offset if (single_kind and layout.vpp == 1 and layout.pp > 1) else 0
+        offset = partition_offset(model, layout, max_offset)
         zeros, sps, _ = space.inner_choices(layout.tp)
         for partition in _partitions(model.layers, layout.pp, offset) if offset else [()]:
             counts = partition or default_partition(model.layers, layout.pp * layout.vpp)
             stage_layers = [sum(counts[s::layout.pp]) for s in range(layout.pp)]
-            for plans in itertools.product(*(_stage_plans(n) for n in stage_layers)):
-                stages = [dict(zip(RECOMPUTE_MODES, p)) for p in plans]
-                recompute = RecomputePlan(mode="per-stage", stages=tuple(split_stage_counts(stages, counts, layout.pp)))
-                for sp in sps:
-                    for zero in zeros:
-                        base = layout.strategy(mbs, mbn, zero, sp, "none")
-                        strategy = Strategy(**{**base.__dict__, "recompute": recompute, "layers_per_stage": partition})
-                        evaluated = evaluate(space, strategy)
-                        key = (layout, mbs, mbn, sp)
-                        if not evaluated.fits:
-                            misses.append(evaluated)
-                        elif key not in best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(best[key]):
-                            best[key] = evaluated
+            groups.append((layout, mbs, mbn, partition, counts, stage_layers, sps, zeros))
+            total += math.prod((n + 1) * (n + 2) // 2 for n in stage_layers) * len(sps) * len(zeros)
+    return groups, total
+
+
+def exhaustive_plan_search(space: SearchSpace, top: int = 10, max_offset: int = 2, progress=None) -> SearchResult:
+    """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
+    within max_offset (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
+    each (item, SP) is ranked. Exponential in the stages: for tests and small cases only (SpecError above
+    MAX_PLAN_CANDIDATES)."""
+    start = time.perf_counter()
+    walk = space.walk()
+    groups, size = _plan_candidates(space, walk, max_offset)
+    if size > MAX_PLAN_CANDIDATES:
+        raise SpecError(f"the per-layer exhaustive search would price {size:,} strategies (every per-stage plan of "
+                        f"every strategy; at most {MAX_PLAN_CANDIDATES:,}); use --recompute uniform with "
+                        "--exhaustive, or drop --exhaustive (CP-SAT proves the per-layer optimum)")
+    best: dict[tuple, Evaluated] = {}
+    misses: list[Evaluated] = []
+    count, incumbent = 0, None
+    for layout, mbs, mbn, partition, counts, stage_layers, sps, zeros in groups:
+        for plans in itertools.product(*(_stage_plans(n) for n in stage_layers)):
+            stages = [dict(zip(RECOMPUTE_MODES, p)) for p in plans]
+            recompute = RecomputePlan(mode="per-stage", stages=tuple(split_stage_counts(stages, counts, layout.pp)))
+            for sp in sps:
+                for zero in zeros:
+                    base = layout.strategy(mbs, mbn, zero, sp, "none")
+                    strategy = Strategy(**{**base.__dict__, "recompute": recompute, "layers_per_stage": partition})
+                    evaluated = evaluate(space, strategy)
+                    key = (layout, mbs, mbn, sp)
+                    count += 1
+                    if not evaluated.fits:
+                        misses.append(evaluated)
+                    elif key not in best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(best[key]):
+                        best[key] = evaluated
+                        incumbent = min(incumbent or evaluated.step_seconds, evaluated.step_seconds)
+                    if progress is not None and count % 500 == 0:
+                        progress(Progress("pricing every per-stage plan", time.perf_counter() - start, incumbent,
+                                          None, count, size))
     fitting = sorted(best.values(), key=Evaluated.rank_key)
     result = SearchResult(method="exhaustive per-layer", status="optimal" if fitting else "infeasible",
                           strategies=fitting[:top], lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0,
-                          space_size=len(walk.batches), refused=walk.refused,
+                          space_size=size, verified=count, refused=walk.refused,
                           solve_seconds=time.perf_counter() - start, over_memory=len(misses))
     if not fitting:
         least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)

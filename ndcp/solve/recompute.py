@@ -23,8 +23,8 @@ from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_by
                                stage_static_bytes)
 from ..estimate.parameters import StageParameters
 from ..estimate.time import data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
-from ..space import Layout, SearchSpace
-from .coefficients import item_lower_bound, partition_offset
+from ..space import Layout, SearchSpace, partition_offset
+from .coefficients import item_lower_bound
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
 MIB = 2**20
