@@ -23,7 +23,7 @@ from . import __version__
 from .specs.device import ClusterSpec, PRESETS, device_preset
 from .specs.fields import SpecError, divisors, from_mapping, show
 from .specs.model import ModelSpec
-from .specs.run import RunSpec
+from .specs.run import TRAINERS, RunSpec
 from .specs.strategy import RECOMPUTE_MODES, SCHEDULES, RecomputePlan, StageRecompute, Strategy
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -121,6 +121,9 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                        help="gradient buffer dtype (default fp32)")
     group.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                        help="materialise the attention scores (no FlashAttention)")
+    group.add_argument("--trainer", choices=TRAINERS, default="megatron",
+                       help="whose memory behaviour to model (default megatron: Megatron-Core + Transformer Engine; "
+                            "torchtitan: FSDP2 states, op-level selective AC, eager autograd)")
 
 
 def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, RunSpec]:
@@ -147,7 +150,7 @@ def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, Run
         raise SpecError(f"--reserve={_gib(args.reserve)} leaves no memory: the capacity per device is {_gib(capacity)}")
     run = RunSpec(global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
                   grad_dtype=args.grad_dtype, flash_attention=args.flash_attention,
-                  memory_cap_bytes=cap or 0, reserve_bytes=args.reserve)
+                  memory_cap_bytes=cap or 0, reserve_bytes=args.reserve, trainer=args.trainer)
     return model, cluster, run
 
 

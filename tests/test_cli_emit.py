@@ -77,3 +77,17 @@ def test_emit_file_without_emit(capsys):
     code = main([*ESTIMATE, "--emit-file", "/tmp/x"])
     _, err = capsys.readouterr()
     assert code == 2 and "--emit-file needs --emit" in err
+
+
+def test_an_emitter_says_when_the_plan_assumed_another_trainers_memory(capsys):
+    from ndcp.report.emit import emit
+    from ndcp.specs import RunSpec
+    from ndcp.specs.library import load_model
+    from ndcp.specs.strategy import Strategy
+
+    model, strategy = load_model("llama3-8b"), Strategy(dp=8, mbs=1, mbn=4, zero=3)
+    megatron_run = RunSpec(global_batch=32, seq_len=4096)
+    titan_run = RunSpec(global_batch=32, seq_len=4096, trainer="torchtitan")
+    assert any("--trainer torchtitan" in n for n in emit("torchtitan", model, megatron_run, strategy).notes)
+    assert not any("--trainer" in n for n in emit("torchtitan", model, titan_run, strategy).notes)
+    assert any("--trainer megatron" in n for n in emit("megatron", model, titan_run, strategy).notes)

@@ -92,6 +92,8 @@ def _megatron(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[list[
              "--pipeline-model-parallel-size", str(s.pp),
              "--context-parallel-size", str(s.cp)]
     notes: list[str] = []
+    if run.trainer != "megatron":
+        notes.append(f"planned with {run.trainer}'s memory behaviour, not Megatron's: plan with --trainer megatron")
     if model.moe is not None:
         flags += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
     counts = partition(model, s)
@@ -170,6 +172,9 @@ def _toml_value(value) -> str:
 def _torchtitan(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[str, list[str], list[StageRecompute]]:
     s = strategy
     notes: list[str] = []
+    if run.trainer != "torchtitan":
+        notes.append(f"planned with {run.trainer}'s memory behaviour; torchtitan's differs (FSDP2 states, op-level "
+                     "selective AC): plan with --trainer torchtitan")
     parallelism: dict = {}
     if s.zero == 3:
         parallelism.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=s.dp)

@@ -67,6 +67,7 @@ def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
         "grad_dtype": run.grad_dtype,
         "optimizer": run.optimizer,
         "flash_attention": run.flash_attention,
+        "trainer": run.trainer,
         "memory_cap_bytes": int(run.memory_cap_bytes) or None,
         "reserve_bytes": int(run.reserve_bytes),
         "capacity_bytes": int(run.capacity(cluster.device.memory_bytes)),

@@ -189,7 +189,8 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
     table.add_row("memory", f"device {format_bytes(d.memory_bytes)}, {cap} -> capacity {format_bytes(capacity)} "
                             f"per device; reserve {format_bytes(run.reserve_bytes)} counted in every stage")
     table.add_row("numerics", f"{run.precision} parameters/activations, {run.grad_dtype} gradients, "
-                              f"{run.optimizer} optimizer; flash attention {'on' if run.flash_attention else 'off'}")
+                              f"{run.optimizer} optimizer; flash attention {'on' if run.flash_attention else 'off'}; "
+                              f"{run.trainer} memory behaviour")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
 
 
