@@ -26,7 +26,8 @@ CASES = {
         ["llama3.1-405b", "--device", "h100", "--gpus", "16384", "--global-batch", "2048", "--seq-len", "8192",
          "--recompute", "per-layer"]),
     "llama3.1-405b-16384-uniform": pytest.param(
-        ["llama3.1-405b", "--device", "h100", "--gpus", "16384", "--global-batch", "2048", "--seq-len", "8192"]),
+        ["llama3.1-405b", "--device", "h100", "--gpus", "16384", "--global-batch", "2048", "--seq-len", "8192",
+         "--recompute", "uniform"]),
 }
 
 

@@ -40,6 +40,11 @@ class LayerTime:
     def total(self) -> float:
         return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
 
+    @property
+    def overlap_window(self) -> float:
+        """What this work adds to its stage's data-parallel overlap window: its backward and recompute."""
+        return self.backward + self.recompute
+
     def __add__(self, other: "LayerTime") -> "LayerTime":
         return LayerTime(self.forward + other.forward, self.backward + other.backward,
                          self.recompute + other.recompute, self.tp_comm + other.tp_comm,
@@ -386,7 +391,7 @@ def stage_times(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: 
 
 def overlap_windows(stages: list[LayerTime]) -> list[float]:
     """Each stage's DP overlap window: its last micro-batch's backward (and recompute) time."""
-    return [t.backward + t.recompute for t in stages]
+    return [t.overlap_window for t in stages]
 
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:

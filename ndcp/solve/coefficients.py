@@ -4,12 +4,14 @@ A candidate is (batch item i = layout + mbs + mbn, inner choice j = (sp, recompu
 splits exactly into pipeline(i, j) + data_parallel(i, j, z) and its memory on stage s into static_s(i, z) +
 dynamic_s(i, j) (estimate.time / estimate.memory).
 
-Three levels of coefficients, all never above the full estimators (so the model is a proven relaxation; a property
-test checks the bounds against the estimators):
-- `item_lower_bound`: one number per batch item, valid for every j and z and every per-layer plan (design-notes
+Levels of coefficients, all never above the full estimators (so the model is a proven relaxation; a property test
+checks the bounds against the estimators), each costlier and tighter than the one before:
+- `item_lower_bounds`: one number per batch item, valid for every j and z and every per-layer plan (design-notes
   approach C): no recompute (recompute only adds time), perfectly balanced stages, no DP exposure, memory ignored.
-- `item_plan_lower_bound`: tighter, memory-aware (the recompute the first, second and last stage must do to fit,
-  as a fractional knapsack), or None when no plan can fit; `item_memory_lower_bound`: the least memory of an item.
+- `item_data_parallel_floor`: what the DP sync and optimizer step cost at least, added to that bound.
+- `item_plan_lower_bound`: memory-aware (the recompute the first, second and last stage must do to fit, as a
+  fractional knapsack), exact stage times for a fixed partition, and the DP floor; None when no plan can fit.
+  `item_memory_lower_bound`: the least memory of an item (to explain infeasibility).
 - `expand_item`: exact step time for each (j, z) of one item, and memory exact on the stages the model constrains
   (first, second, last).
 The certificate loop expands items in order of their bounds, so most items never need exact coefficients.
@@ -102,8 +104,9 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, max_offset: int) ->
         return 0.0
     inner, zeros = inner_choices(space)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-    per_layer = max(_window_per_layer(space, k, layout, mbs, sp) for k in kinds
-                    for sp in {sp for sp, _ in inner if not sp or layout.tp > 1})
+    sps = {sp for sp, _ in inner if not sp or layout.tp > 1}
+    per_layer = max(layer_time(model, cluster, run, k, "full", layout.tp, layout.cp, layout.ep, layout.etp, mbs,
+                               sp).overlap_window for k in kinds for sp in sps)
     chunks = stage_chunks(model, layout.pp, layout.vpp)
     ends = sorted({0, layout.pp - 1})
     windows = {s: sum(n for _, n in chunks[s]) * per_layer + max(
@@ -114,13 +117,6 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, max_offset: int) ->
         terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, "none"))
         best = min(best, max(terms[s].exposed(windows[s], mbn) for s in ends) + max(terms[s].optimizer for s in ends))
     return best
-
-
-def _window_per_layer(space: SearchSpace, kind: str, layout: Layout, mbs: int, sp: bool) -> float:
-    """The longest one body layer can add to a stage's overlap window: its backward plus a full recompute."""
-    t = layer_time(space.model, space.cluster, space.run, kind, "full", layout.tp, layout.cp, layout.ep, layout.etp,
-                   mbs, sp)
-    return t.backward + t.recompute
 
 
 def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:

@@ -39,11 +39,6 @@ def _ceil(value: float, unit: float) -> int:
     return int(math.ceil(value / unit - 1e-9))
 
 
-def _backward_window(t) -> float:
-    """What a layer adds to its stage's backward overlap window: its backward and recompute time."""
-    return t.backward + t.recompute
-
-
 class PlanTimeout(Exception):
     """A sub-model ran out of time before finding any plan: nothing is known of it beyond the caller's bound."""
 
@@ -104,7 +99,7 @@ class PlanModel:
                                        if self.offset else base.with_zero(z))
             self.dp_terms.append([(t.gradients, t.gather_per_step, t.gather_per_microbatch, m.last_bucket, t.optimizer)
                                   for t, m in zip(fewest, most)])
-        self.backward = {(k, mode): _backward_window(layer_time(model, cluster, run, k, mode, *theta))
+        self.backward = {(k, mode): layer_time(model, cluster, run, k, mode, *theta).overlap_window
                          for k in present for mode in modes}
         self.extra_backward = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
                                                 ep=layout.ep, etp=layout.etp).backward for s in range(pp)]
