@@ -4,7 +4,7 @@ uniform recompute (CP-SAT cpsat_search), on real models from 64 to 16,384 GPUs u
 
 Each row, measured in this run: the best step time each method finds, its solve time, and the proof status
 (per-layer / uniform: `optimal` = proven, `feasible` = stopped at its time limit with the printed gap; greedy is a
-heuristic and never proven). Usage: python scripts/bench_recompute.py [--quick] [--time-limit S] [--markdown]
+heuristic and never proven). Usage: python scripts/bench_recompute.py [--quick | --cases I,J] [--time-limit S] [--markdown]
 """
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ MATRIX = [  # model, device, gpus, global batch, sequence, memory cap (GiB)
     ("deepseek-v3", "h800", 2048, 4096, 4096, 60),
     ("qwen3-235b-a22b", "h100", 4096, 4096, 4096, 50),
     ("qwen3-235b-a22b", "h100", 1024, 2048, 4096, 70),
+    # tighter caps: where uniform recompute must fall back to a heavier mode everywhere
+    ("llama3-70b", "h100", 512, 1024, 8192, 20),
+    ("gpt3-175b", "a100-80g", 512, 1536, 2048, 24),
+    ("deepseek-v3", "h800", 2048, 4096, 4096, 40),
 ]
 QUICK = [0, 1, 3, 5]
 
@@ -42,9 +46,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"only cases {QUICK} of the matrix, 20 s limits")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds per method and case (default 60)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--cases", metavar="I,J,...", help="only these rows of the matrix (0-based)")
     args = parser.parse_args()
     limit = args.time_limit or (20.0 if args.quick else 60.0)
-    cases = [MATRIX[i] for i in QUICK] if args.quick else MATRIX
+    chosen = [int(i) for i in args.cases.split(",")] if args.cases else QUICK if args.quick else range(len(MATRIX))
+    cases = [MATRIX[i] for i in chosen]
     header = ("model", "gpus", "cap", "per-layer s", "status", "gap", "solve", "greedy s", "solve", "uniform s",
               "status", "solve", "vs greedy", "vs uniform")
     rows = []

@@ -19,6 +19,7 @@ The certificate loop expands items in order of their bounds, so most items never
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
@@ -119,6 +120,16 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, max_offset: int) ->
     return best
 
 
+@lru_cache(maxsize=65536)
+def _least_static_bytes(space: SearchSpace, layout: Layout, stage: int) -> int:
+    """A stage's static bytes (model states, ZeRO-3 buffers) under its lightest ZeRO stage: they depend only on the
+    layout, so items sharing it share this."""
+    _, zeros = inner_choices(space)
+    strategies = [layout.strategy(1, 1, z, False, "none") for z in zeros]
+    at = stage_layouts(space.model, strategies[0])[stage]
+    return min(parts_total(stage_static_bytes(space.model, space.run, s, at)) for s in strategies)
+
+
 def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     """Bytes every strategy of this item needs at least: on each constrained stage, the smallest static part over
     ZeRO stages plus the smallest dynamic part (full recompute, best SP)."""
@@ -132,8 +143,7 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
-        static = min(parts_total(stage_static_bytes(model, run, layout.strategy(mbs, mbn, z, False, lightest),
-                                            layouts[stage])) for z in zeros)
+        static = _least_static_bytes(space, layout, stage)
         dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, lightest),
                                               layouts[stage])) for sp in sps)
         worst = max(worst, static + dynamic)
@@ -199,7 +209,7 @@ def _bytes_to_shed(space: SearchSpace, base, offsets: int, zeros: list[int]) -> 
             counts = {k: max(1, n - offsets) for k, n in counts.items()}
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
                      for m in ("none", "selective", "full")}
-        static = min(parts_total(stage_static_bytes(model, run, base.with_zero(z), stage)) for z in zeros)
+        static = _least_static_bytes(space, Layout(base.tp, base.pp, base.cp, base.dp, base.ep, base.etp, base.vpp), s)
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
         excess = static + fixed + int(sum(n * per_layer[(k, "none")] for k, n in counts.items())) - capacity
         if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
