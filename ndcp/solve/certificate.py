@@ -124,7 +124,7 @@ def _search_model(space, top, start, deadline, progress, walk, result, model, ex
     return _finish(result, start, verifier.seconds, verifier, expander)
 
 
-def _bounded_items(space: SearchSpace, method: str, start: float, deadline: float):
+def _bounded_items(space: SearchSpace, method: str, start: float, deadline: float, max_offset: int = 0):
     """Walk the space and bound every batch item (the deadline checked every 256 items): (walk, result, bounds),
     where bounds is None when the search ends here, with `result` finished (empty space, or out of time)."""
     walk = space.walk()
@@ -139,7 +139,7 @@ def _bounded_items(space: SearchSpace, method: str, start: float, deadline: floa
             raise TimeoutError
 
     try:
-        bounds = item_lower_bounds(space, walk.batches, check)
+        bounds = item_lower_bounds(space, walk.batches, check, max_offset)
     except (TimeoutError, KeyboardInterrupt) as stop:
         result.status = "feasible"
         result.explanation = (f"{'time limit reached' if isinstance(stop, TimeoutError) else 'interrupted'} while "
@@ -308,7 +308,7 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     """
     start = time.perf_counter()
     deadline = start + time_limit
-    walk, result, bounds = _bounded_items(space, "cp-sat per-layer", start, deadline)
+    walk, result, bounds = _bounded_items(space, "cp-sat per-layer", start, deadline, max_offset)
     if bounds is None:
         return result
     items = walk.batches

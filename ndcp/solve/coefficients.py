@@ -53,29 +53,65 @@ def inner_choices(space: SearchSpace) -> tuple[list[tuple[bool, str]], list[int]
     return [(sp, mode) for sp in sps for mode in modes], zeros
 
 
-def _stage_sum_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: dict) -> float:
-    """Sum over device stages of one micro-batch's stage time with no recompute (exact for that plan). `memo` keeps
-    the parts shared across items: body and extra work per (tp, cp, ep, etp, mbs, sp, pp = 1)."""
-    model, cluster, run = space.model, space.cluster, space.run
-    key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp, layout.pp == 1)
-    work = memo.get(key)
-    if work is None:
-        theta = key[:6]
-        work = sum(n * layer_time(model, cluster, run, kind, "none", *theta).total
-                   for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n)
-        roles = ("only",) if layout.pp == 1 else ("first", "last")
-        work += sum(stage_extra_time(model, cluster, run, r, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                                     etp=layout.etp).total for r in roles)
-        memo[key] = work
+@dataclass(frozen=True)
+class _NoRecompute:
+    """One micro-batch with no recompute under one (tp, cp, ep, etp, mbs, sp): body and extra work, seconds."""
+
+    body: float  # every body layer of the model
+    fastest_layer: float  # the fastest body layer kind
+    first: float  # extra work of the first stage (embedding), of the last (output head, loss, MTP), of a lone one
+    last: float
+    only: float
+
+
+def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: dict) -> _NoRecompute:
+    key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+    found = memo.get(key)
+    if found is None:
+        model, cluster, run = space.model, space.cluster, space.run
+        per_kind = {kind: layer_time(model, cluster, run, kind, "none", *key).total
+                    for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n}
+        extra = {role: stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
+                                        etp=layout.etp).total for role in ("first", "last", "only")}
+        found = _NoRecompute(model.dense_layers * per_kind.get("dense", 0.0) + model.moe_layers * per_kind.get(
+            "moe", 0.0), min(per_kind.values()), extra["first"], extra["last"], extra["only"])
+        memo[key] = found
+    return found
+
+
+@lru_cache(maxsize=4096)
+def _layers_first_middle_last(model, pp: int, vpp: int) -> tuple[int, int, int]:
+    """Body layers on the first device stage, the fullest middle one (0 if none) and the last, default partition."""
+    per_stage = [sum(n for _, n in chunks) for chunks in stage_chunks(model, pp, vpp)]
+    return per_stage[0], max(per_stage[1:-1], default=0), per_stage[-1]
+
+
+def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, fixed: bool,
+                           memo: dict) -> tuple[float, float]:
+    """(sum over device stages, a lower bound of the slowest stage) of one micro-batch's stage times with no
+    recompute. The sum is exact; the slowest is the balanced share, or with the partition `fixed`, also each
+    stage's layers at the fastest layer kind plus its extra work."""
+    model, cluster = space.model, space.cluster
+    t = _no_recompute(space, layout, mbs, sp, memo)
+    if layout.pp == 1:
+        return t.body + t.only, t.body + t.only
     crosses = p2p_crosses_node(cluster, layout.tp, layout.cp, layout.dp)
-    p2p = pipeline_p2p_seconds(model, cluster, run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp, crosses)
-    return work + layout.pp * p2p
+    p2p = pipeline_p2p_seconds(model, cluster, space.run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp,
+                               crosses)
+    total = t.body + t.first + t.last + layout.pp * p2p
+    slowest = total / layout.pp
+    if fixed:
+        first, middle, last = _layers_first_middle_last(model, layout.pp, layout.vpp)
+        slowest = max(slowest, first * t.fastest_layer + t.first + p2p, last * t.fastest_layer + t.last + p2p,
+                      middle * t.fastest_layer + p2p)
+    return total, slowest
 
 
-def item_lower_bounds(space: SearchSpace, items, check=None) -> list[float]:
-    """Seconds no strategy of each item can beat: no recompute, perfectly balanced stages, best SP, and no DP
-    exposure or optimizer time (design-notes approach C). Cheap: the per-layer terms are shared across items.
-    `check()` is called every 256 items (the caller's deadline or interrupt)."""
+def item_lower_bounds(space: SearchSpace, items, check=None, max_offset: int = 0) -> list[float]:
+    """Seconds no strategy of each item can beat: no recompute, the best SP, no DP exposure or optimizer time, and
+    stages balanced unless the partition is fixed (space.partition_offset) (design-notes approach C). Cheap: the
+    per-layer terms are shared across items. `check()` is called every 256 items (the caller's deadline or
+    interrupt)."""
     inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
     memo: dict = {}
@@ -83,9 +119,9 @@ def item_lower_bounds(space: SearchSpace, items, check=None) -> list[float]:
     for n, (layout, mbs, mbn) in enumerate(items):
         if check is not None and n % 256 == 0:
             check()
-        stage_sum = min(_stage_sum_no_recompute(space, layout, mbs, sp, memo) for sp in sps
-                        if not sp or layout.tp > 1)
-        bounds.append(pipeline_seconds(stage_sum, stage_sum / layout.pp, mbn, layout.vpp))
+        fixed = not partition_offset(space.model, layout, max_offset)
+        bounds.append(min(pipeline_seconds(*_pipeline_no_recompute(space, layout, mbs, sp, fixed, memo), mbn,
+                                           layout.vpp) for sp in sps if not sp or layout.tp > 1))
     return bounds
 
 
