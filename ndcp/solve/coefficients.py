@@ -47,10 +47,11 @@ def role_stages(pp: int) -> tuple[int, int, int]:
     return 0, min(1, pp - 1), pp - 1
 
 
-def inner_choices(space: SearchSpace) -> tuple[list[tuple[bool, str]], list[int]]:
+@lru_cache(maxsize=256)
+def inner_choices(space: SearchSpace) -> tuple[tuple[tuple[bool, str], ...], tuple[int, ...]]:
     """All (sp, recompute) pairs and ZeRO stages the space searches (SP pairs are masked per item by tp)."""
     zeros, sps, modes = space.inner_choices(2)
-    return [(sp, mode) for sp in sps for mode in modes], zeros
+    return tuple((sp, mode) for sp in sps for mode in modes), tuple(zeros)
 
 
 @dataclass(frozen=True)
