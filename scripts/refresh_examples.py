@@ -3,7 +3,8 @@
 
 Each ```console block is run with bash in a scratch directory (with this checkout's `ndcp` first on PATH and the
 terminal width the examples were written at); the ```text block right after it is replaced by what the commands
-printed (stderr first: the progress line, then stdout). The prose around the blocks is not touched: read the diff.
+printed (stderr first: progress lines, then stdout; trailing spaces dropped). The prose around the blocks is not
+touched: read the diff.
 Usage: python scripts/refresh_examples.py [examples/FILE.md ...]
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ def commands(console: str) -> str:
 def run(script: str, workdir: str) -> str:
     env = {**os.environ, "COLUMNS": WIDTH, "PYTHONPATH": str(ROOT), "PATH": f"{workdir}/bin:{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True, text=True)
-    return done.stderr + done.stdout
+    return "\n".join(line.rstrip() for line in (done.stderr + done.stdout).splitlines())
 
 
 def refresh(path: Path) -> None:

@@ -84,14 +84,18 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
     if len(modes) == 1:
         pinned.append(f"recompute={modes[0]}")
     else:
-        searched.append(f"recompute {{{','.join(modes)}}} (uniform)")
+        how = ("per stage: how many layers run each mode" if "per-layer" in result.method
+               else "greedy per layer" if result.method == "greedy" else "uniform")
+        searched.append(f"recompute {{{','.join(modes)}}} ({how})")
     derived = [n for n in ("dp", "mbn") if n not in fixed]
     bound = (f"tp x cp <= {o.tp_cp_bound}" if o.tp_cp_bound
              else f"tp <= {space.cluster.device.devices_per_node} (one node)")
     refused = sum(result.refused.values())
     rows = [("searched", ", ".join(searched) + (f"; {' and '.join(derived)} follow" if derived else "")),
             ("pinned", ", ".join(pinned) or "nothing"),
-            ("space", f"{result.space_size:,} valid strategies; {refused:,} values refused by the rules; {bound}")]
+            ("space", f"{result.space_size:,} valid strategies"
+                      + (" with uniform recompute (per-stage plans on top)" if result.method == "cp-sat per-layer" else "")
+                      + f"; {refused:,} values refused by the rules; {bound}")]
     return rows
 
 
