@@ -7,8 +7,8 @@ ZeRO stage (one boolean each). With coefficients from the full estimators (estim
     memory[s] = static[s, zero] + dstatic x (L[s] - default[s]) + fixed[s] + sum r[s,k,m] n[s,k,m] + workspace[s]
     time[s]   = sum layer[k,m] n[s,k,m] + extra[s];   slowest >= time[s]
     vpp x pipeline = (vpp x mbn - 1) x slowest + sum time[s]        (estimate.time.pipeline_seconds, times vpp)
-Coefficients are rounded down (memory in MiB, time in units of 1e-6 of the item's step-time bound) so the optimum is a lower bound of the full
-estimators; the caller verifies the plan it returns.
+Coefficients are rounded down (memory in bytes, time in units of 1e-6 of the item's step-time bound) so the optimum
+is a lower bound of the full estimators; the caller verifies the plan it returns.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ..space import Layout, SearchSpace, partition_offset
 from .coefficients import item_lower_bound
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
-MIB = 2**20
+BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
 RESOLUTION = 1e-6  # the plan model's time unit, as a fraction of the item's step-time lower bound
 
 
@@ -122,7 +122,7 @@ class PlanModel:
         or, given a cutoff, when none can be faster than it (the model is a lower bound, so then no plan is).
         Raises PlanTimeout when the time runs out before any plan is found."""
         m = cp_model.CpModel()
-        pp, vpp, cap = self.layout.pp, self.layout.vpp, capacity_bytes // MIB
+        pp, vpp, cap = self.layout.pp, self.layout.vpp, capacity_bytes // BYTE
         z = [m.NewBoolVar(f"zero{k}") for k in range(len(self.zeros))]
         m.AddExactlyOne(z)
         most = max(self.default) + self.offset
@@ -144,22 +144,22 @@ class PlanModel:
             if len(kinds) > 1:
                 self._follow_kind_rule(m, n, kinds["moe"], s)
             counts.append(n)
-            workspace = m.NewIntVar(0, 10**12, f"ws{s}")
+            workspace = m.NewIntVar(0, 10**15, f"ws{s}")
             for key, var in n.items():
-                need = _floor(self.workspace[key], MIB)
+                need = _floor(self.workspace[key], BYTE)
                 if need:
                     used = m.NewBoolVar(f"used{s}_{key[0]}_{key[1]}")
                     m.Add(var <= most * used)
                     m.Add(workspace >= need * used)
-            static = sum(zk * _floor(self.static[k][s] - self.static_per_layer[k] * self.default[s], MIB)
+            static = sum(zk * _floor(self.static[k][s] - self.static_per_layer[k] * self.default[s], BYTE)
                          for k, zk in enumerate(z))
-            per_layer = [_floor(self.static_per_layer[k], MIB) for k in range(len(z))]
+            per_layer = [_floor(self.static_per_layer[k], BYTE) for k in range(len(z))]
             # static parts: z picks the ZeRO stage; the per-layer static term scales with the stage's layers
-            layer_static = m.NewIntVar(0, 10**12, f"layer_static{s}")
+            layer_static = m.NewIntVar(0, 10**15, f"layer_static{s}")
             for k, zk in enumerate(z):
                 m.Add(layer_static == per_layer[k] * size).OnlyEnforceIf(zk)
-            memory = (static + layer_static + _floor(self.fixed[s], MIB) + workspace
-                      + sum(_floor(self.resident[s][key], MIB) * var for key, var in n.items()))
+            memory = (static + layer_static + _floor(self.fixed[s], BYTE) + workspace
+                      + sum(_floor(self.resident[s][key], BYTE) * var for key, var in n.items()))
             m.Add(memory <= cap)
             time = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
             t = m.NewIntVar(0, 10**15, f"t{s}")
