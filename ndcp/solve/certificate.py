@@ -39,6 +39,12 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     walk, result, bounds = _bounded_items(space, "cp-sat", start, deadline)
     if bounds is None:
         return result
+    return _uniform_search(space, top, start, deadline, seed, workers, progress, walk, result, bounds)
+
+
+def _uniform_search(space: SearchSpace, top: int, start: float, deadline: float, seed: int, workers: int, progress,
+                    walk, result: SearchResult, bounds: list[float]) -> SearchResult:
+    """cpsat_search once its items are bounded (plan_search hands over its own bounds: any valid bound will do)."""
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
     model = StrategyModel(bounds, capacity, seed, workers)
@@ -48,7 +54,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     try:
         return _search_model(space, top, start, deadline, progress, walk, result, model, expander, verifier, known)
     except KeyboardInterrupt:  # Ctrl-C: like the time limit, the best verified so far with the proven bound
-        result.status, result.explanation = "feasible", "interrupted"
+        result.status, result.explanation, result.interrupted = "feasible", "interrupted", True
         result.lower_bound_seconds = min(known.seconds, verifier.lower_bound(float("inf")))
         return _finish(result, start, verifier.seconds, verifier, expander)
 
@@ -142,7 +148,8 @@ def _bounded_items(space: SearchSpace, method: str, start: float, deadline: floa
         bounds = item_lower_bounds(space, walk.batches, check, max_offset)
     except (TimeoutError, KeyboardInterrupt) as stop:
         result.status = "feasible"
-        result.explanation = (f"{'time limit reached' if isinstance(stop, TimeoutError) else 'interrupted'} while "
+        result.interrupted = isinstance(stop, KeyboardInterrupt)
+        result.explanation = (f"{'interrupted' if result.interrupted else 'time limit reached'} while "
                               f"bounding the {len(walk.batches):,} batch items; nothing verified yet")
         return walk, _finish(result, start, 0.0), None
     return walk, result, bounds
@@ -322,39 +329,48 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     verifier = _PlanVerifier(space, top, capacity, seed, workers, deadline)
     # Uniform plans are per-layer plans too: the proven uniform top K seeds the incumbents, so the answer is never
     # slower than the best uniform plan and most items are cut by their bounds at once.
-    uniform = cpsat_search(space, top=top, time_limit=time_limit / 2, seed=seed, workers=workers)
+    uniform = _uniform_search(space, top, start, start + time_limit / 2, seed, workers, None, walk,
+                              SearchResult(method="cp-sat", status="infeasible", strategies=[], lower_bound_seconds=0.0,
+                                           space_size=result.space_size, refused=walk.refused), list(bounds))
     verifier.add_verified(uniform.strategies)
     result.solver_calls += uniform.solver_calls
-    next_bound = float("inf")
-    while queue:
-        next_bound, i, level = queue[0]
-        verifier.settle(next_bound)
-        if verifier.certified(next_bound) or time.perf_counter() > deadline:
-            break
-        heapq.heappop(queue)
-        if level < READY:
-            tighter = tighten(space, items[i], level, next_bound, max_offset)
-            if tighter is not None:
-                heapq.heappush(queue, (tighter, i, level + 1))
-            continue
-        layout, mbs, mbn = items[i]
-        for sp in (s for s in sps if not s or layout.tp > 1):
-            plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros, max_offset)
-            verifier.solve(plan, _degree_key(plan.base), (), next_bound)
-        result.expanded += 1
-        if progress is not None:
-            best = verifier.ranked()[0].step_seconds if verifier.best else None
-            progress(Progress("solving per-stage recompute plans", time.perf_counter() - start, best,
-                              min(next_bound, verifier.least_pending()), verifier.count))
-    if not queue:
-        next_bound = float("inf")
-    verifier.settle(next_bound)
+    next_bound = queue[0][0]  # the least bound of any item not yet visited (kept up to date by the loop)
+    interrupted = uniform.interrupted  # Ctrl-C during the uniform search stops this one too
+    try:
+        while queue and not interrupted:
+            next_bound, i, level = queue[0]
+            verifier.settle(next_bound)
+            if verifier.certified(next_bound) or time.perf_counter() > deadline:
+                break
+            heapq.heappop(queue)
+            if level < READY:
+                tighter = tighten(space, items[i], level, next_bound, max_offset)
+                if tighter is not None:
+                    heapq.heappush(queue, (tighter, i, level + 1))
+                continue
+            layout, mbs, mbn = items[i]
+            for sp in (s for s in sps if not s or layout.tp > 1):
+                plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros, max_offset)
+                verifier.solve(plan, _degree_key(plan.base), (), next_bound)
+            result.expanded += 1
+            if progress is not None:
+                best = verifier.ranked()[0].step_seconds if verifier.best else None
+                progress(Progress("solving per-stage recompute plans", time.perf_counter() - start, best,
+                                  min(next_bound, verifier.least_pending()), verifier.count))
+        if not queue:
+            next_bound = float("inf")
+        if not interrupted:
+            verifier.settle(next_bound)
+    except KeyboardInterrupt:  # like the time limit: the best verified so far with the proven bound
+        interrupted = True
     ranked = verifier.ranked()
-    certified = verifier.certified(next_bound) and not verifier.unproven
+    certified = verifier.certified(next_bound) and not verifier.unproven and not interrupted
     if ranked:
         result.status = "optimal" if certified else "feasible"
-    elif time.perf_counter() > deadline or verifier.unproven:
+    elif time.perf_counter() > deadline or verifier.unproven or interrupted:
         result.status = "feasible"
+    if interrupted:
+        result.explanation, result.interrupted = "interrupted", True
     result.lower_bound_seconds = min(next_bound, verifier.least_pending(), *verifier.unproven,
                                      ranked[0].step_seconds if ranked else float("inf"))
     result.solver_calls = verifier.solves
@@ -409,8 +425,10 @@ class _PlanVerifier:
         try:
             solution = plan.solve(self.capacity, self.deadline - time.perf_counter(), self.seed, self.workers,
                                   exclude, cutoff_seconds=self.kth() * (1 + TIE))
-        except PlanTimeout:
-            self.unproven.append(floor)
+        except (PlanTimeout, KeyboardInterrupt) as stop:
+            self.unproven.append(floor)  # nothing known of this sub-model beyond its bound
+            if isinstance(stop, KeyboardInterrupt):
+                raise
             return
         if solution is None:
             return
@@ -433,24 +451,32 @@ class _PlanVerifier:
         while self.pending and (self.pending[0][0] <= self.kth() * (1 + TIE) or self.pending[0][0] <= bound):
             if time.perf_counter() > self.deadline:
                 return
-            lower, _, action, (plan, key, exclude, solution) = heapq.heappop(self.pending)
-            if action == "resolve":
-                if key not in self.best or self.best[key].step_seconds > lower + solution:
-                    self.solve(plan, key, exclude, lower)
-                continue
-            t0 = time.perf_counter()
-            evaluated = evaluate(self.space, solution.strategy)
-            self.seconds += time.perf_counter() - t0
-            self.count += 1
-            if not evaluated.fits:
-                self.misses.append(evaluated)
-            elif key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
-                self.best[key] = evaluated
-            # Another plan of these degrees could still be faster by more than the tolerance (the model's rounding,
-            # at least PLAN_TOLERANCE), or this one does not fit: solve again without the plans verified so far.
-            slack = max(solution.rounding_seconds, PLAN_TOLERANCE * lower)
-            if not evaluated.fits or evaluated.step_seconds > lower + slack:
-                self._push(lower, "resolve", (plan, key, exclude, slack))
+            lower, _, action, payload = heapq.heappop(self.pending)
+            try:
+                self._process(lower, action, *payload)
+            except KeyboardInterrupt:
+                self.unproven.append(lower)  # popped but not processed: only its bound is known
+                raise
+
+    def _process(self, lower: float, action: str, plan: PlanModel, key: tuple, exclude: tuple, solution) -> None:
+        """Re-solve a sub-model without its verified plans, or verify a plan (and queue a re-solve if needed)."""
+        if action == "resolve":
+            if key not in self.best or self.best[key].step_seconds > lower + solution:
+                self.solve(plan, key, exclude, lower)
+            return
+        t0 = time.perf_counter()
+        evaluated = evaluate(self.space, solution.strategy)
+        self.seconds += time.perf_counter() - t0
+        self.count += 1
+        if not evaluated.fits:
+            self.misses.append(evaluated)
+        elif key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
+            self.best[key] = evaluated
+        # Another plan of these degrees could still be faster by more than the tolerance (the model's rounding,
+        # at least PLAN_TOLERANCE), or this one does not fit: solve again without the plans verified so far.
+        slack = max(solution.rounding_seconds, PLAN_TOLERANCE * lower)
+        if not evaluated.fits or evaluated.step_seconds > lower + slack:
+            self._push(lower, "resolve", (plan, key, exclude, slack))
 
     def certified(self, next_bound: float) -> bool:
         kth = self.kth()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from .coefficients import ItemTable
+from .interrupt import solve as interruptible
 
 MIB = 2**20
 TIME_UNIT = 1e-5  # seconds per objective unit (10 us)
@@ -132,7 +133,7 @@ class StrategyModel:
         """(status name, best Point or None, proven lower bound of the objective in units or None)."""
         m, choices = self._build(None)
         solver = self._solver(seconds)
-        status = solver.Solve(m)
+        status = interruptible(solver, m)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return solver.StatusName(status), None, None
         point = self._decode(solver.Value, choices)
@@ -152,7 +153,7 @@ class StrategyModel:
                     self.StopSearch()
 
         solver = self._solver(seconds, enumerate_all=True)
-        status = solver.Solve(m, Collect())
+        status = interruptible(solver, m, Collect())
         if len(found) > limit:
             return found, "overflow"
         return found, "complete" if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) else "timeout"

@@ -25,6 +25,7 @@ from ..estimate.parameters import StageParameters
 from ..estimate.time import data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
 from ..space import Layout, SearchSpace, partition_offset
 from .coefficients import item_lower_bound
+from .interrupt import solve as interruptible
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
 BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
@@ -185,7 +186,7 @@ class PlanModel:
         solver.parameters.max_time_in_seconds = max(0.01, seconds)
         solver.parameters.random_seed = seed
         solver.parameters.num_workers = workers
-        status = solver.Solve(m)
+        status = interruptible(solver, m)
         if status == cp_model.UNKNOWN:
             raise PlanTimeout
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

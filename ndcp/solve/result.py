@@ -85,6 +85,7 @@ class SearchResult:
     explanation: str = ""
     solver_calls: int = 0
     expanded: int = 0  # batch items given exact coefficients (CP-SAT); the rest kept their lower bounds
+    interrupted: bool = False  # stopped by Ctrl-C (status `feasible`, with what was proven by then)
 
     @property
     def proven(self) -> bool:

@@ -54,3 +54,67 @@ def test_a_plan_model_that_times_out_leaves_the_per_layer_search_unproven(monkey
     result = certificate.plan_search(SPACE, top=1, time_limit=60)
     assert exact.status == "optimal" and result.status == "feasible"
     assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
+
+
+def test_a_real_sigint_during_a_cp_sat_solve_stops_it_at_once_and_is_raised():
+    """CP-SAT would swallow SIGINT (it stops and returns as if out of time); Python alone would raise it only after
+    the whole solve. The interrupt must stop the solve promptly and come out as KeyboardInterrupt."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from ortools.sat.python import cp_model
+
+    from ndcp.solve.interrupt import solve
+
+    model = cp_model.CpModel()
+    xs = [model.NewBoolVar(f"x{i}") for i in range(40)]
+    model.Add(sum((i * 7919) % 1009 * x for i, x in enumerate(xs)) == 7777)  # slow to enumerate
+
+    class Count(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self):
+            pass
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 20.0
+    solver.parameters.num_workers = 1
+    solver.parameters.enumerate_all_solutions = True
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        solve(solver, model, Count())
+    timer.join()
+    assert time.perf_counter() - start < 5.0
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+    assert signal.set_wakeup_fd(-1) == -1  # and the wake-up fd
+
+
+def test_an_interrupted_per_layer_search_returns_feasible_with_a_bound(monkeypatch):
+    from ndcp.solve.recompute import PlanModel
+
+    exact = certificate.plan_search(SPACE, top=1, time_limit=60)
+    original, calls = PlanModel.solve, []
+
+    def interrupted_on_first(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PlanModel, "solve", interrupted_on_first)
+    result = certificate.plan_search(SPACE, top=1, time_limit=60)
+    assert result.status == "feasible" and result.explanation == "interrupted"
+    assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
+    assert len(calls) == 1  # the search stopped there
+
+
+def test_ctrl_c_during_the_uniform_phase_stops_the_per_layer_search_with_a_valid_bound(monkeypatch):
+    """The uniform search that seeds the per-layer one catches the interrupt; the per-layer search must stop too,
+    and its bound must hold for per-layer plans (the uniform bound would not)."""
+    exact = certificate.plan_search(SPACE, top=1, time_limit=60)
+    interrupt_on_call(monkeypatch, certificate, "expand_item", 1)
+    result = certificate.plan_search(SPACE, top=1, time_limit=60)
+    assert result.status == "feasible" and result.interrupted
+    assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
