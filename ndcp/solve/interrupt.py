@@ -3,9 +3,9 @@
 Left alone, CP-SAT catches SIGINT itself (`catch_sigint_signal`), stops and returns as if its time had run out: the
 interrupt is lost and a search could report a result as if nothing happened. Without that, Python only runs its
 SIGINT handler after the solve returns (the main thread is inside C++), which may be the whole time limit later.
-So during a solve Python's signal wake-up fd is pointed at a pipe that a small thread watches: the C-level handler
-writes to it at once, the thread stops the solver, and the interrupt is raised here; the searches turn it into a
-`feasible` answer with the proven bound (certificate.py).
+So during a solve Python's signal wake-up fd points at a pipe that one daemon thread watches: the C-level handler
+writes to it at once, the thread stops the running solver, and the interrupt is raised here; the searches turn it
+into a `feasible` answer with the proven bound (certificate.py).
 """
 from __future__ import annotations
 
@@ -16,33 +16,57 @@ import threading
 from ortools.sat.python import cp_model
 
 
+class _Watcher:
+    """One thread per process reading the wake-up pipe; it stops whichever solver is running."""
+
+    def __init__(self):
+        self.read_end, self.write_end = os.pipe()
+        os.set_blocking(self.write_end, False)
+        self.lock = threading.Lock()
+        self.solver: cp_model.CpSolver | None = None
+        self.interrupted = False
+        threading.Thread(target=self._watch, name="ndcp-sigint", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            if os.read(self.read_end, 1) == bytes([signal.SIGINT]):
+                self.interrupt()
+
+    def interrupt(self) -> None:
+        with self.lock:
+            self.interrupted = True
+            if self.solver is not None:
+                self.solver.stop_search()
+
+    def attach(self, solver: cp_model.CpSolver | None) -> bool:
+        """Watch `solver` (None: stop watching); returns whether an interrupt arrived since the last attach."""
+        with self.lock:
+            self.solver, interrupted, self.interrupted = solver, self.interrupted, False
+        return interrupted
+
+
+_watcher: _Watcher | None = None
+
+
 def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> int:
     """solver.Solve(model, callback), with Ctrl-C stopping the search and re-raised as KeyboardInterrupt."""
+    global _watcher
     if threading.current_thread() is not threading.main_thread():
         return solver.Solve(model, callback)  # signal handlers and the wake-up fd belong to the main thread
+    if _watcher is None:
+        _watcher = _Watcher()
     solver.parameters.catch_sigint_signal = False
-    interrupted = threading.Event()
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-
-    def watch() -> None:
-        while data := os.read(read_end, 1):  # b"" once the write end is closed
-            if data[0] == signal.SIGINT:
-                interrupted.set()
-                solver.stop_search()
-
-    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
-    previous_fd = signal.set_wakeup_fd(write_end)
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    _watcher.attach(solver)
+    # Python runs this handler after the solve returns (before the checks below): the interrupt is never missed
+    # even if it lands just as the solve ends, before the watcher thread has read the pipe.
+    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: _watcher.interrupt())
+    previous_fd = signal.set_wakeup_fd(_watcher.write_end)
     try:
         status = solver.Solve(model, callback)
     finally:
         signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGINT, previous_handler)
-        os.close(write_end)
-        watcher.join()
-        os.close(read_end)
-    if interrupted.is_set():
+        interrupted = _watcher.attach(None)
+    if interrupted:
         raise KeyboardInterrupt
     return status
