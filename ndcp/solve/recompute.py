@@ -13,6 +13,7 @@ is a lower bound of the full estimators; the caller verifies the plan it returns
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -38,6 +39,21 @@ def _floor(value: float, unit: float) -> int:
 
 def _ceil(value: float, unit: float) -> int:
     return int(math.ceil(value / unit - 1e-9))
+
+
+PROBE_SECONDS = 0.5  # a sub-model's first try with the cutoff as a constraint (see PlanModel.solve)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A built sub-model and the variables its solution is read from."""
+
+    model: cp_model.CpModel
+    z: list
+    sizes: list
+    counts: list
+    decisions: list
+    most: int
 
 
 class PlanTimeout(Exception):
@@ -121,7 +137,54 @@ class PlanModel:
               exclude: tuple[tuple[int, ...], ...] = (), cutoff_seconds: float = math.inf) -> PlanSolution | None:
         """The fastest plan whose every stage fits, other than the `exclude`d assignments; None when none is left
         or, given a cutoff, when none can be faster than it (the model is a lower bound, so then no plan is).
-        Raises PlanTimeout when the time runs out before any plan is found."""
+        Raises PlanTimeout when the time runs out before any plan is found.
+
+        With a cutoff, a short probe first solves with `objective <= cutoff` as a constraint (usually settles it in
+        milliseconds, most often proving that no plan can beat the cutoff); measured, that constraint can also keep
+        CP-SAT from proving an optimum it proves in 0.5 s without it, so when the probe does not conclude the model
+        is solved without it, stopping as soon as its proven bound passes the cutoff."""
+        deadline = time.perf_counter() + seconds
+        vpp = self.layout.vpp
+        limit = _floor(cutoff_seconds * vpp, self.unit) if cutoff_seconds < math.inf else None
+        if limit is not None:
+            built = self._build(capacity_bytes, exclude, limit)
+            # A wall-clock limit: CP-SAT's deterministic-time limit did not stop the stuck probes. Probes either settle
+            # in milliseconds or stall far longer, so the answer does not hinge on where the limit falls.
+            solver = self._solver(min(PROBE_SECONDS, seconds), seed, workers)
+            status = interruptible(solver, built.model)
+            if status == cp_model.INFEASIBLE:
+                return None
+            if status == cp_model.OPTIMAL:
+                return self._solution(solver, status, built)
+        built = self._build(capacity_bytes, exclude, None)
+        solver = self._solver(deadline - time.perf_counter(), seed, workers)
+        beyond = []
+        if limit is not None:
+            def past_cutoff(bound: float) -> None:
+                if bound > limit:
+                    beyond.append(bound)
+                    solver.stop_search()
+
+            solver.best_bound_callback = past_cutoff
+        status = interruptible(solver, built.model)
+        if beyond:
+            return None
+        if status == cp_model.UNKNOWN:
+            raise PlanTimeout
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        return self._solution(solver, status, built)
+
+    @staticmethod
+    def _solver(seconds: float, seed: int, workers: int) -> cp_model.CpSolver:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, seconds)
+        solver.parameters.random_seed = seed
+        solver.parameters.num_workers = workers
+        return solver
+
+    def _build(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None) -> "_Built":
+        """The CP-SAT model; `limit` (objective units) adds `objective <= limit` as a constraint."""
         m = cp_model.CpModel()
         pp, vpp, cap = self.layout.pp, self.layout.vpp, capacity_bytes // BYTE
         z = [m.NewBoolVar(f"zero{k}") for k in range(len(self.zeros))]
@@ -162,9 +225,9 @@ class PlanModel:
             memory = (static + layer_static + _floor(self.fixed[s], BYTE) + workspace
                       + sum(_floor(self.resident[s][key], BYTE) * var for key, var in n.items()))
             m.Add(memory <= cap)
-            time = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
+            busy = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
             t = m.NewIntVar(0, 10**15, f"t{s}")
-            m.Add(t == time + _floor(self.extra_time[s], self.unit))
+            m.Add(t == busy + _floor(self.extra_time[s], self.unit))
             m.Add(slowest >= t)
             stage_times.append(t)
         if self.offset:
@@ -179,18 +242,15 @@ class PlanModel:
             m.AddBoolOr(differs)
         exposed, optimizer = self._data_parallel(m, z, counts)
         objective = (vpp * self.mbn - 1) * slowest + sum(stage_times) + vpp * (exposed + optimizer)
-        if cutoff_seconds < math.inf:
-            m.Add(objective <= _floor(cutoff_seconds * vpp, self.unit))
+        if limit is not None:
+            m.Add(objective <= limit)
         m.Minimize(objective)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, seconds)
-        solver.parameters.random_seed = seed
-        solver.parameters.num_workers = workers
-        status = interruptible(solver, m)
-        if status == cp_model.UNKNOWN:
-            raise PlanTimeout
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
+        return _Built(m, z, sizes, counts, decisions, most)
+
+    def _solution(self, solver: cp_model.CpSolver, status: int, built: "_Built") -> PlanSolution:
+        """The plan a solved model chose, its proven bound and how far rounding can put it below the estimators."""
+        pp, vpp = self.layout.pp, self.layout.vpp
+        z, sizes, counts, decisions, most = built.z, built.sizes, built.counts, built.decisions, built.most
         zero = self.zeros[next(k for k, v in enumerate(z) if solver.Value(v))]
         layers = [solver.Value(x) if not isinstance(x, int) else x for x in sizes]
         stages = []
