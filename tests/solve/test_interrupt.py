@@ -36,24 +36,27 @@ def test_interrupted_search_returns_feasible_with_a_bound(monkeypatch, module, n
     assert result.lower_bound_seconds <= uninterrupted.strategies[0].step_seconds
 
 
-def test_a_plan_model_that_times_out_leaves_the_per_layer_search_unproven(monkeypatch):
-    """A sub-model that finds nothing before its time runs out is not 'no plan': the search must not claim a
-    proof, and its bound stays below the true optimum."""
+@pytest.mark.parametrize("stop", ["timeout", "interrupt"])
+def test_a_plan_model_that_stops_early_leaves_the_per_layer_search_unproven(monkeypatch, stop):
+    """A sub-model that finds nothing before its time runs out is not 'no plan', and Ctrl-C during one stops the
+    search: either way the search must not claim a proof, and its bound stays below the true optimum."""
     from ndcp.solve.recompute import PlanModel, PlanTimeout
 
     exact = certificate.plan_search(SPACE, top=1, time_limit=60)
     original, calls = PlanModel.solve, []
 
-    def first_times_out(self, *args, **kwargs):
+    def first_stops(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
-            raise PlanTimeout
+            raise PlanTimeout if stop == "timeout" else KeyboardInterrupt
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(PlanModel, "solve", first_times_out)
+    monkeypatch.setattr(PlanModel, "solve", first_stops)
     result = certificate.plan_search(SPACE, top=1, time_limit=60)
     assert exact.status == "optimal" and result.status == "feasible"
     assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
+    if stop == "interrupt":
+        assert result.interrupted and len(calls) == 1  # the search stopped there
 
 
 def test_a_real_sigint_during_a_cp_sat_solve_stops_it_at_once_and_is_raised():
@@ -89,25 +92,6 @@ def test_a_real_sigint_during_a_cp_sat_solve_stops_it_at_once_and_is_raised():
     assert time.perf_counter() - start < 5.0
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
     assert signal.set_wakeup_fd(-1) == -1  # and the wake-up fd
-
-
-def test_an_interrupted_per_layer_search_returns_feasible_with_a_bound(monkeypatch):
-    from ndcp.solve.recompute import PlanModel
-
-    exact = certificate.plan_search(SPACE, top=1, time_limit=60)
-    original, calls = PlanModel.solve, []
-
-    def interrupted_on_first(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(PlanModel, "solve", interrupted_on_first)
-    result = certificate.plan_search(SPACE, top=1, time_limit=60)
-    assert result.status == "feasible" and result.explanation == "interrupted"
-    assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
-    assert len(calls) == 1  # the search stopped there
 
 
 def test_ctrl_c_during_the_uniform_phase_stops_the_per_layer_search_with_a_valid_bound(monkeypatch):
