@@ -130,12 +130,17 @@ def _search_model(space, top, start, deadline, progress, walk, result, model, ex
     return _finish(result, start, verifier.seconds, verifier, expander)
 
 
+def _unsolved(method: str, space_size: int, walk) -> SearchResult:
+    """A search's result before anything is found (`infeasible` until a strategy is verified)."""
+    return SearchResult(method=method, status="infeasible", strategies=[], lower_bound_seconds=0.0,
+                        space_size=space_size, refused=walk.refused)
+
+
 def _bounded_items(space: SearchSpace, method: str, start: float, deadline: float, max_offset: int = 0):
     """Walk the space and bound every batch item (the deadline checked every 256 items): (walk, result, bounds),
     where bounds is None when the search ends here, with `result` finished (empty space, or out of time)."""
     walk = space.walk()
-    result = SearchResult(method=method, status="infeasible", strategies=[], lower_bound_seconds=0.0,
-                          space_size=space.size(walk), refused=walk.refused)
+    result = _unsolved(method, space.size(walk), walk)
     if not walk.batches:
         result.explanation = explain_infeasible(space, walk, None)
         return walk, _finish(result, start, 0.0), None
@@ -320,8 +325,8 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
         return result
     items = walk.batches
     capacity = space.run.capacity(space.cluster.device.memory_bytes)
-    # Items wait in a queue ordered by their bound: the cheap one first; an item reaching the front is given its
-    # tighter, memory-aware bound and queued again; reaching the front a second time, its plans are solved.
+    # Items wait in a queue ordered by their bound: an item reaching the front below level READY gets its next,
+    # tighter bound (`tighten`) and is queued again; reaching the front at READY, its plans are solved.
     queue = [(bound, i, 0) for i, bound in enumerate(bounds)]
     heapq.heapify(queue)
     inner, zeros = inner_choices(space)
@@ -330,8 +335,7 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     # Uniform plans are per-layer plans too: the proven uniform top K seeds the incumbents, so the answer is never
     # slower than the best uniform plan and most items are cut by their bounds at once.
     uniform = _uniform_search(space, top, start, start + time_limit / 2, seed, workers, None, walk,
-                              SearchResult(method="cp-sat", status="infeasible", strategies=[], lower_bound_seconds=0.0,
-                                           space_size=result.space_size, refused=walk.refused), list(bounds))
+                              _unsolved("cp-sat", result.space_size, walk), list(bounds))
     verifier.add_verified(uniform.strategies)
     result.solver_calls += uniform.solver_calls
     next_bound = queue[0][0]  # the least bound of any item not yet visited (kept up to date by the loop)

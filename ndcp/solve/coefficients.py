@@ -7,7 +7,8 @@ dynamic_s(i, j) (estimate.time / estimate.memory).
 Levels of coefficients, all never above the full estimators (so the model is a proven relaxation; a property test
 checks the bounds against the estimators), each costlier and tighter than the one before:
 - `item_lower_bounds`: one number per batch item, valid for every j and z and every per-layer plan (design-notes
-  approach C): no recompute (recompute only adds time), perfectly balanced stages, no DP exposure, memory ignored.
+  approach C): no recompute (recompute only adds time), stages balanced (or, with the partition fixed, each at
+  least its own layers and extra work), no DP exposure, memory ignored.
 - `item_data_parallel_floor`: what the DP sync and optimizer step cost at least, added to that bound.
 - `item_plan_lower_bound`: memory-aware (the recompute the first, second and last stage must do to fit, as a
   fractional knapsack), exact stage times for a fixed partition, and the DP floor; None when no plan can fit.
@@ -229,7 +230,7 @@ def _data_parallel_floor(space: SearchSpace, item: Item, sp: bool, zeros: list[i
     return min(sum(data_parallel_seconds(model, cluster, run, full.with_zero(z), widest)) for z in zeros)
 
 
-def _bytes_to_shed(space: SearchSpace, base, offsets: int, zeros: list[int]) -> dict | None:
+def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int) -> dict | None:
     """Per constrained stage: (bytes recompute must save, body layers per kind, resident bytes per (kind, mode)), or
     None when even full recompute of every layer cannot fit. Memory with no recompute is counted in whole bytes as
     reported, with the lightest ZeRO stage, plus the smallest recompute workspace once anything recomputes; with
@@ -246,7 +247,7 @@ def _bytes_to_shed(space: SearchSpace, base, offsets: int, zeros: list[int]) -> 
             counts = {k: max(1, n - offsets) for k, n in counts.items()}
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
                      for m in ("none", "selective", "full")}
-        static = _least_static_bytes(space, Layout(base.tp, base.pp, base.cp, base.dp, base.ep, base.etp, base.vpp), s)
+        static = _least_static_bytes(space, layout, s)
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
         excess = static + fixed + int(sum(n * per_layer[(k, "none")] for k, n in counts.items())) - capacity
         if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
@@ -264,8 +265,9 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
     Pipeline: with the partition fixed (max_offset 0, vpp > 1 or pp 1) every stage's time with no recompute is
     exact and recompute only adds to it; otherwise stages are taken as balanced. Memory: the first, second and last
     stages must shed `_bytes_to_shed` bytes by recompute, which costs at least that many bytes times the cheapest
-    seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least that much longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition
-    fixed, `_data_parallel_floor`; else nothing."""
+    seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least that much
+    longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition fixed,
+    `_data_parallel_floor`; else nothing."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
@@ -273,7 +275,7 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
     best = None
     for sp in sorted({sp for sp, _ in inner if not sp or layout.tp > 1}):
         base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
-        shed = _bytes_to_shed(space, base, offsets, zeros)  # memory first: most items that fail, fail here
+        shed = _bytes_to_shed(space, layout, base, offsets)  # memory first: most items that fail, fail here
         if shed is None:
             continue
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)

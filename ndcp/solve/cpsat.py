@@ -73,8 +73,9 @@ class StrategyModel:
 
     def _rest(self) -> tuple[int, int] | None:
         """(item, bound) of the unexpanded item with the least bound, or None when every item is expanded."""
-        waiting = [(b, i) for i, b in enumerate(self.bounds) if b is not None and i not in self.tables]
-        return (min(waiting)[1], min(waiting)[0]) if waiting else None
+        bound, i = min(((b, i) for i, b in enumerate(self.bounds) if b is not None and i not in self.tables),
+                       default=(None, None))
+        return None if bound is None else (i, bound)
 
     def _build(self, band: tuple[int, int] | None):
         """Expanded items contribute their points; every unexpanded item is represented by one boolean, `rest`,
