@@ -31,6 +31,7 @@ QUICK_MODELS = ["llama3-8b", "llama3.1-405b", "mixtral-8x7b", "deepseek-v3"]
 
 CHILD = r"""
 import json, resource, sys, time
+from dataclasses import replace
 from ndcp.cli import build_parser
 from ndcp.solve.certificate import cpsat_search, plan_search
 from ndcp.space import SearchSpace
@@ -39,9 +40,9 @@ argv = json.loads(sys.argv[1])
 args = build_parser().parse_args(argv)
 t0 = time.perf_counter()
 model, cluster, run = build_problem(args)
-space = SearchSpace(model, cluster, run, build_space_options(args))
+space = SearchSpace(model, cluster, run, replace(build_space_options(args), max_offset=args.max_offset))
 if args.recompute == "per-layer":
-    r = plan_search(space, top=args.top, time_limit=args.time_limit, seed=0, workers=1, max_offset=args.max_offset)
+    r = plan_search(space, top=args.top, time_limit=args.time_limit, seed=0, workers=1)
 else:
     r = cpsat_search(space, top=args.top, time_limit=args.time_limit, seed=0, workers=1)
 wall = time.perf_counter() - t0

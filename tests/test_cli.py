@@ -4,7 +4,8 @@ import json
 import pytest
 import yaml
 
-from ndcp.cli import main, parse_size, parse_strategy_string
+from ndcp.cli import main
+from ndcp.specs.strategy_input import parse_size, parse_strategy_string
 from ndcp.specs import SpecError
 
 from .cli_helpers import assert_one_line_error, run as run_error
@@ -173,12 +174,12 @@ def test_debug_shows_traceback(capsys):
 
 
 def test_internal_error_exit_3(capsys, monkeypatch):
-    import ndcp.estimate.memory as memory
+    import ndcp.cli.estimate as estimate_command
 
     def boom(*args):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(memory, "estimate_memory", boom)
+    monkeypatch.setattr(estimate_command, "estimate_memory", boom)
     code, out, err = run_error(capsys, "estimate", *TINY)
     assert code == 3 and "Traceback" not in err
     assert "kaboom" in err and "--debug" in err and len(err.strip().splitlines()) == 1

@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from ndcp.cli import main, parse_degree_bounds
+from ndcp.cli import main
+from ndcp.cli.search import parse_degree_bounds
+from ndcp.report.progress import SearchProgress
 from ndcp.specs import SpecError
 
 from .cli_helpers import assert_one_line_error, run as run_cli
@@ -191,9 +193,7 @@ def test_report_on_stdout_and_json_file(capsys, tmp_path):
 
 def test_progress_lines_when_not_a_tty(capsys, monkeypatch):
     """Off a terminal, progress goes to stderr as plain lines, at most one per interval."""
-    from ndcp import cli
-
-    monkeypatch.setattr(cli._SearchProgress, "INTERVAL", 0.0)
+    monkeypatch.setattr(SearchProgress, "INTERVAL", 0.0)
     for recompute in ("uniform", "per-layer"):
         code, out, err = run(capsys, *TINY, "--exhaustive", "--recompute", recompute)
         assert code == 0

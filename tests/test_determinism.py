@@ -1,7 +1,7 @@
 """Determinism: the same `ndcp search` gives byte-identical `--json` over repeated runs, wall-clock fields aside.
 
 Every wall-clock field lives under one key, `timing`; the top-level `solve_seconds` is a copy that the search
-issue's JSON contract names, so it is the one other key excluded.
+command's JSON contract names (docs/solver.md §9), so it is the one other key excluded.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import pytest
 from ndcp.cli import main
 from ndcp.solve.frontier import frontier
 from ndcp.solve.greedy import greedy_plan
-from ndcp.space import SearchSpace
+from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
 
@@ -49,7 +49,7 @@ def test_tight_caps_monotone_and_no_slower_than_greedy():
     model = load_model("llama3-8b")
     cluster = ClusterSpec(device_preset("h100"), 64)
     run = RunSpec(global_batch=256, seq_len=8192)
-    space = SearchSpace(model, cluster, run)
+    space = SearchSpace(model, cluster, run, SpaceOptions(max_offset=2))
     from ndcp.cli import build_strategy
 
     strategy = build_strategy(model, cluster, run, {"tp": 2, "pp": 4, "mbs": 2, "zero": 1, "sp": True})

@@ -1,8 +1,9 @@
 """The declared space: named validity rules, refusal counts, --fix/--max, and strategy checks with clear errors."""
 import pytest
 
-from ndcp.space import SearchSpace, SpaceOptions, check_strategy
-from ndcp.specs import ClusterSpec, RunSpec, SpecError, Strategy, device_preset
+from ndcp.rules import check_strategy
+from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
 
 LLAMA = load_model("llama3-8b")  # 32 heads, 8 KV heads, 32 layers
@@ -48,13 +49,3 @@ def test_global_batch_that_cannot_be_split_leaves_an_empty_space():
 
 def test_moe_dimensions_pinned_on_dense_models():
     assert {c.ep for c in space().candidates()} == {1}
-
-
-def test_check_strategy_names_the_field_and_valid_values():
-    cluster, run = ClusterSpec(H100, 8), RunSpec(global_batch=8, seq_len=2048)
-    with pytest.raises(SpecError, match=r"tp=3 .*valid tp: 1, 2, 4, 8"):
-        check_strategy(LLAMA, cluster, run, Strategy(dp=1, tp=3, mbn=8))
-    with pytest.raises(SpecError, match="must equal --gpus 8"):
-        check_strategy(LLAMA, cluster, run, Strategy(dp=2, tp=2, mbn=4))
-    with pytest.raises(SpecError, match="global batch"):
-        check_strategy(LLAMA, cluster, run, Strategy(dp=8, mbn=2))

@@ -9,7 +9,8 @@ from rich.console import Console
 
 from ndcp.report.validation import render_validation
 from ndcp.estimate.memory import estimate_memory
-from ndcp.validation import SkipRun, _yaml_rows, pearson, ranks, spearman, top_k_agreement, validate_file
+from ndcp.validation import SkipRun, pearson, ranks, spearman, top_k_agreement, validate_file
+from ndcp.validation.runs import _yaml_rows
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "examples" / "published_runs.yaml"
 

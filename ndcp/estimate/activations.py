@@ -2,7 +2,7 @@
 
 Two trainers (RunSpec.trainer):
 - megatron (default): Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4
-  (formulas.md §5): a GPT layer stores sbh(34 + 5as/h) bytes with 16-bit activations and 1-byte dropout masks. The
+  (docs/formulas.md §5): a GPT layer stores sbh(34 + 5as/h) bytes with 16-bit activations and 1-byte dropout masks. The
   same inventory is what Megatron-Core's Transformer Engine layer saves for a Llama layer: TELayerNormColumnParallel-
   Linear keeps the norm input and the (sequence-sharded) norm output, fused attention keeps Q, K, V, its output and
   the softmax statistics, the SwiGLU keeps the fc1 output (gate and up) and fc2 keeps the SwiGLU output; no masks
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..specs.model import ModelSpec
+from ..specs.recompute import KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 from ..specs.run import RunSpec
+from .trainers import trainer_profile
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti §4.1)
 FP32 = 4
@@ -181,25 +183,28 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
     only the layer input, sequence-sharded when SP is on (Megatron keeps the checkpoint in the SP layout): 2sbh(/t).
     torchtitan: eager autograd, op-level SAC, and the block input (Shard(1) under SP) respectively.
     """
-    if mode == "full":
+    option = recompute_option(mode)  # what it keeps (specs/recompute.py)
+    if option.keeps == KEEPS_LAYER_INPUT:
         return run.activation_bytes * mbs * run.seq_len / cp * model.hidden / (tp if sp else 1)
-    if run.trainer == "torchtitan" and _torchtitan_modelled(model, kind):
+    if trainer_profile(run).op_level_inventory and _torchtitan_modelled(model, kind):
+        # torchtitan keeps what its eager autograd keeps, or what its op-level SAC policy keeps when the option
+        # drops anything (its own selective policy, not a tag filter: module docstring)
         tokens = mbs * run.seq_len // cp
-        items = (_torchtitan_sac_inventory(model, run, tokens, tp, sp) if mode == "selective"
+        items = (_torchtitan_sac_inventory(model, run, tokens, tp, sp) if option.drops
                  else _torchtitan_eager_inventory(model, run, tokens))
         return sum(sharded_bytes(t, tp, sp) for t in items)
     items = layer_inventory(model, run, kind == "moe", tp, cp, etp, mbs, sp)
-    return sum(sharded_bytes(t, tp, sp) for t in items if not (mode == "selective" and t.shard == "core"))
+    return sum(sharded_bytes(t, tp, sp) for t in items if t.shard not in option.drops)
 
 
 @lru_cache(maxsize=65536)
 def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int, ep: int,
                               etp: int, mbs: int, sp: bool) -> float:
     """Extra bytes while one recomputed layer runs its backward: what the recompute rematerialises (SAPP ND's
-    backward overhead, sapp.md §2.3)."""
-    if mode == "none":
+    backward overhead, docs/reference-planner.md §2.3)."""
+    if mode == NO_RECOMPUTE:
         return 0.0
-    keep = layer_activation_bytes(model, run, kind, "none", tp, cp, ep, etp, mbs, sp)
+    keep = layer_activation_bytes(model, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
     return keep - layer_activation_bytes(model, run, kind, mode, tp, cp, ep, etp, mbs, sp)
 
 
@@ -219,10 +224,10 @@ def head_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs:
     tokens = mbs * run.seq_len / cp
     seq_shard = tp if sp else 1
     embedding = (MASK_BYTES * tokens * h / seq_shard) if model.hidden_dropout > 0 else 0.0
-    if run.trainer == "torchtitan":
+    profile = trainer_profile(run)
+    if profile.op_level_inventory:
         output_inputs = sum(sharded_bytes(t, tp, sp) for t in _torchtitan_norm(run, tokens, h, "norm"))
-        logits = 3 * FP32 * tokens * model.vocab / tp
     else:
         output_inputs = 2 * B * tokens * h / seq_shard
-        logits = FP32 * tokens * model.vocab / tp
+    logits = profile.fp32_logit_copies * FP32 * tokens * model.vocab / tp
     return {"embedding": embedding, "output_inputs": output_inputs, "logits": logits}

@@ -2,7 +2,7 @@
 
 FLOPs count only matrix multiplies (2 per multiply-add), as Narayanan 2021 Eq. (3) and Korthikanti 2022 App. A do.
 
-Causal-attention conventions (formulas.md §2.2/§2.3):
+Causal-attention conventions (docs/formulas.md §2.2/§2.3):
 - model FLOPs (MFU basis) count the full s x s score matrix for QK^T and attention x V, as the published MFU
   figures (Megatron `num_floating_point_operations`, NVIDIA recipe notes) do;
 - time counts what flash attention actually runs: the masked upper half is skipped (factor 1/2), and its backward
@@ -33,6 +33,7 @@ from functools import lru_cache
 
 from ..specs.device import DeviceSpec
 from ..specs.model import ModelSpec
+from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, recompute_option
 
 FLASH_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward (Dao 2023 §3.1.2)
 # score-matrix passes without flash attention: write QK^T, softmax read/write, dropout read/write, read by attention x V
@@ -126,7 +127,7 @@ def total_flops(gemms) -> float:
     return sum(g.flops for g in gemms)
 
 
-# -- model and hardware FLOPs (MFU/HFU basis: full s^2 attention, formulas.md §2.2/§2.3) ------------------------
+# -- model and hardware FLOPs (MFU/HFU basis: full s^2 attention, docs/formulas.md §2.2/§2.3) -------------------
 @lru_cache(maxsize=1024)
 def layer_forward_flops(model: ModelSpec, kind: str, seq: int) -> float:
     """Forward FLOPs of one body layer for one sequence, full-attention (MFU) convention, unsharded."""
@@ -167,11 +168,10 @@ def recompute_flops_per_layer(model: ModelSpec, kind: str, mode: str, seq: int) 
     full = one more forward of the layer (Narayanan Eq. 3's 96 = 4 x 24); selective = the attention core as
     Korthikanti's published HFU formula counts it, 72BLsh^2(1 + s/3h + V/12hL) - model FLOPs = 12*B*s^2*h per
     layer. The time model charges the physical rerun (one forward of the core) instead, see time.layer_time."""
-    if mode == "full":
-        return layer_forward_flops(model, kind, seq)
-    if mode == "selective":
-        return SELECTIVE_HFU_FACTOR * attention_core_flops(model, seq, seq, 1, causal=False)
-    return 0.0
+    reruns = recompute_option(mode).reruns
+    return ((layer_forward_flops(model, kind, seq) if LAYER_FORWARD in reruns else 0.0)
+            + (SELECTIVE_HFU_FACTOR * attention_core_flops(model, seq, seq, 1, causal=False)
+               if ATTENTION_CORE in reruns else 0.0))
 
 
 def model_flops_per_step(model: ModelSpec, seq: int, global_batch: int) -> float:

@@ -9,35 +9,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..specs.model import ModelSpec
-from ..specs.strategy import RecomputePlan, StageRecompute, Strategy
+from ..schedules import schedule_named
+from ..specs.recompute import HEAVIEST_FIRST
+from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, default_partition
 
 
-@lru_cache(maxsize=4096)
-def default_partition(layers: int, virtual_stages: int) -> tuple[int, ...]:
-    """Layers per virtual stage: even where possible; the remainder goes to interior stages first, so the first and
-    last stages (which also hold the embedding, the output layer and the logits) get fewer. Never fails while
-    layers >= virtual_stages (DeepSeek-V3's 61 layers on 16 stages: 3, 4 x 13, 3... see tests)."""
-    base, extra = divmod(layers, virtual_stages)
-    counts = [base] * virtual_stages
-    order = list(range(1, virtual_stages - 1)) + [virtual_stages - 1, 0] if virtual_stages > 2 else [1, 0][:virtual_stages]
-    for v in order[:extra]:
-        counts[v] += 1
-    return tuple(counts)
-
-
-def in_flight(stage: int, pp: int, vpp: int, mbn: int) -> int:
-    """Micro-batch chunks whose activations device stage `stage` holds at its peak (in units of one chunk).
-
-    From the schedules themselves (Megatron-LM schedules.py, get_pipeline_parallel_schedule / num_warmup_microbatches):
-    1F1B runs pp - stage - 1 warm-up forwards, then one more forward before its first backward, so min(pp - stage,
-    mbn) micro-batches are live. Interleaved runs (pp - stage - 1) * 2 + (vpp - 1) * pp warm-up chunk forwards
-    (capped at all mbn*vpp chunks) plus one; on stage 0 that is pp*vpp*(1 + (pp - 1)/(pp*vpp)) chunks, Korthikanti's
-    interleaving factor.
-    """
-    if vpp == 1:
-        return min(pp - stage, mbn)
-    warmup = min((pp - stage - 1) * 2 + (vpp - 1) * pp, mbn * vpp)
-    return min(warmup + 1, mbn * vpp)
+def in_flight(schedule: str, stage: int, pp: int, vpp: int, mbn: int) -> int:
+    """Micro-batch chunks whose activations device stage `stage` holds at its peak (in units of one chunk), as the
+    schedule runs them (ndcp/schedules)."""
+    return schedule_named(schedule).in_flight(stage, pp, vpp, mbn)
 
 
 @dataclass(frozen=True)
@@ -77,7 +57,7 @@ def stage_layouts(model: ModelSpec, strategy: Strategy) -> tuple[StageLayout, ..
     """Per device stage: the layers it holds (all its chunks) and its in-flight chunks."""
     pp, vpp = strategy.pp, strategy.vpp
     chunks = stage_chunks(model, pp, vpp, strategy.layers_per_stage)
-    return tuple(StageLayout(s, chunks[s], in_flight(s, pp, vpp, strategy.mbn)) for s in range(pp))
+    return tuple(StageLayout(s, chunks[s], in_flight(strategy.schedule, s, pp, vpp, strategy.mbn)) for s in range(pp))
 
 
 LAYER_KINDS = ("dense", "moe")
@@ -95,9 +75,9 @@ def _moe_layers_in(model: ModelSpec, first: int, count: int) -> int:
 
 
 def mode_kind_counts(kinds: dict[str, int], plan: StageRecompute) -> dict[tuple[str, str], int]:
-    """Assign one chunk's recompute counts to its layer kinds: MoE layers (the larger ones) take full recompute
-    first, then selective, then none. Memory and time both read layers through this one rule."""
-    remaining = {mode: plan.count(mode) for mode in ("full", "selective", "none")}
+    """Assign one chunk's recompute counts to its layer kinds: MoE layers (the larger ones) take the heaviest
+    recompute options first. Memory and time both read layers through this one rule."""
+    remaining = {mode: plan.count(mode) for mode in HEAVIEST_FIRST}
     out = {}
     for kind in sorted(kinds, key=lambda k: k != "moe"):
         left = kinds[kind]

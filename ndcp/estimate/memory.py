@@ -1,7 +1,7 @@
 """Peak memory per pipeline stage, broken into named parts: model states, activations, transients, reserve.
 
 Model states follow ZeRO (Rajbhandari et al. 2020, Table 1) and Megatron's distributed optimizer
-(docs/user-guide/features/dist_optimizer.md; formulas.md §6): parameters at the run precision, gradients at the
+(Megatron-LM's dist_optimizer.md; docs/formulas.md §6): parameters at the run precision, gradients at the
 gradient dtype, optimizer states (fp32 master copy for 16-bit parameters + two fp32 Adam moments). ZeRO stage k
 shards states (k>=1), gradients (k>=2) and parameters (k=3) over the data-parallel x context-parallel group; expert
 parameters are sharded over the expert-data-parallel group instead. A torchtitan run (RunSpec.trainer) keeps FSDP2's
@@ -16,9 +16,11 @@ from functools import lru_cache
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
+from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .activations import head_activation_bytes, layer_activation_bytes, recompute_workspace_bytes
 from .layout import StageLayout, stage_layouts, stage_mode_counts
+from .trainers import trainer_profile
 from .parameters import StageParameters, expert_data_parallel, stage_parameters
 
 
@@ -31,7 +33,7 @@ def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, floa
     (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan parallelize_llama.apply_fsdp); AdamW steps
     those fp32 shards, so the states are 4 (params) + grad dtype + 8 (two moments): 16/d with fp32 grads.
     """
-    if run.trainer == "torchtitan":
+    if trainer_profile(run).fp32_sharded_parameters:
         params, states = 4, 8
     else:
         params, states = run.param_bytes, run.optimizer_state_bytes
@@ -51,7 +53,7 @@ def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters)
     dense = state_bytes_per_param(run, strategy.zero, strategy.dp * strategy.cp)
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
     out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
-    if run.trainer == "torchtitan" and strategy.zero >= 3 and strategy.pp > 1:
+    if trainer_profile(run).keeps_gathered_with_pipeline and strategy.zero >= 3 and strategy.pp > 1:
         out["parameters"] += run.param_bytes * (params.dense + params.expert)
     return out
 
@@ -137,7 +139,7 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
         activations += head["output_inputs"]
         if model.mtp_depth:
             mtp_kind = "moe" if model.moe else "dense"
-            activations += model.mtp_depth * layer_activation_bytes(model, run, mtp_kind, "none", *theta)
+            activations += model.mtp_depth * layer_activation_bytes(model, run, mtp_kind, NO_RECOMPUTE, *theta)
     workspace = max((recompute_workspace_bytes(model, run, kind, mode, *theta) for kind, mode in counts), default=0.0)
     return {
         "activations": activations,
@@ -178,7 +180,7 @@ def _parameter_gather_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) 
     layer = model.moe_layer or model.dense_layer
     blocks = 2 * run.param_bytes * ((layer.attention + layer.mlp) / strategy.tp
                                     + layer.experts / (strategy.ep * strategy.etp))
-    if run.trainer != "torchtitan":
+    if not trainer_profile(run).keeps_root_gathered:
         return blocks
     if strategy.pp > 1:
         return 0.0

@@ -12,6 +12,8 @@ from functools import lru_cache
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
+from ..schedules import default_schedule, schedule_named
+from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, NO_RECOMPUTE, recompute_option
 from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, gemm_seconds,
@@ -22,6 +24,15 @@ from .parameters import expert_data_parallel, stage_parameters
 
 LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
 LOSS_PASSES_BACKWARD = 2  # read softmax, write the logit gradient
+# How many of a stage's backward windows each data-parallel collective can hide behind (DataParallelTerms.exposed;
+# the CP-SAT plan model reads the same numbers, solve/recompute.py). Megatron-LM --overlap-grad-reduce overlaps the
+# gradient reduce-scatter with the last micro-batch's backward; --overlap-param-gather overlaps the distributed
+# optimizer's gather with the next step's first forward, about half a backward (Narayanan et al. 2021 §5.1: backward
+# ~ 2 x forward); ZeRO-3 prefetches each micro-batch's parameter gathers behind its forward and backward, 1.5
+# backward windows (Rajbhandari et al. 2020 §7.2.2). docs/formulas.md §7.
+GRADIENT_OVERLAP_WINDOWS = 1.0
+PARAMETER_GATHER_OVERLAP_WINDOWS = 0.5
+ZERO3_GATHER_OVERLAP_WINDOWS = 1.5
 LOSS_ALL_REDUCES = 3  # vocab-parallel cross entropy: max, sum-exp and target logit over TP (Megatron cross_entropy.py)
 
 
@@ -116,7 +127,7 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     forward = linear + core + elementwise
     backward = 2.0 * (linear + elementwise) + core_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
 
-    tp_forward = 2 * _tp_collective(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0  # formulas §7
+    tp_forward = 2 * _tp_collective(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0  # docs/formulas.md §7
     # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
     # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
     tp_backward = max(0.0, tp_forward - linear)
@@ -125,14 +136,16 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     cp_backward = max(0.0, 2 * ring - core_backward)  # K/V again plus dK/dV
     a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
 
-    if mode == "full":
-        recompute = forward + tp_forward + cp_forward + 2 * a2a
-    elif mode == "selective":
-        recompute = core + (0.0 if flash else memory_seconds(
-            elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype)
-            - elementwise_bytes(model, kind, tokens, keys, tp, sp, True, dtype), device))
-    else:
-        recompute = 0.0
+    recompute = 0.0
+    for piece in recompute_option(mode).reruns:  # the forward pieces the recompute option re-runs (specs/recompute.py)
+        if piece == LAYER_FORWARD:
+            recompute += forward + tp_forward + cp_forward + 2 * a2a
+        elif piece == ATTENTION_CORE:  # the core, and without flash attention its score-matrix elementwise passes
+            recompute += core + (0.0 if flash else memory_seconds(
+                elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype)
+                - elementwise_bytes(model, kind, tokens, keys, tp, sp, True, dtype), device))
+        else:
+            raise ValueError(f"no time model for recompute piece {piece!r}")
     return LayerTime(forward, backward, recompute, tp_forward + tp_backward, cp_forward + cp_backward, 4 * a2a)
 
 
@@ -174,7 +187,7 @@ def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp:
     projection = gemm_seconds((mtp_projection_gemm(model, tokens),), cluster.device, run.activation_bytes) / tp
     kind = "moe" if model.moe is not None else "dense"
     block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0)
-             + layer_time(model, cluster, run, kind, "none", tp, cp, ep, etp, mbs, sp)
+             + layer_time(model, cluster, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
              + _output_head_time(model, cluster, run, tokens, tp, sp))
     return block.scaled(model.mtp_depth)
 
@@ -217,10 +230,10 @@ def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, c
     return send
 
 
-def pipeline_seconds(stage_sum, stage_max, mbn, vpp):
-    """1F1B: one micro-batch through every stage plus (mbn-1) x the slowest stage (Narayanan §2.2.1); interleaving
-    divides the fill/drain bubble by vpp (§2.2.2). Plain arithmetic: works on floats and numpy arrays alike."""
-    return mbn * stage_max + (stage_sum - stage_max) / vpp
+def pipeline_seconds(schedule: str, stage_sum, stage_max, mbn, vpp):
+    """The schedule's critical path (ndcp/schedules) from per-micro-batch stage times. Plain arithmetic: works on
+    floats and numpy arrays alike."""
+    return schedule_named(schedule).pipeline_seconds(stage_sum, stage_max, mbn, vpp)
 
 
 # -- data parallelism and optimizer -------------------------------------------------------------------------------
@@ -272,9 +285,9 @@ class DataParallelTerms:
         --overlap-grad-reduce / --overlap-param-gather): gradients behind the window, the parameter gather behind
         the next step's first forward (about half a backward), ZeRO-3 gathers prefetched behind each micro-batch's
         forward and backward (1.5 windows); the last bucket's share is always exposed."""
-        return (_exposed(self.gradients, window, self.last_bucket)
-                + _exposed(self.gather_per_step, window / 2, self.last_bucket)
-                + mbn * _exposed(self.gather_per_microbatch, 1.5 * window, self.last_bucket))
+        return (_exposed(self.gradients, GRADIENT_OVERLAP_WINDOWS * window, self.last_bucket)
+                + _exposed(self.gather_per_step, PARAMETER_GATHER_OVERLAP_WINDOWS * window, self.last_bucket)
+                + mbn * _exposed(self.gather_per_microbatch, ZERO3_GATHER_OVERLAP_WINDOWS * window, self.last_bucket))
 
 
 def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
@@ -292,7 +305,7 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
                          layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
                          zero: int) -> tuple[DataParallelTerms, ...]:
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
-                         schedule="interleaved" if vpp > 1 else "1f1b", recompute=RecomputePlan(),
+                         schedule=default_schedule(vpp), recompute=RecomputePlan(),
                          layers_per_stage=layers_per_stage)
     dense_group = s.dp * s.cp
     dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
@@ -403,7 +416,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
     totals = [t.total + p2p for t in stages]
     slowest = max(range(len(stages)), key=totals.__getitem__)
     stage_max, stage_sum = totals[slowest], sum(totals)
-    pipeline = pipeline_seconds(stage_sum, stage_max, s.mbn, s.vpp)
+    pipeline = pipeline_seconds(s.schedule, stage_sum, stage_max, s.mbn, s.vpp)
     worst = stages[slowest]
     dp_comm, optimizer = data_parallel_seconds(model, cluster, run, s, overlap_windows(stages))
     step = pipeline + dp_comm + optimizer

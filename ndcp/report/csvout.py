@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from pathlib import Path
 
-from ..specs.fields import SpecError
+from .output import write_output
 
 DEGREE_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp")
 COLUMNS = ("rank", *DEGREE_COLUMNS, "mbs", "mbn", "zero", "sp", "recompute", "schedule", "peak_bytes",
@@ -48,14 +47,7 @@ def write_ranking_csv(result, path: str | Path) -> None:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    if str(path) == "-":
-        sys.stdout.write(buffer.getvalue())
-        sys.stdout.flush()
-        return
-    try:
-        Path(path).expanduser().write_text(buffer.getvalue(), encoding="utf-8")
-    except OSError as error:
-        raise SpecError(f"--csv {path}: cannot write: {error.strerror or type(error).__name__}") from None
+    write_output(buffer.getvalue(), path, "--csv")
 
 
 __all__ = ["write_ranking_csv", "ranking_rows", "COLUMNS"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from ..estimate.layout import partition
+from ..schedules import schedule_named
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import RecomputePlan, StageRecompute, Strategy
@@ -38,8 +39,11 @@ def stage_plans(model: ModelSpec, strategy: Strategy) -> list[StageRecompute]:
 def covers(plan: list[StageRecompute], original: list[StageRecompute]) -> bool:
     """Whether `plan` recomputes at least as much as `original` on every stage: at least as many fully recomputed
     layers, and at least as many layers recomputed at all (selective or full)."""
+    def recomputed(p: StageRecompute) -> int:
+        return p.count("full") + p.count("selective")
+
     return len(plan) == len(original) and all(
-        p.full >= o.full and p.full + p.selective >= o.full + o.selective for p, o in zip(plan, original))
+        p.count("full") >= o.count("full") and recomputed(p) >= recomputed(o) for p, o in zip(plan, original))
 
 
 def _device_stage_counts(counts: tuple[int, ...], pp: int, vpp: int) -> list[list[int]]:
@@ -56,28 +60,28 @@ def _megatron_recompute(plans: list[StageRecompute], uniform: str) -> tuple[list
         return ["--recompute-granularity", "selective"], [], plans
     if uniform == "full":
         return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], [], plans
-    fulls = {p.full for p in plans}
-    any_selective = any(p.selective for p in plans)
+    fulls = {p.count("full") for p in plans}
+    any_selective = any(p.count("selective") for p in plans)
     if not any_selective and fulls == {0}:
         return [], [], plans
     if not any_selective and len(fulls) == 1:
         n = fulls.pop()
         return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)], \
             [], plans
-    if all(p.full == 0 for p in plans):
+    if all(p.count("full") == 0 for p in plans):
         # Megatron's selective recompute applies to every layer: it covers any none/selective mix.
         emitted = [StageRecompute(selective=p.layers) for p in plans]
         notes = [] if emitted == plans else [
             "Megatron cannot mix selective and no recompute per stage: emitted --recompute-granularity selective on "
-            f"every layer (was {', '.join(str(p.selective) for p in plans)} selective layers per stage); "
+            f"every layer (was {', '.join(str(p.count('selective')) for p in plans)} selective layers per stage); "
             "uses at least as much recompute, so it still fits, at some extra recompute time"]
         return ["--recompute-granularity", "selective"], notes, emitted
     # Full counts differ between stages, or full and selective are mixed: recompute the first N layers of every
     # (virtual) stage fully, with N large enough to cover each stage's full + selective layers.
-    n = max(p.full + p.selective for p in plans)
+    n = max(p.count("full") + p.count("selective") for p in plans)
     emitted = [StageRecompute(none=p.layers - min(n, p.layers), full=min(n, p.layers)) for p in plans]
     notes = [] if emitted == plans else ["Megatron's block recompute needs the same full-recompute count on every stage and no selective "
-             f"mix; the plan had (selective, full) per stage {[(p.selective, p.full) for p in plans]}: emitted "
+             f"mix; the plan had (selective, full) per stage {[(p.count('selective'), p.count('full')) for p in plans]}: emitted "
              f"--recompute-method block --recompute-num-layers {n} (the first {n} layers of every stage fully "
              "recomputed), which recomputes at least as much on every stage, so it still fits, at some extra "
              "recompute time"]
@@ -194,7 +198,7 @@ def _torchtitan(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[str
                      "parallelism on): it uses less activation memory than the plan")
     if s.pp > 1:
         counts = partition(model, s)
-        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
+        parallelism["pipeline_parallel_schedule"] = schedule_named(s.schedule).trainer_names["torchtitan"]
         if len(set(counts)) == 1:
             parallelism["pipeline_parallel_layers_per_stage"] = counts[0]
         else:
@@ -208,9 +212,9 @@ def _torchtitan(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[str
     mode = s.recompute.mode
     emitted = plans
     if not s.recompute.is_uniform:
-        if any(p.full for p in plans):
+        if any(p.count("full") for p in plans):
             mode, emitted = "full", [StageRecompute(full=p.layers) for p in plans]
-        elif any(p.selective for p in plans):
+        elif any(p.count("selective") for p in plans):
             mode, emitted = "selective", [StageRecompute(selective=p.layers) for p in plans]
         else:
             mode = "none"
@@ -288,9 +292,9 @@ def _mindformers(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[st
         }},
         "recompute_config": {
             # MindFormers recomputes the first N layers of each stage; select_recompute counts SLCT + BOTH + FULL
-            # layers (sapp.md: yaml_from_internal), full wins over select.
-            "recompute": per_stage([p.full for p in plans]),
-            "select_recompute": per_stage([p.selective + p.full for p in plans]),
+            # layers (docs/reference-planner.md §3.4), full wins over select.
+            "recompute": per_stage([p.count("full") for p in plans]),
+            "select_recompute": per_stage([p.count("selective") + p.count("full") for p in plans]),
         },
     }
     header = (f"# MindFormers config fragment: micro batch size = runner_config.batch_size = {s.mbs}, "

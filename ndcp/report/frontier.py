@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from ..solve.frontier import Frontier, stage_counts
+from ..specs.units import GIB
+from .output import write_output
 from .terminal import format_seconds
 
-GIB = 2**30
 CSV_COLUMNS = ("cap_gib", "caps_gib", "peak_gib", "step_seconds", "proven", "bound_seconds", "zero",
                "layers_per_stage", "none_per_stage", "selective_per_stage", "full_per_stage",
                "marginal_seconds_per_gib_saved")
@@ -64,11 +64,7 @@ def write_frontier_csv(model, result: Frontier, path: str) -> None:
                          per("layers"), per("none"), per("selective"), per("full"),
                          "" if row["marginal_seconds_per_gib_saved"] is None
                          else f"{row['marginal_seconds_per_gib_saved']:.6f}"])
-    if path == "-":
-        sys.stdout.write(buffer.getvalue())
-    else:
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(buffer.getvalue())
+    write_output(buffer.getvalue(), path, "--csv")
 
 
 def frontier_table(model, result: Frontier) -> Table:

@@ -1,4 +1,4 @@
-"""JSON documents for the command line: result objects turned into plain dicts, and one writer for `--json PATH|-`.
+"""JSON documents for the command line: result objects turned into plain dicts, and `--json PATH|-` writing.
 
 Sizes are integer bytes, times seconds, bandwidths bytes/s and FLOP/s as floats. These helpers only copy and
 rename what the specs and estimators return; they never recompute an estimate.
@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..space import SearchSpace
 from ..specs.device import ClusterSpec, DeviceSpec
-from ..specs.fields import SpecError
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import Strategy
+from .output import write_output
 
 
 def model_document(model: ModelSpec) -> dict:
@@ -94,6 +94,25 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
     return doc
 
 
+def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace, result) -> dict:
+    """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result."""
+    o = space.options
+    return {
+        "model": model_document(model),
+        "device": device_document(cluster.device),
+        "gpus": cluster.count,
+        "nodes": cluster.nodes,
+        "run": run_document(run, cluster),
+        "search": {"fix": dict(o.fix), "max": dict(o.max), "recompute_modes": list(o.recompute_modes),
+                   "zero_stages": list(o.zero_stages), "sp_choices": list(o.sp_choices),
+                   "tp_cp_bound": o.tp_cp_bound or None},
+        **result.as_dict(),
+        **({"gap": None, "lower_bound_seconds": None,
+            "note": "greedy recompute plans (reference planner heuristic): not proven, no bound"}
+           if result.status == "heuristic" else {}),
+    }
+
+
 def _clean(value: Any) -> Any:
     """JSON-safe copy: tuples to lists, non-finite floats to null, numpy-like scalars to Python numbers."""
     if isinstance(value, dict):
@@ -115,16 +134,8 @@ def dumps(doc: Any) -> str:
 
 def write_json(doc: Any, path: str | Path) -> None:
     """Write `doc` as JSON to `path`, or to stdout when path is "-" (one document, nothing else)."""
-    text = dumps(doc) + "\n"
-    if str(path) == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    target = Path(path).expanduser()
-    try:
-        target.write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise SpecError(f"--json {path}: cannot write: {error.strerror or type(error).__name__}") from None
+    write_output(dumps(doc) + "\n", path, "--json")
 
 
-__all__ = ["model_document", "device_document", "run_document", "estimate_document", "write_json", "dumps"]
+__all__ = ["model_document", "device_document", "run_document", "estimate_document", "search_document", "write_json",
+           "dumps"]

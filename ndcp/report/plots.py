@@ -6,13 +6,16 @@ terminal reports, the plots only draw numbers the estimators already returned.
 """
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Sequence
 
+from ..specs.strategy_text import PLOT_FIELDS, strategy_text
+from ..specs.units import GIB
+from .output import write_output
 from .terminal import GROUP_ORDER, TIME_PART_LABELS, group_parts
 
-GIB = 2**30
 FORMATS = (".png", ".svg")
 MISSING = "plotting needs matplotlib: pip install 'ndcp[plot]'"
 
@@ -26,6 +29,7 @@ MEMORY_COLOURS = {"parameters": "#17becf", "gradients": "#e377c2", "optimizer": 
 
 
 def _matplotlib():
+    # Imported here, not at the top: matplotlib is an optional extra, and importing it takes ~1 s (measured).
     try:
         from matplotlib.figure import Figure
     except ImportError as error:  # pragma: no cover - exercised only without the extra
@@ -45,20 +49,16 @@ def _save(matplotlib, figure, path: Path, title: str) -> Path:
     """Write by suffix; SVG keeps text as text (searchable, and the title stays in the file)."""
     fmt = path.suffix.lower().lstrip(".")
     metadata = {"Title": title}
+    image = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ndcp"}):
-        figure.savefig(path, format=fmt, bbox_inches="tight", dpi=120, metadata=metadata)
+        figure.savefig(image, format=fmt, bbox_inches="tight", dpi=120, metadata=metadata)
+    write_output(image.getvalue(), path, "--plot")
     return path
 
 
 def strategy_label(strategy) -> str:
     """A short label: `tp8 pp4 cp1 dp16 vpp5 mbs1 z1 sp selective`."""
-    s = strategy
-    label = f"tp{s.tp} pp{s.pp} cp{s.cp} dp{s.dp}"
-    if s.ep > 1 or s.etp > 1:
-        label += f" ep{s.ep} etp{s.etp}"
-    if s.vpp > 1:
-        label += f" vpp{s.vpp}"
-    return label + f" mbs{s.mbs} z{s.zero}{' sp' if s.sp else ''} {s.recompute.summary()}"
+    return strategy_text(strategy, PLOT_FIELDS, compact=True, experts_if_used=True, above_one=("vpp",))
 
 
 def plot_search(result, path, top: int = 10, title: str | None = None) -> Path:

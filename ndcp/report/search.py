@@ -16,10 +16,10 @@ from ..space import DIMENSIONS, RULES, SearchSpace
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
+from ..specs.strategy_text import strategy_text
+from ..specs.units import GIB
 from .terminal import (assumptions_panel, fit_line, format_bytes, format_seconds, gib, print_memory, strategy_line,
                        throughput_line)
-
-GIB = 2**30
 
 # Step-time columns of the ranking: header -> the time parts (estimate/time.py names) it adds up.
 TIME_SHARES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -46,13 +46,8 @@ def _percent(part: float, whole: float, digits: int = 1) -> str:
 
 
 def degrees_text(strategy) -> str:
-    """`tp=4 pp=2 cp=1 dp=1 ep=1 vpp=1 mbs=1 mbn=32 zero=1 sp=on recompute=selective`."""
-    s = strategy
-    text = f"tp={s.tp} pp={s.pp} cp={s.cp} dp={s.dp}"
-    if s.ep > 1 or s.etp > 1:
-        text += f" ep={s.ep} etp={s.etp}"
-    return (text + f" vpp={s.vpp} mbs={s.mbs} mbn={s.mbn} zero={s.zero} sp={_on_off(s.sp)} "
-            f"recompute={s.recompute.summary()}")
+    """`tp=4 pp=2 cp=1 dp=1 vpp=1 mbs=1 mbn=32 zero=1 sp=on recompute=selective` (ep and etp when used)."""
+    return strategy_text(strategy, experts_if_used=True)
 
 
 def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[str, str]]:

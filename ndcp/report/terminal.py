@@ -17,8 +17,7 @@ from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import Strategy
-
-GIB = 2**30
+from ..specs.units import GIB, KIB, MIB, TIB
 
 # Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
 MEMORY_GROUPS: dict[str, tuple[str, ...]] = {
@@ -50,7 +49,7 @@ def format_bytes(n: float | int | None, unit: str | None = None, digits: int = 2
     """`n` bytes as e.g. "62.34 GiB"; `unit` fixes the unit (B, KiB, MiB, GiB, TiB), else the largest that is >= 1."""
     if n is None:
         return "-"
-    units = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+    units = (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB), ("B", 1))
     if unit is None:
         unit, scale = next(((u, s) for u, s in units if abs(n) >= s), ("B", 1))
     else:

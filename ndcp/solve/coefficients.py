@@ -6,8 +6,8 @@ dynamic_s(i, j) (estimate.time / estimate.memory).
 
 Levels of coefficients, all never above the full estimators (so the model is a proven relaxation; a property test
 checks the bounds against the estimators), each costlier and tighter than the one before:
-- `item_lower_bounds`: one number per batch item, valid for every j and z and every per-layer plan (design-notes
-  approach C): no recompute (recompute only adds time), stages balanced (or, with the partition fixed, each at
+- `item_lower_bounds`: one number per batch item, valid for every j and z and every per-layer plan (docs/solver.md
+  §3.3, approach C): no recompute (recompute only adds time), stages balanced (or, with the partition fixed, each at
   least its own layers and extra work), no DP exposure, memory ignored.
 - `item_data_parallel_floor`: what the DP sync and optimizer step cost at least, added to that bound.
 - `item_plan_lower_bound`: memory-aware (the recompute the first, second and last stage must do to fit, as a
@@ -28,7 +28,8 @@ from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_b
 from ..estimate.time import (data_parallel_seconds, data_parallel_terms, layer_time, overlap_windows,
                              p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
                              stage_extra_time, stage_role, stage_times)
-from ..space import Layout, SearchSpace, partition_offset
+from ..space import Layout, SearchSpace
+from ..specs.recompute import HEAVIEST, HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RECOMPUTING
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -71,7 +72,7 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: 
     found = memo.get(key)
     if found is None:
         model, cluster, run = space.model, space.cluster, space.run
-        per_kind = {kind: layer_time(model, cluster, run, kind, "none", *key).total
+        per_kind = {kind: layer_time(model, cluster, run, kind, NO_RECOMPUTE, *key).total
                     for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n}
         extra = {role: stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
                                         etp=layout.etp).total for role in ("first", "last", "only")}
@@ -109,11 +110,11 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     return total, slowest
 
 
-def item_lower_bounds(space: SearchSpace, items, check=None, max_offset: int = 0) -> list[float]:
+def item_lower_bounds(space: SearchSpace, items, check=None, fixed_partition: bool = False) -> list[float]:
     """Seconds no strategy of each item can beat: no recompute, the best SP, no DP exposure or optimizer time, and
-    stages balanced unless the partition is fixed (space.partition_offset) (design-notes approach C). Cheap: the
-    per-layer terms are shared across items. `check()` is called every 256 items (the caller's deadline or
-    interrupt)."""
+    stages balanced unless the partition is fixed (space.partition_offset, or `fixed_partition`: the bound of the
+    default partition's plans only) (docs/solver.md §3.3). Cheap: the per-layer terms are shared across items.
+    `check()` is called every 256 items (the caller's deadline or interrupt)."""
     inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
     memo: dict = {}
@@ -121,30 +122,31 @@ def item_lower_bounds(space: SearchSpace, items, check=None, max_offset: int = 0
     for n, (layout, mbs, mbn) in enumerate(items):
         if check is not None and n % 256 == 0:
             check()
-        fixed = not partition_offset(space.model, layout, max_offset)
-        bounds.append(min(pipeline_seconds(*_pipeline_no_recompute(space, layout, mbs, sp, fixed, memo), mbn,
+        fixed = fixed_partition or not space.partition_offset(layout)
+        bounds.append(min(pipeline_seconds(layout.schedule,
+                                           *_pipeline_no_recompute(space, layout, mbs, sp, fixed, memo), mbn,
                                            layout.vpp) for sp in sps if not sp or layout.tp > 1))
     return bounds
 
 
 def item_lower_bound(space: SearchSpace, item: Item) -> float:
-    """item_lower_bounds for one item."""
-    return item_lower_bounds(space, [item])[0]
+    """item_lower_bounds for one item, its partition fixed at the default (whatever space.partition_offset allows)."""
+    return item_lower_bounds(space, [item], fixed_partition=True)[0]
 
 
-def item_data_parallel_floor(space: SearchSpace, item: Item, max_offset: int) -> float:
+def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
     """Seconds of DP/ZeRO exposure plus optimizer step that every strategy of this item pays, cheaply: on the first
     and last stages (a lower bound of the worst stage), with an overlap window no longer than the stage's layers'
     backward plus a full-recompute forward each plus its extra work's backward (exposure shrinks as the window
     grows). Needs the partition fixed; with offsets allowed it is 0."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
-    if partition_offset(model, layout, max_offset):
+    if space.partition_offset(layout):
         return 0.0
     inner, zeros = inner_choices(space)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     sps = {sp for sp, _ in inner if not sp or layout.tp > 1}
-    per_layer = max(layer_time(model, cluster, run, k, "full", layout.tp, layout.cp, layout.ep, layout.etp, mbs,
+    per_layer = max(layer_time(model, cluster, run, k, HEAVIEST, layout.tp, layout.cp, layout.ep, layout.etp, mbs,
                                sp).overlap_window for k in kinds for sp in sps)
     chunks = stage_chunks(model, layout.pp, layout.vpp)
     ends = sorted({0, layout.pp - 1})
@@ -153,7 +155,7 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, max_offset: int) ->
                          ep=layout.ep, etp=layout.etp).backward for sp in (False, layout.tp > 1)) for s in ends}
     best = float("inf")
     for z in zeros:
-        terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, "none"))
+        terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, NO_RECOMPUTE))
         best = min(best, max(terms[s].exposed(windows[s], mbn) for s in ends) + max(terms[s].optimizer for s in ends))
     return best
 
@@ -163,7 +165,7 @@ def _least_static_bytes(space: SearchSpace, layout: Layout, stage: int) -> int:
     """A stage's static bytes (model states, ZeRO-3 buffers) under its lightest ZeRO stage: they depend only on the
     layout, so items sharing it share this."""
     _, zeros = inner_choices(space)
-    strategies = [layout.strategy(1, 1, z, False, "none") for z in zeros]
+    strategies = [layout.strategy(1, 1, z, False, NO_RECOMPUTE) for z in zeros]
     at = stage_layouts(space.model, strategies[0])[stage]
     return min(parts_total(stage_static_bytes(space.model, space.run, s, at)) for s in strategies)
 
@@ -177,7 +179,7 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     reference = layout.strategy(mbs, mbn, zeros[0], False, inner[0][1])
     layouts = stage_layouts(model, reference)
     modes = {mode for _, mode in inner}
-    lightest = "full" if "full" in modes else "selective" if "selective" in modes else "none"
+    lightest = next(m for m in HEAVIEST_FIRST if m in modes)  # the least memory of the modes searched
     sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
@@ -209,7 +211,7 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
         stages = stage_times(model, cluster, run, strategy)
         p2p = p2p_per_microbatch(model, cluster, run, strategy)
         totals = [t.total + p2p for t in stages]
-        pipeline = pipeline_seconds(sum(totals), max(totals), mbn, layout.vpp)
+        pipeline = pipeline_seconds(layout.schedule, sum(totals), max(totals), mbn, layout.vpp)
         windows = overlap_windows(stages)
         times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_zero(z), windows))
                            for z in zeros))
@@ -225,7 +227,7 @@ def _data_parallel_floor(space: SearchSpace, item: Item, sp: bool, zeros: list[i
     shrinks as the window grows; the best ZeRO stage is taken."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
-    full = layout.strategy(mbs, mbn, zeros[0], sp, "full")
+    full = layout.strategy(mbs, mbn, zeros[0], sp, HEAVIEST)
     widest = overlap_windows(stage_times(model, cluster, run, full))
     return min(sum(data_parallel_seconds(model, cluster, run, full.with_zero(z), widest)) for z in zeros)
 
@@ -246,23 +248,23 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int) -> di
         if offsets:
             counts = {k: max(1, n - offsets) for k, n in counts.items()}
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
-                     for m in ("none", "selective", "full")}
+                     for m in RECOMPUTE_MODES}
         static = _least_static_bytes(space, layout, s)
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
-        excess = static + fixed + int(sum(n * per_layer[(k, "none")] for k, n in counts.items())) - capacity
+        excess = static + fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
         if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
             excess += min(recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
-                          for m in ("selective", "full"))
-        if excess > sum(n * (per_layer[(k, "none")] - per_layer[(k, "full")]) for k, n in counts.items()):
+                          for m in RECOMPUTING)
+        if excess > sum(n * (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, HEAVIEST)]) for k, n in counts.items()):
             return None
         out[s] = (excess, counts, per_layer)
     return out
 
 
-def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> float | None:
+def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
     """A tighter bound for per-layer plans (uniform ones included), or None when no plan of the item can fit.
 
-    Pipeline: with the partition fixed (max_offset 0, vpp > 1 or pp 1) every stage's time with no recompute is
+    Pipeline: with the partition fixed (space.partition_offset 0) every stage's time with no recompute is
     exact and recompute only adds to it; otherwise stages are taken as balanced. Memory: the first, second and last
     stages must shed `_bytes_to_shed` bytes by recompute, which costs at least that many bytes times the cheapest
     seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least that much
@@ -271,10 +273,10 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
-    offsets = partition_offset(model, layout, max_offset)
+    offsets = space.partition_offset(layout)
     best = None
     for sp in sorted({sp for sp, _ in inner if not sp or layout.tp > 1}):
-        base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
+        base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
         shed = _bytes_to_shed(space, layout, base, offsets)  # memory first: most items that fail, fail here
         if shed is None:
             continue
@@ -285,12 +287,12 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
         slowest, extra_sum = (stage_sum / layout.pp if offsets else max(plain)), 0.0
         for s, (excess, counts, per_layer) in shed.items():
             times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in counts
-                     for m in ("none", "selective", "full")}
-            ratios = [(times[(k, m)] - times[(k, "none")]) / (per_layer[(k, "none")] - per_layer[(k, m)])
-                      for k in counts for m in ("selective", "full") if per_layer[(k, "none")] > per_layer[(k, m)]]
+                     for m in RECOMPUTE_MODES}
+            ratios = [(times[(k, m)] - times[(k, NO_RECOMPUTE)]) / (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)])
+                      for k in counts for m in RECOMPUTING if per_layer[(k, NO_RECOMPUTE)] > per_layer[(k, m)]]
             extra = max(0.0, excess) * min(ratios, default=0.0)
             if offsets:
-                plain_time = (sum(n * times[(k, "none")] for k, n in counts.items()) + p2p
+                plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
                               + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp,
                                                  mbs, sp, ep=layout.ep, etp=layout.etp).total)
             else:
@@ -298,7 +300,7 @@ def item_plan_lower_bound(space: SearchSpace, item: Item, max_offset: int) -> fl
             slowest = max(slowest, plain_time + extra)
             extra_sum += extra
         total = stage_sum + extra_sum
-        bound = pipeline_seconds(total, max(slowest, total / layout.pp), mbn, layout.vpp)
+        bound = pipeline_seconds(layout.schedule, total, max(slowest, total / layout.pp), mbn, layout.vpp)
         if not offsets:
             bound += _data_parallel_floor(space, item, sp, zeros)
         best = bound if best is None else min(best, bound)

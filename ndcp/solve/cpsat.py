@@ -7,7 +7,7 @@ rest, carrying the least of their lower bounds. Exactly one boolean is true. The
     time     = sum q[i,j,z] time[i,j,z] + rest * min bound[unexpanded]                        (units of 10 us)
     memory_r = sum q[i,j,z] (dynamic[i,j,r] + static[i,z,r]) <= cap, r in first/second/last stage   (MiB)
 Coefficients are rounded down and the cap is rounded down, so the model stays a relaxation of the full estimators:
-exact in time, exact in memory except on stages it does not constrain (design-notes formulation B: each item owns
+exact in time, exact in memory except on stages it does not constrain (approach B, docs/solver.md §3.2: each item owns
 its variables; no big-M over shared ones).
 """
 from __future__ import annotations
@@ -20,12 +20,16 @@ from ortools.sat.python import cp_model
 from .coefficients import ItemTable
 from .interrupt import solve as interruptible
 
-MIB = 2**20
+MIB = 2**20  # memory unit of the coefficients and the cap (bytes)
 TIME_UNIT = 1e-5  # seconds per objective unit (10 us)
+# Float noise forgiven when rounding down to a unit: a value within this of the next whole unit counts as that unit
+# (coefficients, and CP-SAT's proven objective bound, which it reports as a float).
+ROUNDING_SLACK = 1e-9
+MIN_SOLVE_SECONDS = 0.01  # CP-SAT is never given less time than this (a spent deadline still gets a try)
 
 
 def _floor(value: float, unit: float) -> int:
-    return int(math.floor(value / unit + 1e-9))
+    return int(math.floor(value / unit + ROUNDING_SLACK))
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ class StrategyModel:
         time_terms, memory_terms = [], [[], [], []]
         rest = self._rest()
         if rest is not None and (band is None or rest[1] <= band[1]):
-            u = m.NewBoolVar("rest")
+            u = m.new_bool_var("rest")
             choices[u] = (rest[0], None, None)
             # In a band, an unexpanded item below its low end would still own points inside it: charge `low`.
             time_terms.append((u, rest[1] if band is None else max(rest[1], band[0])))
@@ -96,29 +100,32 @@ class StrategyModel:
             for (j, z), (units, memory) in table.items():
                 if band is not None and not band[0] <= units <= band[1]:
                     continue
-                q = m.NewBoolVar(f"q{i}_{j}_{z}")
+                q = m.new_bool_var(f"q{i}_{j}_{z}")
                 choices[q] = (i, j, z)
                 time_terms.append((q, units))
                 for r in range(3):
                     memory_terms[r].append((q, memory[r]))
         variables = list(choices)
         if not variables:
-            m.AddBoolOr([])  # nothing to choose: infeasible
+            m.add_bool_or([])  # nothing to choose: infeasible
             return m, choices
-        m.AddExactlyOne(variables)
-        objective = cp_model.LinearExpr.WeightedSum([v for v, _ in time_terms], [c for _, c in time_terms])
+        # Choice: exactly one point (an expanded item's (j, z), or `rest`).
+        m.add_exactly_one(variables)
+        # Time: the chosen point's step time in units (the objective).
+        objective = cp_model.LinearExpr.weighted_sum([v for v, _ in time_terms], [c for _, c in time_terms])
+        # Memory: on each constrained stage (first, second, last), the chosen point's MiB within the cap.
         for terms in memory_terms:
-            m.Add(cp_model.LinearExpr.WeightedSum([v for v, _ in terms], [c for _, c in terms]) <= self.cap)
-        if band is not None:
-            m.Add(objective >= band[0])
-            m.Add(objective <= band[1])
-        else:
-            m.Minimize(objective)
+            m.add(cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms]) <= self.cap)
+        if band is not None:  # enumerating a band: every point with low <= objective <= high
+            m.add(objective >= band[0])
+            m.add(objective <= band[1])
+        else:  # optimizing: the least step time
+            m.minimize(objective)
         return m, choices
 
     def _solver(self, seconds: float, enumerate_all: bool = False) -> cp_model.CpSolver:
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, seconds)
+        solver.parameters.max_time_in_seconds = max(MIN_SOLVE_SECONDS, seconds)
         solver.parameters.random_seed = self.seed
         solver.parameters.num_workers = 1 if enumerate_all else self.workers
         solver.parameters.enumerate_all_solutions = enumerate_all
@@ -136,9 +143,9 @@ class StrategyModel:
         solver = self._solver(seconds)
         status = interruptible(solver, m)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return solver.StatusName(status), None, None
-        point = self._decode(solver.Value, choices)
-        return solver.StatusName(status), point, int(math.floor(solver.BestObjectiveBound() + 1e-9))
+            return solver.status_name(status), None, None
+        point = self._decode(solver.value, choices)
+        return solver.status_name(status), point, _floor(solver.best_objective_bound, 1)
 
     def enumerate_band(self, low: int, high: int, seconds: float, limit: int) -> tuple[list[Point], str]:
         """Every point whose objective lies in [low, high] and whose constrained stages fit, and how it ended:
@@ -149,9 +156,9 @@ class StrategyModel:
 
         class Collect(cp_model.CpSolverSolutionCallback):
             def on_solution_callback(self):
-                found.append(model._decode(self.Value, choices))
+                found.append(model._decode(self.value, choices))
                 if len(found) > limit:
-                    self.StopSearch()
+                    self.stop_search()
 
         solver = self._solver(seconds, enumerate_all=True)
         status = interruptible(solver, m, Collect())

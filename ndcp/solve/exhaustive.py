@@ -10,14 +10,13 @@ import math
 import time
 
 from ..estimate.layout import default_partition
-from ..space import SearchSpace, partition_offset
+from ..space import SearchSpace
 from ..specs.fields import SpecError
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, Strategy
 from .recompute import split_stage_counts
 from .explain import explain_infeasible
-from .result import Evaluated, Progress, SearchResult, evaluate
-
-NEAREST_MISSES = 5
+from .context import with_max_offset
+from .result import Evaluated, Progress, SearchResult, evaluate, finish
 
 
 def exhaustive_search(space: SearchSpace, top: int = 10, progress=None) -> SearchResult:
@@ -36,13 +35,9 @@ def exhaustive_search(space: SearchSpace, top: int = 10, progress=None) -> Searc
         if progress is not None and count % 500 == 0:
             progress(Progress("pricing every candidate", time.perf_counter() - start, incumbent, None, count, size))
     fitting.sort(key=Evaluated.rank_key)
-    best = fitting[0].step_seconds if fitting else float("inf")
-    nearest = sorted((e for e in misses if e.step_seconds < best), key=Evaluated.rank_key)[:NEAREST_MISSES]
-    elapsed = time.perf_counter() - start
-    result = SearchResult(
-        method="exhaustive", status="optimal" if fitting else "infeasible", strategies=fitting[:top],
-        lower_bound_seconds=best if fitting else 0.0, space_size=size, refused=walk.refused,
-        solve_seconds=elapsed, verified=size, over_memory=len(misses), nearest_misses=nearest)
+    result = finish(SearchResult(method="exhaustive", status="optimal" if fitting else "infeasible", strategies=[],
+                                 lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0, space_size=size,
+                                 refused=walk.refused, verified=size), start, fitting, misses, top)
     if not fitting:
         least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
         result.explanation = explain_infeasible(space, walk, least)
@@ -67,12 +62,12 @@ def _partitions(layers: int, pp: int, max_offset: int) -> list[tuple[int, ...]]:
 MAX_PLAN_CANDIDATES = 2_000_000  # the per-layer oracle refuses enumerations larger than this (hours in Python)
 
 
-def _plan_candidates(space: SearchSpace, walk, max_offset: int):
+def _plan_candidates(space: SearchSpace, walk):
     """(layout, mbs, mbn, partition, stage plans, sp, zero) for every per-layer strategy of the space, and how many."""
     model = space.model
     groups, total = [], 0
     for layout, mbs, mbn in walk.batches:
-        offset = partition_offset(model, layout, max_offset)
+        offset = space.partition_offset(layout)
         zeros, sps, _ = space.inner_choices(layout.tp)
         for partition in _partitions(model.layers, layout.pp, offset) if offset else [()]:
             counts = partition or default_partition(model.layers, layout.pp * layout.vpp)
@@ -82,14 +77,17 @@ def _plan_candidates(space: SearchSpace, walk, max_offset: int):
     return groups, total
 
 
-def exhaustive_plan_search(space: SearchSpace, top: int = 10, max_offset: int = 2, progress=None) -> SearchResult:
+def exhaustive_plan_search(space: SearchSpace, top: int = 10, max_offset: int | None = None,
+                           progress=None) -> SearchResult:
     """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
-    within max_offset (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
+    the space allows (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
     each (item, SP) is ranked. Exponential in the stages: for tests and small cases only (SpecError above
-    MAX_PLAN_CANDIDATES)."""
+    MAX_PLAN_CANDIDATES). `max_offset`, when given, replaces the space's options.max_offset (kept for callers not
+    yet passing it in SpaceOptions)."""
     start = time.perf_counter()
+    space = with_max_offset(space, max_offset)
     walk = space.walk()
-    groups, size = _plan_candidates(space, walk, max_offset)
+    groups, size = _plan_candidates(space, walk)
     if size > MAX_PLAN_CANDIDATES:
         raise SpecError(f"the per-layer exhaustive search would price {size:,} strategies (every per-stage plan of "
                         f"every strategy; at most {MAX_PLAN_CANDIDATES:,}); use --recompute uniform with "
@@ -117,10 +115,10 @@ def exhaustive_plan_search(space: SearchSpace, top: int = 10, max_offset: int = 
                         progress(Progress("pricing every per-stage plan", time.perf_counter() - start, incumbent,
                                           None, count, size))
     fitting = sorted(best.values(), key=Evaluated.rank_key)
-    result = SearchResult(method="exhaustive per-layer", status="optimal" if fitting else "infeasible",
-                          strategies=fitting[:top], lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0,
-                          space_size=size, verified=count, refused=walk.refused,
-                          solve_seconds=time.perf_counter() - start, over_memory=len(misses))
+    result = finish(SearchResult(method="exhaustive per-layer", status="optimal" if fitting else "infeasible",
+                                 strategies=[], lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0,
+                                 space_size=size, verified=count, refused=walk.refused), start, fitting, misses, top)
+    result.nearest_misses = []  # unchanged: this oracle has never listed nearest misses (plan_search does)
     if not fitting:
         least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
         result.explanation = explain_infeasible(space, walk, least)

@@ -1,25 +1,26 @@
 """Why a search found nothing: an empty space (which rule refused what, which batch splits exist) or memory."""
 from __future__ import annotations
 
-from ..space import RULES, SearchSpace, SpaceWalk
+from ..rules import RULES, Problem, first_refusal
+from ..space import SearchSpace, SpaceWalk
 from ..specs.fields import divisors
+from ..specs.strategy_text import EXPLAIN_FIELDS, strategy_text
+from ..specs.units import GIB
 from .result import Evaluated
-
-GIB = 2**30
 
 
 def _strategy_text(e: Evaluated) -> str:
-    s = e.strategy
-    return (f"tp={s.tp} pp={s.pp} cp={s.cp} dp={s.dp} ep={s.ep} vpp={s.vpp} mbs={s.mbs} zero={s.zero} "
-            f"sp={'on' if s.sp else 'off'} recompute={s.recompute.summary()}")
+    return strategy_text(e.strategy, EXPLAIN_FIELDS)
 
 
 def reachable_batch_splits(space: SearchSpace) -> list[int]:
-    """dp x mbs products the GPU count allows with valid tp/pp/cp (the reference planner lists these)."""
-    n, m = space.cluster.count, space.model
+    """dp x mbs products the GPU count allows with tp and pp valid by the rulebook's tp and pp rules (the reference
+    planner lists these)."""
+    n = space.cluster.count
+    problem = Problem(space.model, space.cluster, space.run)
     dps = {n // (tp * pp * cp)
-           for tp in divisors(n) if m.heads % tp == 0 and m.num_kv_heads % tp == 0
-           for pp in divisors(n // tp) if pp <= m.layers
+           for tp in divisors(n) if first_refusal(problem, "tp", {"tp": tp}) is None
+           for pp in divisors(n // tp) if first_refusal(problem, "pp", {"tp": tp, "pp": pp}) is None
            for cp in divisors(n // (tp * pp))}
     return sorted(dps)
 

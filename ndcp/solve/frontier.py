@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from ..estimate.layout import partition
 from ..space import Layout, SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
+from .context import with_max_offset
 from .recompute import PlanModel, PlanTimeout
 from .result import TIE, Evaluated, evaluate
 
@@ -87,12 +88,11 @@ def _space_at(space: SearchSpace, cap: int) -> SearchSpace:
 
 
 class _Solver:
-    def __init__(self, space: SearchSpace, strategy: Strategy, max_offset: int, seconds: float, seed: int,
-                 workers: int):
+    def __init__(self, space: SearchSpace, strategy: Strategy, seconds: float, seed: int, workers: int):
         layout = Layout(strategy.tp, strategy.pp, strategy.cp, strategy.dp, strategy.ep, strategy.etp, strategy.vpp)
         self.space, self.seconds, self.seed, self.workers = space, seconds, seed, workers
         self.model = PlanModel(space, layout, strategy.mbs, strategy.mbn, strategy.sp, RECOMPUTE_MODES,
-                               [strategy.zero], max_offset)
+                               [strategy.zero])
         self.solves = 0
         self.timed_out = False
 
@@ -138,11 +138,14 @@ def default_caps(least: int, most: int, count: int = 12) -> list[int]:
 
 
 def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = None, max_cap: int | None = None,
-             count: int = 12, max_offset: int = 2, seconds: float = 10.0, seed: int = 0, workers: int = 1) -> Frontier:
+             count: int = 12, max_offset: int | None = None, seconds: float = 10.0, seed: int = 0,
+             workers: int = 1) -> Frontier:
     """The memory-time frontier of `strategy` over `caps` (default: `count` caps from the least memory any plan needs
-    up to `max_cap`, default the run's capacity)."""
+    up to `max_cap`, default the run's capacity); uneven partitions within the space's options.max_offset
+    (`max_offset`, when given, replaces it: kept for callers not yet passing it in SpaceOptions)."""
     start = time.perf_counter()
-    solver = _Solver(space, strategy, max_offset, seconds, seed, workers)
+    space = with_max_offset(space, max_offset)
+    solver = _Solver(space, strategy, seconds, seed, workers)
     most = max_cap or space.run.capacity(space.cluster.device.memory_bytes)
     least = least_memory(solver, max(caps) if caps else most)
     out = Frontier(strategy, least)

@@ -19,9 +19,8 @@ from ..space import SearchSpace
 from ..specs.strategy import Strategy
 from .explain import explain_infeasible
 from .recompute import plan_from_stage_totals
-from .result import Evaluated, Progress, SearchResult, evaluate
+from .result import Evaluated, Progress, SearchResult, evaluate, finish
 
-NEAREST_MISSES = 5
 STATUS = "heuristic"  # a greedy plan carries no proof: it is never "optimal" nor "feasible" with a bound
 
 
@@ -104,13 +103,10 @@ def greedy_search(space: SearchSpace, top: int = 10, progress=None, time_limit: 
             progress(Progress("greedy plan per candidate", time.perf_counter() - start, best, None, count,
                               len(candidates)))
     fitting.sort(key=Evaluated.rank_key)
-    best = fitting[0].step_seconds if fitting else float("inf")
-    nearest = sorted((e for e in misses if e.step_seconds < best), key=Evaluated.rank_key)[:NEAREST_MISSES]
-    result = SearchResult(
+    result = finish(SearchResult(
         method="greedy", status=STATUS if fitting else ("infeasible" if not stopped else "feasible"),
-        strategies=fitting[:top], lower_bound_seconds=0.0, space_size=len(candidates), refused=walk.refused,
-        solve_seconds=time.perf_counter() - start, verified=len(fitting) + len(misses), over_memory=len(misses),
-        nearest_misses=nearest)
+        strategies=[], lower_bound_seconds=0.0, space_size=len(candidates), refused=walk.refused,
+        verified=len(fitting) + len(misses)), start, fitting, misses, top)
     if stopped:
         result.explanation = (f"time limit: greedy plans priced for {len(fitting) + len(misses):,} of "
                               f"{len(candidates):,} candidates")

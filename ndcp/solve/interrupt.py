@@ -5,7 +5,7 @@ interrupt is lost and a search could report a result as if nothing happened. Wit
 SIGINT handler after the solve returns (the main thread is inside C++), which may be the whole time limit later.
 So during a solve Python's signal wake-up fd points at a pipe that one daemon thread watches: the C-level handler
 writes to it at once, the thread stops the running solver, and the interrupt is raised here; the searches turn it
-into a `feasible` answer with the proven bound (certificate.py).
+into a `feasible` answer with the proven bound (uniform.py, plans.py).
 """
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ _watcher: _Watcher | None = None
 
 
 def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> int:
-    """solver.Solve(model, callback), with Ctrl-C stopping the search and re-raised as KeyboardInterrupt."""
+    """solver.solve(model, callback), with Ctrl-C stopping the search and re-raised as KeyboardInterrupt."""
     global _watcher
     if threading.current_thread() is not threading.main_thread():
-        return solver.Solve(model, callback)  # signal handlers and the wake-up fd belong to the main thread
+        return solver.solve(model, callback)  # signal handlers and the wake-up fd belong to the main thread
     if _watcher is None:
         _watcher = _Watcher()
     solver.parameters.catch_sigint_signal = False
@@ -62,7 +62,7 @@ def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> 
     previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: _watcher.interrupt())
     previous_fd = signal.set_wakeup_fd(_watcher.write_end)
     try:
-        status = solver.Solve(model, callback)
+        status = solver.solve(model, callback)
     finally:
         signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGINT, previous_handler)

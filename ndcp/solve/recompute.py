@@ -6,7 +6,8 @@ uneven partitions are searched (single-kind models, no interleaving, within +-ma
 ZeRO stage (one boolean each). With coefficients from the full estimators (estimate.memory / estimate.time):
     memory[s] = static[s, zero] + dstatic x (L[s] - default[s]) + fixed[s] + sum r[s,k,m] n[s,k,m] + workspace[s]
     time[s]   = sum layer[k,m] n[s,k,m] + extra[s];   slowest >= time[s]
-    vpp x pipeline = (vpp x mbn - 1) x slowest + sum time[s]        (estimate.time.pipeline_seconds, times vpp)
+    divisor x pipeline = slowest_weight x slowest + sum_weight x sum time[s]   (the schedule's linear form,
+                                                                            ndcp/schedules, LinearPipeline)
 Coefficients are rounded down (memory in bytes, time in units of 1e-6 of the item's step-time bound) so the optimum
 is a lower bound of the full estimators; the caller verifies the plan it returns.
 """
@@ -23,14 +24,24 @@ from ..estimate.layout import default_partition, stage_layouts, stage_mode_count
 from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
                                stage_static_bytes)
 from ..estimate.parameters import StageParameters
-from ..estimate.time import data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role
-from ..space import Layout, SearchSpace, partition_offset
+from ..estimate.time import (GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS, ZERO3_GATHER_OVERLAP_WINDOWS,
+                             data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role)
+from ..schedules import schedule_named
+from ..space import Layout, SearchSpace
 from .coefficients import item_lower_bound
 from .interrupt import solve as interruptible
-from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
+from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan, StageRecompute
+from ..specs.strategy import Strategy
 
 BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
 RESOLUTION = 1e-6  # the plan model's time unit, as a fraction of the item's step-time lower bound
+UPPER = 10**15  # upper bound of the model's integer variables (bytes and time units): far above any real value
+# The DP overlap factors of estimate/time.py as integers over a common denominator (CP-SAT needs integer coefficients).
+OVERLAP_DENOMINATOR = 2
+OVERLAP_SCALES = tuple(int(OVERLAP_DENOMINATOR * f) for f in (GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS,
+                                                               ZERO3_GATHER_OVERLAP_WINDOWS))
+assert all(scale == OVERLAP_DENOMINATOR * f for scale, f in zip(OVERLAP_SCALES, (
+    GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS, ZERO3_GATHER_OVERLAP_WINDOWS))), "raise the denominator"
 
 
 def _floor(value: float, unit: float) -> int:
@@ -75,18 +86,19 @@ class PlanModel:
     """The sub-model of one batch item and SP setting; ZeRO stage, recompute counts and partition are decided."""
 
     def __init__(self, space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, modes: tuple[str, ...],
-                 zeros: list[int], max_offset: int):
+                 zeros: list[int]):
         model, cluster, run = space.model, space.cluster, space.run
         self.space, self.layout, self.mbs, self.mbn, self.sp = space, layout, mbs, mbn, sp
         self.modes, self.zeros = modes, zeros
-        base = layout.strategy(mbs, mbn, zeros[0], sp, "none")
+        base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
         self.base = base
+        self.linear = schedule_named(layout.schedule).linear_pipeline(mbn, layout.vpp)
         # Time unit: fine enough that flooring every coefficient costs well under PLAN_TOLERANCE of the step.
         self.unit = max(1e-12, item_lower_bound(space, (layout, mbs, mbn)) * RESOLUTION)
         self.layouts = stage_layouts(model, base)
         self.kinds = [{k: n for (k, _), n in counts if n} for counts in stage_mode_counts(model, base)]
         pp = layout.pp
-        self.offset = partition_offset(model, layout, max_offset)
+        self.offset = space.partition_offset(layout)
         self.default = [self.layouts[s].layers for s in range(pp)]
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
         present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
@@ -125,13 +137,14 @@ class PlanModel:
     def _follow_kind_rule(m, n, moe_layers: int, s: int) -> None:
         """On a stage with both kinds, MoE layers take the heavier recompute first (layout.mode_kind_counts), so
         the counts the model picks are the ones the estimators will read back."""
-        full_first = m.NewBoolVar(f"moe_all_full{s}")
-        m.Add(n[("moe", "full")] == moe_layers).OnlyEnforceIf(full_first)
-        m.Add(n[("dense", "full")] == 0).OnlyEnforceIf(full_first.Not())
-        if ("moe", "none") in n:
-            moe_covered = m.NewBoolVar(f"moe_no_none{s}")
-            m.Add(n[("moe", "none")] == 0).OnlyEnforceIf(moe_covered)
-            m.Add(n[("dense", "full")] + n.get(("dense", "selective"), 0) == 0).OnlyEnforceIf(moe_covered.Not())
+        # For each heaviest-first prefix of the options: dense layers run an option of the prefix only once every
+        # MoE layer does (three options: full, then full or selective).
+        options = [o for o in HEAVIEST_FIRST if ("moe", o) in n]
+        for depth in range(1, len(options)):
+            prefix = options[:depth]
+            moe_covered = m.new_bool_var(f"moe_covered{s}_{depth}")
+            m.add(sum(n[("moe", o)] for o in prefix) == moe_layers).only_enforce_if(moe_covered)
+            m.add(sum(n.get(("dense", o), 0) for o in prefix) == 0).only_enforce_if(~moe_covered)
 
     def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1,
               exclude: tuple[tuple[int, ...], ...] = (), cutoff_seconds: float = math.inf) -> PlanSolution | None:
@@ -144,8 +157,7 @@ class PlanModel:
         CP-SAT from proving an optimum it proves in 0.5 s without it, so when the probe does not conclude the model
         is solved without it, stopping as soon as its proven bound passes the cutoff."""
         deadline = time.perf_counter() + seconds
-        vpp = self.layout.vpp
-        limit = _floor(cutoff_seconds * vpp, self.unit) if cutoff_seconds < math.inf else None
+        limit = _floor(cutoff_seconds * self.linear.divisor, self.unit) if cutoff_seconds < math.inf else None
         if limit is not None:
             built = self._build(capacity_bytes, exclude, limit)
             # A wall-clock limit: CP-SAT's deterministic-time limit did not stop the stuck probes. Probes either settle
@@ -186,15 +198,15 @@ class PlanModel:
     def _build(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None) -> "_Built":
         """The CP-SAT model; `limit` (objective units) adds `objective <= limit` as a constraint."""
         m = cp_model.CpModel()
-        pp, vpp, cap = self.layout.pp, self.layout.vpp, capacity_bytes // BYTE
-        z = [m.NewBoolVar(f"zero{k}") for k in range(len(self.zeros))]
-        m.AddExactlyOne(z)
+        pp, cap = self.layout.pp, capacity_bytes // BYTE
+        z = [m.new_bool_var(f"zero{k}") for k in range(len(self.zeros))]
+        m.add_exactly_one(z)
         most = max(self.default) + self.offset
         sizes, counts, stage_times = [], [], []
-        slowest = m.NewIntVar(0, 10**15, "slowest")
+        slowest = m.new_int_var(0, UPPER, "slowest")
         for s in range(pp):
             if self.offset:
-                size = m.NewIntVar(max(1, self.default[s] - self.offset), self.default[s] + self.offset, f"L{s}")
+                size = m.new_int_var(max(1, self.default[s] - self.offset), self.default[s] + self.offset, f"L{s}")
                 kinds = {next(iter(self.kinds[s])): size}
             else:
                 size = self.default[s]
@@ -203,88 +215,93 @@ class PlanModel:
             n = {}
             for kind, total in kinds.items():
                 for mode in self.modes:
-                    n[(kind, mode)] = m.NewIntVar(0, most, f"n{s}_{kind}_{mode}")
-                m.Add(sum(n[(kind, mode)] for mode in self.modes) == total)
+                    n[(kind, mode)] = m.new_int_var(0, most, f"n{s}_{kind}_{mode}")
+                m.add(sum(n[(kind, mode)] for mode in self.modes) == total)
             if len(kinds) > 1:
                 self._follow_kind_rule(m, n, kinds["moe"], s)
             counts.append(n)
-            workspace = m.NewIntVar(0, 10**15, f"ws{s}")
+            workspace = m.new_int_var(0, UPPER, f"ws{s}")
             for key, var in n.items():
                 need = _floor(self.workspace[key], BYTE)
                 if need:
-                    used = m.NewBoolVar(f"used{s}_{key[0]}_{key[1]}")
-                    m.Add(var <= most * used)
-                    m.Add(workspace >= need * used)
+                    used = m.new_bool_var(f"used{s}_{key[0]}_{key[1]}")
+                    m.add(var <= most * used)
+                    m.add(workspace >= need * used)
             static = sum(zk * _floor(self.static[k][s] - self.static_per_layer[k] * self.default[s], BYTE)
                          for k, zk in enumerate(z))
             per_layer = [_floor(self.static_per_layer[k], BYTE) for k in range(len(z))]
             # static parts: z picks the ZeRO stage; the per-layer static term scales with the stage's layers
-            layer_static = m.NewIntVar(0, 10**15, f"layer_static{s}")
+            layer_static = m.new_int_var(0, UPPER, f"layer_static{s}")
             for k, zk in enumerate(z):
-                m.Add(layer_static == per_layer[k] * size).OnlyEnforceIf(zk)
+                m.add(layer_static == per_layer[k] * size).only_enforce_if(zk)
             memory = (static + layer_static + _floor(self.fixed[s], BYTE) + workspace
                       + sum(_floor(self.resident[s][key], BYTE) * var for key, var in n.items()))
-            m.Add(memory <= cap)
+            m.add(memory <= cap)
             busy = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
-            t = m.NewIntVar(0, 10**15, f"t{s}")
-            m.Add(t == busy + _floor(self.extra_time[s], self.unit))
-            m.Add(slowest >= t)
+            t = m.new_int_var(0, UPPER, f"t{s}")
+            m.add(t == busy + _floor(self.extra_time[s], self.unit))
+            m.add(slowest >= t)
             stage_times.append(t)
         if self.offset:
-            m.Add(sum(sizes) == self.space.model.layers)
+            m.add(sum(sizes) == self.space.model.layers)
         decisions = list(z) + [x for x in sizes if not isinstance(x, int)] + [v for n in counts for v in n.values()]
         for assignment in exclude:  # no-good: differ from an excluded plan in at least one decision
             differs = []
             for var, value in zip(decisions, assignment):
-                d = m.NewBoolVar("")
-                m.Add(var != value).OnlyEnforceIf(d)
+                d = m.new_bool_var("")
+                m.add(var != value).only_enforce_if(d)
                 differs.append(d)
-            m.AddBoolOr(differs)
+            m.add_bool_or(differs)
         exposed, optimizer = self._data_parallel(m, z, counts)
-        objective = (vpp * self.mbn - 1) * slowest + sum(stage_times) + vpp * (exposed + optimizer)
+        # the schedule's pipeline as its linear form, plus the DP terms (all times the form's divisor)
+        line = self.linear
+        objective = (line.slowest_weight * slowest + line.sum_weight * sum(stage_times)
+                     + line.divisor * (exposed + optimizer))
         if limit is not None:
-            m.Add(objective <= limit)
-        m.Minimize(objective)
+            m.add(objective <= limit)
+        m.minimize(objective)
         return _Built(m, z, sizes, counts, decisions, most)
 
     def _solution(self, solver: cp_model.CpSolver, status: int, built: "_Built") -> PlanSolution:
         """The plan a solved model chose, its proven bound and how far rounding can put it below the estimators."""
-        pp, vpp = self.layout.pp, self.layout.vpp
+        pp, line = self.layout.pp, self.linear
         z, sizes, counts, decisions, most = built.z, built.sizes, built.counts, built.decisions, built.most
-        zero = self.zeros[next(k for k, v in enumerate(z) if solver.Value(v))]
-        layers = [solver.Value(x) if not isinstance(x, int) else x for x in sizes]
+        zero = self.zeros[next(k for k, v in enumerate(z) if solver.value(v))]
+        layers = [solver.value(x) if not isinstance(x, int) else x for x in sizes]
         stages = []
         for s in range(pp):
             totals = dict.fromkeys(RECOMPUTE_MODES, 0)
             for (_, mode), var in counts[s].items():
-                totals[mode] += solver.Value(var)
+                totals[mode] += solver.value(var)
             stages.append(totals)
-        bound = math.floor(solver.BestObjectiveBound() + 1e-9) * self.unit / vpp
+        bound = math.floor(solver.best_objective_bound + 1e-9) * self.unit / line.divisor
         # Every coefficient is floored to the unit: at most one unit per layer and per extra term on a stage,
-        # counted (vpp * mbn - 1) times through the slowest stage and once per stage in the sum, plus the DP terms.
+        # counted slowest_weight times through the slowest stage and sum_weight times per stage, plus the DP terms.
         per_stage = most + 1
-        rounding = self.unit * ((vpp * self.mbn - 1 + pp) * per_stage + vpp * (self.mbn + 4)) / vpp
+        rounding = self.unit * ((line.slowest_weight + line.sum_weight * pp) * per_stage
+                                + line.divisor * (self.mbn + 4)) / line.divisor
         return PlanSolution(self._plan(stages, layers, zero), bound, status == cp_model.OPTIMAL,
-                            tuple(solver.Value(v) for v in decisions), rounding)
+                            tuple(solver.value(v) for v in decisions), rounding)
 
     def _data_parallel(self, m, z, counts):
         """Exposed DP sync and optimizer step (estimate.time.DataParallelTerms.exposed), linear in the counts: each
         stage's sync overlaps its own backward window (rounded up: exposure is never overestimated)."""
-        exposed = m.NewIntVar(0, 10**15, "dp_exposed")
-        optimizer = m.NewIntVar(0, 10**15, "optimizer")
+        exposed = m.new_int_var(0, UPPER, "dp_exposed")
+        optimizer = m.new_int_var(0, UPPER, "optimizer")
         for s, n in enumerate(counts):
             window = (sum(_ceil(self.backward[key], self.unit) * var for key, var in n.items())
                       + _ceil(self.extra_backward[s], self.unit))
-            grads, gather, per_mb = (m.NewIntVar(0, 10**15, f"{name}{s}") for name in ("g", "p", "q"))
+            grads, gather, per_mb = (m.new_int_var(0, UPPER, f"{name}{s}") for name in ("g", "p", "q"))
             for k, zk in enumerate(z):
                 g, p, q, last, opt = (self.dp_terms[k][s][0], self.dp_terms[k][s][1], self.dp_terms[k][s][2],
                                       self.dp_terms[k][s][3], self.dp_terms[k][s][4])
-                for term, value, scale in ((grads, g, 2), (gather, p, 1), (per_mb, q, 3)):
-                    # term >= value - scale/2 x window  (written times 2) and term >= value x last bucket
-                    m.Add(2 * term >= 2 * _floor(value, self.unit) - scale * window).OnlyEnforceIf(zk)
-                    m.Add(term >= _floor(value * last, self.unit)).OnlyEnforceIf(zk)
-                m.Add(optimizer >= _floor(opt, self.unit)).OnlyEnforceIf(zk)
-            m.Add(exposed >= grads + gather + self.mbn * per_mb)
+                for term, value, scale in zip((grads, gather, per_mb), (g, p, q), OVERLAP_SCALES):
+                    # term >= value - factor x window (times the denominator) and term >= value x last bucket
+                    d = OVERLAP_DENOMINATOR
+                    m.add(d * term >= d * _floor(value, self.unit) - scale * window).only_enforce_if(zk)
+                    m.add(term >= _floor(value * last, self.unit)).only_enforce_if(zk)
+                m.add(optimizer >= _floor(opt, self.unit)).only_enforce_if(zk)
+            m.add(exposed >= grads + gather + self.mbn * per_mb)
         return exposed, optimizer
 
     def _plan(self, stages: list[dict[str, int]], layers: list[int], zero: int) -> Strategy:
@@ -315,7 +332,7 @@ def split_stage_counts(stages: list[dict[str, int]], chunk_layers: tuple[int, ..
         pool = dict(totals)
         for v in range(s, len(chunk_layers), pp):
             need, chunk = chunk_layers[v], dict.fromkeys(RECOMPUTE_MODES, 0)
-            for mode in ("full", "selective", "none"):
+            for mode in HEAVIEST_FIRST:
                 take = min(need, pool[mode])
                 chunk[mode], pool[mode], need = take, pool[mode] - take, need - take
             out[v] = StageRecompute(**chunk)

@@ -1,8 +1,10 @@
 """Search results shared by the exhaustive oracle and the CP-SAT search: verified strategies and the proof status."""
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from ..estimate.memory import MemoryEstimate, estimate_memory
 from ..estimate.time import TimeEstimate, estimate_time
@@ -11,6 +13,7 @@ from ..specs.strategy import Strategy
 
 # Relative tolerance under which two step times count as a tie (the estimators are deterministic floats).
 TIE = 1e-9
+NEAREST_MISSES = 5  # strategies faster than the best one that fits, refused by memory, listed with a result
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class SearchResult:
             "proven": self.proven,
             "gap": self.gap,
             "lower_bound_seconds": self.lower_bound_seconds,
-            "solve_seconds": self.solve_seconds,  # the issue-4 contract key: a copy of timing.solve_seconds
+            "solve_seconds": self.solve_seconds,  # contract key, docs/solver.md §9: a copy of timing.solve_seconds
             "timing": {"solve_seconds": self.solve_seconds, "verify_seconds": self.verify_seconds},
             "method": self.method,
             "verified": self.verified,
@@ -122,3 +125,22 @@ class SearchResult:
             "nearest_misses": [{**e.as_dict(), "over_bytes": e.over_bytes, "peak_stage": e.memory.peak_stage}
                                for e in self.nearest_misses],
         }
+
+
+def nearest_misses(misses: Iterable[Evaluated], best: float) -> list[Evaluated]:
+    """The NEAREST_MISSES fastest strategies refused by memory that are faster than `best` seconds, ranked."""
+    return sorted((e for e in misses if e.step_seconds < best), key=Evaluated.rank_key)[:NEAREST_MISSES]
+
+
+def finish(result: SearchResult, start: float, ranked: list[Evaluated] | None = None, misses: list[Evaluated] = (),
+           top: int | None = None, verify_seconds: float = 0.0) -> SearchResult:
+    """Complete a search's result: with `ranked` (the fitting strategies, best first), its `top` strategies, the
+    nearest of `misses` (strategies priced and refused by memory) and how many they are; always its timings, from
+    `start` (time.perf_counter() when the search began). Every search ends here."""
+    if ranked is not None:
+        result.strategies = ranked[:top]
+        result.nearest_misses = nearest_misses(misses, ranked[0].step_seconds if ranked else float("inf"))
+        result.over_memory = len(misses)
+    result.verify_seconds = verify_seconds
+    result.solve_seconds = time.perf_counter() - start
+    return result

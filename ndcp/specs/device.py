@@ -4,9 +4,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .fields import SpecError, cached_hash, finite_number, positive_int, require
+from .units import GB, MIB
 
-GB = 10**9
-MIB = 2**20
+
+# Per-step latency (alpha) of the ring collectives' alpha-beta model (estimate/communication.py), when a preset gives
+# none: the order of NCCL's own tuning model for the Simple protocol (NCCL src/graph/tuning.cc: a base latency of a
+# few microseconds per step inside a node over NVLink, about twice that across nodes over the network). Not fitted:
+# they matter only for small messages (docs/formulas.md §7).
+INTRA_NODE_LATENCY = 5e-6
+INTER_NODE_LATENCY = 12e-6
 
 
 @dataclass(frozen=True)
@@ -22,8 +28,8 @@ class DeviceSpec:
     devices_per_node: int
     intra_node_bandwidth: float  # scale-up (NVLink/xGMI/HCCS) per device, one direction
     inter_node_bandwidth: float  # scale-out (IB/RoCE) per device, one direction
-    intra_node_latency: float = 5e-6
-    inter_node_latency: float = 12e-6
+    intra_node_latency: float = INTRA_NODE_LATENCY
+    inter_node_latency: float = INTER_NODE_LATENCY
     compute_efficiency: float = 0.62  # achievable fraction of peak on large transformer GEMMs (see estimate/compute.py)
     source: str = ""
 
@@ -42,7 +48,7 @@ def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per
                       source=source, **extra)
 
 
-# Sources: calibration.yaml `hardware:` (copied facts, see shared/reference); NVLink figures are the published
+# Sources: published_runs.yaml `hardware:` (docs/calibration.md §4); NVLink figures are the published
 # bidirectional numbers halved; scale-out is one NIC per GPU (HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s).
 PRESETS: dict[str, DeviceSpec] = {
     d.name: d
@@ -71,7 +77,7 @@ PRESETS: dict[str, DeviceSpec] = {
                 "AMD MI300X: 1307.4 TFLOP/s BF16 dense, 192 GB HBM3 5.3 TB/s, 7x128 GB/s xGMI (896 aggregate); "
                 "400 Gb/s per GPU"),
         _preset("ascend-910b", 65536, 320, 1600, 196, 25,
-                "NOT CONFIRMED (calibration.yaml): ~320 TFLOP/s FP16, 64 GB HBM2e ~1.6 TB/s, HCCS ~392 GB/s; "
+                "NOT CONFIRMED (published_runs.yaml): ~320 TFLOP/s FP16, 64 GB HBM2e ~1.6 TB/s, HCCS ~392 GB/s; "
                 "200 Gb/s RoCE per NPU assumed"),
     )
 }

@@ -4,14 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .fields import cached_hash, finite_number, non_negative_int, one_of, positive_int, require
+from .units import GIB
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 # Whose memory behaviour the estimate models (estimate/activations.py, estimate/memory.py): Megatron-Core with
 # Transformer Engine (Korthikanti's selective recompute, distributed optimizer), or torchtitan (FSDP2, op-level
 # selective activation checkpointing, eager PyTorch autograd).
-TRAINERS = ("megatron", "torchtitan")
+TRAINERS = ("megatron", "torchtitan")  # each has a profile in estimate/trainers.py
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-GIB = 2**30
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Matmul FLOPs against the published closed forms (formulas.md §2), and the roofline time rule."""
+"""Matmul FLOPs against the published closed forms (docs/formulas.md §2), and the roofline time rule."""
 import pytest
 
 from ndcp.estimate.compute import (Gemm, attention_core_flops, gemm_seconds, hardware_flops_per_step, layer_gemms,
@@ -42,7 +42,7 @@ def test_model_and_selective_flops_are_korthikanti_appendix_a(layers, hidden, he
 
 
 @pytest.mark.parametrize("model,seq,published", [
-    # NVIDIA dgxc-benchmarking README notes (formulas.md §2.3): model FLOPs per sequence
+    # NVIDIA dgxc-benchmarking README notes (docs/formulas.md §2.3): model FLOPs per sequence
     (gpt(96, 12288, 96), 2048, 2.20e15),
     (llama(32, 4096, 32, 8, 14336), 8192, 4.74e14),
     (llama(80, 8192, 64, 8, 28672), 8192, 3.94e15),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate.activations import layer_activation_bytes
-from ndcp.estimate.layout import default_partition, in_flight
+from ndcp.estimate.layout import default_partition
 from ndcp.estimate.memory import estimate_memory, state_bytes_per_param
 from ndcp.specs import ClusterSpec, ModelSpec, RecomputePlan, RunSpec, Strategy, device_preset
 from ndcp.specs.library import load_model
@@ -27,7 +27,7 @@ def per_layer(recompute: str, sp: bool, tp: int = 8, mbs: int = 1) -> int:
 
 @pytest.mark.parametrize("mbs", [1, 2])
 def test_korthikanti_per_layer_activations_exactly(mbs):
-    # formulas.md §5 (Korthikanti 2022, Table 2 / §4): bytes per layer for s, b, h, a, t.
+    # docs/formulas.md §5 (Korthikanti 2022, Table 2 / §4): bytes per layer for s, b, h, a, t.
     s, b, h, a, t = 2048, mbs, 12288, 96, 8
     assert per_layer("none", sp=False, mbs=mbs) == s * b * h * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t))
     assert per_layer("none", sp=True, mbs=mbs) == s * b * h * (34 + Fraction(5 * a * s, h)) / t
@@ -43,7 +43,7 @@ def test_korthikanti_without_parallelism():
 
 
 def test_worked_values_from_formulas_md():
-    # formulas.md §5 worked table (b=1, s=2048, t=8), 175B: TP only 0.579 GB, TP+SP 0.359, +selective 0.107.
+    # docs/formulas.md §5 worked table (b=1, s=2048, t=8), 175B: TP only 0.579 GB, TP+SP 0.359, +selective 0.107.
     assert per_layer("none", sp=False) / 1e9 == pytest.approx(0.579, abs=0.001)
     assert per_layer("none", sp=True) / 1e9 == pytest.approx(0.359, abs=0.001)
     assert per_layer("selective", sp=True) / 1e9 == pytest.approx(0.107, abs=0.001)
@@ -67,15 +67,6 @@ def test_zero_table(d):
     expected = [16, 4 + 12 / d, 2 + 14 / d, 16 / d]
     for stage, want in enumerate(expected):
         assert sum(state_bytes_per_param(fp16, stage, d).values()) == pytest.approx(want)
-
-
-def test_in_flight_from_the_schedules():
-    assert [in_flight(s, 4, 1, 8) for s in range(4)] == [4, 3, 2, 1]
-    assert [in_flight(s, 4, 1, 2) for s in range(4)] == [2, 2, 2, 1]
-    # Interleaved: stage 0 holds pp*vpp*(1 + (pp-1)/(pp*vpp)) chunks (Korthikanti §4.2.3).
-    pp, vpp = 8, 3
-    assert in_flight(0, pp, vpp, 64) == pp * vpp + pp - 1
-    assert in_flight(pp - 1, pp, vpp, 64) < in_flight(0, pp, vpp, 64)
 
 
 def test_uneven_partition_gives_end_stages_fewer_layers():

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ndcp.estimate.compute import attention_core_flops, matmul_seconds
-from ndcp.estimate.time import (PART_KEYS, LayerTime, estimate_time, layer_time, pipeline_seconds,
+from ndcp.estimate.time import (PART_KEYS, LayerTime, estimate_time, layer_time,
                                 stage_extra_time)
 from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
                         device_preset)
@@ -24,20 +24,6 @@ def cluster(device="h100", gpus=64, scale=1.0):
     d = base.device
     return base.with_overrides(intra_node_bandwidth=d.intra_node_bandwidth * scale,
                                inter_node_bandwidth=d.inter_node_bandwidth * scale)
-
-
-@pytest.mark.parametrize("p,m,v", [(4, 8, 1), (8, 64, 1), (8, 64, 3), (16, 128, 2)])
-def test_bubble_fraction_matches_narayanan(p, m, v):
-    # Narayanan 2021 §2.2.1: (p-1)/m for 1F1B; §2.2.2: (p-1)/(v m) interleaved, with uniform stages of time t
-    t = 0.37
-    bubble = pipeline_seconds(p * t, t, m, v) - m * t
-    assert bubble / (m * t) == pytest.approx((p - 1) / (v * m))
-
-
-def test_pipeline_seconds_works_on_numpy_grids():
-    sums, maxes = np.array([4.0, 8.0]), np.array([1.0, 2.0])
-    assert np.allclose(pipeline_seconds(sums, maxes, np.array([8, 16]), 2), [8 + 1.5, 32 + 3.0])
-    assert pipeline_seconds(3.0, 3.0, 5, 1) == 15.0  # pp = 1: mbn x stage time
 
 
 def llama_strategy(**changes):

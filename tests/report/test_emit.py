@@ -12,7 +12,7 @@ from ndcp.estimate.layout import partition
 from ndcp.report.emit import KINDS, covers, emit, megatron_flags, mindformers_yaml, stage_plans, torchtitan_toml
 from ndcp.specs.library import load_model
 from ndcp.specs.run import RunSpec
-from ndcp.specs.strategy import RecomputePlan, StageRecompute, Strategy
+from ndcp.specs.strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, Strategy
 
 LLAMA = load_model("llama3-70b")
 MIXTRAL = load_model("mixtral-8x7b")
@@ -135,7 +135,7 @@ def test_megatron_block_recompute_exact():
     [(10, 10, 0), (20, 0, 0), (0, 20, 0), (5, 15, 0)],  # selective on some layers only
 ])
 def test_megatron_inexpressible_plan_is_covered(stages):
-    plan = RecomputePlan(mode="per-stage", stages=tuple(StageRecompute(*c) for c in stages))
+    plan = RecomputePlan(mode="per-stage", stages=tuple(StageRecompute(**dict(zip(RECOMPUTE_MODES, c))) for c in stages))
     s = llama_strategy(vpp=1, schedule="1f1b", recompute=plan)
     out = emit("megatron", LLAMA, RUN, s)
     assert out.notes, "an inexpressible plan must say what it changed"
@@ -145,7 +145,8 @@ def test_megatron_inexpressible_plan_is_covered(stages):
     original = stage_plans(LLAMA, s)
     assert covers(emitted, original)
     for e, o in zip(emitted, original):
-        assert e.full >= o.full and e.full + e.selective >= o.full + o.selective and e.layers == o.layers
+        assert e.count("full") >= o.count("full") and e.layers == o.layers
+        assert e.count("full") + e.count("selective") >= o.count("full") + o.count("selective")
 
 
 @pytest.mark.parametrize("strategy,shard", [(llama_strategy(), False), (llama_strategy(zero=3), True)])
@@ -166,8 +167,8 @@ def test_torchtitan_toml(strategy, shard):
 
 
 def test_torchtitan_per_stage_plan_and_split_points():
-    plan = RecomputePlan(mode="per-stage", stages=(StageRecompute(10, 8, 0), StageRecompute(22, 0, 0),
-                                                    StageRecompute(18, 0, 2), StageRecompute(0, 20, 0)))
+    plan = RecomputePlan(mode="per-stage", stages=(StageRecompute(none=10, selective=8), StageRecompute(none=22),
+                                                    StageRecompute(none=18, full=2), StageRecompute(selective=20)))
     s = llama_strategy(vpp=1, schedule="1f1b", recompute=plan, layers_per_stage=(18, 22, 20, 20))
     out = emit("torchtitan", LLAMA, RUN, s)
     cfg = tomllib.loads(out.text)
@@ -189,8 +190,8 @@ def _flat(x):
     llama_strategy(),
     llama_strategy(vpp=1, schedule="1f1b", pp=6, dp=8, mbn=128, recompute=RecomputePlan.uniform("full")),
     llama_strategy(vpp=1, schedule="1f1b", layers_per_stage=(18, 22, 20, 20), recompute=RecomputePlan(
-        mode="per-stage", stages=(StageRecompute(10, 6, 2), StageRecompute(22, 0, 0), StageRecompute(0, 0, 20),
-                                  StageRecompute(5, 15, 0)))),
+        mode="per-stage", stages=(StageRecompute(none=10, selective=6, full=2), StageRecompute(none=22), StageRecompute(full=20),
+                                  StageRecompute(none=5, selective=15)))),
 ])
 def test_mindformers_yaml(strategy):
     cfg = yaml.safe_load(emit("mindformers", LLAMA, RUN, strategy).text)
@@ -213,7 +214,7 @@ def test_mindformers_yaml(strategy):
         chunk = v // strategy.pp
         idx = chunk * strategy.pp + stage
         assert naive + offset[idx] == n
-        assert full[idx] == plan.full and select[idx] == plan.selective + plan.full <= n
+        assert full[idx] == plan.count("full") and select[idx] == plan.count("selective") + plan.count("full") <= n
     if strategy.vpp > 1:
         assert mc["pp_interleave_num"] == strategy.vpp
         assert len(mc["offset"]) == strategy.vpp and all(len(row) == strategy.pp for row in mc["offset"])

@@ -8,8 +8,7 @@ from ndcp.solve.exhaustive import exhaustive_search  # noqa: E402
 from ndcp.space import SearchSpace  # noqa: E402
 from ndcp.specs import ClusterSpec, RunSpec, device_preset  # noqa: E402
 from ndcp.specs.library import load_model  # noqa: E402
-
-GIB = 2**30
+from ndcp.specs.units import GIB  # noqa: E402
 
 
 def search(cap=0):

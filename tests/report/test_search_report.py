@@ -5,8 +5,8 @@ import re
 import pytest
 from rich.console import Console
 
-from ndcp.cli import search_document
 from ndcp.report.csvout import ranking_rows
+from ndcp.report.jsonout import search_document
 from ndcp.report.search import one_line, render_search
 from ndcp.report.terminal import format_seconds, gib
 from ndcp.solve.certificate import cpsat_search
@@ -14,8 +14,7 @@ from ndcp.solve.exhaustive import exhaustive_search
 from ndcp.space import RULES, SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
-
-GIB = 2**30
+from ndcp.specs.units import GIB
 
 
 def problem(cap=0, options=SpaceOptions(), model="tiny", gbs=32):

@@ -4,7 +4,8 @@ import re
 import pytest
 from rich.console import Console
 
-from ndcp.cli import build_strategy, parse_strategy_string
+from ndcp.cli import build_strategy
+from ndcp.specs.strategy_input import parse_strategy_string
 from ndcp.estimate.memory import estimate_memory
 from ndcp.report.jsonout import estimate_document
 from ndcp.report.terminal import format_bytes, gib, memory_bar, memory_bars, render_estimate

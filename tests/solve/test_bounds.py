@@ -22,9 +22,9 @@ def test_item_bounds_never_exceed_the_full_estimators(space):
         item = (layout, mbs, mbn)
         evaluated = by_item[(layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp, layout.vpp, mbs)]
         fastest = min(e.step_seconds for e in evaluated)
-        assert item_lower_bound(space, item) + item_data_parallel_floor(space, item, 0) <= fastest * (1 + 1e-9)
+        assert item_lower_bound(space, item) + item_data_parallel_floor(space, item) <= fastest * (1 + 1e-9)
         fitting = [e for e in evaluated if e.fits]
-        plan_bound = item_plan_lower_bound(space, item, max_offset=0)
+        plan_bound = item_plan_lower_bound(space, item)
         if fitting:
             assert plan_bound is not None
             assert plan_bound <= min(e.step_seconds for e in fitting) * (1 + 1e-9)

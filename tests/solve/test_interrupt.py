@@ -3,7 +3,7 @@
 real signal lands wherever the search happens to be; these pin the two phases it can land in)."""
 import pytest
 
-from ndcp.solve import certificate, coefficients
+from ndcp.solve import certificate, coefficients, uniform
 from ndcp.solve.certificate import cpsat_search
 from ndcp.space import SearchSpace
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
@@ -27,7 +27,7 @@ def interrupt_on_call(monkeypatch, module, name: str, call: int) -> None:
 
 
 @pytest.mark.parametrize("module, name, call", [(coefficients, "pipeline_p2p_seconds", 100),  # bounding items
-                                                 (certificate, "expand_item", 10)])
+                                                 (uniform, "expand_item", 10)])
 def test_interrupted_search_returns_feasible_with_a_bound(monkeypatch, module, name, call):
     interrupt_on_call(monkeypatch, module, name, call)
     result = cpsat_search(SPACE, top=10, time_limit=60)
@@ -72,8 +72,8 @@ def test_a_real_sigint_during_a_cp_sat_solve_stops_it_at_once_and_is_raised():
     from ndcp.solve.interrupt import solve
 
     model = cp_model.CpModel()
-    xs = [model.NewBoolVar(f"x{i}") for i in range(40)]
-    model.Add(sum((i * 7919) % 1009 * x for i, x in enumerate(xs)) == 7777)  # slow to enumerate
+    xs = [model.new_bool_var(f"x{i}") for i in range(40)]
+    model.add(sum((i * 7919) % 1009 * x for i, x in enumerate(xs)) == 7777)  # slow to enumerate
 
     class Count(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self):
@@ -98,7 +98,7 @@ def test_ctrl_c_during_the_uniform_phase_stops_the_per_layer_search_with_a_valid
     """The uniform search that seeds the per-layer one catches the interrupt; the per-layer search must stop too,
     and its bound must hold for per-layer plans (the uniform bound would not)."""
     exact = certificate.plan_search(SPACE, top=1, time_limit=60)
-    interrupt_on_call(monkeypatch, certificate, "expand_item", 1)
+    interrupt_on_call(monkeypatch, uniform, "expand_item", 1)
     result = certificate.plan_search(SPACE, top=1, time_limit=60)
     assert result.status == "feasible" and result.interrupted
     assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)

@@ -1,8 +1,8 @@
 """ModelSpec parameter counts, pinned to published numbers.
 
-Reference numbers are copied here (the tests never read the shared reference folder):
+Reference numbers are copied here (the tests read no reference file):
 - Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"),
-  Eq. (2) and Table 1, as transcribed in shared/reference/formulas.md §1 and calibration.yaml.
+  Eq. (2) and Table 1, as summarised in docs/formulas.md §1 and examples/published_runs.yaml.
 - Published totals of the library models (model cards / technical reports), cited per test.
 """
 import dataclasses

@@ -1,4 +1,5 @@
-"""Compare ndcp's estimates with measured training runs (a published-runs YAML or a CSV of your own runs).
+"""Reading measured runs (a published-runs YAML or a CSV of your own runs) into model, cluster, run and strategy.
+
 
 Rules for fields a row leaves open (each use is recorded in the row's `assumptions`):
 - micro_batch null -> 1; vpp null -> 1; ep null -> 1; etp -> tp (Megatron's default expert TP); zero_stage null -> 1
@@ -18,32 +19,27 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
   recipes reduce gradients in bf16: grad_reduce_in_fp32 = False in Megatron-Bridge scripts/performance/configs
   llama3/llama3_8b_llm_pretrain.py and llama31/llama31_405b_llm_pretrain.py, and in NeMo's
   pretrain_performance_optimizations, e.g. recipes/gpt3_175b.py), else fp32 main gradients (Megatron's default).
-
-MFU basis: a row whose `tflops_basis` (or notes) states Narayanan's recompute-inclusive 96-coefficient formula is
-compared on that basis: measured = its TFLOP/s / peak, estimated = those FLOPs (full recompute counted, full s^2
-attention) / (GPUs x peak x estimated step). Every other row is compared on model FLOPs (MFU).
 """
 from __future__ import annotations
 
 import csv
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from ..rules import check_strategy
+from ..schedules import default_schedule
+from ..specs.device import PRESETS, ClusterSpec, device_preset
+from ..specs.fields import SpecError, from_mapping
+from ..specs.library import parse_yaml
+from ..specs.model import MLASpec, ModelSpec, MoESpec
+from ..specs.recompute import RECOMPUTE_MODES
+from ..specs.run import RunSpec
+from ..specs.strategy import RecomputePlan, Strategy, default_partition
+from ..specs.units import GIB
 
-from .estimate.compute import hardware_flops_per_step, model_flops_per_step
-from .estimate.memory import estimate_memory
-from .estimate.time import estimate_time
-from .specs.device import PRESETS, ClusterSpec, device_preset
-from .specs.fields import SpecError, from_mapping
-from .specs.library import parse_yaml
-from .specs.model import MLASpec, ModelSpec, MoESpec
-from .specs.run import GIB, RunSpec
-from .specs.strategy import RecomputePlan, Strategy
-
-# calibration.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
+# published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
 GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "a100_80gb_sxm": ("a100-80g", {}),
     "h100_sxm_80gb": ("h100", {}),
@@ -54,151 +50,10 @@ GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "b200": ("b200", {}),
     "ascend_910b": ("ascend-910b", {}),
 }
-NARAYANAN_BASIS = "narayanan-96"
-MODEL_BASIS = "model"
-TOP_K = 5
 
 
 class SkipRun(Exception):
     """A measured run that ndcp cannot represent; the message is the reason shown to the user."""
-
-
-@dataclass(frozen=True)
-class RunComparison:
-    """One measured run next to its estimate. MFU figures are fractions on `basis`; steps in seconds."""
-
-    id: str
-    device: str
-    gpus: int
-    strategy: str
-    basis: str
-    measured_mfu: float | None
-    estimated_mfu: float
-    measured_step: float | None
-    estimated_step: float
-    measured_memory_gib: float | None = None
-    estimated_memory_gib: float | None = None
-    assumptions: tuple[str, ...] = ()
-    estimated_fits: bool = True  # the estimated peak fits the device (these runs really ran)
-
-    @property
-    def mfu_error_points(self) -> float | None:
-        return None if self.measured_mfu is None else 100 * (self.estimated_mfu - self.measured_mfu)
-
-    @property
-    def step_relative_error(self) -> float | None:
-        return None if not self.measured_step else self.estimated_step / self.measured_step - 1
-
-    @property
-    def memory_relative_error(self) -> float | None:
-        if not self.measured_memory_gib or self.estimated_memory_gib is None:
-            return None
-        return self.estimated_memory_gib / self.measured_memory_gib - 1
-
-    def as_dict(self) -> dict:
-        out = asdict(self)
-        out.update(assumptions=list(self.assumptions), mfu_error_points=self.mfu_error_points,
-                   step_relative_error=self.step_relative_error, memory_relative_error=self.memory_relative_error)
-        return out
-
-
-@dataclass(frozen=True)
-class SkippedRun:
-    id: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class ValidationSummary:
-    """Aggregate agreement over the compared runs (None where fewer than two values exist)."""
-
-    runs: int
-    mean_abs_mfu_points: float | None
-    max_abs_mfu_points: float | None
-    mean_abs_step_relative: float | None
-    mfu_pearson: float | None
-    mfu_spearman: float | None
-    step_pearson: float | None
-    step_spearman: float | None
-    top_k: int
-    top_k_agreement: float | None
-    mean_abs_memory_relative: float | None
-
-
-@dataclass(frozen=True)
-class ValidationResult:
-    source: str
-    runs: tuple[RunComparison, ...]
-    skipped: tuple[SkippedRun, ...]
-    summary: ValidationSummary
-    notes: tuple[str, ...] = field(default=())
-
-    def as_dict(self) -> dict:
-        return {"source": self.source, "runs": [r.as_dict() for r in self.runs],
-                "skipped": [asdict(s) for s in self.skipped], "summary": asdict(self.summary),
-                "notes": list(self.notes)}
-
-
-# -- statistics (numpy only) ---------------------------------------------------------------------------------------
-def pearson(x, y) -> float | None:
-    """Pearson correlation; None with fewer than two points or a constant series."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or x.std() == 0 or y.std() == 0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
-
-
-def ranks(values) -> np.ndarray:
-    """Ranks starting at 1, ties sharing their average rank."""
-    values = np.asarray(values, float)
-    order = np.argsort(values, kind="mergesort")
-    out = np.empty(len(values))
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        out[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def spearman(x, y) -> float | None:
-    """Spearman rank correlation: Pearson on the ranks."""
-    return pearson(ranks(x), ranks(y)) if len(x) >= 2 else None
-
-
-def top_k_agreement(measured, estimated, k: int) -> float | None:
-    """Share of the k best measured runs that are also among the k best estimated ones (higher is better)."""
-    k = min(k, len(measured))
-    if k == 0:
-        return None
-    best = set(np.argsort(-np.asarray(measured, float), kind="mergesort")[:k])
-    guessed = set(np.argsort(-np.asarray(estimated, float), kind="mergesort")[:k])
-    return len(best & guessed) / k
-
-
-def summarise(runs: tuple[RunComparison, ...]) -> ValidationSummary:
-    with_mfu = [r for r in runs if r.measured_mfu is not None]
-    with_step = [r for r in runs if r.measured_step]
-    with_memory = [r for r in runs if r.memory_relative_error is not None]
-    mfu_err = [abs(r.mfu_error_points) for r in with_mfu]
-    measured_mfu, estimated_mfu = [r.measured_mfu for r in with_mfu], [r.estimated_mfu for r in with_mfu]
-    measured_step, estimated_step = [r.measured_step for r in with_step], [r.estimated_step for r in with_step]
-    return ValidationSummary(
-        runs=len(runs),
-        mean_abs_mfu_points=float(np.mean(mfu_err)) if mfu_err else None,
-        max_abs_mfu_points=float(np.max(mfu_err)) if mfu_err else None,
-        mean_abs_step_relative=float(np.mean([abs(r.step_relative_error) for r in with_step])) if with_step else None,
-        mfu_pearson=pearson(measured_mfu, estimated_mfu),
-        mfu_spearman=spearman(measured_mfu, estimated_mfu),
-        step_pearson=pearson(np.log(measured_step), np.log(estimated_step)) if with_step else None,
-        step_spearman=spearman(measured_step, estimated_step) if with_step else None,
-        top_k=min(TOP_K, len(with_mfu)),
-        top_k_agreement=top_k_agreement(measured_mfu, estimated_mfu, TOP_K),
-        mean_abs_memory_relative=float(np.mean([abs(r.memory_relative_error) for r in with_memory]))
-        if with_memory else None,
-    )
 
 
 # -- building specs from a row ---------------------------------------------------------------------------------------
@@ -269,7 +124,7 @@ def _precision(value: Any, notes: list[str]) -> str:
 
 def _recompute(value: Any, narayanan_basis: bool, notes: list[str]) -> str:
     text = "" if value is None else str(value).strip().lower()
-    if text in ("none", "selective", "full"):
+    if text in RECOMPUTE_MODES:
         return text
     guess = "full" if narayanan_basis else "selective"
     notes.append(f"recompute {guess} (unknown)")
@@ -358,14 +213,30 @@ def _strategy(model: ModelSpec, fields: dict, gpus: int, global_batch: int, nara
     per_stage = fields.get("layers_per_virtual_stage")
     layers_per_stage = (int(per_stage),) * (pp * vpp) if not _is_null(per_stage) and \
         int(per_stage) * pp * vpp == model.layers else ()
+    if vpp > 1 and model.layers % (pp * vpp) and not layers_per_stage:
+        # Megatron runs these by counting the embedding and the loss as layers (--account-for-embedding-in-pipeline-
+        # split, --account-for-loss-in-pipeline-split): the first and last virtual stages hold fewer layers, which is
+        # the default partition's shape; the interleaved schedule needs that layout given explicitly.
+        layers_per_stage = default_partition(model.layers, pp * vpp)
+        notes.append(f"layers per virtual stage {layers_per_stage[0]}-{max(layers_per_stage)}-{layers_per_stage[-1]} "
+                     "(embedding and loss counted as layers)")
     recompute = RecomputePlan.uniform(_recompute(fields.get("recompute"), narayanan_basis, notes))
     try:
-        return Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=tp if ep > 1 else 1, vpp=vpp, mbs=mbs,
-                        mbn=global_batch // (dp * mbs), zero=zero, sp=sp and tp > 1,
-                        schedule="interleaved" if vpp > 1 else "1f1b", recompute=recompute,
-                        layers_per_stage=layers_per_stage)
+        strategy = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=tp if ep > 1 else 1, vpp=vpp, mbs=mbs,
+                            mbn=global_batch // (dp * mbs), zero=zero, sp=sp and tp > 1, recompute=recompute,
+                            layers_per_stage=layers_per_stage)
+        return replace(strategy, schedule=default_schedule(vpp))  # after Strategy has checked vpp >= 1
     except SpecError as error:
         raise SkipRun(f"strategy: {error}") from None
+
+
+def _checked(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> Strategy:
+    """The strategy, or SkipRun naming the first rule of the rulebook (ndcp.rules) it breaks."""
+    try:
+        check_strategy(model, cluster, run, strategy)
+    except SpecError as error:
+        raise SkipRun(f"strategy: {error}") from None
+    return strategy
 
 
 def _states_narayanan_basis(outcome: dict, notes_text: str) -> bool:
@@ -373,14 +244,8 @@ def _states_narayanan_basis(outcome: dict, notes_text: str) -> bool:
     return "recompute" in basis or "96" in basis or "96-coefficient" in notes_text.lower()
 
 
-def _narayanan_flops(model: ModelSpec, seq: int, global_batch: int) -> float:
-    """Narayanan Eq. (3) FLOPs for this model: model FLOPs plus one full-recompute forward of every body layer."""
-    layers = {("dense", "full"): model.dense_layers, ("moe", "full"): model.moe_layers}
-    return hardware_flops_per_step(model, seq, global_batch, layers)
-
-
 @dataclass(frozen=True)
-class _Row:
+class MeasuredRun:
     """A measured run, normalised: specs plus whatever outcome figures it states."""
 
     id: str
@@ -398,50 +263,12 @@ class _Row:
     peak_known: bool = True  # the source publishes the device's peak FLOP/s
 
 
-def _compare(row: _Row) -> RunComparison:
-    """Estimate one row and set measured and estimated figures on the same basis."""
-    model, cluster, run, strategy = row.model, row.cluster, row.run, row.strategy
-    estimate = estimate_time(model, cluster, run, strategy)
-    peak = cluster.device.peak_flops * cluster.count
-    if row.narayanan_basis:
-        basis, flops = NARAYANAN_BASIS, _narayanan_flops(model, run.seq_len, strategy.global_batch)
-    else:
-        basis, flops = MODEL_BASIS, model_flops_per_step(model, run.seq_len, strategy.global_batch)
-    measured_step = row.step_seconds
-    if measured_step is None and row.tokens_per_second_per_gpu:
-        measured_step = strategy.global_batch * run.seq_len / (row.tokens_per_second_per_gpu * cluster.count)
-    if measured_step is None and row.tflops_per_gpu:
-        measured_step = flops / (row.tflops_per_gpu * 1e12 * cluster.count)
-    measured_mfu = row.mfu
-    if measured_mfu is None and row.tflops_per_gpu:
-        measured_mfu = row.tflops_per_gpu * 1e12 * cluster.count / peak
-    if measured_mfu is None and measured_step:
-        measured_mfu = flops / (peak * measured_step)
-    assumptions = row.assumptions
-    if not row.peak_known:  # its MFU and step time cannot be compared with a peak the source does not know
-        measured_mfu = measured_step = None
-        assumptions += ("time not compared: the source publishes no peak FLOP/s for this device",)
-    memory = estimate_memory(model, cluster, run, strategy)
-    return RunComparison(row.id, cluster.device.name, cluster.count, _strategy_label(strategy), basis, measured_mfu,
-                         flops / (peak * estimate.step_seconds), measured_step, estimate.step_seconds,
-                         row.memory_gib, memory.peak_bytes / GIB if row.memory_gib else None, assumptions,
-                         memory.fits)
-
-
-def _strategy_label(s: Strategy) -> str:
-    """Short strategy text for tables: tp4 pp8 dp4 vpp6 mbs1 z1 sp selective."""
-    optional = [f"{name}{value}" for name, value in (("cp", s.cp), ("ep", s.ep), ("vpp", s.vpp)) if value > 1]
-    flags = ["sp"] if s.sp else []
-    return " ".join([f"tp{s.tp}", f"pp{s.pp}", f"dp{s.dp}", *optional, f"mbs{s.mbs}", f"z{s.zero}", *flags,
-                     s.recompute.summary()])
-
-
-# -- YAML (calibration.yaml shape) --------------------------------------------------------------------------------
+# -- YAML (published_runs.yaml shape, docs/calibration.md) --------------------------------------------------------
 def _number(value: Any) -> float | None:
     return None if _is_null(value) else float(value)
 
 
-def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> _Row:
+def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> MeasuredRun:
     notes: list[str] = []
     model_fields, cluster_fields = entry.get("model") or {}, entry.get("cluster") or {}
     training, strategy_fields = entry.get("training") or {}, entry.get("strategy") or {}
@@ -458,15 +285,15 @@ def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> _Row:
     run = RunSpec(global_batch, seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, notes))
-    strategy = _strategy(model, strategy_fields, gpus, global_batch, narayanan, notes)
+    strategy = _checked(model, cluster, run, _strategy(model, strategy_fields, gpus, global_batch, narayanan, notes))
     memory = _number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
     if memory is None and not _is_null(observed):
         memory = float(observed) / GIB
-    return _Row(str(entry.get("id")), model, cluster, run, strategy, narayanan, _number(outcome.get("step_time_s")),
-                _number(outcome.get("mfu")), _number(outcome.get("tflops_per_gpu")),
-                _number(outcome.get("tokens_per_s_per_gpu")), memory, tuple(notes),
-                str(cluster_fields.get("gpu")) not in unknown_peaks)
+    return MeasuredRun(str(entry.get("id")), model, cluster, run, strategy, narayanan,
+                       _number(outcome.get("step_time_s")), _number(outcome.get("mfu")),
+                       _number(outcome.get("tflops_per_gpu")), _number(outcome.get("tokens_per_s_per_gpu")), memory,
+                       tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks)
 
 
 def _unknown_peaks(data: dict) -> frozenset[str]:
@@ -493,7 +320,7 @@ CSV_REQUIRED = ("model", "device", "gpus", "global_batch", "seq_len", "tp", "pp"
 
 
 def _csv_model(name: str, folder: Path) -> ModelSpec:
-    from .specs.library import library_names, load_model
+    from ..specs.library import library_names, load_model
 
     if name in library_names() or Path(name).is_absolute():
         return load_model(name)
@@ -501,7 +328,7 @@ def _csv_model(name: str, folder: Path) -> ModelSpec:
     return load_model(str(relative) if relative.exists() else name)
 
 
-def _csv_row(index: int, record: dict, folder: Path) -> _Row:
+def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     notes: list[str] = []
     missing = [c for c in CSV_REQUIRED if _is_null(record.get(c))]
     if missing:
@@ -517,10 +344,10 @@ def _csv_row(index: int, record: dict, folder: Path) -> _Row:
     run = RunSpec(global_batch, int(record["seq_len"]), precision=_precision(record.get("precision"), notes),
                   flash_attention=True if flash is None else flash, **optional)
     fields = {k: record.get(k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute")}
-    strategy = _strategy(model, fields, gpus, global_batch, False, notes)
-    return _Row(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
-                _number(record.get("step_seconds")), _number(record.get("mfu")), None, None,
-                _number(record.get("memory_gib")), tuple(notes))
+    strategy = _checked(model, cluster, run, _strategy(model, fields, gpus, global_batch, False, notes))
+    return MeasuredRun(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
+                       _number(record.get("step_seconds")), _number(record.get("mfu")), None, None,
+                       _number(record.get("memory_gib")), tuple(notes))
 
 
 def _csv_rows(path: Path) -> list[tuple[str, Any]]:
@@ -530,26 +357,10 @@ def _csv_rows(path: Path) -> list[tuple[str, Any]]:
             for i, record in enumerate(records)]
 
 
-def validate_file(path) -> ValidationResult:
-    """Estimate every run in a published-runs YAML or a measured-runs CSV and compare; unrepresentable runs are
-    listed in `skipped` with the reason."""
-    path = Path(path)
-    rows = _csv_rows(path) if path.suffix.lower() == ".csv" else _yaml_rows(path)
-    compared, skipped = [], []
-    for run_id, build in rows:
-        try:
-            row = build()
-            if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
-                    and not row.tokens_per_second_per_gpu:
-                raise SkipRun("no measured step time, MFU, TFLOP/s or tokens/s")
-            compared.append(_compare(row))
-        except SkipRun as reason:
-            skipped.append(SkippedRun(run_id, str(reason)))
-        except (SpecError, ValueError, TypeError, KeyError) as error:
-            skipped.append(SkippedRun(run_id, f"cannot be represented: {error}"))
-    runs = tuple(compared)
-    return ValidationResult(str(path), runs, tuple(skipped), summarise(runs))
+def read_rows(path: Path) -> list[tuple[str, Any]]:
+    """(run id, builder) per run of a measured-runs CSV or a published-runs YAML; a builder returns the run's
+    MeasuredRun or raises SkipRun."""
+    return _csv_rows(path) if path.suffix.lower() == ".csv" else _yaml_rows(path)
 
 
-__all__ = ["validate_file", "ValidationResult", "RunComparison", "SkippedRun", "ValidationSummary", "pearson",
-           "spearman", "ranks", "top_k_agreement", "GPU_PRESETS"]
+__all__ = ["GPU_PRESETS", "SkipRun", "MeasuredRun", "CSV_REQUIRED", "read_rows"]

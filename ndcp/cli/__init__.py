@@ -1,0 +1,77 @@
+"""The `ndcp` command line: one module per command, registered in COMMANDS.
+
+Adding a command: a module with `register(subparsers)` that calls `common.subparser(...)`, adds its arguments
+(`common.add_problem_arguments` for the model/cluster/run, `outputs.add_json_argument` for --json) and sets
+`func=run`; `run(args)` builds the problem with `common.build_problem(args)` and returns the exit code. Raise
+SpecError for anything the user can fix: `main` turns it into one `ndcp: error: ...` line, exit 2.
+
+Exit codes: 0 success (an estimate that does not fit is still a success), 1 infeasible (search), 2 user error,
+3 internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from typing import Callable
+
+from .. import __version__
+from ..specs.fields import SpecError
+from . import estimate, listings, recompute, search, validate
+from .common import (EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Formatter, InternalError, Parser, UsageError, build_problem,
+                     build_strategy, one_line)
+from .search import build_space_options
+
+# Registration functions, in the order `ndcp --help` lists them.
+COMMANDS: list[Callable] = [estimate.register, search.register, recompute.register, listings.register_models,
+                            listings.register_devices, validate.register]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="ndcp", formatter_class=Formatter,
+                    description="Find (or check) the fastest LLM-training parallel strategy that fits in memory.",
+                    epilog="examples:\n  ndcp models\n  ndcp devices\n  " + estimate.EXAMPLE.replace("\n", "\n  ")
+                           + "\n\nrun `ndcp COMMAND --help` for each command's options.")
+    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"ndcp {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
+    for register in COMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (0 ok, 1 infeasible, 2 user error, 3 internal error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        debug = debug or getattr(args, "debug", False)
+        return int(args.func(args) or EXIT_OK)
+    except UsageError as error:
+        print(f"ndcp: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except SpecError as error:
+        if debug:
+            traceback.print_exc()
+        print(f"ndcp: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exit_:  # --help / --version
+        code = exit_.code
+        return code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("ndcp: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as error:  # noqa: BLE001 - the last line of defence
+        if debug:
+            traceback.print_exc()
+        what = one_line(error) if isinstance(error, InternalError) else f"{type(error).__name__}: {one_line(error)}"
+        print(f"ndcp: internal error: {what}" + ("" if debug else " (rerun with --debug for the traceback)"),
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+# Also importable from here (scripts/ and tests use them): build_problem, build_strategy, build_space_options.
+__all__ = ["main", "build_parser", "COMMANDS", "build_problem", "build_strategy", "build_space_options"]

@@ -1,0 +1,231 @@
+"""What every `ndcp` command shares: exit codes and errors, argument value types, the problem arguments (model,
+cluster, run) and building the problem from them, and reading a strategy from --strategy / --strategy-file."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from ..rules import check_given_degrees, check_strategy
+from ..schedules import default_schedule
+from ..specs import strategy_input
+from ..specs.device import PRESETS, ClusterSpec, device_preset
+from ..specs.fields import SpecError
+from ..specs.library import load_model
+from ..specs.model import ModelSpec
+from ..specs.run import TRAINERS, RunSpec
+from ..specs.recompute import NO_RECOMPUTE
+from ..specs.strategy import Strategy
+from ..specs.units import GIB
+
+EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+MAX_WORKERS = 256
+
+
+class UsageError(Exception):
+    """A command-line mistake found by argparse (unknown option, missing argument, bad value)."""
+
+
+class InternalError(RuntimeError):
+    """Something in ndcp itself went wrong (not the user's input)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line through `main` instead of usage + exit."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(message)
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=34)
+
+
+def one_line(message: Any) -> str:
+    return " ".join(str(message).split()) or "unknown error"
+
+
+def gib_text(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+# -- argument value types ----------------------------------------------------------------------------------------
+def size_argument(text: str) -> int:
+    """A size such as 70GiB (specs.strategy_input.parse_size) as an argparse type."""
+    try:
+        return strategy_input.parse_size(text)
+    except SpecError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def size_list(text: str) -> list[int]:
+    sizes = [size_argument(item) for item in str(text).split(",") if item.strip()]
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"invalid caps {text!r}: expected e.g. 40GiB,50GiB,60GiB")
+    return sizes
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1")
+    return value
+
+
+def int32(text: str) -> int:
+    """A 32-bit integer (CP-SAT seeds are int32; larger values are never meaningful here)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a 32-bit integer")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a positive number of seconds") from None
+    if not (value > 0 and value < 1e7):
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a positive number of seconds")
+    return value
+
+
+def workers(text: str) -> int:
+    """CP-SAT search workers: 1..256 (CP-SAT starts one thread per worker)."""
+    value = positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected at most {MAX_WORKERS} workers")
+    return value
+
+
+def bandwidth(text: str) -> float:
+    """GB/s (decimal) -> bytes/s."""
+    try:
+        value = float(str(text).lower().removesuffix("gb/s").strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid bandwidth {text!r}: expected GB/s, e.g. 450") from None
+    if not (value > 0 and value < 1e9):
+        raise argparse.ArgumentTypeError(f"invalid bandwidth {text!r}: expected a positive number of GB/s")
+    return value * 1e9
+
+
+# -- parsers and the problem arguments ---------------------------------------------------------------------------
+def subparser(subparsers, name: str, help: str, description: str, example: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help, description=description, formatter_class=Formatter,
+                                   epilog="example:\n  " + example.replace("\n", "\n  "))
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks for errors")
+    return parser
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every planning command shares: the model, the cluster and the run."""
+    parser.add_argument("model", metavar="MODEL",
+                        help="library model name (see `ndcp models`), a model YAML spec, or a Hugging Face config.json")
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--device", metavar="NAME", required=True, type=str.lower,
+                       help=f"device preset (see `ndcp devices`): {', '.join(PRESETS)}")
+    group.add_argument("--gpus", metavar="N", required=True, type=positive_int, help="number of devices")
+    group.add_argument("--devices-per-node", metavar="N", type=positive_int,
+                       help="override the preset's devices per node (scale-up domain)")
+    group.add_argument("--intra-node-bandwidth", metavar="GB/s", type=bandwidth,
+                       help="override the per-device intra-node bandwidth, one way, in GB/s")
+    group.add_argument("--inter-node-bandwidth", metavar="GB/s", type=bandwidth,
+                       help="override the per-device inter-node bandwidth, one way, in GB/s")
+    group.add_argument("--device-memory", metavar="SIZE", type=size_argument,
+                       help="override the device memory, e.g. 80GiB")
+    group = parser.add_argument_group("run")
+    group.add_argument("--global-batch", metavar="GBS", required=True, type=positive_int,
+                       help="global batch in sequences per optimizer step")
+    group.add_argument("--seq-len", metavar="S", required=True, type=positive_int, help="sequence length in tokens")
+    group.add_argument("--memory-cap", metavar="SIZE", type=size_argument,
+                       help="usable memory per device (default: all of it), e.g. 70GiB, 75GB, 80000MiB or bytes")
+    group.add_argument("--reserve", metavar="SIZE", type=size_argument, default=GIB,
+                       help="memory set aside per device for allocator fragmentation, context and workspaces "
+                            "(default 1GiB)")
+    group.add_argument("--precision", choices=("bf16", "fp16"), default="bf16",
+                       help="parameter and activation dtype (default bf16)")
+    group.add_argument("--grad-dtype", choices=("fp32", "bf16"), default="fp32",
+                       help="gradient buffer dtype (default fp32)")
+    group.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
+                       help="materialise the attention scores (no FlashAttention)")
+    group.add_argument("--trainer", choices=TRAINERS, default="megatron",
+                       help="whose memory behaviour to model (default megatron: Megatron-Core + Transformer Engine; "
+                            "torchtitan: FSDP2 states, op-level selective AC, eager autograd)")
+
+
+def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, RunSpec]:
+    """The model, cluster (preset + overrides) and run the shared arguments describe. Raises SpecError."""
+    model = load_model(args.model)
+    cluster = ClusterSpec(device_preset(args.device), args.gpus).with_overrides(
+        memory_bytes=args.device_memory,
+        devices_per_node=args.devices_per_node,
+        intra_node_bandwidth=args.intra_node_bandwidth,
+        inter_node_bandwidth=args.inter_node_bandwidth,
+    )
+    memory = cluster.device.memory_bytes
+    cap = args.memory_cap
+    if cap is not None:
+        if cap <= 0:
+            raise SpecError(f"--memory-cap={cap} bytes is not valid; expected a positive size, e.g. 70GiB")
+        if cap > memory:
+            raise SpecError(f"--memory-cap={gib_text(cap)} exceeds the {cluster.device.name} device memory "
+                            f"({gib_text(memory)}); lower the cap or override --device-memory")
+    capacity = cap or memory
+    if args.reserve >= capacity:
+        raise SpecError(f"--reserve={gib_text(args.reserve)} leaves no memory: the capacity per device is "
+                        f"{gib_text(capacity)}")
+    run = RunSpec(global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
+                  grad_dtype=args.grad_dtype, flash_attention=args.flash_attention,
+                  memory_cap_bytes=cap or 0, reserve_bytes=args.reserve, trainer=args.trainer)
+    return model, cluster, run
+
+
+def check_max_offset(max_offset: int, model: ModelSpec) -> None:
+    if not 0 <= max_offset <= model.layers:
+        raise SpecError(f"--max-offset={max_offset} is not valid; expected an integer from 0 to the "
+                        f"{model.layers} layers of {model.name}")
+
+
+def console() -> Console:
+    """The console for human-readable output (stdout)."""
+    return Console(highlight=False)
+
+
+# -- strategies --------------------------------------------------------------------------------------------------
+def strategy_values(args: argparse.Namespace) -> dict[str, Any]:
+    """--strategy-file's keys, overridden by --strategy's."""
+    values = strategy_input.load_strategy_file(args.strategy_file) if args.strategy_file else {}
+    values.update(strategy_input.parse_strategy_string(args.strategy))
+    return values
+
+
+def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values: dict[str, Any]) -> Strategy:
+    """A checked Strategy from parsed keys: tp, pp, cp, ep, etp, vpp, mbs default to 1 and zero to 1; dp is the rest
+    of the GPUs, mbn the rest of the global batch; the schedule is the default for vpp. Every rule is the
+    rulebook's (ndcp.rules), so estimate accepts exactly what the search walks."""
+    v = dict(values)
+    for key in strategy_input.DEFAULT_ONE:
+        v.setdefault(key, 1)
+    check_given_degrees(model, cluster, run, v)
+    strategy_input.derive_batch_split(cluster, run, v)
+    v.setdefault("schedule", default_schedule(v["vpp"]))
+    v["recompute"] = strategy_input.recompute_plan(v.get("recompute", NO_RECOMPUTE))
+    if "layers_per_stage" in v:
+        v["layers_per_stage"] = tuple(v["layers_per_stage"])
+    strategy = Strategy(**v)
+    check_strategy(model, cluster, run, strategy)
+    return strategy
+
+
+__all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "UsageError", "InternalError", "Parser",
+           "Formatter", "subparser", "add_problem_arguments", "build_problem", "build_strategy", "strategy_values",
+           "console", "one_line", "gib_text"]

@@ -1,0 +1,54 @@
+"""`ndcp estimate`: memory per pipeline stage and step time of one given strategy."""
+from __future__ import annotations
+
+import argparse
+
+from ..estimate.memory import estimate_memory
+from ..estimate.time import estimate_time
+from ..report.jsonout import estimate_document
+from ..report.terminal import render_estimate
+from .common import EXIT_OK, add_problem_arguments, build_problem, build_strategy, console, strategy_values, subparser
+from .outputs import add_emit_arguments, add_json_argument, check_emit_arguments, emit_json, write_emitted
+
+EXAMPLE = ("ndcp estimate llama3-8b --device h100 --gpus 16 --global-batch 64 --seq-len 4096 \\\n"
+           "    --strategy tp=2,pp=2,mbs=1,zero=1,sp=on,recompute=selective\n"
+           "ndcp estimate gpt3-175b --device a100-80g --gpus 1024 --global-batch 1536 --seq-len 2048 \\\n"
+           "    --strategy tp=8,pp=16,mbs=1,sp=on,recompute=selective --memory-cap 75GB --json plan.json")
+
+
+def register(subparsers) -> None:
+    parser = subparser(
+        subparsers, "estimate", "memory and step time of one given strategy",
+        "Estimate per-device memory (per pipeline stage) and step time of one parallel strategy.\n\n"
+        "--strategy is comma-separated key=value over dp, tp, pp, cp, ep, etp, vpp, mbs, mbn, zero (0-3),\n"
+        "sp (on/off), recompute (none|selective|full) and schedule (1f1b|interleaved). Unspecified: tp, pp, cp,\n"
+        "ep, etp, vpp, mbs = 1, zero = 1, sp off, recompute none; dp = gpus / (tp*pp*cp); mbn = global batch /\n"
+        "(dp*mbs); schedule interleaved when vpp > 1. --strategy-file is a YAML with the same keys plus\n"
+        "`layers_per_stage: [...]` and `recompute: {stages: [{none: N, selective: N, full: N}, ...]}`;\n"
+        "keys given in --strategy override the file. Exit 0 even when the strategy does not fit.",
+        EXAMPLE)
+    add_problem_arguments(parser)
+    group = parser.add_argument_group("strategy")
+    group.add_argument("--strategy", metavar="K=V,...", default="",
+                       help="e.g. tp=8,pp=16,dp=8,mbs=1,vpp=1,zero=1,sp=on,recompute=selective")
+    group.add_argument("--strategy-file", metavar="PLAN.yaml", help="strategy as YAML (per-stage plans allowed)")
+    add_json_argument(parser)
+    add_emit_arguments(parser, "the strategy")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model, cluster, run_spec = build_problem(args)
+    strategy = build_strategy(model, cluster, run_spec, strategy_values(args))
+    memory = estimate_memory(model, cluster, run_spec, strategy)
+    time = estimate_time(model, cluster, run_spec, strategy)
+    doc = estimate_document(model, cluster, run_spec, strategy, memory, time)
+    check_emit_arguments(args, stdout_taken=getattr(args, "json", None) == "-")
+    if not emit_json(args, doc):
+        render_estimate(console(), model, cluster, run_spec, strategy, memory, time, [])
+    if args.emit:
+        write_emitted(args, model, run_spec, strategy)
+    return EXIT_OK
+
+
+__all__ = ["register", "run", "EXAMPLE"]

@@ -1,0 +1,90 @@
+"""The output options the commands share: --json, --emit/--emit-file and --plot, and who gets stdout.
+
+Every file goes through ndcp.report.output.write_output, so an unwritable path is one `ndcp: error:` line, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from ..report.emit import KINDS, emit
+from ..report.jsonout import write_json
+from ..report.output import STDOUT, write_output
+from ..specs.fields import SpecError
+from .common import one_line
+
+EMIT_KINDS = KINDS  # the emitters ndcp.report.emit has
+
+
+def add_json_argument(parser) -> None:
+    parser.add_argument("--json", metavar="PATH|-", dest="json",
+                        help="also write the result as JSON to PATH; `-` writes only the JSON to stdout")
+
+
+def emit_json(args: argparse.Namespace, doc: Any) -> bool:
+    """Write `doc` if --json was given. Returns True when it went to stdout (print nothing else there then)."""
+    path = getattr(args, "json", None)
+    if not path:
+        return False
+    write_json(doc, path)
+    return path == STDOUT
+
+
+def stdout_owners(args: argparse.Namespace) -> tuple[bool, bool]:
+    """(--json -, --csv -): which of them writes only its document to stdout; both at once is a user error."""
+    json_only, csv_only = getattr(args, "json", None) == STDOUT, getattr(args, "csv", None) == STDOUT
+    if json_only and csv_only:
+        raise SpecError("--json - and --csv - both write to stdout; give one of them a file path")
+    return json_only, csv_only
+
+
+# -- trainer configurations (search, estimate, recompute) --------------------------------------------------------
+def add_emit_arguments(parser, what: str) -> None:
+    parser.add_argument("--emit", choices=EMIT_KINDS,
+                        help=f"print the launch configuration of {what} for a trainer: Megatron-LM flags, a "
+                             "torchtitan TOML or a MindFormers YAML")
+    parser.add_argument("--emit-file", metavar="PATH", help="write the --emit configuration to PATH instead of stdout")
+
+
+def check_emit_arguments(args: argparse.Namespace, stdout_taken: bool) -> None:
+    emit_kind, emit_file = getattr(args, "emit", None), getattr(args, "emit_file", None)
+    if emit_file and not emit_kind:
+        raise SpecError("--emit-file needs --emit megatron|torchtitan|mindformers")
+    if emit_kind and not emit_file and stdout_taken:
+        raise SpecError("--emit writes to stdout, which --json -/--csv - already use; add --emit-file PATH")
+
+
+def write_emitted(args: argparse.Namespace, model, run, strategy) -> None:
+    """The --emit configuration of `strategy`, to --emit-file or stdout (its notes are comments at the top of the
+    text); with a file, the notes also go to stderr."""
+    emitted = emit(args.emit, model, run, strategy)
+    write_output(emitted.text, args.emit_file or STDOUT, "--emit-file")
+    if not args.emit_file:
+        return
+    print(f"ndcp: wrote the {args.emit} configuration to {args.emit_file}", file=sys.stderr)
+    for note in emitted.notes:
+        print(f"ndcp: note: {note}", file=sys.stderr)
+
+
+# -- plots (search, recompute) -----------------------------------------------------------------------------------
+def check_plot_path(path: str | None) -> None:
+    if path and Path(path).suffix.lower() not in (".png", ".svg"):
+        raise SpecError(f"--plot {path}: the file name must end in .png or .svg")
+
+
+def write_plot(path: str, draw: Callable[[str], Any]) -> None:
+    """Draw and write the plot (report.plots writes through write_output); matplotlib missing or a drawing
+    failure is a user error too."""
+    try:
+        draw(path)
+    except SpecError:
+        raise
+    except (RuntimeError, ValueError, OSError) as error:
+        raise SpecError(f"--plot {path}: {one_line(error)}") from None
+    print(f"ndcp: wrote the plot to {path}", file=sys.stderr)
+
+
+__all__ = ["add_json_argument", "emit_json", "stdout_owners", "EMIT_KINDS", "add_emit_arguments",
+           "check_emit_arguments", "write_emitted", "check_plot_path", "write_plot"]

@@ -1,0 +1,112 @@
+"""`ndcp recompute`: the memory-time frontier of one strategy's per-stage recompute plans."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..report.plots import plot_frontier
+from ..space import SearchSpace
+from ..specs.fields import SpecError
+from ..specs.strategy import RecomputePlan
+from ..specs.strategy_text import strategy_text
+from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, build_problem, build_strategy,
+                     check_max_offset, console, gib_text, int32, positive_int, positive_seconds, size_list,
+                     strategy_values, subparser, workers)
+from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
+                      stdout_owners, write_emitted, write_plot)
+
+EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 \\\n"
+           "    --strategy tp=2,pp=4,mbs=2,zero=1,sp=on\n"
+           "ndcp recompute llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192 \\\n"
+           "    --caps 40GiB,50GiB,60GiB,70GiB --emit megatron --json frontier.json")
+
+
+def register(subparsers) -> None:
+    parser = subparser(
+        subparsers, "recompute", "memory-time frontier of one strategy's recompute plans",
+        "For one strategy (degrees, SP and ZeRO fixed), the fastest per-stage recompute plan and layer partition\n"
+        "under a sweep of memory caps, each solved exactly by CP-SAT and verified with the full estimators.\n"
+        "Default caps: 12 from the least memory any plan needs up to the capacity (--memory-cap or the device).\n"
+        "Without --strategy, the strategy is the best `ndcp search --recompute uniform` finds.\n"
+        "Exit 0 when every cap has a plan, 1 when some cap is below the least memory, 2 for usage errors.",
+        EXAMPLE)
+    add_problem_arguments(parser)
+    group = parser.add_argument_group("strategy")
+    group.add_argument("--strategy", metavar="K=V,...", default="",
+                       help="as in `ndcp estimate` (its recompute is ignored); omitted: the best uniform search result")
+    group.add_argument("--strategy-file", metavar="PLAN.yaml", help="strategy as YAML")
+    group = parser.add_argument_group("frontier")
+    group.add_argument("--caps", metavar="SIZE,...", type=size_list,
+                       help="memory caps to solve under, e.g. 40GiB,50GiB,60GiB (default: 12 caps, least to capacity)")
+    group.add_argument("--points", metavar="N", type=positive_int, default=12, help="default caps (default 12)")
+    group.add_argument("--max-offset", metavar="N", type=int32, default=2,
+                       help="layers a stage may hold above or below the even partition (default 2)")
+    group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=10.0,
+                       help="CP-SAT time limit per plan solve (default 10)")
+    group.add_argument("--workers", metavar="N", type=workers, default=1, help="CP-SAT workers (default 1)")
+    group.add_argument("--seed", metavar="S", type=int32, default=0, help="CP-SAT random seed (default 0)")
+    group = parser.add_argument_group("output")
+    add_json_argument(group)
+    group.add_argument("--csv", metavar="PATH|-", help="also write the frontier as CSV; `-` writes only the CSV")
+    group.add_argument("--plot", metavar="PATH", help="plot step time vs cap (.png or .svg; needs matplotlib)")
+    add_emit_arguments(group, "the fastest plan of the frontier")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: the frontier and the search import OR-Tools (~1 s, measured), which
+    # `ndcp models`, `devices`, `estimate` and `validate` (~0.2 s each) should not pay for.
+    from ..report.frontier import frontier_document, render_frontier, write_frontier_csv
+    from ..solve.frontier import frontier
+    from ..solve.search import SearchOptions, search
+
+    model, cluster, run_spec = build_problem(args)
+    json_only, csv_only = stdout_owners(args)
+    check_max_offset(args.max_offset, model)
+    check_emit_arguments(args, stdout_taken=json_only or csv_only)
+    check_plot_path(args.plot)
+    capacity = run_spec.capacity(cluster.device.memory_bytes)
+    for cap in args.caps or ():
+        if cap <= 0 or cap > cluster.device.memory_bytes:
+            raise SpecError(f"--caps: {gib_text(cap)} is not valid; expected a size up to the {cluster.device.name} "
+                            f"device memory ({gib_text(cluster.device.memory_bytes)})")
+    space = SearchSpace(model, cluster, run_spec)
+    if args.strategy or args.strategy_file:
+        values = strategy_values(args)
+        values.pop("layers_per_stage", None)
+        values["recompute"] = "none"
+        strategy = build_strategy(model, cluster, run_spec, values)
+    else:
+        best = search(space, "uniform", SearchOptions(top=1, time_limit=60.0, seed=args.seed,
+                                                      workers=args.workers)).best
+        if best is None:
+            print("ndcp: infeasible: no uniform-recompute strategy fits; give one with --strategy", file=sys.stderr)
+            return EXIT_INFEASIBLE
+        strategy = best.strategy
+    result = frontier(space, strategy, caps=args.caps, max_cap=capacity, count=args.points,
+                      max_offset=args.max_offset, seconds=args.time_limit, seed=args.seed, workers=args.workers)
+    if args.csv:
+        write_frontier_csv(model, result, args.csv)
+    quiet = emit_json(args, frontier_document(model, result)) or csv_only
+    if not quiet:
+        header = strategy_text(strategy.with_(recompute=RecomputePlan()), experts_if_used=True)
+        render_frontier(console(), model, result, header)
+    if result.points and args.plot:
+        points = [(p.cap_bytes, p.peak_bytes, p.step_seconds) for p in result.points] + [
+            (c, None, None) for c in result.infeasible_caps]
+        write_plot(args.plot, lambda path: plot_frontier(points, path))
+    if result.points and args.emit:
+        write_emitted(args, model, run_spec, result.points[-1].strategy)
+    if result.least_bytes is None:
+        print(f"ndcp: infeasible: no recompute plan of this strategy fits under "
+              f"{gib_text(max(args.caps or [capacity]))}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    if result.infeasible_caps:
+        caps = ", ".join(gib_text(c) for c in result.infeasible_caps)
+        print(f"ndcp: infeasible: cap {caps} is below the least memory any recompute plan of this strategy needs "
+              f"({gib_text(result.least_bytes)})", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+__all__ = ["register", "run", "EXAMPLE"]

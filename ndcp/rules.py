@@ -1,0 +1,236 @@
+"""The rulebook: every validity rule a strategy must satisfy, written once.
+
+The space walk (space.py) applies each rule at the loop level where the degrees it reads are known and counts
+refusals under the rule's name; `check` applies all of them to one strategy (`ndcp estimate`, `ndcp validate`,
+strategy files) and names the first broken rule's field, value and what would be valid. So search and estimate agree
+by construction (tests/test_rules.py checks it on random strategies). A schedule's own rules (interleaving's layer
+and micro-batch divisibility) live in its module under ndcp/schedules and are applied through the `schedule` rule.
+
+Search restrictions are not validity rules: --fix/--max bounds, tp x cp within a node, the vpp range searched
+(space.py, SpaceOptions) narrow what is searched; a strategy outside them is still valid for `estimate`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .schedules import SCHEDULES, Refusal, default_schedule
+from .specs.device import ClusterSpec
+from .specs.fields import SpecError, divisors
+from .specs.model import ModelSpec
+from .specs.run import RunSpec
+from .specs.strategy import Strategy, default_partition
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the rules read besides the strategy."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    run: RunSpec
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One named rule: the walk level where it applies (the last of the degrees it reads to be chosen) and a
+    function of the problem and the degrees known so far, returning a Refusal when the rule is broken."""
+
+    name: str
+    requires: str  # shown in reports
+    level: str  # tp | pp | cp | dp | mbs | ep | etp | vpp | strategy (only for a whole strategy)
+    broken: Callable[[Problem, dict], Refusal | None]
+
+
+def _refuse(name: str, field: str, ok: bool, valid: Callable[[], str]) -> Refusal | None:
+    return None if ok else Refusal(name, field, valid())
+
+
+def _tp_heads(p: Problem, d: dict) -> Refusal | None:
+    m, tp = p.model, d["tp"]
+    return _refuse("tp_heads", "tp", m.heads % tp == 0 and m.num_kv_heads % tp == 0, lambda: (
+        f"must divide {m.heads} attention heads and {m.num_kv_heads} KV heads; valid tp: "
+        + ", ".join(str(v) for v in divisors(m.heads) if m.num_kv_heads % v == 0)))
+
+
+def _devices(p: Problem, d: dict) -> Refusal | None:
+    n, product = p.cluster.count, d["dp"] * d["tp"] * d["pp"] * d["cp"]
+    return _refuse("devices", "dp", product == n, lambda: (
+        f"dp*tp*pp*cp = {product} must equal --gpus {n} (tp={d['tp']}, pp={d['pp']}, cp={d['cp']})"))
+
+
+def _batch_split(p: Problem, d: dict) -> Refusal | None:
+    gbs, product = p.run.global_batch, d["dp"] * d["mbs"] * d["mbn"]
+    return _refuse("batch_split", "mbn", product == gbs, lambda: (
+        f"dp*mbs*mbn = {product} must equal the global batch {gbs}"))
+
+
+def _pp_layers(p: Problem, d: dict) -> Refusal | None:
+    return _refuse("pp_layers", "pp", d["pp"] <= p.model.layers, lambda: f"pp must be <= {p.model.layers} layers")
+
+
+def _cp_sequence(p: Problem, d: dict) -> Refusal | None:
+    cp, seq = d["cp"], p.run.seq_len
+    return _refuse("cp_sequence", "cp", cp == 1 or seq % (2 * cp) == 0,
+                   lambda: f"the sequence ({seq}) must be divisible by 2*cp")
+
+
+def _global_batch(p: Problem, d: dict) -> Refusal | None:
+    gbs = p.run.global_batch
+    return _refuse("global_batch", "dp", gbs % d["dp"] == 0, lambda: f"must divide the global batch {gbs}")
+
+
+def _mbn_pp(p: Problem, d: dict) -> Refusal | None:
+    return _refuse("mbn_pp", "mbn", d["mbn"] >= d["pp"], lambda: f"micro-batches per step must be >= pp = {d['pp']}")
+
+
+def _moe_dims(p: Problem, d: dict) -> Refusal | None:
+    return _refuse("moe_dims", "ep", p.model.moe is not None or (d["ep"] == 1 and d.get("etp", 1) == 1),
+                   lambda: "ep and etp must be 1 on a dense model")
+
+
+def _ep_experts(p: Problem, d: dict) -> Refusal | None:
+    moe = p.model.moe
+    return _refuse("ep_experts", "ep", moe is None or moe.experts % d["ep"] == 0,
+                   lambda: f"must divide {moe.experts} routed experts")
+
+
+def _ep_ranks(p: Problem, d: dict) -> Refusal | None:
+    ranks = d["dp"] * d["cp"]
+    return _refuse("ep_ranks", "ep", ranks % d["ep"] == 0, lambda: f"must divide dp*cp = {ranks}")
+
+
+def _etp_tp(p: Problem, d: dict) -> Refusal | None:
+    return _refuse("etp_tp", "etp", d["tp"] % d["etp"] == 0, lambda: f"must divide tp = {d['tp']}")
+
+
+def _schedule(p: Problem, d: dict) -> Refusal | None:
+    """The named schedule exists and runs vpp chunks; then the schedule's own rules (ndcp/schedules)."""
+    name = d.get("schedule") or default_schedule(d["vpp"])
+    if name not in SCHEDULES:
+        return Refusal("schedule", "schedule", "valid: " + ", ".join(SCHEDULES))
+    schedule = SCHEDULES[name]
+    if not schedule.accepts_vpp(d["vpp"]):
+        return Refusal("schedule", "vpp", f"schedule {name} does not run vpp={d['vpp']} chunks per stage; "
+                                          f"vpp={d['vpp']} runs {default_schedule(d['vpp'])}")
+    return schedule.refusal(p.model.layers, d["pp"], d["vpp"], d.get("mbn"), bool(d.get("layers_per_stage")))
+
+
+def sp_allowed(sp: bool, tp: int) -> bool:
+    """Sequence parallelism splits what tensor parallelism replicates: it needs tp > 1."""
+    return not sp or tp > 1
+
+
+def _sp_tp(p: Problem, d: dict) -> Refusal | None:
+    return _refuse("sp_tp", "sp", sp_allowed(d["sp"], d["tp"]), lambda: "sequence parallelism needs tp > 1")
+
+
+def _partition(p: Problem, d: dict) -> Refusal | None:
+    layers, total = p.model.layers, sum(d["layers_per_stage"] or (p.model.layers,))
+    return _refuse("partition", "layers_per_stage", total == layers,
+                   lambda: f"sums to {total}; it must sum to {layers} layers")
+
+
+def _recompute_stages(p: Problem, d: dict) -> Refusal | None:
+    """A per-stage recompute plan names as many layers per virtual stage as the partition puts there."""
+    plan = d["recompute"]
+    if plan.is_uniform:
+        return None
+    layers = d["layers_per_stage"] or default_partition(p.model.layers, d["pp"] * d["vpp"])
+    for i, (stage, n) in enumerate(zip(plan.stages, layers)):
+        if stage.layers != n:
+            return Refusal("recompute_stages", "recompute",
+                           f"recompute.stages[{i}] covers {stage.layers} layers but virtual stage {i} holds {n} "
+                           f"(partition {list(layers)})")
+    return None
+
+
+# In the walk's loop order (TP -> PP -> CP -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains satisfy by
+# construction (devices, batch_split, ep_experts, etp_tp, moe_dims: dp and mbn are derived, ep and etp range over
+# divisors) are checked on whole strategies only; they are listed at the level where they would apply.
+RULEBOOK: tuple[Rule, ...] = (
+    Rule("tp_heads", "tp divides the attention heads and the KV heads", "tp", _tp_heads),
+    Rule("sp_tp", "sequence parallelism only with tp > 1", "strategy", _sp_tp),
+    Rule("pp_layers", "pp <= layers / vpp", "pp", _pp_layers),
+    Rule("cp_sequence", "sequence divisible by 2 x cp (load-balanced ring attention)", "cp", _cp_sequence),
+    Rule("devices", "dp x tp x pp x cp = GPUs", "strategy", _devices),
+    Rule("global_batch", "dp x mbs divides the global batch", "dp", _global_batch),
+    Rule("batch_split", "dp x mbs x mbn = global batch", "strategy", _batch_split),
+    Rule("mbn_pp", "micro-batches per step >= pp", "mbs", _mbn_pp),
+    Rule("moe_dims", "ep = etp = 1 on dense models", "strategy", _moe_dims),
+    Rule("ep_experts", "ep divides the routed experts", "strategy", _ep_experts),
+    Rule("ep_ranks", "ep divides dp x cp (experts spread over data ranks)", "ep", _ep_ranks),
+    Rule("etp_tp", "etp divides tp", "strategy", _etp_tp),
+    Rule("schedule", "a known schedule that runs vpp chunks per stage, and its own rules", "vpp", _schedule),
+    Rule("partition", "layers per stage sum to the model's layers", "strategy", _partition),
+    Rule("recompute_stages", "a per-stage recompute plan covers each stage's layers", "strategy", _recompute_stages),
+)
+LEVEL_RULES = {level: tuple(r for r in RULEBOOK if r.level == level)
+               for level in ("tp", "pp", "cp", "dp", "mbs", "ep", "etp", "vpp")}
+
+# Every refusal name a report can show -> what it requires: the rules, each schedule's rules, search restrictions.
+RESTRICTIONS = {
+    "tp_cp_node": "tp x cp within the bound (default: tp within a node)",
+    "fixed": "pinned by --fix",
+    "bounded": "above a --max bound",
+}
+RULES: dict[str, str] = {r.name: r.requires for r in RULEBOOK}
+for _schedule_rules in (s.rules for s in SCHEDULES.values()):
+    RULES.update(_schedule_rules)
+RULES.update(RESTRICTIONS)
+
+
+def first_refusal(problem: Problem, level: str, degrees: dict) -> Refusal | None:
+    """The first rule of one walk level that the degrees known so far break."""
+    for rule in LEVEL_RULES[level]:
+        refusal = rule.broken(problem, degrees)
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def strategy_degrees(strategy: Strategy) -> dict:
+    """What the rules read of a whole strategy."""
+    s = strategy
+    return {"tp": s.tp, "pp": s.pp, "cp": s.cp, "dp": s.dp, "ep": s.ep, "etp": s.etp, "vpp": s.vpp, "mbs": s.mbs,
+            "mbn": s.mbn, "sp": s.sp, "schedule": s.schedule, "layers_per_stage": s.layers_per_stage,
+            "recompute": s.recompute}
+
+
+def strategy_refusal(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> Refusal | None:
+    """The first rule of the rulebook the strategy breaks, or None."""
+    problem, degrees = Problem(model, cluster, run), strategy_degrees(strategy)
+    for rule in RULEBOOK:
+        refusal = rule.broken(problem, degrees)
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def refusal_error(refusal: Refusal, degrees: dict) -> SpecError:
+    """The user error of a broken rule: the field, its value, and what would be valid."""
+    value = degrees[refusal.field]
+    shown = (list(value) if isinstance(value, tuple) else "on" if value is True
+             else "per-stage" if refusal.field == "recompute" else value)
+    return SpecError(f"{refusal.field}={shown} is not valid: {refusal.message}")
+
+
+def check_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> None:
+    """Raise a SpecError naming the first rule the strategy breaks: its field, value, and what would be valid."""
+    refusal = strategy_refusal(model, cluster, run, strategy)
+    if refusal is not None:
+        raise refusal_error(refusal, strategy_degrees(strategy))
+
+
+def check_given_degrees(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degrees: dict) -> None:
+    """Before dp and mbn are derived from them: the rules of the tp, pp and cp levels (so `tp=3` is told it must
+    divide the heads, not that dp cannot take the rest)."""
+    problem = Problem(model, cluster, run)
+    for level in ("tp", "pp", "cp"):
+        refusal = first_refusal(problem, level, degrees)
+        if refusal is not None:
+            raise refusal_error(refusal, degrees)
+
+
+__all__ = ["RULEBOOK", "RULES", "Rule", "Problem", "first_refusal", "check_strategy", "strategy_refusal",
+           "strategy_degrees", "sp_allowed", "refusal_error", "check_given_degrees"]

@@ -1,0 +1,24 @@
+"""Pipeline schedules: one module each, registered here (adding one = its module, a line below, and its tests)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .base import LinearPipeline, Refusal, Schedule
+from .interleaved import Interleaved
+from .one_f_one_b import OneFOneB
+
+SCHEDULES: dict[str, Schedule] = {s.name: s for s in (OneFOneB(), Interleaved())}
+
+
+def schedule_named(name: str) -> Schedule:
+    """The registered schedule of this name (names are validated by the rulebook before they get here)."""
+    return SCHEDULES[name]
+
+
+@lru_cache(maxsize=None)
+def default_schedule(vpp: int) -> str:
+    """The schedule a strategy runs when none is named: the first registered one that runs `vpp` chunks."""
+    return next(name for name, s in SCHEDULES.items() if s.accepts_vpp(vpp))
+
+
+__all__ = ["SCHEDULES", "Schedule", "Refusal", "LinearPipeline", "schedule_named", "default_schedule"]

@@ -1,0 +1,43 @@
+"""Interleaved 1F1B: each device stage holds vpp model chunks (virtual stage v on device stage v % pp), dividing the
+fill/drain bubble by vpp (Narayanan et al. 2021 §2.2.2; Megatron-LM schedules.py; docs/formulas.md §4)."""
+from __future__ import annotations
+
+from .base import LinearPipeline, Refusal, Schedule
+
+
+class Interleaved(Schedule):
+    name = "interleaved"
+    rules = {"vpp_layers": "interleaving needs pp > 1 and layers divisible by pp x vpp (or an explicit partition)",
+             "vpp_mbn": "interleaving needs mbn a multiple of pp"}
+    trainer_names = {"torchtitan": "Interleaved1F1B"}  # torchtitan pipeline_parallel_schedule; Megatron and
+    # MindFormers interleave when given virtual stages (--num-layers-per-virtual-pipeline-stage, pp_interleave_num)
+
+    def accepts_vpp(self, vpp: int) -> bool:
+        return vpp > 1
+
+    def refusal(self, layers: int, pp: int, vpp: int, mbn: int | None, explicit_partition: bool = False
+                ) -> Refusal | None:
+        if pp == 1:
+            return Refusal("vpp_layers", "vpp", "interleaving (vpp > 1) needs pp > 1")
+        # An even split needs the layers divisible by pp*vpp; an explicit partition is any layout of at least one
+        # layer per virtual stage (Megatron-LM --pipeline-model-parallel-layout, core_r0.13).
+        if layers % (pp * vpp) and not explicit_partition:
+            return Refusal("vpp_layers", "vpp", f"interleaving needs {layers} layers divisible by pp*vpp = "
+                                                  f"{pp * vpp}, or an explicit layers_per_stage")
+        if mbn is not None and mbn % pp:
+            return Refusal("vpp_mbn", "mbn", f"interleaving needs mbn a multiple of pp = {pp}")
+        return None
+
+    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> int:
+        """(pp - stage - 1) x 2 + (vpp - 1) x pp warm-up chunk forwards (capped at all mbn x vpp chunks) plus one
+        (Megatron-LM schedules.py, get_num_warmup_microbatches); on stage 0 that is pp x vpp x (1 + (pp - 1) /
+        (pp x vpp)) chunks, Korthikanti et al. 2022's interleaving factor."""
+        warmup = min((pp - stage - 1) * 2 + (vpp - 1) * pp, mbn * vpp)
+        return min(warmup + 1, mbn * vpp)
+
+    def pipeline_seconds(self, stage_sum, stage_max, mbn: int, vpp: int):
+        """1F1B's path with the fill/drain bubble divided by vpp (Narayanan §2.2.2)."""
+        return mbn * stage_max + (stage_sum - stage_max) / vpp
+
+    def linear_pipeline(self, mbn: int, vpp: int) -> LinearPipeline:
+        return LinearPipeline(slowest_weight=vpp * mbn - 1, sum_weight=1, divisor=vpp)

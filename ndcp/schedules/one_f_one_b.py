@@ -1,0 +1,30 @@
+"""1F1B (PipeDream-Flush): one forward, one backward per micro-batch after a warm-up (Narayanan et al. 2021 §2.2.1;
+docs/formulas.md §4)."""
+from __future__ import annotations
+
+from .base import LinearPipeline, Refusal, Schedule
+
+
+class OneFOneB(Schedule):
+    name = "1f1b"
+    rules: dict[str, str] = {}
+    trainer_names = {"torchtitan": "1F1B"}  # Megatron and MindFormers run it when pp > 1 without virtual stages
+
+    def accepts_vpp(self, vpp: int) -> bool:
+        return vpp == 1
+
+    def refusal(self, layers: int, pp: int, vpp: int, mbn: int | None, explicit_partition: bool = False
+                ) -> Refusal | None:
+        return None  # runs any shape the general rules allow
+
+    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> int:
+        """pp - stage - 1 warm-up forwards, then one more forward before the first backward (Megatron-LM
+        schedules.py, forward_backward_pipelining_without_interleaving): min(pp - stage, mbn) micro-batches live."""
+        return min(pp - stage, mbn)
+
+    def pipeline_seconds(self, stage_sum, stage_max, mbn: int, vpp: int):
+        """One micro-batch through every stage plus (mbn - 1) x the slowest stage (Narayanan §2.2.1)."""
+        return mbn * stage_max + (stage_sum - stage_max)
+
+    def linear_pipeline(self, mbn: int, vpp: int) -> LinearPipeline:
+        return LinearPipeline(slowest_weight=mbn - 1, sum_weight=1, divisor=1)

@@ -1,0 +1,204 @@
+"""Per-layer recompute and layer partition decided jointly with the degrees (docs/solver.md §3.3), proven: each
+visited batch item's plan sub-models (recompute.PlanModel) are solved exactly by CP-SAT and their plans verified with
+the full estimators, until the K-th best verified step time is <= the bound of everything not yet solved."""
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import replace
+
+from ..space import SearchSpace
+from ..specs.strategy import RECOMPUTE_MODES
+from .coefficients import inner_choices
+from .context import SearchContext, with_max_offset
+from .items import READY, bounded_items, explain_memory, tighten, unsolved
+from .recompute import PlanModel, PlanTimeout
+from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
+from .uniform import uniform_search
+
+# Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
+# verified one by more than the plan model's rounding (each time coefficient floored to 1e-6 of the step;
+# PlanSolution says by how much at most) or this fraction, whichever is larger: plans are proven optimal within that
+# tolerance.
+PLAN_TOLERANCE = 1e-4
+
+
+def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
+                max_offset: int | None = None, progress=None) -> SearchResult:
+    """Per-layer recompute and layer partition decided jointly with the degrees (approach C, docs/solver.md §3.3).
+
+    Batch items are visited in order of a lower bound valid for every plan (no recompute, balanced stages). Each
+    visited item's plan sub-model (recompute.PlanModel, one per SP setting) is solved exactly by CP-SAT; its optimum
+    bounds every remaining plan of that (item, SP), and its plan is verified with the full estimators. When the
+    verified time exceeds the bound by more than the tolerance (the model's rounding, at least PLAN_TOLERANCE) or
+    the plan does not fit, the sub-model is solved again without the verified plans (a no-good cut) as long as its
+    bound could still beat that item's best. The search stops when the K-th best verified step time is
+    <= the bound of every item not yet visited and every sub-model not yet exhausted: that is the certificate.
+    One strategy per (item, SP): its best plan and ZeRO stage. Uneven partitions within the space's
+    options.max_offset (`max_offset`, when given, replaces it: kept for callers not yet passing it in SpaceOptions).
+    """
+    ctx = SearchContext.begin(with_max_offset(space, max_offset), top, time_limit, seed, workers, progress)
+    walk, result, bounds = bounded_items(ctx, "cp-sat per-layer")
+    if bounds is None:
+        return result
+    verifier = _PlanVerifier(ctx)
+    # Uniform plans are per-layer plans too: the proven uniform top K seeds the incumbents, so the answer is never
+    # slower than the best uniform plan and most items are cut by their bounds at once.
+    uniform = uniform_search(replace(ctx, deadline=ctx.start + time_limit / 2, progress=None), walk,
+                             unsolved("cp-sat", result.space_size, walk), list(bounds))
+    verifier.add_verified(uniform.strategies)
+    # Ctrl-C during the uniform search stops this one too
+    next_bound, interrupted = _visit(ctx, walk.batches, bounds, verifier, result, uniform.interrupted)
+    ranked = verifier.ranked()
+    certified = verifier.certified(next_bound) and not verifier.unproven and not interrupted
+    if ranked:
+        result.status = "optimal" if certified else "feasible"
+    elif ctx.expired() or verifier.unproven or interrupted:
+        result.status = "feasible"
+    if interrupted:
+        result.explanation, result.interrupted = "interrupted", True
+    result.lower_bound_seconds = min(next_bound, verifier.least_pending(), *verifier.unproven,
+                                     ranked[0].step_seconds if ranked else float("inf"))
+    result.solver_calls = verifier.solves  # the plan sub-models' solves (the uniform search's are not counted)
+    result.verified = verifier.count + uniform.verified
+    if result.status == "infeasible":
+        explain_memory(ctx.space, walk, result)
+    return finish(result, ctx.start, ranked, verifier.misses, ctx.top, verifier.seconds)
+
+
+def _visit(ctx: SearchContext, items, bounds: list[float], verifier: _PlanVerifier, result: SearchResult,
+           interrupted: bool) -> tuple[float, bool]:
+    """Visit the items in bound order, solving each one's plan sub-models, until the certificate holds, the time
+    runs out or Ctrl-C: (the least bound of any item not yet visited, interrupted)."""
+    space = ctx.space
+    # Items wait in a queue ordered by their bound: an item reaching the front below level READY gets its next,
+    # tighter bound (`tighten`) and is queued again; reaching the front at READY, its plans are solved.
+    queue = [(bound, i, 0) for i, bound in enumerate(bounds)]
+    heapq.heapify(queue)
+    inner, zeros = inner_choices(space)
+    sps = sorted({sp for sp, _ in inner})
+    next_bound = queue[0][0]  # the least bound of any item not yet visited (kept up to date by the loop)
+    try:
+        while queue and not interrupted:
+            next_bound, i, level = queue[0]
+            verifier.settle(next_bound)
+            if verifier.certified(next_bound) or ctx.expired():
+                break
+            heapq.heappop(queue)
+            if level < READY:
+                tighter = tighten(space, items[i], level, next_bound)
+                if tighter is not None:
+                    heapq.heappush(queue, (tighter, i, level + 1))
+                continue
+            layout, mbs, mbn = items[i]
+            for sp in (s for s in sps if not s or layout.tp > 1):
+                plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros)
+                verifier.solve(plan, _degree_key(plan.base), (), next_bound)
+            result.expanded += 1
+            if ctx.progress is not None:
+                best = verifier.ranked()[0].step_seconds if verifier.best else None
+                ctx.progress(Progress("solving per-stage recompute plans", ctx.elapsed(), best,
+                                      min(next_bound, verifier.least_pending()), verifier.count))
+        if not queue:
+            next_bound = float("inf")
+        if not interrupted:
+            verifier.settle(next_bound)
+    except KeyboardInterrupt:  # like the time limit: the best verified so far with the proven bound
+        interrupted = True
+    return next_bound, interrupted
+
+
+def _degree_key(strategy) -> tuple:
+    """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry."""
+    s = strategy
+    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp)
+
+
+class _PlanVerifier:
+    """Plans from the sub-models, verified with the full estimators in order of their bounds; sub-models whose
+    bound could still beat their item's best are solved again without the plans already verified."""
+
+    def __init__(self, ctx: SearchContext):
+        self.ctx, self.space, self.top = ctx, ctx.space, ctx.top
+        self.capacity = ctx.space.run.capacity(ctx.space.cluster.device.memory_bytes)
+        self.pending: list[tuple] = []  # (bound, sequence, action, payload)
+        self.best: dict[tuple, Evaluated] = {}  # (item, sp) -> best verified plan that fits
+        self.misses: list[Evaluated] = []
+        self.unproven: list[float] = []  # bounds of sub-models stopped by the time limit
+        self.count = self.solves = self.sequence = 0
+        self.seconds = 0.0
+
+    def add_verified(self, strategies: list[Evaluated]) -> None:
+        """Verified strategies found elsewhere (the uniform search) enter the ranking."""
+        for evaluated in strategies:
+            key = _degree_key(evaluated.strategy)
+            if key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
+                self.best[key] = evaluated
+
+    def _push(self, bound: float, action: str, payload) -> None:
+        self.sequence += 1
+        heapq.heappush(self.pending, (bound, self.sequence, action, payload))
+
+    def solve(self, plan: PlanModel, key: tuple, exclude: tuple, floor: float) -> None:
+        """Solve a sub-model whose plans are proven no faster than `floor` seconds (kept as unproven on a timeout).
+        Only a plan that could enter the top K matters: the K-th best verified time cuts the sub-model off."""
+        self.solves += 1
+        try:
+            solution = plan.solve(self.capacity, self.ctx.left(), self.ctx.seed, self.ctx.workers, exclude,
+                                  cutoff_seconds=self.kth() * (1 + TIE))
+        except (PlanTimeout, KeyboardInterrupt) as stop:
+            self.unproven.append(floor)  # nothing known of this sub-model beyond its bound
+            if isinstance(stop, KeyboardInterrupt):
+                raise
+            return
+        if solution is None:
+            return
+        if not solution.proven:
+            self.unproven.append(solution.bound_seconds)
+        self._push(solution.bound_seconds, "verify", (plan, key, exclude + (solution.assignment,), solution))
+
+    def ranked(self) -> list[Evaluated]:
+        return sorted(self.best.values(), key=Evaluated.rank_key)
+
+    def least_pending(self) -> float:
+        return self.pending[0][0] if self.pending else float("inf")
+
+    def kth(self) -> float:
+        ranked = self.ranked()
+        return ranked[self.top - 1].step_seconds if len(ranked) >= self.top else float("inf")
+
+    def settle(self, bound: float) -> None:
+        """Process pending work whose bound could still matter: below the K-th best, or below `bound`."""
+        while self.pending and (self.pending[0][0] <= self.kth() * (1 + TIE) or self.pending[0][0] <= bound):
+            if self.ctx.expired():
+                return
+            lower, _, action, payload = heapq.heappop(self.pending)
+            try:
+                self._process(lower, action, *payload)
+            except KeyboardInterrupt:
+                self.unproven.append(lower)  # popped but not processed: only its bound is known
+                raise
+
+    def _process(self, lower: float, action: str, plan: PlanModel, key: tuple, exclude: tuple, solution) -> None:
+        """Re-solve a sub-model without its verified plans, or verify a plan (and queue a re-solve if needed)."""
+        if action == "resolve":
+            if key not in self.best or self.best[key].step_seconds > lower + solution:
+                self.solve(plan, key, exclude, lower)
+            return
+        t0 = time.perf_counter()
+        evaluated = evaluate(self.space, solution.strategy)
+        self.seconds += time.perf_counter() - t0
+        self.count += 1
+        if not evaluated.fits:
+            self.misses.append(evaluated)
+        elif key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
+            self.best[key] = evaluated
+        # Another plan of these degrees could still be faster by more than the tolerance (the model's rounding,
+        # at least PLAN_TOLERANCE), or this one does not fit: solve again without the plans verified so far.
+        slack = max(solution.rounding_seconds, PLAN_TOLERANCE * lower)
+        if not evaluated.fits or evaluated.step_seconds > lower + slack:
+            self._push(lower, "resolve", (plan, key, exclude, slack))
+
+    def certified(self, next_bound: float) -> bool:
+        kth = self.kth()
+        return kth <= next_bound * (1 + TIE) and kth <= self.least_pending() * (1 + TIE)

@@ -1,0 +1,244 @@
+"""CP-SAT search with a proof (uniform recompute): solve the relaxation, then verify its points in objective order
+with the full estimators until the K-th best verified step time is <= the relaxation's bound on everything not yet
+verified.
+
+Every point the model has not produced has a relaxation objective above the enumerated band, and the relaxation is
+never above the full estimators, so when the stop rule holds no unverified strategy can enter the top K: that is the
+optimality certificate. A time limit returns the best verified strategies with the proven bound and the gap.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import replace
+
+from ..space import SearchSpace
+from .coefficients import expand_item, inner_choices
+from .context import SearchContext, with_max_offset
+from .cpsat import TIME_UNIT, Point, StrategyModel
+from .items import READY, bounded_items, explain_memory, tighten
+from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
+
+BAND_GROWTH = 0.005  # the first band above the optimum spans 0.5 % of it; each further band doubles the width
+BAND_POINTS = 256  # a band holding more points than this is narrowed before it is enumerated in full
+
+
+def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
+                 progress=None) -> SearchResult:
+    """The `top` fastest strategies of the space that fit (uniform recompute), proven: `optimal` when the
+    certificate completes, `feasible` with the proven bound at the time limit or on Ctrl-C, `infeasible` with why.
+    Deterministic for a given seed and worker count. Uniform plans keep the default partition (the space's
+    max_offset is not used)."""
+    ctx = SearchContext.begin(with_max_offset(space, 0), top, time_limit, seed, workers, progress)
+    walk, result, bounds = bounded_items(ctx, "cp-sat")
+    if bounds is None:
+        return result
+    return uniform_search(ctx, walk, result, bounds)
+
+
+def uniform_search(ctx: SearchContext, walk, result: SearchResult, bounds: list[float]) -> SearchResult:
+    """cpsat_search once its items are bounded (plan_search hands over its own bounds: any valid bound will do)."""
+    return _UniformSearch(replace(ctx, space=with_max_offset(ctx.space, 0)), walk, result, bounds).run()
+
+
+class _UniformSearch:
+    """One search: the relaxation, the expander and verifier working on it, and the proven lower bound on
+    everything not yet verified (`known`, seconds), kept up to date for an interrupted search."""
+
+    def __init__(self, ctx: SearchContext, walk, result: SearchResult, bounds: list[float]):
+        space = ctx.space
+        self.ctx, self.walk, self.result = ctx, walk, result
+        self.model = StrategyModel(bounds, space.run.capacity(space.cluster.device.memory_bytes), ctx.seed,
+                                   ctx.workers)
+        self.expander = _Expander(ctx, walk.batches, self.model, bounds)
+        self.verifier = _Verifier(ctx, walk.batches)
+        self.known = min(bounds)
+
+    def run(self) -> SearchResult:
+        try:
+            return self._search()
+        except KeyboardInterrupt:  # Ctrl-C: like the time limit, the best verified so far with the proven bound
+            result = self.result
+            result.status, result.explanation, result.interrupted = "feasible", "interrupted", True
+            result.lower_bound_seconds = min(self.known, self.verifier.lower_bound(float("inf")))
+            return self._finish()
+
+    def _finish(self) -> SearchResult:
+        verifier = self.verifier
+        self.result.expanded = self.expander.next
+        self.result.verified = verifier.count
+        return finish(self.result, self.ctx.start, verifier.fitting, verifier.misses, verifier.top, verifier.seconds)
+
+    def _search(self) -> SearchResult:
+        """The optimum of the relaxation, then bands until the certificate holds."""
+        result = self.result
+        status, best, bound = self._optimum()
+        if best is None:
+            if status == "INFEASIBLE":
+                explain_memory(self.ctx.space, self.walk, result)
+            else:
+                result.status, result.explanation = "feasible", "time limit reached before any solution"
+            return finish(result, self.ctx.start)
+        if status != "OPTIMAL" or not best.expanded:
+            if best.expanded:
+                self.verifier.verify(best)
+            result.status, result.lower_bound_seconds = "feasible", bound * TIME_UNIT
+            return self._finish()
+        return self._bands(bound)
+
+    def _optimum(self) -> tuple[str, Point | None, int | None]:
+        """(status, best point, proven bound in units) of the relaxation, solved again with more items expanded
+        until its optimum is an expanded item (or the time runs out)."""
+        ctx, expander = self.ctx, self.expander
+        expander.expand_cheapest(max(ctx.top, 4))
+        while True:
+            status, best, bound = self.model.optimize(ctx.left())
+            self.result.solver_calls += 1
+            if bound is not None:
+                self.known = bound * TIME_UNIT
+            if best is None or best.expanded or status != "OPTIMAL" or ctx.left() <= 0:
+                return status, best, bound
+            expander.expand_up_to(best.bound, at_least=expander.next)  # doubling: few solver calls if bounds are loose
+
+    def _bands(self, bound: int) -> SearchResult:
+        """Enumerate the model's points band by band above its optimum `bound`, verifying them, until the K-th best
+        verified time is <= the bound on everything outside (or the time runs out)."""
+        ctx, model, expander, verifier, result = self.ctx, self.model, self.expander, self.verifier, self.result
+        low, high, complete, bands, limit = bound, bound, True, 0, BAND_POINTS
+        while True:
+            points, state = model.enumerate_band(low, high, ctx.left(), limit)
+            result.solver_calls += 1
+            complete = state != "timeout" and ctx.left() > 0
+            if not complete:
+                break
+            if state == "overflow":  # too many points at once: a narrower band (or, if it cannot narrow, a larger one)
+                if high > low:
+                    high = low + (high - low) // 4
+                else:
+                    limit *= 4
+                continue
+            pending = [p.bound for p in points if not p.expanded]
+            if pending:  # unexpanded items reach into the band: give them exact coefficients, enumerate it again
+                expander.expand_up_to(high)
+                continue
+            verifier.push(points)
+            verifier.verify_until()
+            if ctx.progress is not None:
+                best = verifier.fitting[0].step_seconds if verifier.fitting else None
+                ctx.progress(Progress("verifying the solver's best strategies", ctx.elapsed(), best,
+                                      verifier.lower_bound((high + 1) * TIME_UNIT), verifier.count))
+            if verifier.certified((high + 1) * TIME_UNIT) or high >= model.max_objective():
+                break
+            low, high = high + 1, max(high + 1, int(bound * (1 + BAND_GROWTH * 2 ** bands)))
+            self.known = low * TIME_UNIT
+            bands += 1
+        outside = (high + 1) * TIME_UNIT if complete else low * TIME_UNIT
+        result.status = ("optimal" if complete else "feasible") if verifier.fitting else (
+            "infeasible" if complete else "feasible")
+        result.lower_bound_seconds = verifier.lower_bound(outside)
+        if not verifier.fitting and complete:
+            explain_memory(ctx.space, self.walk, result)
+        return self._finish()
+
+
+class _Expander:
+    """Gives items exact coefficients, least lower bound first. An item reaching the front below level READY gets
+    its next, tighter bound (`tighten`; the memory-aware ones are valid for uniform plans too) and waits again with
+    it; an item that cannot fit even with full recompute leaves the model. Reaching the front at READY, it is
+    expanded."""
+
+    def __init__(self, ctx: SearchContext, items, model: StrategyModel, seconds: list[float]):
+        self.space, self.items, self.model, self.deadline = ctx.space, items, model, ctx.deadline
+        self.seconds = list(seconds)  # each item's current bound in seconds (the model holds it in units)
+        self.queue = [(b, i, 0) for i, b in enumerate(model.bounds) if b is not None]
+        heapq.heapify(self.queue)
+        self.next = 0  # items expanded
+
+    def _front(self) -> int | None:
+        """The least bound of an item still waiting (tightened ones included), or None."""
+        return self.queue[0][0] if self.queue else None
+
+    def _step(self) -> bool:
+        """Tighten or expand the item at the front; True when an item was expanded."""
+        bound, i, level = heapq.heappop(self.queue)
+        if level < READY:
+            tighter = tighten(self.space, self.items[i], level, self.seconds[i])
+            if tighter is None:
+                self.model.drop(i)
+            else:
+                self.seconds[i] = tighter
+                self.model.bounds[i] = max(bound, int(tighter / TIME_UNIT))
+                heapq.heappush(self.queue, (self.model.bounds[i], i, level + 1))
+            return False
+        self.model.expand(i, expand_item(self.space, self.items[i]))
+        self.next += 1
+        return True
+
+    def expand_cheapest(self, count: int) -> None:
+        while self.queue and count > 0 and time.perf_counter() < self.deadline:
+            count -= self._step()
+
+    def expand_up_to(self, bound: int, at_least: int = 1) -> None:
+        """Expand every item whose lower bound is <= bound, and at least `at_least` more (until the deadline: the
+        model stays a valid relaxation with items unexpanded, so the search just ends `feasible`)."""
+        self.expand_cheapest(at_least)
+        while self.queue and self._front() <= bound and time.perf_counter() < self.deadline:
+            self._step()
+
+
+def strategy_of(space: SearchSpace, item, j: int, z: int):
+    """The strategy a model point stands for."""
+    layout, mbs, mbn = item
+    inner, zeros = inner_choices(space)
+    sp, mode = inner[j]
+    return layout.strategy(mbs, mbn, zeros[z], sp, mode)
+
+
+class _Verifier:
+    """Verifies model points in objective order; keeps the fitting ones ranked and the refused faster ones."""
+
+    def __init__(self, ctx: SearchContext, items):
+        self.space, self.items, self.top = ctx.space, items, ctx.top
+        self.pending: list[tuple[int, int, int, int]] = []
+        self.seen: set[tuple[int, int, int]] = set()
+        self.fitting: list[Evaluated] = []
+        self.misses: list[Evaluated] = []
+        self.seconds = 0.0
+        self.count = 0
+
+    def push(self, points: list[Point]) -> None:
+        for p in points:
+            if (p.i, p.j, p.z) not in self.seen:
+                self.seen.add((p.i, p.j, p.z))
+                heapq.heappush(self.pending, (p.bound, p.i, p.j, p.z))
+
+    def verify(self, point: Point) -> None:
+        self.push([point])
+        self._verify_next()
+
+    def _verify_next(self) -> None:
+        _, i, j, z = heapq.heappop(self.pending)
+        t0 = time.perf_counter()
+        evaluated = evaluate(self.space, strategy_of(self.space, self.items[i], j, z))
+        self.seconds += time.perf_counter() - t0
+        self.count += 1
+        (self.fitting if evaluated.fits else self.misses).append(evaluated)
+        self.fitting.sort(key=Evaluated.rank_key)
+
+    def kth(self) -> float:
+        return self.fitting[self.top - 1].step_seconds if len(self.fitting) >= self.top else float("inf")
+
+    def verify_until(self) -> None:
+        """Verify pending points while one of them could still enter the top K."""
+        while self.pending and self.pending[0][0] * TIME_UNIT <= self.kth() * (1 + TIE):
+            self._verify_next()
+
+    def certified(self, outside_bound: float) -> bool:
+        return len(self.fitting) >= self.top and self.kth() <= outside_bound * (1 + TIE) and (
+            not self.pending or self.pending[0][0] * TIME_UNIT >= self.kth() * (1 - TIE))
+
+    def lower_bound(self, outside_bound: float) -> float:
+        """Proven lower bound on the optimum: the best verified, or the least bound left unverified."""
+        pending = self.pending[0][0] * TIME_UNIT if self.pending else float("inf")
+        best = self.fitting[0].step_seconds if self.fitting else float("inf")
+        return min(best, pending, outside_bound)

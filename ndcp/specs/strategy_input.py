@@ -1,0 +1,219 @@
+"""Strategies and sizes as users write them: `--strategy tp=8,pp=16,...`, a strategy YAML file, `70GiB`.
+
+Parsing checks and converts each value (SpecError names the key and what is valid); `derive_batch_split` fills in
+dp and mbn (the rest of the GPUs and of the global batch). Validity is the rulebook's (ndcp.rules), applied by the
+caller (ndcp.cli.common.build_strategy) on the whole strategy.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .device import ClusterSpec
+from .fields import SpecError, divisors, show
+from .library import parse_yaml
+from .run import RunSpec
+from .strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute
+from .units import GB, GIB, KB, KIB, MB, MIB, TB, TIB
+
+# -- sizes -------------------------------------------------------------------------------------------------------
+_SIZE_UNITS = {"": 1, "b": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
+               "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "70GiB", "75GB", "80000MiB", "1.5TiB" or plain "85899345920" (decimal and binary units)."""
+    match = _SIZE_RE.match(str(text))
+    unit = match.group(3).lower() if match else ""
+    if not match or unit not in _SIZE_UNITS:
+        raise SpecError(f"invalid size {text!r}: expected e.g. 70GiB, 75GB, 80000MiB or bytes")
+    try:  # a huge exponent (1e400GB) overflows the float: too large, not a crash
+        number = float(match.group(1)) * (10.0 ** int(match.group(2)) if match.group(2) else 1)
+        value = number * _SIZE_UNITS[unit]
+    except (OverflowError, ValueError):
+        value = math.inf
+    if not value <= 1 << 60:
+        raise SpecError(f"invalid size {text!r}: too large")
+    return int(round(value))
+
+
+# -- strategy values ---------------------------------------------------------------------------------------------
+STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
+STRATEGY_KEYS = STRATEGY_INT_KEYS + ("sp", "recompute", "schedule")
+FILE_ONLY_KEYS = ("layers_per_stage",)
+ON_WORDS, OFF_WORDS = ("on", "true", "1", "yes"), ("off", "false", "0", "no")
+
+
+def _strategy_value(key: str, value: Any) -> Any:
+    """Check and convert one strategy value (from the --strategy string or the YAML file)."""
+    if key in STRATEGY_INT_KEYS:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise SpecError(f"{key}={show(value)} is not valid; expected an integer")
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise SpecError(f"{key}={show(value)} is not valid; expected an integer") from None
+        low = 0 if key == "zero" else 1
+        if number < low or (key == "zero" and number > 3):
+            valid = "valid: 0, 1, 2, 3" if key == "zero" else "expected an integer >= 1"
+            raise SpecError(f"{key}={number} is not valid; {valid}")
+        return number
+    if not isinstance(value, (str, int, float, dict, list, tuple)) or (
+            key in ("sp", "schedule") and not isinstance(value, (str, int))):
+        raise SpecError(f"{key}={show(value)} is not valid")  # before str(value): a YAML alias bomb must not print
+    if key == "sp":
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower()
+        if word in ON_WORDS:
+            return True
+        if word in OFF_WORDS:
+            return False
+        raise SpecError(f"sp={show(value)} is not valid; valid: on, off, true, false, 1, 0")
+    if key == "schedule":
+        return str(value).strip().lower()  # which schedules exist is the rulebook's `schedule` rule
+    if key == "recompute":
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word not in RECOMPUTE_MODES:
+                raise SpecError(f"recompute={show(value)} is not valid; valid: {', '.join(RECOMPUTE_MODES)} "
+                                "(per-stage plans go in --strategy-file)")
+            return word
+        return value  # a per-stage mapping from the file, checked by _recompute_plan
+    if key == "layers_per_stage":
+        if not isinstance(value, (list, tuple)) or not value:
+            raise SpecError(f"layers_per_stage={show(value)} is not valid; expected a list of layer counts per stage")
+        return tuple(_layer_count(i, v) for i, v in enumerate(value))
+    raise SpecError(f"{key}: unknown strategy key; valid keys: {', '.join(STRATEGY_KEYS)}")
+
+
+def _layer_count(index: int, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"layers_per_stage[{index}]={show(value)} is not valid; expected an integer >= 1")
+    return value
+
+
+def parse_strategy_string(text: str) -> dict[str, Any]:
+    """`tp=8,pp=16,dp=8,mbs=1,zero=1,sp=on,recompute=selective` -> checked values by key."""
+    out: dict[str, Any] = {}
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if not sep or not value.strip():
+            raise SpecError(f"--strategy: {item!r} is not key=value; valid keys: {', '.join(STRATEGY_KEYS)}")
+        if key not in STRATEGY_KEYS:
+            raise SpecError(f"--strategy: unknown key {key!r}; valid keys: {', '.join(STRATEGY_KEYS)}")
+        if key in out:
+            raise SpecError(f"--strategy: {key} is given twice")
+        out[key] = _strategy_value(key, value.strip())
+    return out
+
+
+def load_strategy_file(path: str) -> dict[str, Any]:
+    """A YAML (or JSON) strategy: the --strategy keys plus `layers_per_stage` and a per-stage `recompute`. A document
+    with a top-level `strategy` mapping (an `ndcp estimate --json` output) is read from that mapping."""
+    where = f"--strategy-file {path}"
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{where}: cannot read: not UTF-8 text") from None
+    except (OSError, ValueError) as error:  # ValueError: a path with an embedded NUL
+        raise SpecError(f"{where}: cannot read: {getattr(error, 'strerror', None) or type(error).__name__}") from None
+    data = parse_yaml(text, where)  # YAML errors, nesting too deep, 4300+-digit integers -> SpecError
+    if isinstance(data, dict) and isinstance(data.get("strategy"), dict):
+        data = data["strategy"]
+    if not isinstance(data, dict):
+        got = type(data).__name__ if data is not None else "an empty file"
+        raise SpecError(f"{where}: expected a mapping of strategy keys, got {got}")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).strip().lower().replace("-", "_")
+        if name not in STRATEGY_KEYS + FILE_ONLY_KEYS:
+            raise SpecError(f"{where}: unknown key {show(key)}; valid keys: {', '.join(STRATEGY_KEYS + FILE_ONLY_KEYS)}")
+        try:
+            out[name] = _strategy_value(name, value)
+        except SpecError as error:
+            raise SpecError(f"{where}: {error}") from None
+    return out
+
+
+def recompute_plan(value: Any) -> RecomputePlan:
+    """A uniform mode string, or `{stages: [{none: .., selective: .., full: ..}, ...]}` per virtual stage."""
+    if isinstance(value, str):
+        return RecomputePlan.uniform(value)
+    stages = value.get("stages") if isinstance(value, dict) else value if isinstance(value, list) else None
+    if isinstance(value, dict) and set(value) - {"stages", "mode"}:
+        extra = show(sorted(set(value) - {"stages", "mode"}, key=str)[0])
+        raise SpecError(f"recompute.{extra}: unknown key; valid keys: stages")
+    if not isinstance(stages, list) or not stages:
+        raise SpecError("recompute is not valid; expected none|selective|full or {stages: [{none: N, selective: N, "
+                        "full: N}, ...]} with one entry per virtual stage")
+    plan = []
+    for i, entry in enumerate(stages):
+        if not isinstance(entry, dict):
+            raise SpecError(f"recompute.stages[{i}] must be a mapping of none/selective/full layer counts")
+        stage = _stage_recompute(i, {k: v for k, v in entry.items() if k not in ("stage", "layers")})
+        if "layers" in entry and entry["layers"] != stage.layers:
+            raise SpecError(f"recompute.stages[{i}]: layers={show(entry['layers'])} but none+selective+full = "
+                            f"{stage.layers}")
+        plan.append(stage)
+    return RecomputePlan(mode="per-stage", stages=tuple(plan))
+
+
+def _stage_recompute(index: int, counts: dict) -> StageRecompute:
+    """One stage's `{none: N, selective: N, full: N}`: unknown keys first, then each count an integer."""
+    context = f"recompute.stages[{index}]."
+    unknown = [k for k in counts if k not in RECOMPUTE_MODES]
+    if unknown:
+        raise SpecError(f"{context}{show(unknown[0])}: unknown key; valid keys: {', '.join(RECOMPUTE_MODES)}")
+    checked = {}
+    for mode in RECOMPUTE_MODES:
+        if mode not in counts:
+            continue
+        value = counts[mode]
+        if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SpecError(f"{context}{mode}={show(value)} is not valid; expected an integer")
+        checked[mode] = value
+    try:
+        return StageRecompute(**checked)
+    except SpecError as error:
+        message = str(error)
+        raise SpecError(message if message.startswith(context) else f"{context}{message}") from None
+
+
+# -- the whole strategy ------------------------------------------------------------------------------------------
+# -- defaults ----------------------------------------------------------------------------------------------------
+DEFAULT_ONE = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "zero")  # keys that default to 1
+
+
+def derive_batch_split(cluster: ClusterSpec, run: RunSpec, v: dict[str, Any]) -> None:
+    """dp takes the rest of the GPUs and mbn the rest of the global batch when they are not given (in place); says
+    why when it cannot. Every validity rule is ndcp.rules' (checked by the caller on the whole strategy)."""
+    n = cluster.count
+    if "dp" not in v:
+        model_parallel = v["tp"] * v["pp"] * v["cp"]
+        if n % model_parallel:
+            raise SpecError(f"tp*pp*cp = {model_parallel} (tp={v['tp']}, pp={v['pp']}, cp={v['cp']}) does not divide "
+                            f"--gpus {n}, so dp cannot take the rest; valid tp*pp*cp: "
+                            f"{', '.join(map(str, divisors(n)))}")
+        v["dp"] = n // model_parallel
+    if "mbn" not in v:
+        per_microbatch = v["dp"] * v["mbs"]
+        if run.global_batch % per_microbatch:
+            valid_mbs = [d for d in divisors(run.global_batch) if (run.global_batch // d) % v["dp"] == 0]
+            raise SpecError(f"mbs={v['mbs']} is not valid: dp*mbs = {per_microbatch} (dp={v['dp']}) does not divide "
+                            f"the global batch {run.global_batch}, so mbn cannot take the rest; valid mbs: "
+                            f"{', '.join(map(str, valid_mbs)) or 'none (dp does not divide the global batch)'}")
+        v["mbn"] = run.global_batch // per_microbatch
+
+
+__all__ = ["parse_size", "parse_strategy_string", "load_strategy_file", 
+           "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE", "derive_batch_split", "recompute_plan", "FILE_ONLY_KEYS", "ON_WORDS", "OFF_WORDS"]

@@ -1,0 +1,142 @@
+"""Estimate each measured run and compare estimated with measured MFU, step time and memory: `validate_file`.
+
+MFU basis: a row whose `tflops_basis` (or notes) states Narayanan's recompute-inclusive 96-coefficient formula is
+compared on that basis: measured = its TFLOP/s / peak, estimated = those FLOPs (full recompute counted, full s^2
+attention) / (GPUs x peak x estimated step). Every other row is compared on model FLOPs (MFU).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..estimate.compute import hardware_flops_per_step, model_flops_per_step
+from ..estimate.memory import estimate_memory
+from ..estimate.time import estimate_time
+from ..specs.fields import SpecError
+from ..specs.model import ModelSpec
+from ..specs.strategy_text import VALIDATION_FIELDS, strategy_text
+from ..specs.units import GIB
+from .runs import MeasuredRun, SkipRun, read_rows
+from .statistics import ValidationSummary, summarise
+
+NARAYANAN_BASIS = "narayanan-96"
+MODEL_BASIS = "model"
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """One measured run next to its estimate. MFU figures are fractions on `basis`; steps in seconds."""
+
+    id: str
+    device: str
+    gpus: int
+    strategy: str
+    basis: str
+    measured_mfu: float | None
+    estimated_mfu: float
+    measured_step: float | None
+    estimated_step: float
+    measured_memory_gib: float | None = None
+    estimated_memory_gib: float | None = None
+    assumptions: tuple[str, ...] = ()
+    estimated_fits: bool = True  # the estimated peak fits the device (these runs really ran)
+
+    @property
+    def mfu_error_points(self) -> float | None:
+        return None if self.measured_mfu is None else 100 * (self.estimated_mfu - self.measured_mfu)
+
+    @property
+    def step_relative_error(self) -> float | None:
+        return None if not self.measured_step else self.estimated_step / self.measured_step - 1
+
+    @property
+    def memory_relative_error(self) -> float | None:
+        if not self.measured_memory_gib or self.estimated_memory_gib is None:
+            return None
+        return self.estimated_memory_gib / self.measured_memory_gib - 1
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update(assumptions=list(self.assumptions), mfu_error_points=self.mfu_error_points,
+                   step_relative_error=self.step_relative_error, memory_relative_error=self.memory_relative_error)
+        return out
+
+
+@dataclass(frozen=True)
+class SkippedRun:
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    source: str
+    runs: tuple[RunComparison, ...]
+    skipped: tuple[SkippedRun, ...]
+    summary: ValidationSummary
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "runs": [r.as_dict() for r in self.runs],
+                "skipped": [asdict(s) for s in self.skipped], "summary": asdict(self.summary),
+                "notes": list(self.notes)}
+
+
+def _narayanan_flops(model: ModelSpec, seq: int, global_batch: int) -> float:
+    """Narayanan Eq. (3) FLOPs for this model: model FLOPs plus one full-recompute forward of every body layer."""
+    layers = {("dense", "full"): model.dense_layers, ("moe", "full"): model.moe_layers}
+    return hardware_flops_per_step(model, seq, global_batch, layers)
+
+
+def _compare(row: MeasuredRun) -> RunComparison:
+    """Estimate one row and set measured and estimated figures on the same basis."""
+    model, cluster, run, strategy = row.model, row.cluster, row.run, row.strategy
+    estimate = estimate_time(model, cluster, run, strategy)
+    peak = cluster.device.peak_flops * cluster.count
+    if row.narayanan_basis:
+        basis, flops = NARAYANAN_BASIS, _narayanan_flops(model, run.seq_len, strategy.global_batch)
+    else:
+        basis, flops = MODEL_BASIS, model_flops_per_step(model, run.seq_len, strategy.global_batch)
+    measured_step = row.step_seconds
+    if measured_step is None and row.tokens_per_second_per_gpu:
+        measured_step = strategy.global_batch * run.seq_len / (row.tokens_per_second_per_gpu * cluster.count)
+    if measured_step is None and row.tflops_per_gpu:
+        measured_step = flops / (row.tflops_per_gpu * 1e12 * cluster.count)
+    measured_mfu = row.mfu
+    if measured_mfu is None and row.tflops_per_gpu:
+        measured_mfu = row.tflops_per_gpu * 1e12 * cluster.count / peak
+    if measured_mfu is None and measured_step:
+        measured_mfu = flops / (peak * measured_step)
+    assumptions = row.assumptions
+    if not row.peak_known:  # its MFU and step time cannot be compared with a peak the source does not know
+        measured_mfu = measured_step = None
+        assumptions += ("time not compared: the source publishes no peak FLOP/s for this device",)
+    memory = estimate_memory(model, cluster, run, strategy)
+    label = strategy_text(strategy, VALIDATION_FIELDS, compact=True, above_one=("cp", "ep", "vpp"))
+    return RunComparison(row.id, cluster.device.name, cluster.count, label, basis, measured_mfu,
+                         flops / (peak * estimate.step_seconds), measured_step, estimate.step_seconds,
+                         row.memory_gib, memory.peak_bytes / GIB if row.memory_gib else None, assumptions,
+                         memory.fits)
+
+
+def validate_file(path) -> ValidationResult:
+    """Estimate every run in a published-runs YAML or a measured-runs CSV and compare; unrepresentable runs are
+    listed in `skipped` with the reason."""
+    path = Path(path)
+    compared, skipped = [], []
+    for run_id, build in read_rows(path):
+        try:
+            row = build()
+            if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
+                    and not row.tokens_per_second_per_gpu:
+                raise SkipRun("no measured step time, MFU, TFLOP/s or tokens/s")
+            compared.append(_compare(row))
+        except SkipRun as reason:
+            skipped.append(SkippedRun(run_id, str(reason)))
+        except (SpecError, ValueError, TypeError, KeyError) as error:
+            skipped.append(SkippedRun(run_id, f"cannot be represented: {error}"))
+    runs = tuple(compared)
+    return ValidationResult(str(path), runs, tuple(skipped), summarise(runs))
+
+
+__all__ = ["validate_file", "ValidationResult", "RunComparison", "SkippedRun", "NARAYANAN_BASIS", "MODEL_BASIS"]

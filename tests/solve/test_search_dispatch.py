@@ -1,0 +1,47 @@
+"""`search(space, method, options)` runs the method's search function with the options."""
+import pytest
+
+from ndcp.solve.certificate import cpsat_search
+from ndcp.solve.exhaustive import exhaustive_search
+from ndcp.solve.search import METHODS, SearchOptions, search, search_method
+from ndcp.space import SearchSpace
+from ndcp.specs import ClusterSpec, RunSpec, device_preset
+from ndcp.specs.library import load_model
+
+
+@pytest.fixture(scope="module")
+def space():
+    return SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512))
+
+
+def ranking(result):
+    return [(e.strategy.key(), e.step_seconds) for e in result.strategies]
+
+
+def test_methods_for_the_search_command():
+    assert search_method("per-layer", False) == "per-layer"
+    assert search_method("per-layer", True) == "exhaustive per-layer"
+    assert search_method("uniform", True) == "exhaustive"
+    assert search_method("selective", False) == "uniform"
+    assert search_method("greedy", False) == "greedy"
+    assert {search_method(r, e) for r in ("per-layer", "uniform", "greedy") for e in (False, True)} == set(METHODS)
+
+
+def test_dispatch_matches_the_search_functions(space):
+    options = SearchOptions(top=3)
+    assert ranking(search(space, "uniform", options)) == ranking(cpsat_search(space, top=3))
+    assert ranking(search(space, "exhaustive", options)) == ranking(exhaustive_search(space, top=3))
+    for method in ("per-layer", "exhaustive per-layer", "greedy"):
+        result = search(space, method, options)
+        assert result.strategies and len(result.strategies) <= 3
+
+
+def test_progress_callback_is_passed_on(space):
+    seen = []
+    search(space, "exhaustive", SearchOptions(top=1, progress=seen.append))
+    assert seen
+
+
+def test_unknown_method(space):
+    with pytest.raises(ValueError, match="unknown search method"):
+        search(space, "simulated annealing")

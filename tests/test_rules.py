@@ -1,0 +1,93 @@
+"""The rulebook: one set of named rules, so the space walk, a single strategy check and `ndcp estimate` agree."""
+import pytest
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+from .cli_helpers import run
+from ndcp.rules import RULEBOOK, RULES, check_strategy, strategy_refusal
+from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, Strategy, device_preset
+from ndcp.specs.library import load_model
+
+LLAMA = load_model("llama3-8b")  # 32 heads, 8 KV heads, 32 layers
+TINY_MOE = load_model("tiny-moe")
+H100 = device_preset("h100")
+
+
+def test_check_names_the_field_and_valid_values():
+    cluster, run_spec = ClusterSpec(H100, 8), RunSpec(global_batch=8, seq_len=2048)
+    with pytest.raises(SpecError, match=r"tp=3 .*valid tp: 1, 2, 4, 8"):
+        check_strategy(LLAMA, cluster, run_spec, Strategy(dp=1, tp=3, mbn=8))
+    with pytest.raises(SpecError, match="must equal --gpus 8"):
+        check_strategy(LLAMA, cluster, run_spec, Strategy(dp=2, tp=2, mbn=4))
+    with pytest.raises(SpecError, match="global batch"):
+        check_strategy(LLAMA, cluster, run_spec, Strategy(dp=8, mbn=2))
+    with pytest.raises(SpecError, match="vpp=2 is not valid: interleaving .* needs pp > 1"):
+        check_strategy(LLAMA, cluster, run_spec, Strategy(dp=8, mbn=1, vpp=2, schedule="interleaved"))
+    with pytest.raises(SpecError, match="schedule=zb is not valid: valid: 1f1b, interleaved"):
+        check_strategy(LLAMA, cluster, run_spec, Strategy(dp=8, mbn=1, schedule="zb"))
+    with pytest.raises(SpecError, match="sp=on is not valid: sequence parallelism needs tp > 1"):
+        check_strategy(LLAMA, cluster, run_spec, Strategy(dp=8, mbn=1, sp=True))
+
+
+def test_a_per_stage_plan_must_cover_each_stage():
+    cluster, run_spec = ClusterSpec(H100, 8), RunSpec(global_batch=8, seq_len=2048)
+    plan = RecomputePlan(mode="per-stage", stages=(StageRecompute(none=16), StageRecompute(full=15)))
+    with pytest.raises(SpecError, match=r"recompute.stages\[1\] covers 15 layers but virtual stage 1 holds 16"):
+        check_strategy(LLAMA, cluster, run_spec, Strategy(dp=4, pp=2, mbn=2, recompute=plan))
+
+
+def test_every_rule_is_named_for_reports():
+    assert all(rule.name in RULES for rule in RULEBOOK)
+    assert {"vpp_layers", "vpp_mbn", "tp_cp_node", "fixed", "bounded"} <= set(RULES)  # schedules' rules, restrictions
+
+
+DEGREES = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 1, 2, 2, 4, 4, 8, 3, 16]), "pp": st.sampled_from([1, 1, 2, 2, 4, 3, 8]), "cp": st.sampled_from([1, 2, 4]),
+    "dp": st.sampled_from([1, 2, 3, 4, 8]), "ep": st.sampled_from([1, 2, 4, 8]), "etp": st.sampled_from([1, 2, 4]),
+    "vpp": st.sampled_from([1, 1, 1, 2, 3, 4]), "mbs": st.sampled_from([1, 2, 4]), "mbn": st.sampled_from([1, 2, 3, 4, 8, 8, 16, 16]),
+    "sp": st.booleans(),
+})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(moe=st.booleans(), d=DEGREES, dense_ep=st.sampled_from([False] * 4 + [True]),
+       gpus_off=st.sampled_from([1] * 6 + [2]), batch_off=st.sampled_from([0] * 6 + [1]),
+       seq=st.sampled_from([2048, 2048, 2048, 4098]))
+def test_walked_iff_checked_iff_estimate_accepts(capsys, moe, d, dense_ep, gpus_off, batch_off, seq):
+    """A random strategy is in the walked space (search restrictions lifted) exactly when the rulebook accepts it,
+    and exactly when `ndcp estimate --strategy` accepts it."""
+    model = TINY_MOE if moe else LLAMA
+    if not moe and not dense_ep:  # mostly valid expert degrees on the dense model, so most rules get exercised
+        d = {**d, "ep": 1, "etp": 1}
+    gpus = d["dp"] * d["tp"] * d["pp"] * d["cp"] * gpus_off
+    gbs = d["dp"] * d["mbs"] * d["mbn"] + batch_off
+    cluster, run_spec = ClusterSpec(H100, gpus), RunSpec(global_batch=gbs, seq_len=seq)
+    strategy = Strategy(**d, schedule="interleaved" if d["vpp"] > 1 else "1f1b")
+
+    space = SearchSpace(model, cluster, run_spec, SpaceOptions(tp_cp_bound=gpus))  # no node restriction
+    walked = any(layout.tp == d["tp"] and layout.pp == d["pp"] and layout.cp == d["cp"] and layout.dp == d["dp"]
+                 and layout.ep == d["ep"] and layout.etp == d["etp"] and layout.vpp == d["vpp"]
+                 and mbs == d["mbs"] and mbn == d["mbn"] for layout, mbs, mbn in space.walk().batches)
+    walked = walked and d["sp"] in space.inner_choices(d["tp"])[1]
+    refusal = strategy_refusal(model, cluster, run_spec, strategy)
+    accepted = refusal is None
+    event("accepted" if accepted else f"refused: {refusal.rule}")
+    assert walked == accepted, strategy_refusal(model, cluster, run_spec, strategy)
+
+    text = ",".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in d.items())
+    code, _, err = run(capsys, "estimate", "tiny-moe" if moe else "llama3-8b", "--device", "h100", "--gpus", gpus,
+                       "--global-batch", gbs, "--seq-len", seq, "--strategy", text, "--json", "-")
+    assert (code == 0) == accepted, err
+    if not accepted:
+        assert code == 2 and err.startswith("ndcp: error: ")
+
+
+def test_interleaving_an_uneven_model_needs_an_explicit_partition():
+    # Llama-3.1-405B's 126 layers on pp=8 x vpp=8: NVIDIA's recipe counts the embedding and the loss as layers.
+    model = load_model("llama3.1-405b")
+    cluster, run_spec = ClusterSpec(H100, 512), RunSpec(global_batch=256, seq_len=8192)
+    even = Strategy(tp=8, pp=8, cp=2, dp=4, vpp=8, mbn=64, schedule="interleaved")
+    with pytest.raises(SpecError, match="126 layers divisible by pp\\*vpp = 64, or an explicit layers_per_stage"):
+        check_strategy(model, cluster, run_spec, even)
+    layout = (1,) + (2,) * 62 + (1,)
+    check_strategy(model, cluster, run_spec, even.with_(layers_per_stage=layout))
