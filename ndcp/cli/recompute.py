@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ..report.plots import plot_frontier
-from ..space import SearchSpace
+from ..space import SearchSpace, SpaceOptions
 from ..specs.fields import SpecError
 from ..specs.strategy import RecomputePlan
 from ..specs.strategy_text import strategy_text
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if cap <= 0 or cap > cluster.device.memory_bytes:
             raise SpecError(f"--caps: {gib_text(cap)} is not valid; expected a size up to the {cluster.device.name} "
                             f"device memory ({gib_text(cluster.device.memory_bytes)})")
-    space = SearchSpace(model, cluster, run_spec)
+    space = SearchSpace(model, cluster, run_spec, SpaceOptions(max_offset=args.max_offset))
     if args.strategy or args.strategy_file:
         values = strategy_values(args)
         values.pop("layers_per_stage", None)
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_INFEASIBLE
         strategy = best.strategy
     result = frontier(space, strategy, caps=args.caps, max_cap=capacity, count=args.points,
-                      max_offset=args.max_offset, seconds=args.time_limit, seed=args.seed, workers=args.workers)
+                      seconds=args.time_limit, seed=args.seed, workers=args.workers)
     if args.csv:
         write_frontier_csv(model, result, args.csv)
     quiet = emit_json(args, frontier_document(model, result)) or csv_only

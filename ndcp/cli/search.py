@@ -135,7 +135,7 @@ def build_space_options(args: argparse.Namespace) -> SpaceOptions:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
     recompute = RECOMPUTE_MODES if args.recompute in ("uniform", "per-layer", "greedy") else (args.recompute,)
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
-                        sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound)
+                        sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound, max_offset=args.max_offset)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,9 +144,9 @@ def run(args: argparse.Namespace) -> int:
     from ..solve.search import SearchOptions, search, search_method
 
     model, cluster, run_spec = build_problem(args)
+    check_max_offset(args.max_offset, model)
     space = SearchSpace(model, cluster, run_spec, build_space_options(args))
     json_only, csv_only = stdout_owners(args)
-    check_max_offset(args.max_offset, model)
     greedy = args.recompute == "greedy"
     if greedy and args.exhaustive:
         raise SpecError("--recompute greedy prices every candidate's greedy plan already; drop --exhaustive")
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     shown = not (json_only or csv_only or args.quiet)
     with SearchProgress(shown, "exhaustive" if args.exhaustive else "greedy" if greedy else "cp-sat") as progress:
         options = SearchOptions(top=args.top, time_limit=args.time_limit, seed=args.seed, workers=args.workers,
-                                max_offset=args.max_offset, progress=progress)
+                                progress=progress)
         result = search(space, search_method(args.recompute, args.exhaustive), options)
     found = bool(result.strategies)
     code = EXIT_OK if found else EXIT_INFEASIBLE

@@ -15,7 +15,6 @@ from ..specs.fields import SpecError
 from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, Strategy
 from .recompute import split_stage_counts
 from .explain import explain_infeasible
-from .context import with_max_offset
 from .result import Evaluated, Progress, SearchResult, evaluate, finish
 
 
@@ -77,15 +76,12 @@ def _plan_candidates(space: SearchSpace, walk):
     return groups, total
 
 
-def exhaustive_plan_search(space: SearchSpace, top: int = 10, max_offset: int | None = None,
-                           progress=None) -> SearchResult:
+def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None) -> SearchResult:
     """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
     the space allows (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
     each (item, SP) is ranked. Exponential in the stages: for tests and small cases only (SpecError above
-    MAX_PLAN_CANDIDATES). `max_offset`, when given, replaces the space's options.max_offset (kept for callers not
-    yet passing it in SpaceOptions)."""
+    MAX_PLAN_CANDIDATES)."""
     start = time.perf_counter()
-    space = with_max_offset(space, max_offset)
     walk = space.walk()
     groups, size = _plan_candidates(space, walk)
     if size > MAX_PLAN_CANDIDATES:

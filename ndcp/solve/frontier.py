@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from ..estimate.layout import partition
 from ..space import Layout, SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
-from .context import with_max_offset
 from .recompute import PlanModel, PlanTimeout
 from .result import TIE, Evaluated, evaluate
 
@@ -138,13 +137,11 @@ def default_caps(least: int, most: int, count: int = 12) -> list[int]:
 
 
 def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = None, max_cap: int | None = None,
-             count: int = 12, max_offset: int | None = None, seconds: float = 10.0, seed: int = 0,
+             count: int = 12, seconds: float = 10.0, seed: int = 0,
              workers: int = 1) -> Frontier:
     """The memory-time frontier of `strategy` over `caps` (default: `count` caps from the least memory any plan needs
-    up to `max_cap`, default the run's capacity); uneven partitions within the space's options.max_offset
-    (`max_offset`, when given, replaces it: kept for callers not yet passing it in SpaceOptions)."""
+    up to `max_cap`, default the run's capacity); uneven partitions within the space's options.max_offset."""
     start = time.perf_counter()
-    space = with_max_offset(space, max_offset)
     solver = _Solver(space, strategy, seconds, seed, workers)
     most = max_cap or space.run.capacity(space.cluster.device.memory_bytes)
     least = least_memory(solver, max(caps) if caps else most)

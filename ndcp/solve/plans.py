@@ -10,7 +10,7 @@ from dataclasses import replace
 from ..space import SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES
 from .coefficients import inner_choices
-from .context import SearchContext, with_max_offset
+from .context import SearchContext
 from .items import READY, bounded_items, explain_memory, tighten, unsolved
 from .recompute import PlanModel, PlanTimeout
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
@@ -24,7 +24,7 @@ PLAN_TOLERANCE = 1e-4
 
 
 def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
-                max_offset: int | None = None, progress=None) -> SearchResult:
+                progress=None) -> SearchResult:
     """Per-layer recompute and layer partition decided jointly with the degrees (approach C, docs/solver.md §3.3).
 
     Batch items are visited in order of a lower bound valid for every plan (no recompute, balanced stages). Each
@@ -35,9 +35,9 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     bound could still beat that item's best. The search stops when the K-th best verified step time is
     <= the bound of every item not yet visited and every sub-model not yet exhausted: that is the certificate.
     One strategy per (item, SP): its best plan and ZeRO stage. Uneven partitions within the space's
-    options.max_offset (`max_offset`, when given, replaces it: kept for callers not yet passing it in SpaceOptions).
+    options.max_offset (space.partition_offset).
     """
-    ctx = SearchContext.begin(with_max_offset(space, max_offset), top, time_limit, seed, workers, progress)
+    ctx = SearchContext.begin(space, top, time_limit, seed, workers, progress)
     walk, result, bounds = bounded_items(ctx, "cp-sat per-layer")
     if bounds is None:
         return result

@@ -19,13 +19,13 @@ METHODS = ("uniform", "per-layer", "exhaustive", "exhaustive per-layer", "greedy
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """How to search: ranking depth, solver limits and determinism, per-layer partitions, progress reports."""
+    """How to search: ranking depth, solver limits and determinism, progress reports (what is searched, uneven
+    partitions included, is the space's SpaceOptions)."""
 
     top: int = 10
     time_limit: float = 60.0  # seconds (CP-SAT methods and greedy; the oracles run to the end)
     seed: int = 0
     workers: int = 1
-    max_offset: int = 0  # per-layer methods: how far a stage's layer count may move from the even partition
     progress: Callable[[Progress], None] | None = None
 
 
@@ -45,12 +45,12 @@ def search(space: SearchSpace, method: str, options: SearchOptions = SearchOptio
     if method == "greedy":
         return greedy_search(space, top=o.top, progress=o.progress, time_limit=o.time_limit)
     if method == "exhaustive per-layer":
-        return exhaustive_plan_search(space, top=o.top, max_offset=o.max_offset, progress=o.progress)
+        return exhaustive_plan_search(space, top=o.top, progress=o.progress)
     if method == "exhaustive":
         return exhaustive_search(space, top=o.top, progress=o.progress)
     if method == "per-layer":
         return plan_search(space, top=o.top, time_limit=o.time_limit, seed=o.seed, workers=o.workers,
-                           max_offset=o.max_offset, progress=o.progress)
+                           progress=o.progress)
     if method == "uniform":
         return cpsat_search(space, top=o.top, time_limit=o.time_limit, seed=o.seed, workers=o.workers,
                             progress=o.progress)
