@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .rules import RULES, Problem, check_strategy, first_refusal, sp_allowed
+from .rules import Problem, first_refusal, sp_allowed
 from .schedules import default_schedule
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
@@ -213,4 +213,4 @@ class SearchSpace:
         return total
 
 
-__all__ = ["SearchSpace", "SpaceOptions", "SpaceWalk", "Layout", "RULES", "DIMENSIONS", "check_strategy"]
+__all__ = ["SearchSpace", "SpaceOptions", "SpaceWalk", "Layout", "DIMENSIONS"]

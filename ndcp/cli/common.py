@@ -67,35 +67,29 @@ def size_list(text: str) -> list[int]:
     return sizes
 
 
-def positive_int(text: str) -> int:
+def _checked_number(text: str, convert, in_range, expected: str, expected_type: str | None = None):
+    """`convert(text)` as an argparse value, refused with what was expected when it does not parse or is out of
+    range (`expected_type`: the message when it does not parse, if it differs)."""
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1")
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected {expected_type or expected}") from None
+    if not in_range(value):
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected {expected}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _checked_number(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
 def int32(text: str) -> int:
     """A 32-bit integer (CP-SAT seeds are int32; larger values are never meaningful here)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer") from None
-    if not -(2**31) <= value < 2**31:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a 32-bit integer")
-    return value
+    return _checked_number(text, int, lambda v: -(2**31) <= v < 2**31, "a 32-bit integer", "an integer")
 
 
 def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a positive number of seconds") from None
-    if not (value > 0 and value < 1e7):
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a positive number of seconds")
-    return value
+    return _checked_number(text, float, lambda v: 0 < v < 1e7, "a positive number of seconds")
 
 
 def workers(text: str) -> int:
@@ -201,6 +195,13 @@ def console() -> Console:
 
 
 # -- strategies --------------------------------------------------------------------------------------------------
+def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, file_help: str) -> None:
+    """--strategy K=V,... and --strategy-file PLAN.yaml (read by strategy_values)."""
+    group = parser.add_argument_group("strategy")
+    group.add_argument("--strategy", metavar="K=V,...", default="", help=strategy_help)
+    group.add_argument("--strategy-file", metavar="PLAN.yaml", help=file_help)
+
+
 def strategy_values(args: argparse.Namespace) -> dict[str, Any]:
     """--strategy-file's keys, overridden by --strategy's."""
     values = strategy_input.load_strategy_file(args.strategy_file) if args.strategy_file else {}

@@ -7,7 +7,8 @@ from ..estimate.memory import estimate_memory
 from ..estimate.time import estimate_time
 from ..report.jsonout import estimate_document
 from ..report.terminal import render_estimate
-from .common import EXIT_OK, add_problem_arguments, build_problem, build_strategy, console, strategy_values, subparser
+from .common import (EXIT_OK, add_problem_arguments, add_strategy_arguments, build_problem, build_strategy, console,
+                     strategy_values, subparser)
 from .outputs import add_emit_arguments, add_json_argument, check_emit_arguments, emit_json, write_emitted
 
 EXAMPLE = ("ndcp estimate llama3-8b --device h100 --gpus 16 --global-batch 64 --seq-len 4096 \\\n"
@@ -28,10 +29,8 @@ def register(subparsers) -> None:
         "keys given in --strategy override the file. Exit 0 even when the strategy does not fit.",
         EXAMPLE)
     add_problem_arguments(parser)
-    group = parser.add_argument_group("strategy")
-    group.add_argument("--strategy", metavar="K=V,...", default="",
-                       help="e.g. tp=8,pp=16,dp=8,mbs=1,vpp=1,zero=1,sp=on,recompute=selective")
-    group.add_argument("--strategy-file", metavar="PLAN.yaml", help="strategy as YAML (per-stage plans allowed)")
+    add_strategy_arguments(parser, "e.g. tp=8,pp=16,dp=8,mbs=1,vpp=1,zero=1,sp=on,recompute=selective",
+                           "strategy as YAML (per-stage plans allowed)")
     add_json_argument(parser)
     add_emit_arguments(parser, "the strategy")
     parser.set_defaults(func=run)

@@ -9,9 +9,9 @@ from ..space import SearchSpace, SpaceOptions
 from ..specs.fields import SpecError
 from ..specs.strategy import RecomputePlan
 from ..specs.strategy_text import strategy_text
-from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, build_problem, build_strategy,
-                     check_max_offset, console, gib_text, int32, positive_int, positive_seconds, size_list,
-                     strategy_values, subparser, workers)
+from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_strategy_arguments, build_problem,
+                     build_strategy, check_max_offset, console, gib_text, int32, positive_int, positive_seconds,
+                     size_list, strategy_values, subparser, workers)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_emitted, write_plot)
 
@@ -31,10 +31,8 @@ def register(subparsers) -> None:
         "Exit 0 when every cap has a plan, 1 when some cap is below the least memory, 2 for usage errors.",
         EXAMPLE)
     add_problem_arguments(parser)
-    group = parser.add_argument_group("strategy")
-    group.add_argument("--strategy", metavar="K=V,...", default="",
-                       help="as in `ndcp estimate` (its recompute is ignored); omitted: the best uniform search result")
-    group.add_argument("--strategy-file", metavar="PLAN.yaml", help="strategy as YAML")
+    add_strategy_arguments(parser, "as in `ndcp estimate` (its recompute is ignored); omitted: the best uniform "
+                                   "search result", "strategy as YAML")
     group = parser.add_argument_group("frontier")
     group.add_argument("--caps", metavar="SIZE,...", type=size_list,
                        help="memory caps to solve under, e.g. 40GiB,50GiB,60GiB (default: 12 caps, least to capacity)")

@@ -12,7 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..space import DIMENSIONS, RULES, SearchSpace
+from ..rules import RULES
+from ..space import DIMENSIONS, SearchSpace
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec

@@ -28,6 +28,7 @@ from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_b
 from ..estimate.time import (data_parallel_seconds, data_parallel_terms, layer_time, overlap_windows,
                              p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
                              stage_extra_time, stage_role, stage_times)
+from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HEAVIEST, HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RECOMPUTING
 
@@ -125,7 +126,7 @@ def item_lower_bounds(space: SearchSpace, items, check=None, fixed_partition: bo
         fixed = fixed_partition or not space.partition_offset(layout)
         bounds.append(min(pipeline_seconds(layout.schedule,
                                            *_pipeline_no_recompute(space, layout, mbs, sp, fixed, memo), mbn,
-                                           layout.vpp) for sp in sps if not sp or layout.tp > 1))
+                                           layout.vpp) for sp in sps if sp_allowed(sp, layout.tp)))
     return bounds
 
 
@@ -145,7 +146,7 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
         return 0.0
     inner, zeros = inner_choices(space)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-    sps = {sp for sp, _ in inner if not sp or layout.tp > 1}
+    sps = {sp for sp, _ in inner if sp_allowed(sp, layout.tp)}
     per_layer = max(layer_time(model, cluster, run, k, HEAVIEST, layout.tp, layout.cp, layout.ep, layout.etp, mbs,
                                sp).overlap_window for k in kinds for sp in sps)
     chunks = stage_chunks(model, layout.pp, layout.vpp)
@@ -180,7 +181,7 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     layouts = stage_layouts(model, reference)
     modes = {mode for _, mode in inner}
     lightest = next(m for m in HEAVIEST_FIRST if m in modes)  # the least memory of the modes searched
-    sps = sorted({sp for sp, _ in inner if not sp or layout.tp > 1})
+    sps = sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)})
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
         static = _least_static_bytes(space, layout, stage)
@@ -201,7 +202,7 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     roles = [layouts[s] for s in role_stages(layout.pp)]
     allowed, times, dynamic = [], [], []
     for sp, mode in inner:
-        ok = not sp or layout.tp > 1
+        ok = sp_allowed(sp, layout.tp)
         allowed.append(ok)
         if not ok:
             times.append((0.0,) * len(zeros))
@@ -275,7 +276,7 @@ def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
     inner, zeros = inner_choices(space)
     offsets = space.partition_offset(layout)
     best = None
-    for sp in sorted({sp for sp, _ in inner if not sp or layout.tp > 1}):
+    for sp in sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)}):
         base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
         shed = _bytes_to_shed(space, layout, base, offsets)  # memory first: most items that fail, fail here
         if shed is None:

@@ -2,6 +2,7 @@
 fits when no item does (README "How the proof works", steps 1-2)."""
 from __future__ import annotations
 
+from ..rules import sp_allowed
 from ..space import SearchSpace
 from .coefficients import (inner_choices, item_data_parallel_floor, item_lower_bounds, item_memory_lower_bound,
                            item_plan_lower_bound)
@@ -61,6 +62,6 @@ def explain_memory(space: SearchSpace, walk, result: SearchResult) -> None:
     least = min(range(len(items)), key=lambda i: (bounds[i], i))
     layout, mbs, mbn = items[least]
     inner, zeros = inner_choices(space)
-    lightest = [layout.strategy(mbs, mbn, z, sp, mode) for sp, mode in inner if not sp or layout.tp > 1 for z in zeros]
+    lightest = [layout.strategy(mbs, mbn, z, sp, mode) for sp, mode in inner if sp_allowed(sp, layout.tp) for z in zeros]
     evaluated = min((evaluate(space, s) for s in lightest), key=lambda e: (e.memory.peak_bytes, e.strategy.key()))
     result.explanation = explain_infeasible(space, walk, evaluated, int(bounds[least]))

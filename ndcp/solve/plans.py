@@ -7,6 +7,7 @@ import heapq
 import time
 from dataclasses import replace
 
+from ..rules import sp_allowed
 from ..space import SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES
 from .coefficients import inner_choices
@@ -91,7 +92,7 @@ def _visit(ctx: SearchContext, items, bounds: list[float], verifier: _PlanVerifi
                     heapq.heappush(queue, (tighter, i, level + 1))
                 continue
             layout, mbs, mbn = items[i]
-            for sp in (s for s in sps if not s or layout.tp > 1):
+            for sp in (s for s in sps if sp_allowed(s, layout.tp)):
                 plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros)
                 verifier.solve(plan, _degree_key(plan.base), (), next_bound)
             result.expanded += 1

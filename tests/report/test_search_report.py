@@ -11,7 +11,8 @@ from ndcp.report.search import one_line, render_search
 from ndcp.report.terminal import format_seconds, gib
 from ndcp.solve.certificate import cpsat_search
 from ndcp.solve.exhaustive import exhaustive_search
-from ndcp.space import RULES, SearchSpace, SpaceOptions
+from ndcp.rules import RULES
+from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
 from ndcp.specs.units import GIB
