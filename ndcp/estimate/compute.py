@@ -8,21 +8,8 @@ Causal-attention conventions (docs/formulas.md §2.2/§2.3):
 - time counts what flash attention actually runs: the masked upper half is skipped (factor 1/2), and its backward
   runs 5 matmuls for the forward's 2 (Dao 2023, FlashAttention-2 §3.1.2) because it recomputes the scores.
 
-Compute time of one GEMM is a roofline (Williams 2009): max(FLOPs / (peak x efficiency), bytes moved / HBM
-bandwidth), where bytes moved = both operands and the result once. This is the "small matmul" rule: a GEMM whose
-arithmetic intensity is below the device's ridge point (peak x efficiency / HBM bandwidth) runs at its memory
-speed; large transformer GEMMs are far above it and run at `device.compute_efficiency`. Element-wise work (norms,
-activations, residual adds, dropout, and the unfused softmax when flash attention is off) is memory-bound:
-bytes / HBM bandwidth.
-
-Calibration of `compute_efficiency` (ndcp/specs/device.py PRESETS): one value per device generation, the fraction
-of dense BF16/FP16 peak that large GEMMs reach, chosen once to minimise the mean absolute MFU error over the
-published runs of that generation in examples/published_runs.yaml (A100: Narayanan 2021 Table 1, Korthikanti 2022
-Table 5; Hopper: Megatron-Core r0.8, NVIDIA dgxc-benchmarking, torchtitan) with the whole time model (bubble,
-communication, optimizer) in place, by a sweep in steps of 0.01. Never tuned per run. Result: A100 0.63 (mean
-|MFU error| 2.1 points over 14 runs), H100 0.64 (3.9 points over 15 runs, 2.7 without the power-capped torchtitan
-row). A100-40G shares the A100 value; H200 and H800 share the H100 value (same SM and peak); B200, MI300X and
-Ascend 910B have no published run here and keep the dataclass default (0.62), uncalibrated.
+GEMM and attention-core times live in estimate/gemm.py. Element-wise work (norms, activations, residual adds,
+dropout, and the unfused softmax when flash attention is off) is memory-bound: bytes / HBM bandwidth.
 The per-layer check is Korthikanti 2022 Table 4 (22B, TP 8): estimated layer times are within 10 % of the
 measured 19.6 / 27.2 / 20.9 / 20.3 ms (tests/estimate/test_time.py).
 """
@@ -186,18 +173,6 @@ def hardware_flops_per_step(model: ModelSpec, seq: int, global_batch: int, layer
     return model_flops_per_step(model, seq, global_batch) + global_batch * extra
 
 
-# -- time ---------------------------------------------------------------------------------------------------------
-def gemm_seconds(gemms, device: DeviceSpec, dtype_bytes: int) -> float:
-    """Roofline time of a set of GEMMs (module docstring): compute-bound at peak x efficiency, else HBM-bound."""
-    rate = device.peak_flops * device.compute_efficiency
-    return sum(max(g.flops / rate, g.bytes_moved(dtype_bytes) / device.hbm_bandwidth) for g in gemms)
-
-
-def matmul_seconds(flops: float, device: DeviceSpec) -> float:
-    """Time of compute-bound matmul FLOPs (attention core, large GEMMs)."""
-    return flops / (device.peak_flops * device.compute_efficiency)
-
-
 def elementwise_bytes(model: ModelSpec, kind: str, tokens: float, keys: float, tp: int, sp: bool,
                       flash: bool, dtype_bytes: int) -> float:
     """HBM bytes of one layer's memory-bound forward ops on one device (reads + writes, fused as Megatron fuses them).
@@ -225,5 +200,5 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
 
 __all__ = ["Gemm", "layer_gemms", "attention_core_flops", "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence", "model_flops_per_step",
-           "hardware_flops_per_step", "recompute_flops_per_layer", "gemm_seconds", "matmul_seconds",
+           "hardware_flops_per_step", "recompute_flops_per_layer",
            "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]

@@ -12,27 +12,18 @@ from functools import lru_cache
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from ..schedules import default_schedule, schedule_named
+from ..schedules import schedule_named
 from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, NO_RECOMPUTE, recompute_option
-from ..specs.strategy import RecomputePlan, Strategy
+from ..specs.strategy import Strategy
 from . import communication as comm
-from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, gemm_seconds,
-                      hardware_flops_per_step, layer_gemms, matmul_seconds, memory_seconds, model_flops_per_step,
-                      mtp_projection_gemm, output_layer_gemm)
+from .compute import (attention_core_flops, elementwise_bytes, hardware_flops_per_step, layer_gemms, memory_seconds,
+                      model_flops_per_step, mtp_projection_gemm, output_layer_gemm)
+from .gemm import attention_core_seconds, gemm_seconds
+from .data_parallel import data_parallel_seconds
 from .layout import stage_mode_counts
-from .parameters import expert_data_parallel, stage_parameters
 
 LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
 LOSS_PASSES_BACKWARD = 2  # read softmax, write the logit gradient
-# How many of a stage's backward windows each data-parallel collective can hide behind (DataParallelTerms.exposed;
-# the CP-SAT plan model reads the same numbers, solve/recompute.py). Megatron-LM --overlap-grad-reduce overlaps the
-# gradient reduce-scatter with the last micro-batch's backward; --overlap-param-gather overlaps the distributed
-# optimizer's gather with the next step's first forward, about half a backward (Narayanan et al. 2021 §5.1: backward
-# ~ 2 x forward); ZeRO-3 prefetches each micro-batch's parameter gathers behind its forward and backward, 1.5
-# backward windows (Rajbhandari et al. 2020 §7.2.2). docs/formulas.md §7.
-GRADIENT_OVERLAP_WINDOWS = 1.0
-PARAMETER_GATHER_OVERLAP_WINDOWS = 0.5
-ZERO3_GATHER_OVERLAP_WINDOWS = 1.5
 LOSS_ALL_REDUCES = 3  # vocab-parallel cross entropy: max, sum-exp and target logit over TP (Megatron cross_entropy.py)
 
 
@@ -121,9 +112,9 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     tokens, keys = mbs * run.seq_len / cp, run.seq_len
     flash = run.flash_attention
     linear = gemm_seconds(layer_gemms(model, kind, tokens, tp, ep, etp), device, dtype)
-    core = matmul_seconds(attention_core_flops(model, tokens, keys, tp, causal=flash), device)
+    core, core_backward = attention_core_seconds(attention_core_flops(model, tokens, keys, tp, causal=flash), device,
+                                                 flash)
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
-    core_backward = core * (FLASH_BACKWARD_RATIO if flash else 2.0)
     forward = linear + core + elementwise
     backward = 2.0 * (linear + elementwise) + core_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
 
@@ -236,107 +227,6 @@ def pipeline_seconds(schedule: str, stage_sum, stage_max, mbn, vpp):
     return schedule_named(schedule).pipeline_seconds(stage_sum, stage_max, mbn, vpp)
 
 
-# -- data parallelism and optimizer -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Sync:
-    """Data-parallel communication of one stage: gradient sync and parameter gathers, seconds."""
-
-    gradients: float = 0.0  # once per step, after the last micro-batch's backward
-    gather_per_step: float = 0.0  # distributed optimizer: updated parameters, before the next step's forward
-    gather_per_microbatch: float = 0.0  # ZeRO-3: forward and backward gathers of every micro-batch
-
-    def __add__(self, other: "_Sync") -> "_Sync":
-        return _Sync(self.gradients + other.gradients, self.gather_per_step + other.gather_per_step,
-                     self.gather_per_microbatch + other.gather_per_microbatch)
-
-
-def _sync_seconds(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n: int, span: int) -> _Sync:
-    """Communication of `params` local parameters over an n-rank data-parallel group (ZeRO §7.2 volumes)."""
-    if n <= 1:
-        return _Sync()
-    bandwidth, latency = comm.link(cluster.device, span)
-    grads, weights = params * run.grad_bytes, params * run.param_bytes
-    if zero == 0:
-        return _Sync(gradients=comm.all_reduce_seconds(grads, n, bandwidth, latency))  # 2 Psi
-    reduce = comm.reduce_scatter_seconds(grads, n, bandwidth, latency)
-    gather = comm.all_gather_seconds(weights, n, bandwidth, latency)
-    if zero == 3:
-        return _Sync(gradients=reduce, gather_per_microbatch=2 * gather)  # forward and backward gathers
-    return _Sync(gradients=reduce, gather_per_step=gather)  # Megatron distributed optimizer
-
-
-def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
-    """Adam step + grad-norm clipping: read param, grad and fp32 state, write param and state, read grad for norm."""
-    return 2 * (run.param_bytes + run.optimizer_state_bytes) + 2 * run.grad_bytes
-
-
-@dataclass(frozen=True)
-class DataParallelTerms:
-    """One device stage's data-parallel work per step, before overlap (seconds)."""
-
-    gradients: float  # once per step, after the last micro-batch's backward
-    gather_per_step: float  # distributed optimizer: updated parameters, before the next step's forward
-    gather_per_microbatch: float  # ZeRO-3: forward and backward gathers of every micro-batch
-    last_bucket: float  # share of the sync that waits for the stage's last layer and never overlaps
-    optimizer: float  # Adam step and gradient clipping over the local (sharded) states
-
-    def exposed(self, window: float, mbn: int) -> float:
-        """Communication left after overlapping with `window` seconds of this stage's backward (Megatron
-        --overlap-grad-reduce / --overlap-param-gather): gradients behind the window, the parameter gather behind
-        the next step's first forward (about half a backward), ZeRO-3 gathers prefetched behind each micro-batch's
-        forward and backward (1.5 windows); the last bucket's share is always exposed."""
-        return (_exposed(self.gradients, GRADIENT_OVERLAP_WINDOWS * window, self.last_bucket)
-                + _exposed(self.gather_per_step, PARAMETER_GATHER_OVERLAP_WINDOWS * window, self.last_bucket)
-                + mbn * _exposed(self.gather_per_microbatch, ZERO3_GATHER_OVERLAP_WINDOWS * window, self.last_bucket))
-
-
-def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
-                        strategy: Strategy) -> tuple[DataParallelTerms, ...]:
-    """Per device stage: its data-parallel sync and optimizer terms. Expert parameters sync over the
-    expert-data-parallel group, the rest over data x context parallel ranks. Depends only on where parameters sit
-    and how ZeRO shards them, so it is cached on those fields."""
-    s = strategy
-    return _data_parallel_terms(model, cluster, run, s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp,
-                                s.zero)
-
-
-@lru_cache(maxsize=65536)
-def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int,
-                         layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
-                         zero: int) -> tuple[DataParallelTerms, ...]:
-    s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
-                         schedule=default_schedule(vpp), recompute=RecomputePlan(),
-                         layers_per_stage=layers_per_stage)
-    dense_group = s.dp * s.cp
-    dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
-    edp = expert_data_parallel(s)
-    expert_span = comm.group_span(("edp",), {"etp": s.etp, "ep": s.ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
-    out = []
-    for params in stage_parameters(model, s):
-        local_dense, local_expert, layers = params.dense, params.expert, params.layers
-        sync = (_sync_seconds(cluster, run, s.zero, local_dense, dense_group, dense_span)
-                + _sync_seconds(cluster, run, s.zero, local_expert, edp, expert_span))
-        sharded = local_dense / dense_group + local_expert / edp if s.zero >= 1 else local_dense + local_expert
-        optimizer = memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device)
-        out.append(DataParallelTerms(sync.gradients, sync.gather_per_step, sync.gather_per_microbatch,
-                                     1.0 / max(layers, 1), optimizer))
-    return tuple(out)
-
-
-def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                          overlap_windows) -> tuple[float, float]:
-    """(exposed DP/ZeRO communication, optimizer step): the worst device stage of each. Each stage's sync overlaps
-    its own last micro-batch backward, `overlap_windows[stage]` seconds (one number: the same for every stage)."""
-    terms = data_parallel_terms(model, cluster, run, strategy)
-    windows = overlap_windows if isinstance(overlap_windows, (list, tuple)) else [overlap_windows] * len(terms)
-    return (max(t.exposed(w, strategy.mbn) for t, w in zip(terms, windows)), max(t.optimizer for t in terms))
-
-
-def _exposed(seconds: float, window: float, last_bucket: float) -> float:
-    """Communication not hidden behind `window` seconds of compute; the last bucket's share never is."""
-    return max(seconds - window, seconds * last_bucket)
-
-
 # -- composition --------------------------------------------------------------------------------------------------
 PART_KEYS = ("compute_forward", "compute_backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
              "pp_comm", "bubble", "optimizer")
@@ -438,6 +328,6 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
                         model_flops, hardware_flops)
 
 
-__all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds", "data_parallel_seconds",
+__all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds",
            "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts", "PART_KEYS",
            "p2p_per_microbatch", "p2p_crosses_node", "pipeline_p2p_seconds", "stage_role"]

@@ -25,8 +25,8 @@ from functools import lru_cache
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
 from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
-from ..estimate.time import (data_parallel_seconds, data_parallel_terms, layer_time, overlap_windows,
-                             p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
+from ..estimate.data_parallel import data_parallel_seconds, data_parallel_terms
+from ..estimate.time import (layer_time, overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
                              stage_extra_time, stage_role, stage_times)
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace

@@ -24,8 +24,9 @@ from ..estimate.layout import default_partition, stage_layouts, stage_mode_count
 from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
                                stage_static_bytes)
 from ..estimate.parameters import StageParameters
-from ..estimate.time import (GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS, ZERO3_GATHER_OVERLAP_WINDOWS,
-                             data_parallel_terms, layer_time, p2p_per_microbatch, stage_extra_time, stage_role)
+from ..estimate.data_parallel import (GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS,
+                                      ZERO3_GATHER_OVERLAP_WINDOWS, data_parallel_terms)
+from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra_time, stage_role
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
 from .coefficients import item_lower_bound

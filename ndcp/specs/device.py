@@ -30,7 +30,8 @@ class DeviceSpec:
     inter_node_bandwidth: float  # scale-out (IB/RoCE) per device, one direction
     intra_node_latency: float = INTRA_NODE_LATENCY
     inter_node_latency: float = INTER_NODE_LATENCY
-    compute_efficiency: float = 0.62  # achievable fraction of peak on large transformer GEMMs (see estimate/compute.py)
+    compute_efficiency: float = 0.62  # achievable fraction of peak on large transformer GEMMs (see estimate/gemm.py)
+    calibrated: bool = False  # True when compute_efficiency was fitted on measured runs of this chip (docs/calibration.md)
     source: str = ""
 
     def __post_init__(self):
@@ -55,21 +56,21 @@ PRESETS: dict[str, DeviceSpec] = {
     for d in (
         _preset("a100-40g", 40960, 312, 1555, 300, 25,
                 "NVIDIA A100 datasheet: 312 TFLOP/s BF16 dense, 40 GB HBM2 1.56 TB/s, NVLink3 600 GB/s; HDR IB per GPU",
-                compute_efficiency=0.63),
+                compute_efficiency=0.63, calibrated=True),
         _preset("a100-80g", 81920, 312, 2039, 300, 25,
                 "NVIDIA A100 datasheet: 312 TFLOP/s BF16 dense, 80 GB HBM2e 2.04 TB/s, NVLink3 600 GB/s; Narayanan 2021 "
                 "§5: 8x HDR 200 Gb/s per DGX node",
-                compute_efficiency=0.63),
+                compute_efficiency=0.63, calibrated=True),
         _preset("h100", 81559, 989.4, 3350, 450, 50,
                 "NVIDIA H100 SXM5: 989.4 TFLOP/s BF16 dense, 80 GB HBM3 3.35 TB/s, NVLink4 900 GB/s; NDR 400 Gb/s per GPU "
                 "(DGX H100)",
-                compute_efficiency=0.64),
+                compute_efficiency=0.64, calibrated=True),
         _preset("h200", 143771, 989.4, 4800, 450, 50,
                 "NVIDIA H200 SXM: 989.4 TFLOP/s BF16 dense, 141 GB HBM3e 4.8 TB/s, NVLink 900 GB/s; 400 Gb/s per GPU",
-                compute_efficiency=0.64),
+                compute_efficiency=0.64, calibrated=True),
         _preset("h800", 81559, 989.4, 3350, 160, 50,
                 "DeepSeek-V3 report §3.2.2: usable NVLink 160 GB/s, IB 50 GB/s per GPU; BF16 peak as H100",
-                compute_efficiency=0.64),
+                compute_efficiency=0.64, calibrated=True),
         _preset("b200", 183359, 2250, 8000, 900, 50,
                 "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
                 "not confirmed in stored material); 400 Gb/s per GPU"),

@@ -1,8 +1,9 @@
 """Matmul FLOPs against the published closed forms (docs/formulas.md §2), and the roofline time rule."""
 import pytest
 
-from ndcp.estimate.compute import (Gemm, attention_core_flops, gemm_seconds, hardware_flops_per_step, layer_gemms,
+from ndcp.estimate.compute import (Gemm, attention_core_flops, hardware_flops_per_step, layer_gemms,
                                    model_flops_per_sequence, model_flops_per_step, total_flops)
+from ndcp.estimate.gemm import gemm_seconds
 from ndcp.specs import ModelSpec, MoESpec, MLASpec, device_preset
 
 

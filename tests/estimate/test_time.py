@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ndcp.estimate.compute import attention_core_flops, matmul_seconds
+from ndcp.estimate.compute import attention_core_flops
+from ndcp.estimate.gemm import attention_core_seconds
 from ndcp.estimate.time import (PART_KEYS, LayerTime, estimate_time, layer_time,
                                 stage_extra_time)
 from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
@@ -73,7 +74,7 @@ def test_recompute_modes_rerun_what_they_drop():
     assert none.recompute == 0
     tp_forward = full.recompute - full.forward  # full = the layer forward plus its forward TP all-reduces
     assert 0 < tp_forward <= full.tp_comm
-    core = matmul_seconds(attention_core_flops(LLAMA_8B, 8192, 8192, 4, causal=True), c.device)
+    core, _ = attention_core_seconds(attention_core_flops(LLAMA_8B, 8192, 8192, 4, causal=True), c.device, True)
     assert selective.recompute == pytest.approx(core)
 
 
