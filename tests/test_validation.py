@@ -57,12 +57,14 @@ def test_result_is_json_and_renders(published):
 def test_csv_of_measured_runs(tmp_path):
     csv = tmp_path / "runs.csv"
     csv.write_text(
-        "id,model,device,gpus,global_batch,seq_len,tp,pp,dp,cp,ep,vpp,mbs,zero,sp,recompute,step_seconds,mfu\n"
-        "ok,llama3-8b,h100,8,128,8192,1,1,4,2,1,1,1,1,false,selective,12.27,0.6247\n"
-        "bad-device,llama3-8b,tpu-v9,8,128,8192,1,1,4,2,1,1,1,1,false,selective,12.27,\n"
-        "bad-shape,llama3-8b,h100,8,128,8192,2,1,4,2,1,1,1,1,true,selective,12.27,\n")
+        "id,model,device,gpus,global_batch,seq_len,tp,pp,dp,cp,ep,vpp,mbs,zero,sp,recompute,step_seconds,mfu,"
+        "grad_dtype,mfu_convention\n"
+        "ok,llama3-8b,h100,8,128,8192,1,1,4,2,1,1,1,1,false,selective,12.27,0.6247,bf16,full\n"
+        "bad-device,llama3-8b,tpu-v9,8,128,8192,1,1,4,2,1,1,1,1,false,selective,12.27,,bf16,full\n"
+        "bad-shape,llama3-8b,h100,8,128,8192,2,1,4,2,1,1,1,1,true,selective,12.27,,bf16,full\n")
     result = validate_file(csv)
     assert [r.id for r in result.runs] == ["ok"]
+    assert result.runs[0].basis == "model-full"  # NVIDIA's recipes count the full score matrix
     assert abs(result.runs[0].mfu_error_points) < 5
     reasons = {s.id: s.reason for s in result.skipped}
     assert "tpu-v9" in reasons["bad-device"] and "does not match" in reasons["bad-shape"]
@@ -145,3 +147,55 @@ def test_dgxc_model_states_match_the_logged_allocated_memory():
     assert len(stage_layouts(row.model, row.strategy)) == 1
     states = sum(model_state_bytes(row.run, row.strategy, stage_parameters(row.model, row.strategy)[0]).values())
     assert states == pytest.approx(entry["memory_observation"]["memory_allocated_bytes"], rel=0.01)
+
+
+UNKNOWN_RECOMPUTE_CSV = (
+    "id,model,device,gpus,global_batch,seq_len,tp,pp,dp,mbs,zero,flash_attention,recompute,step_seconds\n"
+    "light,llama3-8b,h100,8,8,2048,1,1,8,1,3,true,,1.0\n"  # fits without recompute
+    "no-flash,llama3-8b,h100,8,8,4096,1,1,8,1,3,false,unknown,1.0\n"  # scores materialised: selective must drop them
+    "long,llama3-8b,h100,8,16,8192,1,1,8,2,3,true,,1.0\n"  # only the layer inputs fit
+    "huge,llama3-8b,h100,8,256,8192,1,1,8,32,3,true,,1.0\n")  # nothing fits: full, flagged as not fitting
+
+
+def test_unknown_recompute_is_the_least_that_fits(tmp_path):
+    from ndcp.specs import RecomputePlan
+    from ndcp.specs.recompute import RECOMPUTE_MODES
+    from ndcp.validation.runs import read_rows
+
+    csv = tmp_path / "runs.csv"
+    csv.write_text(UNKNOWN_RECOMPUTE_CSV)
+    chosen = {}
+    for run_id, build in read_rows(csv):
+        row = build()
+        mode = row.strategy.recompute.mode
+        chosen[run_id] = mode
+        assert f"recompute {mode} (unknown: least that fits)" in row.assumptions
+        lighter = RECOMPUTE_MODES[:RECOMPUTE_MODES.index(mode)]  # the rulebook's order, lightest first
+        for other in lighter:
+            strategy = row.strategy.with_(recompute=RecomputePlan.uniform(other))
+            assert not estimate_memory(row.model, row.cluster, row.run, strategy).fits, (run_id, other)
+        assert estimate_memory(row.model, row.cluster, row.run, row.strategy).fits is (run_id != "huge")
+    assert chosen == {"light": "none", "no-flash": "selective", "long": "full", "huge": "full"}
+
+
+def test_unknown_recompute_on_narayanans_basis_stays_full(tmp_path):
+    """Narayanan's 96-coefficient TFLOP/s count one recompute forward per layer: the published figure itself says
+    full recompute, so the row keeps it even where no recompute would fit."""
+    from ndcp.specs import RecomputePlan
+    from ndcp.validation.runs import read_rows
+
+    path = tmp_path / "runs.yaml"
+    path.write_text(
+        "runs:\n"
+        "- id: basis\n"
+        "  model: {name: llama-like, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn_hidden: 14336,\n"
+        "          vocab: 128256, seq_len: 2048, activation: swiglu}\n"
+        "  cluster: {gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}\n"
+        "  training: {global_batch: 8, precision: bf16}\n"
+        "  strategy: {tp: 1, pp: 1, dp: 8, micro_batch: 1, zero_stage: 3, recompute: unknown}\n"
+        "  outcome: {tflops_per_gpu: 400, tflops_basis: hardware-incl-recompute (96-coefficient formula)}\n")
+    row = read_rows(path)[0][1]()
+    assert row.narayanan_basis and row.strategy.recompute.mode == "full"
+    assert any("96-coefficient" in a for a in row.assumptions)
+    lightest = row.strategy.with_(recompute=RecomputePlan.uniform("none"))
+    assert estimate_memory(row.model, row.cluster, row.run, lightest).fits  # least-that-fits would have said none

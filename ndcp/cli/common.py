@@ -7,6 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
+from ..estimate.reserve import (CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION_FRACTION,
+                                NCCL_CHANNELS, NCCL_CONNECTION_BYTES, RING_CONNECTIONS)
 from ..rules import check_given_degrees, check_strategy
 from ..schedules import default_schedule
 from ..specs import strategy_input
@@ -14,13 +16,16 @@ from ..specs.device import PRESETS, ClusterSpec, device_preset
 from ..specs.fields import SpecError
 from ..specs.library import load_model
 from ..specs.model import ModelSpec
-from ..specs.run import TRAINERS, RunSpec
+from ..specs.run import GRAD_SYNCS, MFU_CONVENTIONS, PARAM_GATHERS, TRAINERS, RunSpec
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import Strategy
 from ..specs.units import GIB
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_WORKERS = 256
+# The modelled reserve, for --reserve's help: context + workspaces, and one ring communicator (estimate/reserve.py).
+RESERVE_FLOOR = CUDA_CONTEXT_BYTES + CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES
+RING_GROUP = NCCL_CHANNELS * RING_CONNECTIONS * NCCL_CONNECTION_BYTES
 
 
 class UsageError(Exception):
@@ -83,6 +88,10 @@ def positive_int(text: str) -> int:
     return _checked_number(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
+def headroom_fraction(text: str) -> float:
+    return _checked_number(text, float, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1, e.g. 0.1", "a number")
+
+
 def int32(text: str) -> int:
     """A 32-bit integer (CP-SAT seeds are int32; larger values are never meaningful here)."""
     return _checked_number(text, int, lambda v: -(2**31) <= v < 2**31, "a 32-bit integer", "an integer")
@@ -142,9 +151,15 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seq-len", metavar="S", required=True, type=positive_int, help="sequence length in tokens")
     group.add_argument("--memory-cap", metavar="SIZE", type=size_argument,
                        help="usable memory per device (default: all of it), e.g. 70GiB, 75GB, 80000MiB or bytes")
-    group.add_argument("--reserve", metavar="SIZE", type=size_argument, default=GIB,
-                       help="memory set aside per device for allocator fragmentation, context and workspaces "
-                            "(default 1GiB)")
+    group.add_argument("--reserve", metavar="SIZE", type=size_argument,
+                       help="a measured reserve per device (e.g. nvidia-smi's usage minus torch.cuda."
+                            "max_memory_reserved) that replaces the modelled CUDA context, cuBLAS workspaces and NCCL "
+                            f"buffers (default: modelled, {RESERVE_FLOOR / GIB:.2f} GiB + {RING_GROUP / GIB:.2f} GiB "
+                            f"per process group); allocator fragmentation ({FRAGMENTATION_FRACTION * 100:.0f}%% of the "
+                            "activations) is added either way")
+    group.add_argument("--headroom", metavar="FRACTION", type=headroom_fraction, default=0.0,
+                       help="fraction of the capacity to keep free, 0 <= f < 1: plans may use capacity x (1 - f) "
+                            "(default 0)")
     group.add_argument("--precision", choices=("bf16", "fp16"), default="bf16",
                        help="parameter and activation dtype (default bf16)")
     group.add_argument("--grad-dtype", choices=("fp32", "bf16"), default="fp32",
@@ -154,6 +169,21 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--trainer", choices=TRAINERS, default="megatron",
                        help="whose memory behaviour to model (default megatron: Megatron-Core + Transformer Engine; "
                             "torchtitan: FSDP2 states, op-level selective AC, eager autograd)")
+    group.add_argument("--grad-sync", choices=GRAD_SYNCS, default="trainer",
+                       help="when gradients are reduced over data-parallel ranks: microbatch (after every "
+                            "micro-batch's backward; ZeRO-2/3 reduce-scatter straight into the shard), step (accumulated "
+                            "in a full gradient buffer, reduced once per step; with ZeRO-2/3 that buffer costs memory) "
+                            "or trainer (default: its own, e.g. Megatron once per step for ZeRO-0/1, every "
+                            "micro-batch for ZeRO-2/3)")
+    group.add_argument("--param-gather", choices=PARAM_GATHERS, default="trainer",
+                       help="ZeRO-3 parameter all-gathers: forward-backward (for every micro-batch's forward and again "
+                            "for its backward), microbatch (kept gathered from forward to backward), step (kept "
+                            "gathered over the step; the last two hold the stage's parameters unsharded) or trainer "
+                            "(default: forward-backward; torchtitan with PP: step)")
+    group.add_argument("--mfu-convention", choices=MFU_CONVENTIONS, default="causal",
+                       help="how MFU counts causal attention (default causal: the unmasked half, as Megatron-LM "
+                            "since core_r0.12; full: the whole score matrix, as PaLM and torchtitan). HFU always "
+                            "counts what runs")
 
 
 def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, RunSpec]:
@@ -173,13 +203,15 @@ def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, Run
         if cap > memory:
             raise SpecError(f"--memory-cap={gib_text(cap)} exceeds the {cluster.device.name} device memory "
                             f"({gib_text(memory)}); lower the cap or override --device-memory")
-    capacity = cap or memory
-    if args.reserve >= capacity:
-        raise SpecError(f"--reserve={gib_text(args.reserve)} leaves no memory: the capacity per device is "
-                        f"{gib_text(capacity)}")
     run = RunSpec(global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
                   grad_dtype=args.grad_dtype, flash_attention=args.flash_attention,
-                  memory_cap_bytes=cap or 0, reserve_bytes=args.reserve, trainer=args.trainer)
+                  memory_cap_bytes=cap or 0, reserve_bytes=args.reserve, headroom_fraction=args.headroom,
+                  trainer=args.trainer, grad_sync=args.grad_sync, param_gather=args.param_gather,
+                  mfu_convention=args.mfu_convention)
+    capacity = run.capacity(memory)
+    if args.reserve is not None and args.reserve >= capacity:
+        raise SpecError(f"--reserve={gib_text(args.reserve)} leaves no memory: the capacity per device is "
+                        f"{gib_text(capacity)}")
     return model, cluster, run
 
 

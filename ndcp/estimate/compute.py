@@ -2,11 +2,13 @@
 
 FLOPs count only matrix multiplies (2 per multiply-add), as Narayanan 2021 Eq. (3) and Korthikanti 2022 App. A do.
 
-Causal-attention conventions (docs/formulas.md §2.2/§2.3):
-- model FLOPs (MFU basis) count the full s x s score matrix for QK^T and attention x V, as the published MFU
-  figures (Megatron `num_floating_point_operations`, NVIDIA recipe notes) do;
-- time counts what flash attention actually runs: the masked upper half is skipped (factor 1/2), and its backward
-  runs 5 matmuls for the forward's 2 (Dao 2023, FlashAttention-2 §3.1.2) because it recomputes the scores.
+FLOPs are counted two ways (docs/formulas.md §2.6):
+- model FLOPs (the MFU numerator) under a declared convention: the causal half of the s x s attention core
+  ("causal", Megatron-LM `num_floating_point_operations` since core_r0.12) or the full score matrix ("full", PaLM
+  App. B, torchtitan, older Megatron and the published A100 papers); no recompute, no MoE capacity padding;
+- hardware FLOPs (HFU) are what the time model executes (estimate/time.py sums them per layer): flash attention
+  skips the masked upper half (factor 1/2) and its backward runs 5 matmuls for the forward's 2 (Dao 2023,
+  FlashAttention-2 §3.1.2) because it recomputes the scores; recompute reruns what it reruns; experts run padded.
 
 GEMM and attention-core times live in estimate/gemm.py. Element-wise work (norms, activations, residual adds,
 dropout, and the unfused softmax when flash attention is off) is memory-bound: bytes / HBM bandwidth.
@@ -20,7 +22,7 @@ from functools import lru_cache
 
 from ..specs.device import DeviceSpec
 from ..specs.model import ModelSpec
-from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, recompute_option
+from ..specs.run import MFU_CONVENTIONS
 
 FLASH_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward (Dao 2023 §3.1.2)
 # score-matrix passes without flash attention: write QK^T, softmax read/write, dropout read/write, read by attention x V
@@ -67,15 +69,16 @@ def mlp_gemms(model: ModelSpec, ffn: int, tokens: float, tp: int, count: float =
     return Gemm(tokens, model.hidden, up, count), Gemm(tokens, ffn / tp, model.hidden, count)
 
 
-def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int) -> tuple[Gemm, ...]:
+def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, padded: bool = True) -> tuple[Gemm, ...]:
     """Router, routed experts and shared experts of one MoE layer on one device, forward.
 
     Routed work is balanced over the stage's tp*cp*dp = etp*ep*edp devices, so each device runs tokens*top_k/tp
     token-expert pairs of full width; its E/ep local experts see tokens*top_k*etp*ep/(tp*E) rows each at width
-    F/etp (sets the GEMM shape for the roofline). A capacity factor pads every expert to that factor.
+    F/etp (sets the GEMM shape). A capacity factor pads every expert to that factor: executed (padded=True, the time
+    model) but never model FLOPs (padded=False, the MFU numerator).
     """
     m = model.moe
-    pairs = tokens * m.top_k * (m.capacity_factor or 1.0)
+    pairs = tokens * m.top_k * ((m.capacity_factor or 1.0) if padded else 1.0)
     rows_per_expert = pairs * etp * ep / (tp * m.experts)
     routed = mlp_gemms(model, m.expert_ffn_hidden, rows_per_expert, etp, count=m.experts / ep)
     router = (Gemm(tokens, model.hidden, m.experts),)  # replicated on TP ranks
@@ -83,9 +86,11 @@ def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int) -> tu
     return router + routed + shared
 
 
-def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1, etp: int = 1) -> tuple[Gemm, ...]:
-    """All weight GEMMs of one body layer of `kind` ("dense" or "moe"), forward, one device."""
-    mlp = moe_gemms(model, tokens, tp, ep, etp) if kind == "moe" else mlp_gemms(model, model.ffn_hidden, tokens, tp)
+def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1, etp: int = 1,
+                padded: bool = True) -> tuple[Gemm, ...]:
+    """All weight GEMMs of one body layer of `kind` ("dense" or "moe"), forward, one device; `padded`: MoE experts
+    padded to the capacity factor (what runs) or not (model FLOPs)."""
+    mlp = moe_gemms(model, tokens, tp, ep, etp, padded) if kind == "moe" else mlp_gemms(model, model.ffn_hidden, tokens, tp)
     return attention_projection_gemms(model, tokens, tp) + mlp
 
 
@@ -114,63 +119,64 @@ def total_flops(gemms) -> float:
     return sum(g.flops for g in gemms)
 
 
-# -- model and hardware FLOPs (MFU/HFU basis: full s^2 attention, docs/formulas.md §2.2/§2.3) -------------------
+# -- model FLOPs (the MFU numerator, under a declared convention; docs/formulas.md §2.6) ----------------------------
+# Hardware FLOPs (HFU) are not counted here: they are what the time model executes, summed by estimate/time.py.
 @lru_cache(maxsize=1024)
-def layer_forward_flops(model: ModelSpec, kind: str, seq: int) -> float:
-    """Forward FLOPs of one body layer for one sequence, full-attention (MFU) convention, unsharded."""
-    return total_flops(layer_gemms(model, kind, seq, 1)) + attention_core_flops(model, seq, seq, 1, causal=False)
+def layer_forward_flops(model: ModelSpec, kind: str, seq: int, convention: str) -> float:
+    """Model forward FLOPs of one body layer for one sequence, unsharded, no capacity padding: the attention core
+    counts the causal half (convention "causal", Megatron-LM since core_r0.12) or the full s x s scores ("full",
+    PaLM App. B, torchtitan, Megatron before core_r0.12)."""
+    return (total_flops(layer_gemms(model, kind, seq, 1, padded=False))
+            + attention_core_flops(model, seq, seq, 1, causal=_causal(convention)))
+
+
+def _causal(convention: str) -> bool:
+    if convention not in MFU_CONVENTIONS:
+        raise ValueError(f"mfu convention {convention!r}: expected one of {', '.join(MFU_CONVENTIONS)}")
+    return convention == "causal"
 
 
 @lru_cache(maxsize=256)
-def mtp_forward_flops(model: ModelSpec, seq: int) -> float:
+def mtp_forward_flops(model: ModelSpec, seq: int, convention: str) -> float:
     """Forward FLOPs of all MTP modules for one sequence: projection, one transformer layer, shared output head."""
     if not model.mtp_depth:
         return 0.0
     kind = "moe" if model.moe is not None else "dense"
-    per_module = (mtp_projection_gemm(model, seq).flops + layer_forward_flops(model, kind, seq)
+    per_module = (mtp_projection_gemm(model, seq).flops + layer_forward_flops(model, kind, seq, convention)
                   + output_layer_gemm(model, seq, 1).flops)
     return model.mtp_depth * per_module
 
 
-@lru_cache(maxsize=256)
-def forward_flops_per_sequence(model: ModelSpec, seq: int) -> float:
-    """Forward FLOPs of the whole model for one sequence: body layers, logits and MTP modules (embedding: none)."""
-    body = model.dense_layers * layer_forward_flops(model, "dense", seq)
+def body_forward_flops(model: ModelSpec, seq: int, convention: str) -> float:
+    """Forward FLOPs of all body layers for one sequence."""
+    body = model.dense_layers * layer_forward_flops(model, "dense", seq, convention)
     if model.moe is not None:
-        body += model.moe_layers * layer_forward_flops(model, "moe", seq)
-    return body + output_layer_gemm(model, seq, 1).flops + mtp_forward_flops(model, seq)
+        body += model.moe_layers * layer_forward_flops(model, "moe", seq, convention)
+    return body
 
 
-def model_flops_per_sequence(model: ModelSpec, seq: int) -> float:
+@lru_cache(maxsize=256)
+def forward_flops_per_sequence(model: ModelSpec, seq: int, convention: str) -> float:
+    """Forward FLOPs of the whole model for one sequence: body layers, logits and MTP modules (embedding: none)."""
+    return (body_forward_flops(model, seq, convention) + output_layer_gemm(model, seq, 1).flops
+            + mtp_forward_flops(model, seq, convention))
+
+
+def model_flops_per_sequence(model: ModelSpec, seq: int, convention: str) -> float:
     """Model FLOPs (no recompute) for one sequence: forward + backward = 3 x forward (Korthikanti Eq. 7)."""
-    return 3.0 * forward_flops_per_sequence(model, seq)
+    return 3.0 * forward_flops_per_sequence(model, seq, convention)
 
 
-SELECTIVE_HFU_FACTOR = 3.0  # Korthikanti App. A Eq. 9 charges 12*B*s^2*h per layer = 3 x the core's forward
-
-
-def recompute_flops_per_layer(model: ModelSpec, kind: str, mode: str, seq: int) -> float:
-    """Recompute FLOPs one layer of one sequence adds to hardware FLOPs (HFU basis, full s^2 attention).
-
-    full = one more forward of the layer (Narayanan Eq. 3's 96 = 4 x 24); selective = the attention core as
-    Korthikanti's published HFU formula counts it, 72BLsh^2(1 + s/3h + V/12hL) - model FLOPs = 12*B*s^2*h per
-    layer. The time model charges the physical rerun (one forward of the core) instead, see time.layer_time."""
-    reruns = recompute_option(mode).reruns
-    return ((layer_forward_flops(model, kind, seq) if LAYER_FORWARD in reruns else 0.0)
-            + (SELECTIVE_HFU_FACTOR * attention_core_flops(model, seq, seq, 1, causal=False)
-               if ATTENTION_CORE in reruns else 0.0))
-
-
-def model_flops_per_step(model: ModelSpec, seq: int, global_batch: int) -> float:
+def model_flops_per_step(model: ModelSpec, seq: int, global_batch: int, convention: str) -> float:
     """Model FLOPs of one optimizer step, whole cluster (the MFU numerator times the step time)."""
-    return global_batch * model_flops_per_sequence(model, seq)
+    return global_batch * model_flops_per_sequence(model, seq, convention)
 
 
-def hardware_flops_per_step(model: ModelSpec, seq: int, global_batch: int, layers_per_mode: dict) -> float:
-    """Model FLOPs plus the recompute forward FLOPs; layers_per_mode maps (kind, mode) -> body layers."""
-    extra = sum(n * recompute_flops_per_layer(model, kind, mode, seq)
-                for (kind, mode), n in layers_per_mode.items() if n)
-    return model_flops_per_step(model, seq, global_batch) + global_batch * extra
+def narayanan_flops_per_step(model: ModelSpec, seq: int, global_batch: int) -> float:
+    """Narayanan 2021 Eq. (3), 96 B s l h^2 (1 + s/6h + V/16lh): full-convention model FLOPs plus one more forward
+    of every body layer (full recompute). The basis some published runs state their TFLOP/s on."""
+    return (model_flops_per_step(model, seq, global_batch, "full")
+            + global_batch * body_forward_flops(model, seq, "full"))
 
 
 def elementwise_bytes(model: ModelSpec, kind: str, tokens: float, keys: float, tp: int, sp: bool,
@@ -199,6 +205,5 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
 
 
 __all__ = ["Gemm", "layer_gemms", "attention_core_flops", "output_layer_gemm", "mtp_projection_gemm",
-           "layer_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence", "model_flops_per_step",
-           "hardware_flops_per_step", "recompute_flops_per_layer",
-           "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]
+           "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
+           "model_flops_per_step", "narayanan_flops_per_step", "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]

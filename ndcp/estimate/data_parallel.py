@@ -1,11 +1,13 @@
 """Data-parallel sync (gradients, ZeRO parameter gathers) and the optimizer step of one strategy, per device stage.
 
-Every term is per step or per micro-batch on one device, before overlap; `DataParallelTerms.exposed` says how much
-of it the stage's compute windows hide.
+Which collectives run every micro-batch and which once per step is the trainer's and the run's choice
+(trainers.data_parallel_sync). Every term here is one collective on one device, before overlap;
+`DataParallelTerms.exposed` says how much of a step's worth of them the stage's compute windows hide.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 from functools import lru_cache
 
 from ..schedules import default_schedule
@@ -16,44 +18,50 @@ from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import memory_seconds
 from .parameters import expert_data_parallel, stage_parameters
+from .trainers import data_parallel_sync
 
-# How many of a stage's backward windows each data-parallel collective can hide behind (DataParallelTerms.exposed;
-# the CP-SAT plan model reads the same numbers, solve/recompute.py). Megatron-LM --overlap-grad-reduce overlaps the
-# gradient reduce-scatter with the last micro-batch's backward; --overlap-param-gather overlaps the distributed
-# optimizer's gather with the next step's first forward, about half a backward (Narayanan et al. 2021 §5.1: backward
-# ~ 2 x forward); ZeRO-3 prefetches each micro-batch's parameter gathers behind its forward and backward, 1.5
-# backward windows (Rajbhandari et al. 2020 §7.2.2). docs/formulas.md §7.
-GRADIENT_OVERLAP_WINDOWS = 1.0
-PARAMETER_GATHER_OVERLAP_WINDOWS = 0.5
-ZERO3_GATHER_OVERLAP_WINDOWS = 1.5
+# A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the
+# device's one link, so their sum hides behind it (docs/formulas.md §7). Gradient syncs and ZeRO-3's backward
+# re-gathers overlap a micro-batch's backward (Megatron --overlap-grad-reduce; FSDP2 and ZeRO-3 backward prefetch);
+# parameter gathers for a forward (ZeRO-3 every micro-batch; ZeRO-1/2 once per step, before the next step's first
+# forward: Megatron --overlap-param-gather) overlap that forward. A window is the wall time of the pass on the
+# stage, its exposed TP/CP/EP communication included (the DP link is idle-free then too), so more compute never
+# hides more than it adds: a step never gets shorter when work is added.
+
+
+class Windows(NamedTuple):
+    """One micro-batch's forward and backward wall time on a device stage, seconds (estimate.time.LayerTime)."""
+
+    forward: float
+    backward: float
 
 
 @dataclass(frozen=True)
-class _Sync:
-    """Data-parallel communication of one stage: gradient sync and parameter gathers, seconds."""
+class DataParallelTerms:
+    """One device stage's data-parallel work, before overlap (seconds)."""
 
-    gradients: float = 0.0  # once per step, after the last micro-batch's backward
-    gather_per_step: float = 0.0  # distributed optimizer: updated parameters, before the next step's forward
-    gather_per_microbatch: float = 0.0  # ZeRO-3: forward and backward gathers of every micro-batch
+    gradients: float  # one gradient sync: all-reduce (ZeRO-0) or reduce-scatter
+    grads_per_microbatch: bool  # after every micro-batch's backward, else once, after the last
+    backward_gather: float  # ZeRO-3 re-gathering the parameters for each micro-batch's backward, else 0
+    forward_gather: float  # one gather of the parameters before a forward (0 with ZeRO-0)
+    gathers_per_microbatch: bool  # before every micro-batch's forward, else once per step
+    last_bucket: float  # share of a window's sync that waits for the stage's last layer and never overlaps
+    optimizer: float  # Adam step and gradient clipping over the local (sharded) states
 
-    def __add__(self, other: "_Sync") -> "_Sync":
-        return _Sync(self.gradients + other.gradients, self.gather_per_step + other.gather_per_step,
-                     self.gather_per_microbatch + other.gather_per_microbatch)
+    def windows(self, mbn: int) -> tuple[tuple[float, int, str], ...]:
+        """(seconds of communication in one window, such windows per step, which pass the window is: "backward" or
+        "forward"): backward windows carrying a gradient sync (and ZeRO-3's backward gather), backward windows
+        carrying only that gather, forward windows carrying a parameter gather."""
+        syncs = mbn if self.grads_per_microbatch else 1
+        return ((self.gradients + self.backward_gather, syncs, "backward"),
+                (self.backward_gather, mbn - syncs, "backward"),
+                (self.forward_gather, mbn if self.gathers_per_microbatch else 1, "forward"))
 
-
-def _sync_seconds(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n: int, span: int) -> _Sync:
-    """Communication of `params` local parameters over an n-rank data-parallel group (ZeRO §7.2 volumes)."""
-    if n <= 1:
-        return _Sync()
-    bandwidth, latency = comm.link(cluster.device, span)
-    grads, weights = params * run.grad_bytes, params * run.param_bytes
-    if zero == 0:
-        return _Sync(gradients=comm.all_reduce_seconds(grads, n, bandwidth, latency))  # 2 Psi
-    reduce = comm.reduce_scatter_seconds(grads, n, bandwidth, latency)
-    gather = comm.all_gather_seconds(weights, n, bandwidth, latency)
-    if zero == 3:
-        return _Sync(gradients=reduce, gather_per_microbatch=2 * gather)  # forward and backward gathers
-    return _Sync(gradients=reduce, gather_per_step=gather)  # Megatron distributed optimizer
+    def exposed(self, windows: Windows, mbn: int) -> float:
+        """Communication per step left after overlap, when a micro-batch's passes on this stage take `windows`
+        seconds: in each window, what exceeds it, and never less than the last bucket's share."""
+        return sum(n * _exposed(seconds, getattr(windows, which), self.last_bucket)
+                   for seconds, n, which in self.windows(mbn))
 
 
 def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
@@ -61,24 +69,19 @@ def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
     return 2 * (run.param_bytes + run.optimizer_state_bytes) + 2 * run.grad_bytes
 
 
-@dataclass(frozen=True)
-class DataParallelTerms:
-    """One device stage's data-parallel work per step, before overlap (seconds)."""
-
-    gradients: float  # once per step, after the last micro-batch's backward
-    gather_per_step: float  # distributed optimizer: updated parameters, before the next step's forward
-    gather_per_microbatch: float  # ZeRO-3: forward and backward gathers of every micro-batch
-    last_bucket: float  # share of the sync that waits for the stage's last layer and never overlaps
-    optimizer: float  # Adam step and gradient clipping over the local (sharded) states
-
-    def exposed(self, window: float, mbn: int) -> float:
-        """Communication left after overlapping with `window` seconds of this stage's backward (Megatron
-        --overlap-grad-reduce / --overlap-param-gather): gradients behind the window, the parameter gather behind
-        the next step's first forward (about half a backward), ZeRO-3 gathers prefetched behind each micro-batch's
-        forward and backward (1.5 windows); the last bucket's share is always exposed."""
-        return (_exposed(self.gradients, GRADIENT_OVERLAP_WINDOWS * window, self.last_bucket)
-                + _exposed(self.gather_per_step, PARAMETER_GATHER_OVERLAP_WINDOWS * window, self.last_bucket)
-                + mbn * _exposed(self.gather_per_microbatch, ZERO3_GATHER_OVERLAP_WINDOWS * window, self.last_bucket))
+def _collectives(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n: int,
+                 span: int) -> tuple[float, float]:
+    """(gradient sync, parameter gather) of `params` local parameters over an n-rank data-parallel group, seconds
+    (ZeRO §7.2 volumes: all-reduce 2 Psi; reduce-scatter and all-gather Psi each); none without parameters (a dense
+    model's expert group)."""
+    if n <= 1 or params <= 0:
+        return 0.0, 0.0
+    bandwidth, latency = comm.link(cluster.device, span)
+    grads, weights = params * run.grad_bytes, params * run.param_bytes
+    if zero == 0:
+        return comm.all_reduce_seconds(grads, n, bandwidth, latency), 0.0
+    return (comm.reduce_scatter_seconds(grads, n, bandwidth, latency),
+            comm.all_gather_seconds(weights, n, bandwidth, latency))
 
 
 def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
@@ -98,28 +101,32 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
                          schedule=default_schedule(vpp), recompute=RecomputePlan(),
                          layers_per_stage=layers_per_stage)
+    sync = data_parallel_sync(run, zero, pp)
     dense_group = s.dp * s.cp
     dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
     edp = expert_data_parallel(s)
     expert_span = comm.group_span(("edp",), {"etp": s.etp, "ep": s.ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
     out = []
     for params in stage_parameters(model, s):
-        local_dense, local_expert, layers = params.dense, params.expert, params.layers
-        sync = (_sync_seconds(cluster, run, s.zero, local_dense, dense_group, dense_span)
-                + _sync_seconds(cluster, run, s.zero, local_expert, edp, expert_span))
-        sharded = local_dense / dense_group + local_expert / edp if s.zero >= 1 else local_dense + local_expert
-        optimizer = memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device)
-        out.append(DataParallelTerms(sync.gradients, sync.gather_per_step, sync.gather_per_microbatch,
-                                     1.0 / max(layers, 1), optimizer))
+        dense = _collectives(cluster, run, zero, params.dense, dense_group, dense_span)
+        expert = _collectives(cluster, run, zero, params.expert, edp, expert_span)
+        gradients, gather = dense[0] + expert[0], dense[1] + expert[1]
+        sharded = params.dense / dense_group + params.expert / edp if zero >= 1 else params.dense + params.expert
+        out.append(DataParallelTerms(
+            gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
+            backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
+            gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
+            last_bucket=1.0 / max(params.layers, 1),
+            optimizer=memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device)))
     return tuple(out)
 
 
 def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                          overlap_windows) -> tuple[float, float]:
-    """(exposed DP/ZeRO communication, optimizer step): the worst device stage of each. Each stage's sync overlaps
-    its own last micro-batch backward, `overlap_windows[stage]` seconds (one number: the same for every stage)."""
+                          overlap_windows: "list[Windows] | Windows") -> tuple[float, float]:
+    """(exposed DP/ZeRO communication, optimizer step): the worst device stage of each. `overlap_windows[stage]`:
+    one micro-batch's forward and backward wall time on that stage (one Windows: the same for every stage)."""
     terms = data_parallel_terms(model, cluster, run, strategy)
-    windows = overlap_windows if isinstance(overlap_windows, (list, tuple)) else [overlap_windows] * len(terms)
+    windows = [overlap_windows] * len(terms) if isinstance(overlap_windows, Windows) else overlap_windows
     return (max(t.exposed(w, strategy.mbn) for t, w in zip(terms, windows)), max(t.optimizer for t in terms))
 
 
@@ -128,6 +135,4 @@ def _exposed(seconds: float, window: float, last_bucket: float) -> float:
     return max(seconds - window, seconds * last_bucket)
 
 
-
-__all__ = ["DataParallelTerms", "data_parallel_terms", "data_parallel_seconds", "GRADIENT_OVERLAP_WINDOWS",
-           "PARAMETER_GATHER_OVERLAP_WINDOWS", "ZERO3_GATHER_OVERLAP_WINDOWS"]
+__all__ = ["DataParallelTerms", "Windows", "data_parallel_terms", "data_parallel_seconds"]

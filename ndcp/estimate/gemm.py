@@ -1,28 +1,105 @@
-"""Time of matrix multiplies on one device: weight GEMMs by shape and the attention core.
+"""Time of matrix multiplies on one device: weight GEMMs by shape (tiles, waves, K loop, HBM roofline) and the
+attention core (FlashAttention kernels, or the unfused batched GEMMs). Formulas: docs/formulas.md §3.
 
-A GEMM's time is a roofline (Williams 2009): max(FLOPs / (peak x efficiency), bytes moved / HBM bandwidth), where
-bytes moved = both operands and the result once. A GEMM whose arithmetic intensity is below the device's ridge point
-(peak x efficiency / HBM bandwidth) runs at its memory speed; large transformer GEMMs are far above it and run at
-`device.compute_efficiency` (calibration: docs/calibration.md).
+A GEMM C (M x N) = A (M x K) @ B (K x N) runs as output tiles of tile_m x tile_n, one tile per SM at a time, in waves
+of `device.sm_count` tiles (NVIDIA "Matrix Multiplication Background User's Guide", tile and wave quantisation). A
+tile costs 2 x tile_m x tile_n x (K + k0) FLOPs of SM time at `compute_efficiency` of its share of the peak: its
+K loop plus a fixed fill/drain overhead k0 (loading the first K slices, writing the tile out). So
+
+    compute = waves x sm_count x 2 x tile_m x tile_n x (K + k0) / (peak x compute_efficiency),
+    waves   = ceil(count x ceil(M / tile_m) x ceil(N / tile_n) / sm_count),
+
+which pads M and N to whole tiles, the last wave to a whole wave and charges short K loops their fill and drain.
+A GEMM with fewer tiles than SMs splits its K loop over the idle SMs (split-K, as CUTLASS and cuBLAS do for small
+M x N and large K): one wave whose tiles each run K / (sm_count // tiles), at least K_SLICE, and pay k0 once each.
+The library may compute C^T = B^T A^T instead, so the cheaper orientation of the tile counts. A grouped GEMM (count
+> 1: the local experts of a MoE layer, m tokens each) puts all groups' tiles into the same waves. The time is the
+roofline maximum of that and the HBM time of reading both operands and writing the result once (Williams et al. 2009).
+Efficiency = FLOPs / (time x peak) is therefore never above `compute_efficiency`.
+
+Training runs three GEMMs per weight GEMM with the same FLOPs and bytes but different shapes: the forward
+(M, N, K) = (m, n, k), the input gradient (m, k, n) and the weight gradient (k, n, m). The time model charges each
+layer forward + 2 x forward for them (estimate/time.py), so `gemm_seconds` returns a third of the three GEMMs'
+time: forward + backward then add up to their sum.
 """
 from __future__ import annotations
+
+import math
 
 from ..specs.device import DeviceSpec
 from .compute import FLASH_BACKWARD_RATIO, Gemm
 
+K_SLICE = 64  # K depth of one main-loop step of 16-bit CUTLASS tiles (128 x 256 x 64): the least a split-K part runs
+UNFUSED_BACKWARD_RATIO = 2.0  # unfused core backward: the input gradients of both batched GEMMs (no weights)
+
+
+def _tiles(m: float, n: float, tile_m: int, tile_n: int) -> int:
+    """Output tiles of an m x n result in the cheaper of the two orientations (C or C^T)."""
+    return min(math.ceil(m / tile_m) * math.ceil(n / tile_n), math.ceil(m / tile_n) * math.ceil(n / tile_m))
+
+
+def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: DeviceSpec, dtype_bytes: int) -> float:
+    """One (M x K) @ (K x N) GEMM, `count` equal groups sharing the waves: max(tile-wave compute, HBM traffic)."""
+    if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+        return 0.0
+    tm, tn, sms = device.gemm_tile_m, device.gemm_tile_n, device.sm_count
+    tiles = math.ceil(count * _tiles(m, n, tm, tn) - 1e-9)
+    if tiles >= sms:
+        waves, depth = math.ceil(tiles / sms), k
+    else:  # split-K: the K loop is shared by sms // tiles SMs per tile, each running K_SLICE of it at least
+        waves, depth = 1, max(k / (sms // tiles), min(k, K_SLICE))
+    compute = waves * sms * 2.0 * tm * tn * (depth + device.gemm_k_overhead) / (device.peak_flops
+                                                                                * device.compute_efficiency)
+    memory = count * (m * k + k * n + m * n) * dtype_bytes / device.hbm_bandwidth
+    return max(compute, memory)
+
+
+def training_gemm_seconds(g: Gemm, device: DeviceSpec, dtype_bytes: int) -> tuple[float, float, float]:
+    """(forward, input gradient, weight gradient) seconds of one weight GEMM and its two backward GEMMs."""
+    return (gemm_pass_seconds(g.m, g.n, g.k, g.count, device, dtype_bytes),
+            gemm_pass_seconds(g.m, g.k, g.n, g.count, device, dtype_bytes),
+            gemm_pass_seconds(g.k, g.n, g.m, g.count, device, dtype_bytes))
+
 
 def gemm_seconds(gemms: "tuple[Gemm, ...] | list[Gemm]", device: DeviceSpec, dtype_bytes: int) -> float:
-    """Roofline time of a set of GEMMs: compute-bound at peak x efficiency, else HBM-bound."""
-    rate = device.peak_flops * device.compute_efficiency
-    return sum(max(g.flops / rate, g.bytes_moved(dtype_bytes) / device.hbm_bandwidth) for g in gemms)
+    """A third of the forward, input-gradient and weight-gradient time of a set of weight GEMMs (module docstring):
+    what estimate/time.py charges per pass."""
+    return sum(sum(training_gemm_seconds(g, device, dtype_bytes)) for g in gemms) / 3.0
+
+
+def gemm_efficiency(g: Gemm, device: DeviceSpec, dtype_bytes: int) -> float:
+    """Achieved fraction of peak of the forward GEMM alone (for reports and tests)."""
+    seconds = gemm_pass_seconds(g.m, g.n, g.k, g.count, device, dtype_bytes)
+    return g.flops / (seconds * device.peak_flops) if seconds else 0.0
+
+
+def flash_efficiencies(device: DeviceSpec) -> tuple[float, float]:
+    """(forward, backward) fraction of peak of the fused attention kernels in a training step: the published kernel
+    figures, capped by the GEMM ceiling (the same tensor cores at the same in-run clocks; a standalone kernel
+    benchmark such as FlashAttention-2's 73 % on A100 runs at boost clock and does not carry over above it)."""
+    return (min(device.flash_forward_efficiency, device.compute_efficiency),
+            min(device.flash_backward_efficiency, device.compute_efficiency))
 
 
 def attention_core_seconds(forward_flops: float, device: DeviceSpec, flash: bool) -> tuple[float, float]:
     """(forward, backward) seconds of the attention core (QK^T and attention x V) whose forward executes
-    `forward_flops`: flash attention's backward runs FLASH_BACKWARD_RATIO times the forward's matmuls (it recomputes
-    the scores), the unfused core's backward twice (dgrad of both matmuls)."""
-    forward = forward_flops / (device.peak_flops * device.compute_efficiency)
-    return forward, forward * (FLASH_BACKWARD_RATIO if flash else 2.0)
+    `forward_flops`.
+
+    Flash attention: the fused kernels run at their own fractions of peak, `flash_forward_efficiency` and
+    `flash_backward_efficiency` (Dao 2023, FlashAttention-2, §4.1; Shah et al. 2024, FlashAttention-3, §4.1), never
+    above the GEMM ceiling (flash_efficiencies); the backward executes FLASH_BACKWARD_RATIO times the forward's
+    matmul FLOPs (it recomputes the scores).
+    Unfused: plain batched GEMMs per head (K = head dim for QK^T, N = head dim for attention x V); only their FLOPs
+    reach this function, not their shapes, so they run at the measured `unfused_attention_efficiency` (Korthikanti
+    2022 Table 4 on A100, docs/formulas.md §3), never above the GEMM ceiling; the backward costs twice the forward.
+    """
+    if flash:
+        forward, backward = flash_efficiencies(device)
+        return (forward_flops / (device.peak_flops * forward),
+                FLASH_BACKWARD_RATIO * forward_flops / (device.peak_flops * backward))
+    forward = forward_flops / (device.peak_flops * min(device.unfused_attention_efficiency, device.compute_efficiency))
+    return forward, forward * UNFUSED_BACKWARD_RATIO
 
 
-__all__ = ["gemm_seconds", "attention_core_seconds"]
+__all__ = ["gemm_seconds", "gemm_pass_seconds", "training_gemm_seconds", "gemm_efficiency", "flash_efficiencies",
+           "attention_core_seconds", "K_SLICE", "UNFUSED_BACKWARD_RATIO"]

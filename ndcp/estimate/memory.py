@@ -1,4 +1,5 @@
-"""Peak memory per pipeline stage, broken into named parts: model states, activations, transients, reserve.
+"""Peak memory per pipeline stage, broken into named parts: model states, activations, transients, reserve
+(CUDA context, workspaces, communicator buffers and allocator fragmentation: estimate/reserve.py).
 
 Model states follow ZeRO (Rajbhandari et al. 2020, Table 1) and Megatron's distributed optimizer
 (Megatron-LM's dist_optimizer.md; docs/formulas.md §6): parameters at the run precision, gradients at the
@@ -20,7 +21,8 @@ from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .activations import head_activation_bytes, layer_activation_bytes, recompute_workspace_bytes
 from .layout import StageLayout, stage_layouts, stage_mode_counts
-from .trainers import trainer_profile
+from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
+from .trainers import data_parallel_sync, trainer_profile
 from .parameters import StageParameters, expert_data_parallel, stage_parameters
 
 
@@ -47,14 +49,18 @@ def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, floa
 def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters) -> dict[str, float]:
     """Parameters, gradients and optimizer states of one stage's device.
 
-    torchtitan with FSDP and pipeline parallelism does not reshard after forward (apply_fsdp:
-    reshard_after_forward=False when PP is on, to avoid per-micro-batch all-gathers), so every parameter of the
-    stage is also held unsharded in the compute dtype through the step: counted with the parameters."""
+    The data-parallel sync settings (trainers.data_parallel_sync; docs/formulas.md §7) add: ZeRO-3 parameters kept
+    gathered past one layer (from forward to backward, or over the step: torchtitan with PP) held unsharded in the
+    compute dtype, counted with the parameters; ZeRO-2/3 gradients accumulated unsharded and reduced once per step,
+    a full gradient buffer besides the shard, counted with the gradients."""
     dense = state_bytes_per_param(run, strategy.zero, strategy.dp * strategy.cp)
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
     out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
-    if trainer_profile(run).keeps_gathered_with_pipeline and strategy.zero >= 3 and strategy.pp > 1:
+    sync = data_parallel_sync(run, strategy.zero, strategy.pp)
+    if sync.gathered_parameters:
         out["parameters"] += run.param_bytes * (params.dense + params.expert)
+    if sync.full_grad_buffer:
+        out["gradients"] += run.grad_bytes * (params.dense + params.expert)
     return out
 
 
@@ -89,12 +95,19 @@ class MemoryEstimate:
         return max(self.stages, key=lambda s: s.total_bytes).stage
 
     @property
+    def allocator_peak_bytes(self) -> int:
+        """The peak without the parts PyTorch's caching allocator does not hold (CUDA context, NCCL buffers): what
+        torch.cuda.max_memory_reserved reports, as torchtitan and NeMo log it."""
+        return max(s.total_bytes - sum(s.parts.get(k, 0) for k in OUTSIDE_ALLOCATOR) for s in self.stages)
+
+    @property
     def fits(self) -> bool:
         return self.peak_bytes <= self.capacity_bytes
 
     def as_dict(self) -> dict:
         return {"capacity_bytes": self.capacity_bytes, "peak_bytes": self.peak_bytes, "fits": self.fits,
-                "peak_stage": self.peak_stage, "stages": [s.as_dict() for s in self.stages],
+                "peak_stage": self.peak_stage, "allocator_peak_bytes": self.allocator_peak_bytes,
+                "stages": [s.as_dict() for s in self.stages],
                 "activation_bytes_per_layer": dict(self.activation_bytes_per_layer)}
 
 
@@ -114,24 +127,33 @@ def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     return parts
 
 
+def _resident_activation_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout, kind: str,
+                               mode: str) -> float:
+    return layout.in_flight_chunks / strategy.vpp * layer_activation_bytes(model, run, kind, mode, *_theta(strategy))
+
+
 def resident_layer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout, kind: str,
                          mode: str) -> float:
-    """Bytes one body layer of (kind, recompute mode) keeps on this stage: its activations per micro-batch times the
-    micro-batches in flight (a linear coefficient of the per-layer recompute plans)."""
-    return layout.in_flight_chunks / strategy.vpp * layer_activation_bytes(model, run, kind, mode, *_theta(strategy))
+    """Bytes one body layer of (kind, recompute mode) costs this stage: its activations per micro-batch times the
+    micro-batches in flight, plus the allocator fragmentation they bring (a fixed fraction, reserve.py), so that
+    the linear coefficient of the per-layer recompute plans matches stage_dynamic_bytes."""
+    activations = _resident_activation_bytes(model, run, strategy, layout, kind, mode)
+    return activations + fragmentation_bytes(activations)
 
 
 def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
                         counts: dict[tuple[str, str], int] | None = None) -> dict[str, float]:
     """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
-    collective buffers and the reserve. Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers)
-    defaults to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
+    collective buffers and the reserve (reserve.py: context, workspaces, communicators, and fragmentation in
+    proportion to the activations). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
+    to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
     theta = _theta(strategy)
     tp, cp, _, _, mbs, sp = theta
     in_flight = layout.in_flight_chunks / strategy.vpp
     if counts is None:
         counts = dict(stage_mode_counts(model, strategy)[layout.stage])
-    body = sum(n * resident_layer_bytes(model, run, strategy, layout, kind, mode) for (kind, mode), n in counts.items())
+    body = sum(n * _resident_activation_bytes(model, run, strategy, layout, kind, mode)
+               for (kind, mode), n in counts.items())
     head = head_activation_bytes(model, run, tp, cp, mbs, sp)
     last = layout.stage == strategy.pp - 1
     activations = body + in_flight * (head["embedding"] if layout.is_first else 0.0)
@@ -146,7 +168,8 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
         "logits": head["logits"] * (1 + model.mtp_depth) if last else 0.0,
         "recompute_workspace": workspace,
         "comm_buffers": _comm_buffer_bytes(model, run, strategy),
-        "reserve": float(run.reserve_bytes),
+        **fixed_reserve_parts(run, strategy),
+        "fragmentation": fragmentation_bytes(activations),
     }
 
 
@@ -173,17 +196,15 @@ def _parameter_gather_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) 
 
     torchtitan (FSDP2): the root module (embedding, final norm, output) is not resharded after forward (fully_shard
     docs: the root's reshard_after_forward is set to False, its parameters being all-gathered again at once for
-    backward), so with one pipeline stage its gathered copy stays resident too; with PP every gathered copy is
-    already counted in model_state_bytes."""
-    if strategy.zero < 3:
+    backward), so with one pipeline stage its gathered copy stays resident too. Parameters kept gathered
+    (trainers.data_parallel_sync: with PP in torchtitan) are already all counted in model_state_bytes."""
+    if strategy.zero < 3 or data_parallel_sync(run, strategy.zero, strategy.pp).gathered_parameters:
         return 0.0
     layer = model.moe_layer or model.dense_layer
     blocks = 2 * run.param_bytes * ((layer.attention + layer.mlp) / strategy.tp
                                     + layer.experts / (strategy.ep * strategy.etp))
-    if not trainer_profile(run).keeps_root_gathered:
+    if not trainer_profile(run).keeps_root_gathered or strategy.pp > 1:
         return blocks
-    if strategy.pp > 1:
-        return 0.0
     vocab = model.vocab * model.hidden  # vocabulary-parallel embedding and output projection
     root = vocab / strategy.tp + (model.embedding_params - vocab) + (model.output_params - model.norm_params) \
         / strategy.tp + model.norm_params

@@ -16,10 +16,10 @@ from ..schedules import schedule_named
 from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, NO_RECOMPUTE, recompute_option
 from ..specs.strategy import Strategy
 from . import communication as comm
-from .compute import (attention_core_flops, elementwise_bytes, hardware_flops_per_step, layer_gemms, memory_seconds,
-                      model_flops_per_step, mtp_projection_gemm, output_layer_gemm)
+from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, layer_gemms, memory_seconds,
+                      model_flops_per_step, mtp_projection_gemm, output_layer_gemm, total_flops)
 from .gemm import attention_core_seconds, gemm_seconds
-from .data_parallel import data_parallel_seconds
+from .data_parallel import Windows, data_parallel_seconds
 from .layout import stage_mode_counts
 
 LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
@@ -29,7 +29,9 @@ LOSS_ALL_REDUCES = 3  # vocab-parallel cross entropy: max, sum-exp and target lo
 
 @dataclass(frozen=True)
 class LayerTime:
-    """One body layer (or a stage's extra work), one micro-batch, seconds on one device, exposed time."""
+    """One body layer (or a stage's extra work), one micro-batch, seconds on one device, exposed time; and the
+    matmul FLOPs that work executes on the device (the HFU numerator: masked halves skipped, recompute and expert
+    padding included)."""
 
     forward: float
     backward: float
@@ -37,24 +39,34 @@ class LayerTime:
     tp_comm: float
     cp_comm: float
     ep_comm: float
+    flops: float = 0.0
+    backward_comm: float = 0.0  # the share of tp/cp/ep_comm that is exposed during the backward pass
 
     @property
     def total(self) -> float:
         return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
 
     @property
-    def overlap_window(self) -> float:
-        """What this work adds to its stage's data-parallel overlap window: its backward and recompute."""
-        return self.backward + self.recompute
+    def forward_window(self) -> float:
+        """Wall time of this work's forward pass (compute and its exposed communication): what a data-parallel
+        collective on the other link can hide behind during the forward."""
+        return self.forward + self.tp_comm + self.cp_comm + self.ep_comm - self.backward_comm
+
+    @property
+    def backward_window(self) -> float:
+        """Wall time of this work's backward pass: backward, recompute and the communication exposed in it."""
+        return self.backward + self.recompute + self.backward_comm
 
     def __add__(self, other: "LayerTime") -> "LayerTime":
         return LayerTime(self.forward + other.forward, self.backward + other.backward,
                          self.recompute + other.recompute, self.tp_comm + other.tp_comm,
-                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm)
+                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm, self.flops + other.flops,
+                         self.backward_comm + other.backward_comm)
 
     def scaled(self, factor: float) -> "LayerTime":
         return LayerTime(self.forward * factor, self.backward * factor, self.recompute * factor,
-                         self.tp_comm * factor, self.cp_comm * factor, self.ep_comm * factor)
+                         self.tp_comm * factor, self.cp_comm * factor, self.ep_comm * factor, self.flops * factor,
+                         self.backward_comm * factor)
 
 
 ZERO_TIME = LayerTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -111,9 +123,13 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     device, dtype = cluster.device, run.activation_bytes
     tokens, keys = mbs * run.seq_len / cp, run.seq_len
     flash = run.flash_attention
-    linear = gemm_seconds(layer_gemms(model, kind, tokens, tp, ep, etp), device, dtype)
-    core, core_backward = attention_core_seconds(attention_core_flops(model, tokens, keys, tp, causal=flash), device,
-                                                 flash)
+    gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
+    linear = gemm_seconds(gemms, device, dtype)
+    core_flops = attention_core_flops(model, tokens, keys, tp, causal=flash)
+    core, core_backward = attention_core_seconds(core_flops, device, flash)
+    linear_flops = total_flops(gemms)
+    core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
+    executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
     forward = linear + core + elementwise
     backward = 2.0 * (linear + elementwise) + core_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
@@ -131,13 +147,16 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     for piece in recompute_option(mode).reruns:  # the forward pieces the recompute option re-runs (specs/recompute.py)
         if piece == LAYER_FORWARD:
             recompute += forward + tp_forward + cp_forward + 2 * a2a
+            executed += linear_flops + core_flops
         elif piece == ATTENTION_CORE:  # the core, and without flash attention its score-matrix elementwise passes
+            executed += core_flops
             recompute += core + (0.0 if flash else memory_seconds(
                 elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype)
                 - elementwise_bytes(model, kind, tokens, keys, tp, sp, True, dtype), device))
         else:
             raise ValueError(f"no time model for recompute piece {piece!r}")
-    return LayerTime(forward, backward, recompute, tp_forward + tp_backward, cp_forward + cp_backward, 4 * a2a)
+    return LayerTime(forward, backward, recompute, tp_forward + tp_backward, cp_forward + cp_backward, 4 * a2a,
+                     executed, tp_backward + cp_backward + 2 * a2a)
 
 
 def _embedding_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
@@ -157,7 +176,8 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
     device, dtype = cluster.device, run.activation_bytes
     norm_tokens = tokens / tp if sp else tokens
     norm = memory_seconds(2 * norm_tokens * model.hidden * dtype, device)
-    logits = gemm_seconds((output_layer_gemm(model, tokens, tp),), device, dtype)
+    logits_gemm = output_layer_gemm(model, tokens, tp)
+    logits = gemm_seconds((logits_gemm,), device, dtype)
     loss_bytes = tokens * model.vocab / tp * 4
     forward = norm + logits + memory_seconds(LOSS_PASSES_FORWARD * loss_bytes, device)
     backward = 2 * (norm + logits) + memory_seconds(LOSS_PASSES_BACKWARD * loss_bytes, device)
@@ -166,7 +186,7 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
         bandwidth, latency = comm.link(device, tp)
         tp_comm = (_tp_collective(cluster, tokens * model.hidden * dtype, tp)
                    + LOSS_ALL_REDUCES * comm.all_reduce_seconds(tokens * 4, tp, bandwidth, latency))
-    return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0)
+    return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0, 3 * logits_gemm.flops)
 
 
 def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool, ep: int,
@@ -175,9 +195,10 @@ def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp:
     if not model.mtp_depth:
         return ZERO_TIME
     tokens = mbs * run.seq_len / cp
-    projection = gemm_seconds((mtp_projection_gemm(model, tokens),), cluster.device, run.activation_bytes) / tp
+    projection_gemm = mtp_projection_gemm(model, tokens)
+    projection = gemm_seconds((projection_gemm,), cluster.device, run.activation_bytes) / tp
     kind = "moe" if model.moe is not None else "dense"
-    block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0)
+    block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp)
              + layer_time(model, cluster, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
              + _output_head_time(model, cluster, run, tokens, tp, sp))
     return block.scaled(model.mtp_depth)
@@ -241,11 +262,13 @@ class TimeEstimate:
     hfu: float
     tokens_per_second_per_gpu: float
     parts: dict[str, float]
-    model_flops: float  # per step, whole cluster
-    hardware_flops: float
+    model_flops: float  # per step, whole cluster, under mfu_convention
+    hardware_flops: float  # per step, whole cluster: what the time model executes
+    mfu_convention: str = "causal"  # how model FLOPs count causal attention (specs/run.py MFU_CONVENTIONS)
 
     def as_dict(self) -> dict:
-        return {"step_seconds": self.step_seconds, "mfu": self.mfu, "hfu": self.hfu,
+        return {"step_seconds": self.step_seconds, "mfu": self.mfu, "mfu_convention": self.mfu_convention,
+                "hfu": self.hfu,
                 "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "parts": dict(self.parts)}
 
 
@@ -292,15 +315,14 @@ def stage_times(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: 
             for i, counts in enumerate(stage_mode_counts(model, strategy))]
 
 
-def overlap_windows(stages: list[LayerTime]) -> list[float]:
-    """Each stage's DP overlap window: its last micro-batch's backward (and recompute) time."""
-    return [t.overlap_window for t in stages]
+def overlap_windows(stages: list[LayerTime]) -> list[Windows]:
+    """Each stage's DP overlap windows: one micro-batch's forward and backward wall time on it."""
+    return [Windows(t.forward_window, t.backward_window) for t in stages]
 
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
     """Step time = pipeline(sum and max of per-micro-batch stage times) + exposed DP sync + optimizer step."""
     s = strategy
-    all_counts = stage_mode_counts(model, s)
     stages = stage_times(model, cluster, run, s)
     p2p = p2p_per_microbatch(model, cluster, run, s)
     totals = [t.total + p2p for t in stages]
@@ -316,16 +338,13 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
              "ep_comm": s.mbn * worst.ep_comm, "dp_comm": dp_comm, "pp_comm": s.mbn * p2p,
              "bubble": pipeline - s.mbn * stage_max, "optimizer": optimizer}
 
-    layers_per_mode: dict[tuple[str, str], int] = {}
-    for counts in all_counts:
-        for key, n in counts:
-            layers_per_mode[key] = layers_per_mode.get(key, 0) + n
-    model_flops = model_flops_per_step(model, run.seq_len, s.global_batch)
-    hardware_flops = hardware_flops_per_step(model, run.seq_len, s.global_batch, layers_per_mode)
+    model_flops = model_flops_per_step(model, run.seq_len, s.global_batch, run.mfu_convention)
+    # every device of a stage executes its stage's FLOPs for each of the mbn micro-batches
+    hardware_flops = s.mbn * sum(t.flops for t in stages) * (s.devices // s.pp)
     capacity = s.devices * cluster.device.peak_flops * step
     tokens = s.global_batch * run.seq_len
     return TimeEstimate(step, model_flops / capacity, hardware_flops / capacity, tokens / (step * s.devices), parts,
-                        model_flops, hardware_flops)
+                        model_flops, hardware_flops, run.mfu_convention)
 
 
 __all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds",

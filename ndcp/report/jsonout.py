@@ -53,6 +53,7 @@ def device_document(device: DeviceSpec) -> dict:
         "intra_node_latency": float(device.intra_node_latency),
         "inter_node_latency": float(device.inter_node_latency),
         "compute_efficiency": float(device.compute_efficiency),
+        "calibrated": bool(device.calibrated),  # compute_efficiency fitted on measured runs of this chip
         "source": device.source,
     }
 
@@ -68,8 +69,13 @@ def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
         "optimizer": run.optimizer,
         "flash_attention": run.flash_attention,
         "trainer": run.trainer,
+        "grad_sync": run.grad_sync,  # "trainer": the trainer's default for the strategy (docs/formulas.md §7)
+        "param_gather": run.param_gather,
+        "mfu_convention": run.mfu_convention,
         "memory_cap_bytes": int(run.memory_cap_bytes) or None,
-        "reserve_bytes": int(run.reserve_bytes),
+        "reserve_bytes": None if run.reserve_bytes is None else int(run.reserve_bytes),  # None: modelled per stage
+        "headroom_fraction": float(run.headroom_fraction),
+        "headroom_bytes": int(run.headroom_bytes(cluster.device.memory_bytes)),
         "capacity_bytes": int(run.capacity(cluster.device.memory_bytes)),
     }
 

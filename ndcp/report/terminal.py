@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..estimate.reserve import FRAGMENTATION_FRACTION
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
@@ -185,11 +186,22 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
                              f"{format_rate(d.inter_node_bandwidth)} per device, one way")
     capacity = capacity_bytes if capacity_bytes is not None else run.capacity(d.memory_bytes)
     cap = f"cap {format_bytes(run.memory_cap_bytes)}" if run.memory_cap_bytes else "no cap"
+    if run.headroom_fraction:
+        cap += (f", headroom {run.headroom_fraction:.0%} ({format_bytes(run.headroom_bytes(d.memory_bytes))} kept "
+                "free)")
+    fragmentation = f"allocator fragmentation {FRAGMENTATION_FRACTION:.0%} of activations"
+    if run.reserve_bytes is not None:
+        reserve = f"reserve {format_bytes(run.reserve_bytes)} (--reserve) + {fragmentation}"
+    else:
+        reserve = f"reserve per stage: CUDA context, cuBLAS workspaces, NCCL buffers per process group, {fragmentation}"
     table.add_row("memory", f"device {format_bytes(d.memory_bytes)}, {cap} -> capacity {format_bytes(capacity)} "
-                            f"per device; reserve {format_bytes(run.reserve_bytes)} counted in every stage")
+                            f"per device; {reserve}")
+    if not d.calibrated:
+        table.add_row("calibration", f"{d.name}: compute efficiency not calibrated on measured runs (default "
+                                     f"{d.compute_efficiency:g})")
     table.add_row("numerics", f"{run.precision} parameters/activations, {run.grad_dtype} gradients, "
                               f"{run.optimizer} optimizer; flash attention {'on' if run.flash_attention else 'off'}; "
-                              f"{run.trainer} memory behaviour")
+                              f"{run.trainer} memory behaviour; MFU counts {run.mfu_convention} attention")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
 
 

@@ -25,7 +25,7 @@ from functools import lru_cache
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
 from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
-from ..estimate.data_parallel import data_parallel_seconds, data_parallel_terms
+from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
 from ..estimate.time import (layer_time, overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
                              stage_extra_time, stage_role, stage_times)
 from ..rules import sp_allowed
@@ -137,8 +137,8 @@ def item_lower_bound(space: SearchSpace, item: Item) -> float:
 
 def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
     """Seconds of DP/ZeRO exposure plus optimizer step that every strategy of this item pays, cheaply: on the first
-    and last stages (a lower bound of the worst stage), with an overlap window no longer than the stage's layers'
-    backward plus a full-recompute forward each plus its extra work's backward (exposure shrinks as the window
+    and last stages (a lower bound of the worst stage), with overlap windows no shorter than any plan's: every layer
+    at its heaviest recompute and best-hiding SP setting, plus the extra work's (exposure shrinks as a window
     grows). Needs the partition fixed; with offsets allowed it is 0."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
@@ -147,13 +147,18 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
     inner, zeros = inner_choices(space)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     sps = {sp for sp, _ in inner if sp_allowed(sp, layout.tp)}
-    per_layer = max(layer_time(model, cluster, run, k, HEAVIEST, layout.tp, layout.cp, layout.ep, layout.etp, mbs,
-                               sp).overlap_window for k in kinds for sp in sps)
+    heaviest = [layer_time(model, cluster, run, k, HEAVIEST, layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+                for k in kinds for sp in sps]
+    per_layer = Windows(max(t.forward_window for t in heaviest), max(t.backward_window for t in heaviest))
     chunks = stage_chunks(model, layout.pp, layout.vpp)
     ends = sorted({0, layout.pp - 1})
-    windows = {s: sum(n for _, n in chunks[s]) * per_layer + max(
-        stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp, mbs, sp,
-                         ep=layout.ep, etp=layout.etp).backward for sp in (False, layout.tp > 1)) for s in ends}
+    windows = {}
+    for s in ends:
+        layers = sum(n for _, n in chunks[s])
+        extra = [stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp, mbs, sp,
+                                  ep=layout.ep, etp=layout.etp) for sp in (False, layout.tp > 1)]
+        windows[s] = Windows(layers * per_layer.forward + max(t.forward_window for t in extra),
+                             layers * per_layer.backward + max(t.backward_window for t in extra))
     best = float("inf")
     for z in zeros:
         terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, NO_RECOMPUTE))
@@ -162,11 +167,11 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
 
 
 @lru_cache(maxsize=65536)
-def _least_static_bytes(space: SearchSpace, layout: Layout, stage: int) -> int:
-    """A stage's static bytes (model states, ZeRO-3 buffers) under its lightest ZeRO stage: they depend only on the
-    layout, so items sharing it share this."""
+def _static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | None = None) -> int:
+    """A stage's static bytes (model states, ZeRO-3 buffers) under one ZeRO stage, or None: its lightest one. They
+    depend only on the layout, so items sharing it share this."""
     _, zeros = inner_choices(space)
-    strategies = [layout.strategy(1, 1, z, False, NO_RECOMPUTE) for z in zeros]
+    strategies = [layout.strategy(1, 1, z, False, NO_RECOMPUTE) for z in (zeros if zero is None else (zero,))]
     at = stage_layouts(space.model, strategies[0])[stage]
     return min(parts_total(stage_static_bytes(space.model, space.run, s, at)) for s in strategies)
 
@@ -184,7 +189,7 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     sps = sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)})
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
-        static = _least_static_bytes(space, layout, stage)
+        static = _static_bytes(space, layout, stage)
         dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, lightest),
                                               layouts[stage])) for sp in sps)
         worst = max(worst, static + dynamic)
@@ -222,27 +227,28 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static))
 
 
-def _data_parallel_floor(space: SearchSpace, item: Item, sp: bool, zeros: list[int]) -> float:
-    """Seconds of DP/ZeRO exposure plus optimizer step no plan of this layout can avoid (partition fixed): each
-    stage's overlap window is at most its backward plus a full-recompute forward of every layer, and exposure only
-    shrinks as the window grows; the best ZeRO stage is taken."""
+def _data_parallel_floors(space: SearchSpace, item: Item, sp: bool, zeros) -> list[float]:
+    """Per ZeRO stage: seconds of DP/ZeRO exposure plus optimizer step no plan of this layout can avoid (partition
+    fixed): each stage's overlap window is at most its backward plus a full-recompute forward of every layer, and
+    exposure only shrinks as the window grows."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     full = layout.strategy(mbs, mbn, zeros[0], sp, HEAVIEST)
     widest = overlap_windows(stage_times(model, cluster, run, full))
-    return min(sum(data_parallel_seconds(model, cluster, run, full.with_zero(z), widest)) for z in zeros)
+    return [sum(data_parallel_seconds(model, cluster, run, full.with_zero(z), widest)) for z in zeros]
 
 
-def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int) -> dict | None:
-    """Per constrained stage: (bytes recompute must save, body layers per kind, resident bytes per (kind, mode)), or
-    None when even full recompute of every layer cannot fit. Memory with no recompute is counted in whole bytes as
-    reported, with the lightest ZeRO stage, plus the smallest recompute workspace once anything recomputes; with
-    offsets (single-kind models) the stage may hold as few as default - offset layers."""
+def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros) -> dict:
+    """Per ZeRO stage of `zeros` (None: the lightest) whose memory can fit at all, per constrained stage: (bytes
+    recompute must save, body layers per kind, resident bytes per (kind, mode)); a ZeRO stage is left out when even
+    full recompute of every layer cannot fit. Memory with no recompute is counted in whole bytes as reported, plus
+    the smallest recompute workspace once anything recomputes; with offsets (single-kind models) the stage may hold
+    as few as default - offset layers."""
     model, run = space.model, space.run
     capacity = run.capacity(space.cluster.device.memory_bytes)
     theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
     layouts = stage_layouts(model, base)
-    out = {}
+    out = {z: {} for z in zeros}
     for s in sorted(set(role_stages(base.pp))):
         stage = layouts[s]
         counts = {k: n for k, n in kind_counts(model, stage).items() if n}
@@ -250,16 +256,16 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int) -> di
             counts = {k: max(1, n - offsets) for k, n in counts.items()}
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
                      for m in RECOMPUTE_MODES}
-        static = _least_static_bytes(space, layout, s)
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
-        excess = static + fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
-        if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
-            excess += min(recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
-                          for m in RECOMPUTING)
-        if excess > sum(n * (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, HEAVIEST)]) for k, n in counts.items()):
-            return None
-        out[s] = (excess, counts, per_layer)
-    return out
+        plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
+        most = sum(n * (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, HEAVIEST)]) for k, n in counts.items())
+        for z in [z for z in out if out[z] is not None]:
+            excess = _static_bytes(space, layout, s, z) + plain
+            if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
+                excess += min(recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
+                              for m in RECOMPUTING)
+            out[z] = None if excess > most else {**out[z], s: (excess, counts, per_layer)}
+    return {z: shed for z, shed in out.items() if shed is not None}
 
 
 def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
@@ -269,8 +275,9 @@ def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
     exact and recompute only adds to it; otherwise stages are taken as balanced. Memory: the first, second and last
     stages must shed `_bytes_to_shed` bytes by recompute, which costs at least that many bytes times the cheapest
     seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least that much
-    longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition fixed,
-    `_data_parallel_floor`; else nothing."""
+    longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition fixed, per ZeRO
+    stage (its memory decides the recompute, its sync the exposure), `_data_parallel_floors`; else nothing, and the
+    lightest ZeRO stage's memory."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
@@ -278,31 +285,34 @@ def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
     best = None
     for sp in sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)}):
         base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
-        shed = _bytes_to_shed(space, layout, base, offsets)  # memory first: most items that fail, fail here
-        if shed is None:
+        # memory first: most items that fail, fail here
+        sheds = _bytes_to_shed(space, layout, base, offsets, [None] if offsets else zeros)
+        if not sheds:
             continue
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
         p2p = p2p_per_microbatch(model, cluster, run, base)
         plain = [t.total + p2p for t in stage_times(model, cluster, run, base)]
         stage_sum = sum(plain)
-        slowest, extra_sum = (stage_sum / layout.pp if offsets else max(plain)), 0.0
-        for s, (excess, counts, per_layer) in shed.items():
-            times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in counts
-                     for m in RECOMPUTE_MODES}
-            ratios = [(times[(k, m)] - times[(k, NO_RECOMPUTE)]) / (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)])
-                      for k in counts for m in RECOMPUTING if per_layer[(k, NO_RECOMPUTE)] > per_layer[(k, m)]]
-            extra = max(0.0, excess) * min(ratios, default=0.0)
-            if offsets:
-                plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
-                              + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp,
-                                                 mbs, sp, ep=layout.ep, etp=layout.etp).total)
-            else:
-                plain_time = plain[s]
-            slowest = max(slowest, plain_time + extra)
-            extra_sum += extra
-        total = stage_sum + extra_sum
-        bound = pipeline_seconds(layout.schedule, total, max(slowest, total / layout.pp), mbn, layout.vpp)
-        if not offsets:
-            bound += _data_parallel_floor(space, item, sp, zeros)
-        best = bound if best is None else min(best, bound)
+        floors = dict(zip(zeros, _data_parallel_floors(space, item, sp, zeros))) if not offsets else {}
+        for zero, shed in sheds.items():
+            slowest, extra_sum = (stage_sum / layout.pp if offsets else max(plain)), 0.0
+            for s, (excess, counts, per_layer) in shed.items():
+                times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in counts
+                         for m in RECOMPUTE_MODES}
+                ratios = [(times[(k, m)] - times[(k, NO_RECOMPUTE)])
+                          / (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)])
+                          for k in counts for m in RECOMPUTING if per_layer[(k, NO_RECOMPUTE)] > per_layer[(k, m)]]
+                extra = max(0.0, excess) * min(ratios, default=0.0)
+                if offsets:
+                    plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
+                                  + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp,
+                                                     layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp).total)
+                else:
+                    plain_time = plain[s]
+                slowest = max(slowest, plain_time + extra)
+                extra_sum += extra
+            total = stage_sum + extra_sum
+            bound = (pipeline_seconds(layout.schedule, total, max(slowest, total / layout.pp), mbn, layout.vpp)
+                     + floors.get(zero, 0.0))
+            best = bound if best is None else min(best, bound)
     return best

@@ -24,8 +24,7 @@ from ..estimate.layout import default_partition, stage_layouts, stage_mode_count
 from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
                                stage_static_bytes)
 from ..estimate.parameters import StageParameters
-from ..estimate.data_parallel import (GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS,
-                                      ZERO3_GATHER_OVERLAP_WINDOWS, data_parallel_terms)
+from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra_time, stage_role
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
@@ -37,12 +36,6 @@ from ..specs.strategy import Strategy
 BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
 RESOLUTION = 1e-6  # the plan model's time unit, as a fraction of the item's step-time lower bound
 UPPER = 10**15  # upper bound of the model's integer variables (bytes and time units): far above any real value
-# The DP overlap factors of estimate/time.py as integers over a common denominator (CP-SAT needs integer coefficients).
-OVERLAP_DENOMINATOR = 2
-OVERLAP_SCALES = tuple(int(OVERLAP_DENOMINATOR * f) for f in (GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS,
-                                                               ZERO3_GATHER_OVERLAP_WINDOWS))
-assert all(scale == OVERLAP_DENOMINATOR * f for scale, f in zip(OVERLAP_SCALES, (
-    GRADIENT_OVERLAP_WINDOWS, PARAMETER_GATHER_OVERLAP_WINDOWS, ZERO3_GATHER_OVERLAP_WINDOWS))), "raise the denominator"
 
 
 def _floor(value: float, unit: float) -> int:
@@ -117,8 +110,9 @@ class PlanModel:
         one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms,
                                     layer.experts / (layout.ep * layout.etp), 1)
         self.static_per_layer = [sum(model_state_bytes(run, base.with_zero(z), one_layer).values()) for z in zeros]
-        # Data-parallel terms per stage and ZeRO stage. With uneven partitions a stage may hold default +- offset
-        # layers: take each term at its smallest (fewest layers; the last bucket's share at the most layers).
+        # Data-parallel terms per ZeRO stage and stage: (windows: (seconds, count, pass), last bucket, optimizer).
+        # With uneven partitions a stage may hold default +- offset layers: take each term at its smallest (fewest
+        # layers; the last bucket's share at the most layers).
         low = tuple(max(1, d - self.offset) for d in self.default)
         high = tuple(d + self.offset for d in self.default)
         self.dp_terms = []
@@ -127,12 +121,15 @@ class PlanModel:
                                          if self.offset else base.with_zero(z))
             most = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=high)
                                        if self.offset else base.with_zero(z))
-            self.dp_terms.append([(t.gradients, t.gather_per_step, t.gather_per_microbatch, m.last_bucket, t.optimizer)
-                                  for t, m in zip(fewest, most)])
-        self.backward = {(k, mode): layer_time(model, cluster, run, k, mode, *theta).overlap_window
-                         for k in present for mode in modes}
-        self.extra_backward = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
-                                                ep=layout.ep, etp=layout.etp).backward for s in range(pp)]
+            self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer) for t, m in zip(fewest, most)])
+        # Per pass ("forward", "backward"): each layer's and each stage's extra work's wall time (the DP windows)
+        times = {(k, mode): layer_time(model, cluster, run, k, mode, *theta) for k in present for mode in modes}
+        extras = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
+                                   ep=layout.ep, etp=layout.etp) for s in range(pp)]
+        self.window = {"forward": {key: t.forward_window for key, t in times.items()},
+                       "backward": {key: t.backward_window for key, t in times.items()}}
+        self.extra_window = {"forward": [t.forward_window for t in extras],
+                             "backward": [t.backward_window for t in extras]}
 
     @staticmethod
     def _follow_kind_rule(m, n, moe_layers: int, s: int) -> None:
@@ -194,6 +191,9 @@ class PlanModel:
         solver.parameters.max_time_in_seconds = max(0.01, seconds)
         solver.parameters.random_seed = seed
         solver.parameters.num_workers = workers
+        # Full linearisation of the ZeRO-enforced constraints: measured, without it CP-SAT took seconds instead of
+        # tens of milliseconds to prove sub-models where several ZeRO stages' DP exposures nearly tie.
+        solver.parameters.linearization_level = 2
         return solver
 
     def _build(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None) -> "_Built":
@@ -280,30 +280,40 @@ class PlanModel:
         # counted slowest_weight times through the slowest stage and sum_weight times per stage, plus the DP terms.
         per_stage = most + 1
         rounding = self.unit * ((line.slowest_weight + line.sum_weight * pp) * per_stage
-                                + line.divisor * (self.mbn + 4)) / line.divisor
+                                + line.divisor * self._data_parallel_rounding(per_stage)) / line.divisor
         return PlanSolution(self._plan(stages, layers, zero), bound, status == cp_model.OPTIMAL,
                             tuple(solver.value(v) for v in decisions), rounding)
 
     def _data_parallel(self, m, z, counts):
-        """Exposed DP sync and optimizer step (estimate.time.DataParallelTerms.exposed), linear in the counts: each
-        stage's sync overlaps its own backward window (rounded up: exposure is never overestimated)."""
+        """Exposed DP sync and optimizer step (estimate.data_parallel.DataParallelTerms.exposed), linear in the
+        counts. A window (DataParallelTerms.windows) is the stage's forward or backward wall time per micro-batch, each
+        coefficient rounded up; per ZeRO choice z_k and kind of window an integer e >= z_k x floor(seconds) - window
+        and e >= z_k x floor(seconds x last bucket) (no constraint unless z_k = 1, as z is exactly one), and the
+        stage's exposure = sum count x e: exposure is never overestimated."""
         exposed = m.new_int_var(0, UPPER, "dp_exposed")
         optimizer = m.new_int_var(0, UPPER, "optimizer")
         for s, n in enumerate(counts):
-            window = (sum(_ceil(self.backward[key], self.unit) * var for key, var in n.items())
-                      + _ceil(self.extra_backward[s], self.unit))
-            grads, gather, per_mb = (m.new_int_var(0, UPPER, f"{name}{s}") for name in ("g", "p", "q"))
+            window = {which: sum(_ceil(self.window[which][key], self.unit) * var for key, var in n.items())
+                      + _ceil(self.extra_window[which][s], self.unit) for which in ("forward", "backward")}
+            stage = []
             for k, zk in enumerate(z):
-                g, p, q, last, opt = (self.dp_terms[k][s][0], self.dp_terms[k][s][1], self.dp_terms[k][s][2],
-                                      self.dp_terms[k][s][3], self.dp_terms[k][s][4])
-                for term, value, scale in zip((grads, gather, per_mb), (g, p, q), OVERLAP_SCALES):
-                    # term >= value - factor x window (times the denominator) and term >= value x last bucket
-                    d = OVERLAP_DENOMINATOR
-                    m.add(d * term >= d * _floor(value, self.unit) - scale * window).only_enforce_if(zk)
-                    m.add(term >= _floor(value * last, self.unit)).only_enforce_if(zk)
-                m.add(optimizer >= _floor(opt, self.unit)).only_enforce_if(zk)
-            m.add(exposed >= grads + gather + self.mbn * per_mb)
+                windows, last, opt = self.dp_terms[k][s]
+                m.add(optimizer >= _floor(opt, self.unit) * zk)
+                for i, (seconds, count, which) in enumerate(windows):
+                    if count == 0 or _floor(seconds, self.unit) == 0:
+                        continue
+                    e = m.new_int_var(0, UPPER, f"dp{s}_{k}_{i}")
+                    m.add(e >= _floor(seconds, self.unit) * zk - window[which])
+                    m.add(e >= _floor(seconds * last, self.unit) * zk)
+                    stage.append(count * e)
+            m.add(exposed >= sum(stage))
         return exposed, optimizer
+
+    def _data_parallel_rounding(self, per_stage: int) -> float:
+        """Units the DP terms of _data_parallel can lie below the estimators: per window, under 1 for the floored
+        seconds and under one per layer and extra term for the window's rounding; 1 for the optimizer."""
+        return max(sum(count for _, count, _ in windows) * (1 + per_stage) + 1
+                   for terms in self.dp_terms for windows, _, _ in terms)
 
     def _plan(self, stages: list[dict[str, int]], layers: list[int], zero: int) -> Strategy:
         """The strategy carrying the per-virtual-stage plan, the partition (if changed) and the ZeRO stage."""

@@ -2,18 +2,22 @@
 
 MFU basis: a row whose `tflops_basis` (or notes) states Narayanan's recompute-inclusive 96-coefficient formula is
 compared on that basis: measured = its TFLOP/s / peak, estimated = those FLOPs (full recompute counted, full s^2
-attention) / (GPUs x peak x estimated step). Every other row is compared on model FLOPs (MFU).
+attention) / (GPUs x peak x estimated step). Every other row is compared on model FLOPs (MFU) counted in the row's
+own convention (`run.mfu_convention`: causal or full attention, docs/formulas.md §2.6).
+
+Memory: published peaks are the PyTorch caching allocator's (torch.cuda.max_memory_reserved, as torchtitan and NeMo
+log it), so they are compared with the estimate's `allocator_peak_bytes`: the peak without the CUDA context and
+NCCL buffers the allocator never holds (docs/formulas.md §5.1).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..estimate.compute import hardware_flops_per_step, model_flops_per_step
+from ..estimate.compute import model_flops_per_step, narayanan_flops_per_step
 from ..estimate.memory import estimate_memory
 from ..estimate.time import estimate_time
 from ..specs.fields import SpecError
-from ..specs.model import ModelSpec
 from ..specs.strategy_text import VALIDATION_FIELDS, strategy_text
 from ..specs.units import GIB
 from .runs import MeasuredRun, SkipRun, read_rows
@@ -82,21 +86,16 @@ class ValidationResult:
                 "notes": list(self.notes)}
 
 
-def _narayanan_flops(model: ModelSpec, seq: int, global_batch: int) -> float:
-    """Narayanan Eq. (3) FLOPs for this model: model FLOPs plus one full-recompute forward of every body layer."""
-    layers = {("dense", "full"): model.dense_layers, ("moe", "full"): model.moe_layers}
-    return hardware_flops_per_step(model, seq, global_batch, layers)
-
-
 def _compare(row: MeasuredRun) -> RunComparison:
     """Estimate one row and set measured and estimated figures on the same basis."""
     model, cluster, run, strategy = row.model, row.cluster, row.run, row.strategy
     estimate = estimate_time(model, cluster, run, strategy)
     peak = cluster.device.peak_flops * cluster.count
     if row.narayanan_basis:
-        basis, flops = NARAYANAN_BASIS, _narayanan_flops(model, run.seq_len, strategy.global_batch)
+        basis, flops = NARAYANAN_BASIS, narayanan_flops_per_step(model, run.seq_len, strategy.global_batch)
     else:
-        basis, flops = MODEL_BASIS, model_flops_per_step(model, run.seq_len, strategy.global_batch)
+        basis = f"{MODEL_BASIS}-{run.mfu_convention}"
+        flops = model_flops_per_step(model, run.seq_len, strategy.global_batch, run.mfu_convention)
     measured_step = row.step_seconds
     if measured_step is None and row.tokens_per_second_per_gpu:
         measured_step = strategy.global_batch * run.seq_len / (row.tokens_per_second_per_gpu * cluster.count)
@@ -115,7 +114,7 @@ def _compare(row: MeasuredRun) -> RunComparison:
     label = strategy_text(strategy, VALIDATION_FIELDS, compact=True, above_one=("cp", "ep", "vpp"))
     return RunComparison(row.id, cluster.device.name, cluster.count, label, basis, measured_mfu,
                          flops / (peak * estimate.step_seconds), measured_step, estimate.step_seconds,
-                         row.memory_gib, memory.peak_bytes / GIB if row.memory_gib else None, assumptions,
+                         row.memory_gib, memory.allocator_peak_bytes / GIB if row.memory_gib else None, assumptions,
                          memory.fits)
 
 

@@ -4,9 +4,11 @@
 Rules for fields a row leaves open (each use is recorded in the row's `assumptions`):
 - micro_batch null -> 1; vpp null -> 1; ep null -> 1; etp -> tp (Megatron's default expert TP); zero_stage null -> 1
   (Megatron-Core distributed optimizer); sp null -> tp > 1 (Megatron-Core recipes enable SP with TP);
-- recompute unknown -> full when the row reports Narayanan's recompute-inclusive 96-coefficient FLOPs (those
-  papers trained with full recompute), else selective (Megatron-Core's recommended default since Korthikanti 2022;
-  it re-runs only the attention core, so a wrong guess moves the step by a few percent);
+- recompute unknown -> full when the row reports Narayanan's recompute-inclusive 96-coefficient FLOPs (the basis
+  itself counts one recompute forward per layer, i.e. full recompute: Narayanan 2021 Eq. 3), else the least
+  recompute that fits the device (none, then selective, then full: RECOMPUTE_MODES' order; full if none fits).
+  Guessing selective made runs published before selective recompute existed "estimated not to fit", and a run
+  that fits without recompute had no reason to pay for it;
 - model: kv_heads null -> heads; ffn_hidden null -> 4 x hidden for GELU (GPT) models; activation missing -> gelu for
   GPT-named models; gelu rows are GPT-style (learned positions, LayerNorm, biases, tied embeddings), swiglu rows
   Llama-style (RoPE, RMSNorm, no biases, untied); a null vocabulary or layer count cannot be filled: the row is
@@ -15,6 +17,8 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
   GEMMs are not modelled);
 - trainer: torchtitan for rows whose source or recompute detail names torchtitan (their memory is FSDP2's, their
   selective AC torchtitan's op-level policy: estimate/activations.py), else Megatron;
+- MFU convention: `outcome.mfu_convention` (YAML) or an `mfu_convention` column (CSV), "causal" or "full"
+  (specs/run.py MFU_CONVENTIONS); unstated -> causal, as current Megatron-LM counts;
 - gradient dtype: a stated `training.grad_dtype`, else bf16 for NVIDIA dgxc-benchmarking rows (NVIDIA's performance
   recipes reduce gradients in bf16: grad_reduce_in_fp32 = False in Megatron-Bridge scripts/performance/configs
   llama3/llama3_8b_llm_pretrain.py and llama31/llama31_405b_llm_pretrain.py, and in NeMo's
@@ -28,14 +32,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..estimate.memory import estimate_memory
 from ..rules import check_strategy
 from ..schedules import default_schedule
 from ..specs.device import PRESETS, ClusterSpec, device_preset
 from ..specs.fields import SpecError, from_mapping
 from ..specs.library import parse_yaml
 from ..specs.model import MLASpec, ModelSpec, MoESpec
-from ..specs.recompute import RECOMPUTE_MODES
-from ..specs.run import RunSpec
+from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES
+from ..specs.run import MFU_CONVENTIONS, RunSpec
 from ..specs.strategy import RecomputePlan, Strategy, default_partition
 from ..specs.units import GIB
 
@@ -122,13 +127,36 @@ def _precision(value: Any, notes: list[str]) -> str:
     return "bf16"
 
 
+def _recompute_unknown(value: Any) -> bool:
+    return ("" if value is None else str(value).strip().lower()) not in RECOMPUTE_MODES
+
+
 def _recompute(value: Any, narayanan_basis: bool, notes: list[str]) -> str:
-    text = "" if value is None else str(value).strip().lower()
-    if text in RECOMPUTE_MODES:
-        return text
-    guess = "full" if narayanan_basis else "selective"
-    notes.append(f"recompute {guess} (unknown)")
-    return guess
+    """The stated mode; unknown -> full on Narayanan's basis, else none until `_least_recompute_that_fits` decides."""
+    if not _recompute_unknown(value):
+        return str(value).strip().lower()
+    if narayanan_basis:
+        notes.append("recompute full (unknown: the 96-coefficient FLOPs count a recompute forward)")
+        return "full"
+    return NO_RECOMPUTE
+
+
+def _least_recompute_that_fits(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
+                               notes: list[str]) -> Strategy:
+    """Unknown recompute: the lightest option (RECOMPUTE_MODES, lightest first) whose estimated peak fits the
+    device and that the rulebook allows; the heaviest when none fits."""
+    for mode in RECOMPUTE_MODES:
+        candidate = strategy.with_(recompute=RecomputePlan.uniform(mode))
+        try:
+            check_strategy(model, cluster, run, candidate)
+        except SpecError:
+            continue
+        if estimate_memory(model, cluster, run, candidate).fits:
+            break
+    else:
+        candidate = _checked(model, cluster, run, strategy.with_(recompute=RecomputePlan.uniform(HEAVIEST)))
+    notes.append(f"recompute {candidate.recompute.mode} (unknown: least that fits)")
+    return candidate
 
 
 def _flash_attention(entry: dict, training: dict, notes: list[str]) -> bool:
@@ -284,8 +312,11 @@ def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> Measu
     global_batch, seq = int(training["global_batch"]), int(model_fields["seq_len"])
     run = RunSpec(global_batch, seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
-                  grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, notes))
+                  grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, notes),
+                  mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes))
     strategy = _checked(model, cluster, run, _strategy(model, strategy_fields, gpus, global_batch, narayanan, notes))
+    if _recompute_unknown(strategy_fields.get("recompute")) and not narayanan:
+        strategy = _least_recompute_that_fits(model, cluster, run, strategy, notes)
     memory = _number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
     if memory is None and not _is_null(observed):
@@ -294,6 +325,18 @@ def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> Measu
                        _number(outcome.get("step_time_s")), _number(outcome.get("mfu")),
                        _number(outcome.get("tflops_per_gpu")), _number(outcome.get("tokens_per_s_per_gpu")), memory,
                        tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks)
+
+
+def _mfu_convention(value: Any, notes: list[str]) -> str:
+    """The convention the source's MFU (or TFLOP/s) counts causal attention in; unstated -> "causal" (current
+    Megatron-LM), recorded in the row's assumptions."""
+    if _is_null(value):
+        notes.append("mfu convention causal (unstated)")
+        return "causal"
+    convention = str(value).strip().lower()
+    if convention not in MFU_CONVENTIONS:
+        raise SpecError(f"mfu_convention={value!r}: expected one of {', '.join(MFU_CONVENTIONS)}")
+    return convention
 
 
 def _unknown_peaks(data: dict) -> frozenset[str]:
@@ -342,9 +385,12 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     flash = _bool_field(record.get("flash_attention"))
     optional = {k: str(record[k]).strip().lower() for k in ("grad_dtype", "trainer") if not _is_null(record.get(k))}
     run = RunSpec(global_batch, int(record["seq_len"]), precision=_precision(record.get("precision"), notes),
-                  flash_attention=True if flash is None else flash, **optional)
+                  flash_attention=True if flash is None else flash,
+                  mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), **optional)
     fields = {k: record.get(k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute")}
     strategy = _checked(model, cluster, run, _strategy(model, fields, gpus, global_batch, False, notes))
+    if _recompute_unknown(fields.get("recompute")):
+        strategy = _least_recompute_that_fits(model, cluster, run, strategy, notes)
     return MeasuredRun(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
                        _number(record.get("step_seconds")), _number(record.get("mfu")), None, None,
                        _number(record.get("memory_gib")), tuple(notes))

@@ -73,7 +73,7 @@ def test_recompute_modes_rerun_what_they_drop():
     selective = layer_time(LLAMA_8B, c, run, "dense", "selective", 4, 1, 1, 1, 1, True)
     assert none.recompute == 0
     tp_forward = full.recompute - full.forward  # full = the layer forward plus its forward TP all-reduces
-    assert 0 < tp_forward <= full.tp_comm
+    assert 0 < tp_forward <= full.tp_comm * (1 + 1e-12)  # tp_forward is a difference: allow its rounding
     core, _ = attention_core_seconds(attention_core_flops(LLAMA_8B, 8192, 8192, 4, causal=True), c.device, True)
     assert selective.recompute == pytest.approx(core)
 

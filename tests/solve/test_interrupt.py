@@ -11,6 +11,8 @@ from ndcp.specs.library import load_model
 
 SPACE = SearchSpace(load_model("llama3-70b"), ClusterSpec(device_preset("h100"), 64),
                     RunSpec(global_batch=128, seq_len=8192))
+# Under 60 GiB the per-layer search must solve plan sub-models (without a cap the uniform seeds already prove it).
+TIGHT = SearchSpace(SPACE.model, SPACE.cluster, RunSpec(global_batch=128, seq_len=8192, memory_cap_bytes=60 * 2**30))
 
 
 def interrupt_on_call(monkeypatch, module, name: str, call: int) -> None:
@@ -42,7 +44,7 @@ def test_a_plan_model_that_stops_early_leaves_the_per_layer_search_unproven(monk
     search: either way the search must not claim a proof, and its bound stays below the true optimum."""
     from ndcp.solve.recompute import PlanModel, PlanTimeout
 
-    exact = certificate.plan_search(SPACE, top=1, time_limit=60)
+    exact = certificate.plan_search(TIGHT, top=1, time_limit=60)
     original, calls = PlanModel.solve, []
 
     def first_stops(self, *args, **kwargs):
@@ -52,7 +54,7 @@ def test_a_plan_model_that_stops_early_leaves_the_per_layer_search_unproven(monk
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(PlanModel, "solve", first_stops)
-    result = certificate.plan_search(SPACE, top=1, time_limit=60)
+    result = certificate.plan_search(TIGHT, top=1, time_limit=60)
     assert exact.status == "optimal" and result.status == "feasible"
     assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
     if stop == "interrupt":

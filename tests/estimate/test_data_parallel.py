@@ -1,0 +1,268 @@
+"""Data-parallel sync per trainer and ZeRO stage (docs/formulas.md §7): which collectives run every micro-batch and
+which once per step, the window each hides behind (one link: a window's collectives hide as a sum), what the sync
+options cost in memory, and that more sharding is never free in time; the solver still finds the estimators'
+optimum with every trainer and option."""
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from ndcp.cli import main
+from ndcp.estimate import communication as comm
+from ndcp.estimate.data_parallel import DataParallelTerms, Windows, data_parallel_terms
+from ndcp.estimate.memory import estimate_memory, model_state_bytes
+from ndcp.estimate.parameters import stage_parameters
+from ndcp.estimate.time import estimate_time
+from ndcp.estimate.trainers import data_parallel_sync
+from ndcp.rules import strategy_refusal
+from ndcp.solve.certificate import PLAN_TOLERANCE, cpsat_search, plan_search
+from ndcp.solve.exhaustive import exhaustive_plan_search, exhaustive_search
+from ndcp.specs import ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, SpecError, Strategy, device_preset
+from ndcp.specs.library import load_model
+from ndcp.specs.run import GRAD_SYNCS, PARAM_GATHERS
+
+from ..cli_helpers import assert_one_line_error, run as run_cli
+from ..solve.test_bounds import test_item_bounds_never_exceed_the_full_estimators as bounds_hold
+from ..solve.test_cpsat_vs_oracle import problems
+from ..solve.test_plans_vs_oracle import small_problems
+
+
+def step_and_peak(model, cluster, run, strategy) -> tuple[float, int]:
+    return (estimate_time(model, cluster, run, strategy).step_seconds,
+            estimate_memory(model, cluster, run, strategy).peak_bytes)
+
+
+# -- when each collective runs -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("trainer, zero, pp, grads_per_microbatch, gather", [
+    ("megatron", 0, 1, False, "none"),  # DDP: all-reduce of the main-grad buffer at the last micro-batch
+    ("megatron", 1, 4, False, "step"),  # distributed optimizer: reduce-scatter and gather once per step
+    ("megatron", 2, 1, True, "step"),  # Megatron FSDP optim_grads / DeepSpeed ZeRO-2: no no_sync
+    ("megatron", 3, 4, True, "forward-backward"),  # optim_grads_params / ZeRO-3: re-gathered for backward
+    ("torchtitan", 0, 1, True, "none"),  # train_step leaves gradient sync on for every micro-batch
+    ("torchtitan", 3, 1, True, "forward-backward"),  # FSDP2 reshard_after_forward=True
+    ("torchtitan", 0, 2, False, "none"),  # pipelining: no_sync until the last backward
+    ("torchtitan", 3, 2, False, "step"),  # pipelining + reshard_after_forward=False: held over the step
+])
+def test_trainer_defaults(trainer, zero, pp, grads_per_microbatch, gather):
+    sync = data_parallel_sync(RunSpec(global_batch=8, seq_len=1024, trainer=trainer), zero, pp)
+    assert (sync.grads_per_microbatch, sync.gather) == (grads_per_microbatch, gather)
+    # memory follows: a full gradient buffer only for ZeRO-2/3 reducing once per step, gathered parameters only for
+    # ZeRO-3 not re-gathering for backward
+    assert sync.full_grad_buffer == (zero >= 2 and not grads_per_microbatch)
+    assert sync.gathered_parameters == (zero == 3 and gather != "forward-backward")
+
+
+@pytest.mark.parametrize("grad_sync", GRAD_SYNCS[1:])
+@pytest.mark.parametrize("param_gather", PARAM_GATHERS[1:])
+def test_explicit_settings_override_every_trainer(grad_sync, param_gather):
+    for trainer in ("megatron", "torchtitan"):
+        for pp in (1, 2):
+            sync = data_parallel_sync(RunSpec(8, 1024, trainer=trainer, grad_sync=grad_sync,
+                                              param_gather=param_gather), 3, pp)
+            assert (sync.grads_per_microbatch, sync.gather) == (grad_sync == "microbatch", param_gather)
+    # ZeRO-1/2 gather the updated parameters once per step whatever the setting
+    assert data_parallel_sync(RunSpec(8, 1024, param_gather=param_gather), 2, 1).gather == "step"
+
+
+def test_unknown_settings_are_refused():
+    with pytest.raises(SpecError, match="grad_sync"):
+        RunSpec(8, 1024, grad_sync="never")
+    with pytest.raises(SpecError, match="param_gather"):
+        RunSpec(8, 1024, param_gather="forward")
+
+
+# -- windows and the shared link ---------------------------------------------------------------------------------
+def test_a_windows_collectives_hide_as_a_sum():
+    # ZeRO-3: each of 4 micro-batches reduce-scatters 0.6 s and re-gathers 0.6 s in a 1 s backward window, and
+    # gathers 0.6 s in a 0.5 s forward. Hidden separately nothing of the backward pair would show; on one link 0.2 s
+    # of each window does.
+    terms = DataParallelTerms(gradients=0.6, grads_per_microbatch=True, backward_gather=0.6, forward_gather=0.6,
+                              gathers_per_microbatch=True, last_bucket=0.01, optimizer=0.0)
+    assert terms.exposed(Windows(forward=0.5, backward=1.0), 4) == pytest.approx(4 * (1.2 - 1.0) + 4 * (0.6 - 0.5))
+
+
+def test_per_step_sync_uses_one_window_and_the_last_bucket_always_shows():
+    # Megatron ZeRO-1: one reduce-scatter behind the last backward, one gather behind the next first forward.
+    terms = DataParallelTerms(gradients=2.0, grads_per_microbatch=False, backward_gather=0.0, forward_gather=1.0,
+                              gathers_per_microbatch=False, last_bucket=0.1, optimizer=0.0)
+    assert terms.exposed(Windows(forward=0.75, backward=1.5), 8) == pytest.approx((2.0 - 1.5) + (1.0 - 0.75))
+    assert terms.exposed(Windows(50.0, 100.0), 8) == pytest.approx(0.1 * (2.0 + 1.0))  # the last bucket waits for the last layer
+
+
+def test_collectives_are_ring_volumes():
+    # ZeRO §7.2: one gradient sync is a reduce-scatter of the fp32 gradients (ZeRO-0: an all-reduce), one gather
+    # an all-gather of the bf16 parameters, over the data x context parallel ranks of a stage.
+    model, cluster = load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 64)
+    run = RunSpec(global_batch=64, seq_len=4096)
+    for zero in (0, 2):
+        s = Strategy(dp=16, tp=2, pp=2, mbs=1, mbn=4, zero=zero, sp=True)
+        terms, params = data_parallel_terms(model, cluster, run, s), stage_parameters(model, s)
+        bandwidth, latency = comm.link(cluster.device, comm.group_span(("cp", "dp"), {"tp": 2, "cp": 1, "dp": 16}))
+        for t, p in zip(terms, params):
+            sync = comm.all_reduce_seconds if zero == 0 else comm.reduce_scatter_seconds
+            assert t.gradients == pytest.approx(sync(4 * p.dense, 16, bandwidth, latency))
+            assert t.forward_gather == (0 if zero == 0 else pytest.approx(
+                comm.all_gather_seconds(2 * p.dense, 16, bandwidth, latency)))
+
+
+# -- what each setting costs -------------------------------------------------------------------------------------
+LLAMA_8B, H100_64 = load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 64)
+
+
+def _llama(zero, pp=1, **run_fields):
+    run = RunSpec(global_batch=128, seq_len=4096, **run_fields)
+    return run, Strategy(dp=64 // (2 * pp), tp=2, pp=pp, mbs=1, mbn=4, zero=zero, sp=True)
+
+
+def test_one_gradient_reduction_per_step_costs_a_full_buffer():
+    run, s = _llama(2, grad_sync="step")
+    base_run, _ = _llama(2)
+    params = stage_parameters(LLAMA_8B, s)[0]
+    full = model_state_bytes(run, s, params)["gradients"] - model_state_bytes(base_run, s, params)["gradients"]
+    assert full == pytest.approx(run.grad_bytes * (params.dense + params.expert))
+    # ... and ZeRO-2 then syncs exactly as the distributed optimizer does
+    assert step_and_peak(LLAMA_8B, H100_64, run, s)[0] == pytest.approx(
+        step_and_peak(LLAMA_8B, H100_64, base_run, s.with_zero(1))[0], rel=1e-12)
+    assert step_and_peak(LLAMA_8B, H100_64, run, s)[0] < step_and_peak(LLAMA_8B, H100_64, base_run, s)[0]
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_keeping_parameters_gathered_trades_memory_for_gathers(pp):
+    times, peaks = [], []
+    for gather in ("forward-backward", "microbatch", "step"):
+        run, s = _llama(3, pp, param_gather=gather)
+        time, peak = step_and_peak(LLAMA_8B, H100_64, run, s)
+        times.append(time)
+        peaks.append(peak)
+    assert times[0] > times[1] > times[2]  # 2 gathers per micro-batch, 1, 1 per step
+    assert peaks[0] < peaks[1] == peaks[2]  # the stage's parameters unsharded instead of two layers' buffers
+
+
+def test_torchtitan_with_pipeline_holds_gradients_and_parameters_over_the_step():
+    # torch.distributed.pipelining + apply_fsdp: ZeRO-3 then syncs as ZeRO-2 would with one gather per step, and
+    # holds both a full gradient buffer and the gathered parameters (fp32 shards + bf16 copy, fp32 gradients)
+    run, s = _llama(3, pp=2, trainer="torchtitan")
+    params, d = stage_parameters(LLAMA_8B, s)[0], s.dp * s.cp
+    states = model_state_bytes(run, s, params)
+    assert states["parameters"] == pytest.approx(params.dense * (4 / d + 2))
+    assert states["gradients"] == pytest.approx(params.dense * (4 / d + 4))
+    assert step_and_peak(LLAMA_8B, H100_64, run, s)[0] == pytest.approx(
+        step_and_peak(LLAMA_8B, H100_64, run, s.with_zero(2))[0], rel=1e-12)
+
+
+def test_one_microbatch_makes_zero2_sync_like_zero1():
+    run = RunSpec(global_batch=32, seq_len=4096)
+    s = Strategy(dp=32, tp=2, pp=1, mbs=1, mbn=1, zero=1, sp=True)
+    assert step_and_peak(LLAMA_8B, H100_64, run, s.with_zero(2))[0] == pytest.approx(
+        step_and_peak(LLAMA_8B, H100_64, run, s)[0], rel=1e-12)
+
+
+def test_llama3_70b_on_512_h100_sharding_is_not_free():
+    # The README question (GBS 1024, seq 8192), tp=4, one micro-batch of 1 per step per rank x 8, DP over 16 nodes:
+    # ZeRO-2 reduce-scatters 17.6B fp32 gradients every micro-batch over 50 GB/s, ZeRO-3 also gathers twice.
+    model, cluster = load_model("llama3-70b"), ClusterSpec(device_preset("h100"), 512)
+    run = RunSpec(global_batch=1024, seq_len=8192)
+    base = Strategy(dp=128, tp=4, pp=1, mbs=1, mbn=8, zero=1, sp=True, recompute=RecomputePlan.uniform("none"))
+    (t1, m1), (t2, m2), (t3, m3) = (step_and_peak(model, cluster, run, base.with_zero(z)) for z in (1, 2, 3))
+    assert t2 >= 1.05 * t1
+    assert t3 >= t2
+    assert m1 > m2 > m3  # what the time buys
+
+
+# -- more sharding is never free in time -------------------------------------------------------------------------
+@st.composite
+def dp_problems(draw):
+    heads = draw(st.sampled_from([8, 16]))
+    moe = None
+    if draw(st.booleans()):
+        moe = MoESpec(experts=draw(st.sampled_from([4, 8])), top_k=2, expert_ffn_hidden=heads * 64)
+    model = ModelSpec("random", draw(st.sampled_from([2, 4, 8])), heads * 64, heads, heads * 256,
+                      draw(st.sampled_from([1000, 32000])), kv_heads=draw(st.sampled_from([heads, heads // 4])),
+                      moe=moe)
+    tp, pp, cp = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
+    dp, mbs, mbn = draw(st.sampled_from([1, 2, 4, 8])), draw(st.sampled_from([1, 2])), draw(st.integers(1, 8))
+    ep = draw(st.sampled_from([1, 2, 4])) if moe else 1
+    strategy = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, mbs=mbs, mbn=mbn, zero=1, sp=tp > 1,
+                        recompute=RecomputePlan.uniform(draw(st.sampled_from(["none", "selective", "full"]))))
+    device = device_preset(draw(st.sampled_from(["a100-80g", "h100", "mi300x"])))
+    cluster = ClusterSpec(device, dp * tp * pp * cp).with_overrides(
+        devices_per_node=draw(st.sampled_from([1, 2, 8])))  # 1 and 2: DP across nodes
+    run = RunSpec(global_batch=dp * mbs * mbn, seq_len=draw(st.sampled_from([1024, 4096])),
+                  trainer=draw(st.sampled_from(["megatron", "torchtitan"])),
+                  grad_sync=draw(st.sampled_from(GRAD_SYNCS)), param_gather=draw(st.sampled_from(PARAM_GATHERS)))
+    return model, cluster, run, strategy
+
+
+@settings(max_examples=150, deadline=None)
+@given(dp_problems())
+def test_more_sharding_is_never_faster(problem):
+    model, cluster, run, strategy = problem
+    try:
+        assume(strategy_refusal(model, cluster, run, strategy) is None)
+    except SpecError:
+        assume(False)
+    t1, t2, t3 = (estimate_time(model, cluster, run, strategy.with_zero(z)).step_seconds for z in (1, 2, 3))
+    assert t2 >= t1 * (1 - 1e-12)
+    assert t3 >= t2 * (1 - 1e-12)
+    defaults = run.trainer == "megatron" and run.grad_sync == "trainer"
+    if defaults and strategy.mbn > 1 and strategy.dp * strategy.cp > 1:
+        assert t2 > t1  # ZeRO-2 reduces every micro-batch; at least the last buckets show
+
+
+# -- the solver still proves the estimators' optimum ---------------------------------------------------------------
+SYNC_RUNS = st.fixed_dictionaries({"trainer": st.sampled_from(["megatron", "torchtitan"]),
+                                   "grad_sync": st.sampled_from(GRAD_SYNCS),
+                                   "param_gather": st.sampled_from(PARAM_GATHERS),
+                                   # nodes of 1 or 2 devices on a slow network: DP sync that shows
+                                   "devices_per_node": st.sampled_from([1, 2, 8]),
+                                   "inter_node_bandwidth": st.sampled_from([1e9, 25e9])})
+
+
+def _with_sync(space, fields):
+    fields = dict(fields)
+    cluster = space.cluster.with_overrides(devices_per_node=fields.pop("devices_per_node"),
+                                           inter_node_bandwidth=fields.pop("inter_node_bandwidth"))
+    return replace(space, cluster=cluster, run=replace(space.run, **fields),
+                   options=replace(space.options, zero_stages=(0, 1, 2, 3)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(space=problems(), fields=SYNC_RUNS)
+def test_uniform_search_equals_the_oracle_for_every_sync_setting(space, fields):
+    space = _with_sync(space, fields)
+    oracle, solved = exhaustive_search(space, top=2), cpsat_search(space, top=2, time_limit=60)
+    assert solved.status == oracle.status
+    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
+                                                                        rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(space=small_problems(), fields=SYNC_RUNS, offset=st.sampled_from([0, 1]))
+def test_plan_search_equals_the_oracle_for_every_sync_setting(space, fields, offset):
+    space = _with_sync(space, fields)
+    space = replace(space, options=replace(space.options, max_offset=offset))
+    oracle, solved = exhaustive_plan_search(space, top=2), plan_search(space, top=2, time_limit=60)
+    assert solved.status == oracle.status
+    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
+                                                                        rel=PLAN_TOLERANCE)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(space=problems(), fields=SYNC_RUNS)
+def test_bounds_stay_below_the_estimators_for_every_sync_setting(space, fields):
+    bounds_hold.hypothesis.inner_test(space=_with_sync(space, fields))
+
+
+# -- command line ------------------------------------------------------------------------------------------------
+TINY = ["tiny", "--device", "h100", "--gpus", "8", "--global-batch", "16", "--seq-len", "512"]
+
+
+def test_cli_settings_reach_the_run_and_its_json(capsys):
+    code = main(["estimate", *TINY, "--strategy", "tp=2,zero=3", "--grad-sync", "step", "--param-gather", "microbatch",
+                 "--json", "-"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    run = json.loads(out)["run"]
+    assert (run["grad_sync"], run["param_gather"]) == ("step", "microbatch")
+    assert_one_line_error(*run_cli(capsys, "estimate", *TINY, "--grad-sync", "sometimes"), "--grad-sync")
