@@ -2,16 +2,16 @@
 """Fit the GEMM model's physical parameters on the published runs, with a leave-one-source-out figure.
 
 Fitted (docs/calibration.md §7): the GEMM ceiling `compute_efficiency` of each GPU generation (Ampere: A100;
-Hopper: H100, H200, H800) and one K-loop fill/drain overhead `gemm_k_overhead` shared by all of them (it belongs to
-how tiled GEMM kernels are built, not to one chip). Everything else (SM counts, tile shape, FlashAttention
-efficiencies) comes from datasheets and papers (ndcp/specs/device.py). The objective is the mean absolute MFU error,
+Hopper: H100, H200, H800), nothing else. Everything else comes from datasheets and papers (ndcp/specs/device.py: SM
+counts, tile shape, FlashAttention efficiencies) or is derived from them (estimate/gemm.py: a tile's write-back
+overhead from the ridge point). The objective is the mean absolute MFU error,
 in points, over the runs `ndcp validate` compares, estimated through the same path (ndcp.validation) with the
 candidate values put on each run's device.
 
-Search: the exact minimum over a grid, ceiling 0.50-0.95 and overhead OVERHEADS. The ceilings only move their own
-generation's runs, so for each overhead each generation's ceiling is searched on its own (steps of 0.01, then 0.005
-around the best); every (run, ceiling, overhead) error is computed once and reused, by the leave-one-source-out folds
-too. Ties go to the smaller overhead and the smaller ceiling, so the result is deterministic.
+Search: the exact minimum over a grid of ceilings 0.50-0.95. A ceiling only moves its own generation's runs, so each
+generation is searched on its own (steps of 0.01, then 0.005 around the best); every (run, ceiling) error is computed
+once and reused, by the leave-one-source-out folds too. Ties go to the smaller ceiling, so the result is
+deterministic.
 
 Leave-one-source-out: runs are grouped by publication, the id prefix before the first "_" (narayanan2021,
 korthikanti2022, mcore, dgxc, torchtitan, ...); each group is held out in turn, the parameters are fitted on the
@@ -19,7 +19,7 @@ others and the held-out runs estimated with them. A generation with no run left 
 
 Usage: python scripts/calibrate.py [RUNS.yaml] [--json] [--write]
   --json   print the result as JSON instead of text
-  --write  put the fitted numbers into ndcp/specs/device.py (GEMM_K_OVERHEAD, AMPERE_/HOPPER_GEMM_EFFICIENCY)
+  --write  put the fitted numbers into ndcp/specs/device.py (AMPERE_/HOPPER_GEMM_EFFICIENCY)
 """
 from __future__ import annotations
 
@@ -42,8 +42,6 @@ from ndcp.validation.runs import MeasuredRun, SkipRun, read_rows  # noqa: E402
 # generation -> (presets in it, the device.py constant holding its fitted ceiling)
 GENERATIONS = {"ampere": (("a100-40g", "a100-80g"), "AMPERE_GEMM_EFFICIENCY"),
                "hopper": (("h100", "h200", "h800"), "HOPPER_GEMM_EFFICIENCY")}
-OVERHEAD_NAME = "GEMM_K_OVERHEAD"
-OVERHEADS = (0.0, 32.0, 64.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0)  # K elements: 0 to 8 K-steps of 64
 COARSE = tuple(round(0.50 + 0.01 * i, 3) for i in range(46))  # ceilings 0.50 ... 0.95
 FINE_STEP = 0.005
 
@@ -73,50 +71,42 @@ def load(path: Path) -> list[MeasuredRun]:
 
 
 class Errors:
-    """MFU error (points) of each run under a (ceiling, overhead) pair, each computed once."""
+    """MFU error (points) of each run under a ceiling, each computed once."""
 
     def __init__(self, rows: list[MeasuredRun]):
         self.rows, self.cache = rows, {}
 
-    def __call__(self, i: int, ceiling: float, overhead: float) -> float:
-        key = (i, ceiling, overhead)
+    def __call__(self, i: int, ceiling: float) -> float:
+        key = (i, ceiling)
         if key not in self.cache:
             row = self.rows[i]
-            device = replace(row.cluster.device, compute_efficiency=ceiling, gemm_k_overhead=overhead)
+            device = replace(row.cluster.device, compute_efficiency=ceiling)
             self.cache[key] = _compare(replace(row, cluster=ClusterSpec(device, row.cluster.count))).mfu_error_points
         return self.cache[key]
 
 
-def _best_ceiling(errors: Errors, runs: list[int], overhead: float) -> tuple[float, float]:
-    """(sum of |error|, ceiling) minimising the generation's error at this overhead: coarse grid, then refined."""
+def _best_ceiling(errors: Errors, runs: list[int]) -> float:
+    """The ceiling minimising the generation's sum of |error|: coarse grid, then refined."""
     def cost(c):
-        return sum(abs(errors(i, c, overhead)) for i in runs)
+        return sum(abs(errors(i, c)) for i in runs)
 
     best = min((cost(c), c) for c in COARSE)
     around = (round(best[1] - FINE_STEP, 3), round(best[1] + FINE_STEP, 3))
-    return min([best] + [(cost(c), c) for c in around if 0.0 < c <= 1.0])
+    return min([best] + [(cost(c), c) for c in around if 0.0 < c <= 1.0])[1]
 
 
 def fit(errors: Errors, runs: list[int]) -> dict:
     """The grid minimum of the mean |MFU error| over `runs`; generations without a run keep their preset."""
-    by_generation = {g: [i for i in runs if generation(errors.rows[i]) == g] for g in GENERATIONS}
-    best = None
-    for overhead in OVERHEADS:
-        total, ceilings = 0.0, {}
-        for g, members in by_generation.items():
-            if members:
-                cost, ceilings[g] = _best_ceiling(errors, members, overhead)
-                total += cost
-            else:
-                ceilings[g] = getattr(device_module, GENERATIONS[g][1])
-        if best is None or total < best[0] - 1e-12:
-            best = (total, overhead, ceilings)
-    return {"gemm_k_overhead": best[1], **{f"{g}_compute_efficiency": c for g, c in best[2].items()}}
+    params = {}
+    for g, (_, constant) in GENERATIONS.items():
+        members = [i for i in runs if generation(errors.rows[i]) == g]
+        params[f"{g}_compute_efficiency"] = (_best_ceiling(errors, members) if members
+                                             else getattr(device_module, constant))
+    return params
 
 
 def evaluate(errors: Errors, params: dict, runs: list[int]) -> dict[str, float]:
-    return {errors.rows[i].id: errors(i, params[f"{generation(errors.rows[i])}_compute_efficiency"],
-                                      params["gemm_k_overhead"]) for i in runs}
+    return {errors.rows[i].id: errors(i, params[f"{generation(errors.rows[i])}_compute_efficiency"]) for i in runs}
 
 
 def _stats(values) -> dict:
@@ -143,8 +133,7 @@ def calibrate(path: Path) -> dict:
 
 
 def preset_lines(params: dict) -> list[str]:
-    lines = [f"{OVERHEAD_NAME} = {params['gemm_k_overhead']!r}"]
-    lines += [f"{constant} = {params[f'{g}_compute_efficiency']!r}" for g, (_, constant) in GENERATIONS.items()]
+    lines = [f"{constant} = {params[f'{g}_compute_efficiency']!r}" for g, (_, constant) in GENERATIONS.items()]
     return lines
 
 
@@ -168,9 +157,9 @@ def report(result: dict) -> str:
                f"{loso['runs']} held-out runs")
     for fold in loso["folds"]:
         fp = fold["parameters"]
-        fitted = ", ".join(f"{k.split('_')[0]} {v:g}" for k, v in fp.items() if k != "gemm_k_overhead")
+        fitted = ", ".join(f"{k.split('_')[0]} {v:g}" for k, v in fp.items())
         out.append(f"  held out {fold['source']:<16} {fold['runs']:>2} runs: mean {fold['mean']:.2f}, "
-                   f"max {fold['max']:.2f}  (fitted on the rest: k0 {fp['gemm_k_overhead']:g}, {fitted})")
+                   f"max {fold['max']:.2f}  (fitted on the rest: {fitted})")
     worst = sorted(ins["errors"].items(), key=lambda kv: -abs(kv[1]))[:6]
     out.append("Worst runs in sample: " + ", ".join(f"{k} {v:+.2f}" for k, v in worst))
     out.append("Paste into ndcp/specs/device.py (or run with --write):")

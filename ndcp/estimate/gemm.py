@@ -4,7 +4,9 @@ attention core (FlashAttention kernels, or the unfused batched GEMMs). Formulas:
 A GEMM C (M x N) = A (M x K) @ B (K x N) runs as output tiles of tile_m x tile_n, one tile per SM at a time, in waves
 of `device.sm_count` tiles (NVIDIA "Matrix Multiplication Background User's Guide", tile and wave quantisation). A
 tile costs 2 x tile_m x tile_n x (K + k0) FLOPs of SM time at `compute_efficiency` of its share of the peak: its
-K loop plus a fixed fill/drain overhead k0 (loading the first K slices, writing the tile out). So
+K loop plus its epilogue, writing the tile out to HBM at the SM's share of the bandwidth, which in K-loop units is
+k0 = dtype_bytes x peak x compute_efficiency / (2 x HBM bandwidth) (the device's ridge point; H100 bf16: ~200,
+A100: ~110). Derived, not fitted. So
 
     compute = waves x sm_count x 2 x tile_m x tile_n x (K + k0) / (peak x compute_efficiency),
     waves   = ceil(count x ceil(M / tile_m) x ceil(N / tile_n) / sm_count),
@@ -48,8 +50,9 @@ def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: Device
         waves, depth = math.ceil(tiles / sms), k
     else:  # split-K: the K loop is shared by sms // tiles SMs per tile, each running K_SLICE of it at least
         waves, depth = 1, max(k / (sms // tiles), min(k, K_SLICE))
-    compute = waves * sms * 2.0 * tm * tn * (depth + device.gemm_k_overhead) / (device.peak_flops
-                                                                                * device.compute_efficiency)
+    rate = device.peak_flops * device.compute_efficiency
+    k0 = dtype_bytes * rate / (2.0 * device.hbm_bandwidth)  # the tile's write-back, in K-loop steps (docstring)
+    compute = waves * sms * 2.0 * tm * tn * (depth + k0) / rate
     memory = count * (m * k + k * n + m * n) * dtype_bytes / device.hbm_bandwidth
     return max(compute, memory)
 

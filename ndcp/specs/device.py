@@ -37,7 +37,6 @@ class DeviceSpec:
     sm_count: int = 132  # streaming multiprocessors (or CUs / AI cores): tiles that run at once, one wave
     gemm_tile_m: int = 128  # output tile of the GEMM kernels (CUTLASS/cuBLAS 128 x 256)
     gemm_tile_n: int = 256
-    gemm_k_overhead: float = 0.0  # k0: a tile's fill/drain, in K elements (efficiency ~ K / (K + k0))
     flash_forward_efficiency: float = 0.52  # fused attention forward, fraction of peak
     flash_backward_efficiency: float = 0.50  # fused attention backward, fraction of peak (on its 2.5x FLOPs)
     unfused_attention_efficiency: float = 0.32  # per-head batched GEMMs of the core without flash attention
@@ -53,7 +52,6 @@ class DeviceSpec:
         positive_int("sm_count", self.sm_count, 1 << 16)
         positive_int("gemm_tile_m", self.gemm_tile_m, 1024)
         positive_int("gemm_tile_n", self.gemm_tile_n, 1024)
-        finite_number("gemm_k_overhead", self.gemm_k_overhead, 0.0, 65536.0)
         for name in ("flash_forward_efficiency", "flash_backward_efficiency", "unfused_attention_efficiency"):
             finite_number(name, getattr(self, name), 0.0, 1.0, low_open=True)
 
@@ -64,22 +62,21 @@ def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per
 
 
 # GEMM and attention-kernel parameters per GPU generation (estimate/gemm.py; docs/formulas.md §3, docs/calibration.md
-# §7). The three "fitted" numbers minimise the mean |MFU error| over examples/published_runs.yaml; they are rewritten
+# §7). The two "fitted" numbers minimise the mean |MFU error| over examples/published_runs.yaml; they are rewritten
 # in place by `scripts/calibrate.py --write`.
-GEMM_K_OVERHEAD = 256.0  # fitted, one value for all generations: a tile's K-loop fill/drain, in K elements
-AMPERE_GEMM_EFFICIENCY = 0.725  # fitted: A100 GEMM ceiling, fraction of peak
-HOPPER_GEMM_EFFICIENCY = 0.69  # fitted: H100/H200/H800 GEMM ceiling, fraction of peak
+AMPERE_GEMM_EFFICIENCY = 0.705  # fitted: A100 GEMM ceiling, fraction of peak
+HOPPER_GEMM_EFFICIENCY = 0.68  # fitted: H100/H200/H800 GEMM ceiling, fraction of peak
 # A100: 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper); FlashAttention-2 (Dao 2023) §4.1 on A100:
 # forward up to 73 %, backward up to 63 % of peak; not fitted (no A100 run in the set uses flash attention). Unfused
 # core: Korthikanti 2022 Table 4, the selective-recompute rerun less its score-matrix passes (docs/formulas.md §3);
 # other devices keep that A100 figure as an assumption (the dataclass default).
-AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY, gemm_k_overhead=GEMM_K_OVERHEAD,
+AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.73, flash_backward_efficiency=0.63, unfused_attention_efficiency=0.324,
               calibrated=True)
 # H100/H200/H800 SXM: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper; H200 and H800 are the same
 # GH100 SXM part); fused attention as cuDNN runs it in Transformer Engine: FlashAttention-3 paper (Shah et al. 2024)
 # §4.1, H100, head dim 128, 4k tokens: cuDNN causal forward 518 and backward 499 TFLOP/s of 989.
-HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY, gemm_k_overhead=GEMM_K_OVERHEAD,
+HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True)
 
 # Sources: published_runs.yaml `hardware:` (docs/calibration.md §4); NVLink figures are the published
@@ -107,15 +104,15 @@ PRESETS: dict[str, DeviceSpec] = {
         _preset("b200", 183359, 2250, 8000, 900, 50,
                 "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
                 "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed)",
-                sm_count=148, gemm_k_overhead=GEMM_K_OVERHEAD),
+                sm_count=148),
         _preset("mi300x", 196608, 1307.4, 5300, 448, 50,
                 "AMD MI300X: 1307.4 TFLOP/s BF16 dense, 192 GB HBM3 5.3 TB/s, 7x128 GB/s xGMI (896 aggregate); "
                 "400 Gb/s per GPU; 304 CUs (AMD CDNA 3 white paper)",
-                sm_count=304, gemm_k_overhead=GEMM_K_OVERHEAD),
+                sm_count=304),
         _preset("ascend-910b", 65536, 320, 1600, 196, 25,
                 "NOT CONFIRMED (published_runs.yaml): ~320 TFLOP/s FP16, 64 GB HBM2e ~1.6 TB/s, HCCS ~392 GB/s; "
                 "200 Gb/s RoCE per NPU assumed; 20 AI (cube) cores ASSUMED for the GEMM waves",
-                sm_count=20, gemm_k_overhead=GEMM_K_OVERHEAD),
+                sm_count=20),
     )
 }
 
