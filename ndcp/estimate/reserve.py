@@ -38,6 +38,10 @@ NCCL_LL_BYTES = 8 * 512 * 8 * 16
 NCCL_CONNECTION_BYTES = NCCL_SIMPLE_BYTES + NCCL_LL128_BYTES + NCCL_LL_BYTES  # 9,633,792 B per channel
 NCCL_CHANNELS = 32  # channels NCCL opens per peer on NVLink H100s (NVIDIA/nccl#1685 logs 32)
 RING_CONNECTIONS = 2  # a ring (or a pipeline neighbour pair) connects each rank to two peers (NVIDIA/nccl#864)
+# Point-to-point (send/receive: the pipeline neighbours, the EP all-to-all) runs only the Simple protocol on a few
+# channels per peer: NCCL_NCHANNELS_PER_NET_PEER, documented default 2 (NCCL environment variables). Charging the 32
+# collective channels per all-to-all peer would put 9.5 GB on an EP-32 rank.
+P2P_CHANNELS_PER_PEER = 2
 # Caching-allocator fragmentation: ONE fraction of the stage's activation bytes, fitted to the only two published
 # runs with a measured allocator peak (docs/formulas.md §5.1; it splits their residuals evenly).
 FRAGMENTATION_FRACTION = 0.27
@@ -52,25 +56,31 @@ class ProcessGroup:
     name: str
     size: int
     connections: int
+    point_to_point: bool = False  # send/receive (Simple protocol, P2P_CHANNELS_PER_PEER), else ring collectives
 
     @property
     def bytes(self) -> int:
+        if self.point_to_point:
+            return P2P_CHANNELS_PER_PEER * self.connections * NCCL_SIMPLE_BYTES
         return NCCL_CHANNELS * self.connections * NCCL_CONNECTION_BYTES
 
 
 def process_groups(strategy: Strategy) -> tuple[ProcessGroup, ...]:
     """The communicators a rank of this strategy communicates in (groups of one rank need none).
 
-    tp, cp, pp: ring or neighbour exchanges (2 connections); dp: the gradient / ZeRO group over dp x cp ranks (where
-    memory.py shards the states); ep: the token all-to-all, a direct connection to each of the ep - 1 peers; etp and
-    edp (expert-data-parallel): the expert tensor-parallel and expert-gradient rings of MoE models."""
+    tp, cp: ring collectives (2 connections); dp: the gradient / ZeRO ring over dp x cp ranks (where memory.py shards
+    the states); etp and edp (expert-data-parallel): the expert tensor-parallel and expert-gradient rings of MoE
+    models; pp: send/receive with the two neighbours; ep: the token all-to-all, send/receive with each of the ep - 1
+    peers."""
     s = strategy
-    rings = [("tp", s.tp), ("cp", s.cp), ("dp", s.dp * s.cp), ("pp", s.pp)]
+    rings = [("tp", s.tp), ("cp", s.cp), ("dp", s.dp * s.cp)]
     if s.ep > 1:
         rings += [("etp", s.etp), ("edp", expert_data_parallel(s))]
     groups = [ProcessGroup(name, size, RING_CONNECTIONS) for name, size in rings if size > 1]
+    if s.pp > 1:
+        groups.append(ProcessGroup("pp", s.pp, RING_CONNECTIONS, point_to_point=True))
     if s.ep > 1:
-        groups.append(ProcessGroup("ep", s.ep, s.ep - 1))
+        groups.append(ProcessGroup("ep", s.ep, s.ep - 1, point_to_point=True))
     return tuple(groups)
 
 
@@ -99,6 +109,6 @@ def reserve_parts(run: RunSpec, strategy: Strategy, activation_bytes: float) -> 
     return {**fixed_reserve_parts(run, strategy), "fragmentation": fragmentation_bytes(activation_bytes)}
 
 
-__all__ = ["CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "CUBLAS_HANDLES", "NCCL_CONNECTION_BYTES", "NCCL_CHANNELS",
-           "FRAGMENTATION_FRACTION", "OUTSIDE_ALLOCATOR", "ProcessGroup", "process_groups", "communicator_bytes",
+__all__ = ["CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "CUBLAS_HANDLES", "NCCL_CONNECTION_BYTES", "NCCL_SIMPLE_BYTES", "NCCL_CHANNELS",
+           "FRAGMENTATION_FRACTION", "OUTSIDE_ALLOCATOR", "P2P_CHANNELS_PER_PEER", "ProcessGroup", "process_groups", "communicator_bytes",
            "fixed_reserve_parts", "fragmentation_bytes", "reserve_parts"]

@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 from ndcp.estimate.layout import stage_layouts, stage_mode_counts
 from ndcp.estimate.memory import estimate_memory, resident_layer_bytes, stage_dynamic_bytes
 from ndcp.estimate.reserve import (CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION_FRACTION,
-                                   NCCL_CHANNELS, NCCL_CONNECTION_BYTES, communicator_bytes, process_groups)
+                                   NCCL_CHANNELS, NCCL_CONNECTION_BYTES, NCCL_SIMPLE_BYTES, P2P_CHANNELS_PER_PEER,
+                                   communicator_bytes, process_groups)
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, Strategy, device_preset
 from ndcp.specs.library import load_model
 from ndcp.validation.runs import read_rows
@@ -58,14 +59,21 @@ def test_communicators_grow_with_the_process_groups():
     assert names == [{"dp"}, {"dp", "tp"}, {"dp", "tp", "pp"}, {"dp", "tp", "pp", "cp"}]
     sizes = [communicator_bytes(s) for s in steps]
     assert all(a < b for a, b in zip(sizes, sizes[1:]))
-    assert sizes == [n * sizes[0] for n in (1, 2, 3, 4)]  # every ring group costs the same
+    ring, pipeline = sizes[0], sizes[2] - sizes[1]
+    assert sizes[1] == 2 * ring and sizes[3] == sizes[2] + ring  # every ring group costs the same
+    # pipeline neighbours are send/receive: the Simple buffer on 2 channels for each of 2 peers, far below a ring
+    assert pipeline == P2P_CHANNELS_PER_PEER * 2 * NCCL_SIMPLE_BYTES < ring / 10
 
 
 def test_expert_all_to_all_connects_to_every_peer():
     base = Strategy(dp=8, tp=1, ep=2, mbs=1, mbn=1)
     groups = {g.name: g for g in process_groups(base.with_(ep=8))}
     assert groups["ep"].connections == 7 and "edp" not in groups  # 8 ranks, 8 expert shards: no expert-DP ring
-    assert communicator_bytes(base.with_(ep=8)) > communicator_bytes(base.with_(ep=4)) > communicator_bytes(base)
+    assert groups["ep"].bytes == 7 * P2P_CHANNELS_PER_PEER * NCCL_SIMPLE_BYTES  # point-to-point, Simple protocol only
+    ep_bytes = [{g.name: g.bytes for g in process_groups(base.with_(ep=e))}["ep"] for e in (2, 4, 8)]
+    assert ep_bytes[0] < ep_bytes[1] < ep_bytes[2]
+    # ep=2 and 4 also keep an expert-data-parallel ring, ep=8 none: a ring outweighs 6 more all-to-all peers
+    assert communicator_bytes(base.with_(ep=4)) > communicator_bytes(base) > communicator_bytes(base.with_(ep=8))
 
 
 @settings(max_examples=30, deadline=None)
