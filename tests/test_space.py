@@ -1,5 +1,4 @@
 """The declared space: named validity rules, refusal counts, --fix/--max, and strategy checks with clear errors."""
-import pytest
 
 from ndcp.rules import check_strategy
 from ndcp.space import SearchSpace, SpaceOptions

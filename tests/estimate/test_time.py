@@ -1,7 +1,6 @@
 """Step-time composition: pipeline bubble, parts that add up, monotonicity, per-layer physics and speed."""
 import time
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
