@@ -19,7 +19,7 @@ from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
 from .specs.model import ModelSpec
 from .specs.run import RunSpec
-from .specs.strategy import Strategy, default_partition
+from .specs.strategy import Strategy, cp_a2a_size, default_partition
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Rule:
 
     name: str
     requires: str  # shown in reports
-    level: str  # tp | pp | cp | dp | mbs | ep | etp | vpp | strategy (only for a whole strategy)
+    level: str  # tp | pp | cp | cp_comm | dp | mbs | ep | etp | vpp | strategy (only for a whole strategy)
     broken: Callable[[Problem, dict], Refusal | None]
 
 
@@ -75,6 +75,34 @@ def _cp_sequence(p: Problem, d: dict) -> Refusal | None:
                    lambda: f"the sequence ({seq}) must be divisible by 2*cp")
 
 
+def _cp_comm_cp(p: Problem, d: dict) -> Refusal | None:
+    comm = d.get("cp_comm", "p2p")
+    return _refuse("cp_comm_cp", "cp_comm", comm == "p2p" or d["cp"] > 1,
+                   lambda: f"cp_comm={comm} needs context parallelism (cp > 1); with cp=1 leave it p2p")
+
+
+def _cp_comm_heads(p: Problem, d: dict) -> Refusal | None:
+    """Ulysses all-to-all re-shards each TP rank's heads over its a2a group (Transformer Engine splits Q's and K/V's
+    head dimension alike: no KV-head replication), so both head counts / tp must divide by the group."""
+    comm, tp, cp = d.get("cp_comm", "p2p"), d["tp"], d["cp"]
+    if comm not in ("a2a", "a2a+p2p"):
+        return None
+    group = cp if comm == "a2a" else cp_a2a_size(p.cluster.device.devices_per_node, tp, cp)
+    m = p.model
+    kv_heads = m.heads if m.mla is not None else m.num_kv_heads
+    return _refuse("cp_comm_heads", "cp_comm", m.heads % (tp * group) == 0 and kv_heads % (tp * group) == 0,
+                   lambda: (f"{comm} splits the {m.heads} attention heads and {kv_heads} KV heads over tp x "
+                            f"{group} ranks (tp={tp}); they must divide by {tp * group}; p2p or allgather work"))
+
+
+def _cp_comm_nodes(p: Problem, d: dict) -> Refusal | None:
+    comm, tp, cp = d.get("cp_comm", "p2p"), d["tp"], d["cp"]
+    inner = cp_a2a_size(p.cluster.device.devices_per_node, tp, cp)
+    return _refuse("cp_comm_nodes", "cp_comm", comm != "a2a+p2p" or 1 < inner < cp, lambda: (
+        f"a2a+p2p puts a2a among the CP ranks of a node and p2p across nodes; cp={cp} (tp={tp}) has {inner} of its "
+        f"ranks in a node of {p.cluster.device.devices_per_node} GPUs: use " + ("a2a" if inner == cp else "p2p")))
+
+
 def _global_batch(p: Problem, d: dict) -> Refusal | None:
     gbs = p.run.global_batch
     return _refuse("global_batch", "dp", gbs % d["dp"] == 0, lambda: f"must divide the global batch {gbs}")
@@ -96,8 +124,11 @@ def _ep_experts(p: Problem, d: dict) -> Refusal | None:
 
 
 def _ep_ranks(p: Problem, d: dict) -> Refusal | None:
-    ranks = d["dp"] * d["cp"]
-    return _refuse("ep_ranks", "ep", ranks % d["ep"] == 0, lambda: f"must divide dp*cp = {ranks}")
+    """MoE parallel folding: the expert grid ETP x EP x EDP re-carves a stage's TP x CP x DP ranks, so etp*ep
+    must divide tp*cp*dp (Megatron-Core core_r0.10, parallel_state.initialize_model_parallel; docs/formulas.md §7)."""
+    ranks, grid = d["tp"] * d["cp"] * d["dp"], d["ep"] * d["etp"]
+    return _refuse("ep_ranks", "ep", ranks % grid == 0, lambda: (
+        f"ep*etp = {grid} must divide tp*cp*dp = {ranks} (tp={d['tp']}, cp={d['cp']}, dp={d['dp']})"))
 
 
 def _etp_tp(p: Problem, d: dict) -> Refusal | None:
@@ -145,28 +176,33 @@ def _recompute_stages(p: Problem, d: dict) -> Refusal | None:
     return None
 
 
-# In the walk's loop order (TP -> PP -> CP -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains satisfy by
-# construction (devices, batch_split, ep_experts, etp_tp, moe_dims: dp and mbn are derived, ep and etp range over
-# divisors) are checked on whole strategies only; they are listed at the level where they would apply.
+# In the walk's loop order (TP -> PP -> CP -> CP_COMM -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains
+# satisfy by construction (devices, batch_split, ep_experts, etp_tp, moe_dims: dp and mbn are derived, ep and etp range
+# over divisors) are checked on whole strategies only; they are listed at the level where they would apply.
 RULEBOOK: tuple[Rule, ...] = (
     Rule("tp_heads", "tp divides the attention heads and the KV heads", "tp", _tp_heads),
     Rule("sp_tp", "sequence parallelism only with tp > 1", "strategy", _sp_tp),
     Rule("pp_layers", "pp <= layers / vpp", "pp", _pp_layers),
     Rule("cp_sequence", "sequence divisible by 2 x cp (load-balanced ring attention)", "cp", _cp_sequence),
+    Rule("cp_comm_cp", "a CP communication type other than p2p only with cp > 1", "cp_comm", _cp_comm_cp),
+    Rule("cp_comm_heads", "a2a / a2a+p2p: heads and KV heads divisible by tp x the all-to-all group", "cp_comm",
+         _cp_comm_heads),
+    Rule("cp_comm_nodes", "a2a+p2p: the CP group spans nodes with more than one CP rank in each", "cp_comm",
+         _cp_comm_nodes),
     Rule("devices", "dp x tp x pp x cp = GPUs", "strategy", _devices),
     Rule("global_batch", "dp x mbs divides the global batch", "dp", _global_batch),
     Rule("batch_split", "dp x mbs x mbn = global batch", "strategy", _batch_split),
     Rule("mbn_pp", "micro-batches per step >= pp", "mbs", _mbn_pp),
     Rule("moe_dims", "ep = etp = 1 on dense models", "strategy", _moe_dims),
     Rule("ep_experts", "ep divides the routed experts", "strategy", _ep_experts),
-    Rule("ep_ranks", "ep divides dp x cp (experts spread over data ranks)", "ep", _ep_ranks),
     Rule("etp_tp", "etp divides tp", "strategy", _etp_tp),
+    Rule("ep_ranks", "ep x etp divides tp x cp x dp (MoE parallel folding)", "etp", _ep_ranks),
     Rule("schedule", "a known schedule that runs vpp chunks per stage, and its own rules", "vpp", _schedule),
     Rule("partition", "layers per stage sum to the model's layers", "strategy", _partition),
     Rule("recompute_stages", "a per-stage recompute plan covers each stage's layers", "strategy", _recompute_stages),
 )
 LEVEL_RULES = {level: tuple(r for r in RULEBOOK if r.level == level)
-               for level in ("tp", "pp", "cp", "dp", "mbs", "ep", "etp", "vpp")}
+               for level in ("tp", "pp", "cp", "cp_comm", "dp", "mbs", "ep", "etp", "vpp")}
 
 # Every refusal name a report can show -> what it requires: the rules, each schedule's rules, search restrictions.
 RESTRICTIONS = {
@@ -194,7 +230,7 @@ def strategy_degrees(strategy: Strategy) -> dict:
     s = strategy
     return {"tp": s.tp, "pp": s.pp, "cp": s.cp, "dp": s.dp, "ep": s.ep, "etp": s.etp, "vpp": s.vpp, "mbs": s.mbs,
             "mbn": s.mbn, "sp": s.sp, "schedule": s.schedule, "layers_per_stage": s.layers_per_stage,
-            "recompute": s.recompute}
+            "recompute": s.recompute, "cp_comm": s.cp_comm}
 
 
 def strategy_refusal(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> Refusal | None:

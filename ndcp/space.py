@@ -16,7 +16,7 @@ from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
 from .specs.model import ModelSpec
 from .specs.run import RunSpec
-from .specs.strategy import RECOMPUTE_MODES, RecomputePlan, Strategy
+from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, RecomputePlan, Strategy
 
 _UNIFORM = {mode: RecomputePlan.uniform(mode) for mode in RECOMPUTE_MODES}
 DIMENSIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
@@ -33,6 +33,7 @@ class SpaceOptions:
     sp_choices: tuple[bool, ...] = (False, True)
     tp_cp_bound: int = 0  # 0 = tp within a node, cp unbounded
     max_offset: int = 0  # per-layer plans: how far a stage's layer count may move from the default partition
+    cp_comms: tuple[str, ...] = CP_COMM_TYPES  # CP communication types searched when cp > 1 (the rules still apply)
 
     def __post_init__(self):
         for name, value in self.fix + self.max:
@@ -42,6 +43,8 @@ class SpaceOptions:
                 raise SpecError(f"{name}={value} is not valid; expected a positive integer")
         if self.max_offset < 0:
             raise SpecError(f"max_offset={self.max_offset} is not valid; expected an integer >= 0")
+        if not self.cp_comms or any(c not in CP_COMM_TYPES for c in self.cp_comms):
+            raise SpecError(f"cp_comm={','.join(self.cp_comms)} is not valid; valid: {', '.join(CP_COMM_TYPES)}")
 
     def fixed(self, name: str) -> int | None:
         return dict(self.fix).get(name)
@@ -61,6 +64,7 @@ class Layout:
     ep: int
     etp: int
     vpp: int
+    cp_comm: str = "p2p"  # searched when cp > 1 (walk: the cp_comm level's rules)
 
     @property
     def schedule(self) -> str:
@@ -72,7 +76,7 @@ class Layout:
         return Strategy.trusted(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp,
                                 vpp=self.vpp, mbs=mbs, mbn=mbn, zero=zero, sp=sp,
                                 schedule=self.schedule, recompute=_UNIFORM[recompute],
-                                layers_per_stage=())
+                                layers_per_stage=(), cp_comm=self.cp_comm)
 
 
 @dataclass
@@ -150,6 +154,7 @@ class SearchSpace:
                     if self.options.tp_cp_bound and tp * cp > self.options.tp_cp_bound:
                         refused["tp_cp_node"] += 1
                         continue
+                    comms = self._cp_comms(problem, {**degrees, "pp": pp, "cp": cp}, refused)
                     dp = n // (tp * pp * cp)
                     if not self._allowed("dp", dp):
                         refused["fixed" if self.options.fixed("dp") is not None else "bounded"] += 1
@@ -157,7 +162,7 @@ class SearchSpace:
                     known = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
                     if self._refused(problem, "dp", known, refused):
                         continue
-                    self._walk_batch(out, problem, known)
+                    self._walk_batch(out, problem, known, comms)
         return out
 
     @staticmethod
@@ -167,14 +172,25 @@ class SearchSpace:
             refused[refusal.rule] += 1
         return refusal is not None
 
-    def _walk_batch(self, out: SpaceWalk, problem: Problem, known: dict) -> None:
+    def _cp_comms(self, problem: Problem, degrees: dict, refused: Counter) -> list[str]:
+        """The CP communication types searched for (tp, cp): p2p alone without CP, else each the cp_comm rules
+        accept (each refusal counted once per (tp, pp, cp), as if checked there)."""
+        if degrees["cp"] == 1:
+            return ["p2p"]
+        return [c for c in self.options.cp_comms
+                if not self._refused(problem, "cp_comm", {**degrees, "cp_comm": c}, refused)]
+
+    def _walk_batch(self, out: SpaceWalk, problem: Problem, known: dict, comms=("p2p",)) -> None:
         m, refused = self.model, out.refused
         tp, pp, cp, dp = known["tp"], known["pp"], known["cp"], known["dp"]
         # ep ranges over divisors of the routed experts and etp over divisors of tp (rules ep_experts, etp_tp). The
-        # ep level's rules read no batch split and the vpp level's no expert degree, so each verdict is computed once
-        # (per layout, per mbs) and counted wherever the loops meet it, as if checked there.
+        # ep/etp levels' rules read no batch split and the vpp level's no expert degree, so each verdict is computed
+        # once (per layout, per mbs) and counted wherever the loops meet it, as if checked there.
         eps = divisors(m.moe.experts) if m.moe else [1]
+        etps = divisors(tp) if m.moe else [1]
         ep_refusal = {ep: first_refusal(problem, "ep", {**known, "ep": ep}) for ep in eps}
+        etp_refusal = {(ep, etp): first_refusal(problem, "etp", {**known, "ep": ep, "etp": etp})
+                       for ep in eps for etp in etps}  # ep_ranks: folded onto the stage's tp*cp*dp ranks
         for mbs in self._domain("mbs", divisors(self.run.global_batch // dp), refused):
             mbn = self.run.global_batch // (dp * mbs)
             if not self._allowed("mbn", mbn):
@@ -189,12 +205,16 @@ class SearchSpace:
                 if ep_refusal[ep] is not None:
                     refused[ep_refusal[ep].rule] += 1
                     continue
-                for etp in self._domain("etp", divisors(tp) if m.moe else [1], refused):
+                for etp in self._domain("etp", etps, refused):
+                    if etp_refusal[ep, etp] is not None:
+                        refused[etp_refusal[ep, etp].rule] += 1
+                        continue
                     for vpp in self._domain("vpp", range(1, DEFAULT_MAX_VPP + 1), refused):
                         if vpp_refusal[vpp] is not None:
                             refused[vpp_refusal[vpp].rule] += 1
                             continue
-                        out.batches.append((Layout(tp, pp, cp, dp, ep, etp, vpp), mbs, mbn))
+                        for cp_comm in comms:
+                            out.batches.append((Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm), mbs, mbn))
 
     def candidates(self, walk: SpaceWalk | None = None) -> Iterator[Strategy]:
         """Every valid strategy: each (layout, mbs, mbn) times the inner ZeRO x SP x recompute choices."""

@@ -65,6 +65,8 @@ def load(path: Path) -> list[MeasuredRun]:
         if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
                 and not row.tokens_per_second_per_gpu:
             continue
+        if row.run.fp8:  # FP8 rows are compared, not fitted: their ceiling is assumed (docs/formulas.md §3.1)
+            continue
         if generation(row) and _compare(row).mfu_error_points is not None:
             rows.append(row)
     return rows

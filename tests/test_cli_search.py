@@ -207,3 +207,18 @@ def test_per_layer_exhaustive_refuses_an_enumeration_too_large_to_finish(capsys)
                          "--seq-len", "8192", "--exhaustive")
     assert code == 2
     assert "per-layer" in err and "--recompute uniform" in err and "Traceback" not in err
+
+
+def test_cp_comm_types_are_searched_on_request(capsys):
+    """The default searches the p2p ring only; --cp-comm all lets the search pick another type, and its answer is
+    never slower (a superset of candidates, same estimators)."""
+    long = ["llama3-8b", "--device", "h100", "--gpus", "64", "--global-batch", "16", "--seq-len", "131072",
+            "--fix", "tp=1,cp=8", "--top", "3"]
+    ring, _ = run_json(capsys, *long)
+    every, _ = run_json(capsys, *long, "--cp-comm", "all")
+    allgather, _ = run_json(capsys, *long, "--cp-comm", "allgather")
+    assert {s["strategy"]["cp_comm"] for s in ring["strategies"]} == {"p2p"}
+    assert {s["strategy"]["cp_comm"] for s in allgather["strategies"]} == {"allgather"}
+    best = [doc["strategies"][0]["time"]["step_seconds"] for doc in (ring, every, allgather)]
+    assert best[1] <= min(best[0], best[2]) * (1 + 1e-9)
+    assert_one_line_error(*run(capsys, *long, "--cp-comm", "ring"), "--cp-comm")

@@ -36,6 +36,23 @@ def test_a_per_stage_plan_must_cover_each_stage():
         check_strategy(LLAMA, cluster, run_spec, Strategy(dp=4, pp=2, mbn=2, recompute=plan))
 
 
+@pytest.mark.parametrize("tp,cp,dp,ep,etp,ok", [
+    (4, 1, 2, 8, 1, True),  # folded: ep = 8 > dp*cp = 2, over the stage's tp*cp*dp = 8 ranks
+    (2, 2, 2, 8, 1, True),
+    (4, 1, 2, 4, 2, True),  # etp*ep = 8 = tp*dp
+    (4, 1, 2, 8, 2, False),  # etp*ep = 16 > 8 ranks
+    (2, 1, 3, 4, 1, False),  # 4 does not divide 6
+])
+def test_moe_parallel_folding(tp, cp, dp, ep, etp, ok):
+    """Megatron-Core's folding: etp*ep divides tp*cp*dp, whatever dp*cp alone is (the walk agrees)."""
+    cluster, run_spec = ClusterSpec(H100, tp * cp * dp), RunSpec(global_batch=dp * 4, seq_len=2048)
+    strategy = Strategy(dp=dp, tp=tp, cp=cp, ep=ep, etp=etp, mbn=4, sp=tp > 1)
+    refusal = strategy_refusal(TINY_MOE, cluster, run_spec, strategy)
+    assert (refusal is None) == ok and (ok or refusal.rule == "ep_ranks"), refusal
+    walked = SearchSpace(TINY_MOE, cluster, run_spec, SpaceOptions(tp_cp_bound=tp * cp)).walk()
+    assert any((l.tp, l.cp, l.ep, l.etp, l.vpp) == (tp, cp, ep, etp, 1) for l, _, _ in walked.batches) == ok
+
+
 def test_every_rule_is_named_for_reports():
     assert all(rule.name in RULES for rule in RULEBOOK)
     assert {"vpp_layers", "vpp_mbn", "tp_cp_node", "fixed", "bounded"} <= set(RULES)  # schedules' rules, restrictions
@@ -45,7 +62,7 @@ DEGREES = st.fixed_dictionaries({
     "tp": st.sampled_from([1, 1, 2, 2, 4, 4, 8, 3, 16]), "pp": st.sampled_from([1, 1, 2, 2, 4, 3, 8]), "cp": st.sampled_from([1, 2, 4]),
     "dp": st.sampled_from([1, 2, 3, 4, 8]), "ep": st.sampled_from([1, 2, 4, 8]), "etp": st.sampled_from([1, 2, 4]),
     "vpp": st.sampled_from([1, 1, 1, 2, 3, 4]), "mbs": st.sampled_from([1, 2, 4]), "mbn": st.sampled_from([1, 2, 3, 4, 8, 8, 16, 16]),
-    "sp": st.booleans(),
+    "sp": st.booleans(), "cp_comm": st.sampled_from(["p2p", "p2p", "allgather", "a2a", "a2a+p2p"]),
 })
 
 
@@ -67,6 +84,7 @@ def test_walked_iff_checked_iff_estimate_accepts(capsys, moe, d, dense_ep, gpus_
     space = SearchSpace(model, cluster, run_spec, SpaceOptions(tp_cp_bound=gpus))  # no node restriction
     walked = any(layout.tp == d["tp"] and layout.pp == d["pp"] and layout.cp == d["cp"] and layout.dp == d["dp"]
                  and layout.ep == d["ep"] and layout.etp == d["etp"] and layout.vpp == d["vpp"]
+                 and layout.cp_comm == d["cp_comm"]
                  and mbs == d["mbs"] and mbn == d["mbn"] for layout, mbs, mbn in space.walk().batches)
     walked = walked and d["sp"] in space.inner_choices(d["tp"])[1]
     refusal = strategy_refusal(model, cluster, run_spec, strategy)

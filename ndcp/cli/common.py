@@ -16,7 +16,9 @@ from ..specs.device import PRESETS, ClusterSpec, device_preset
 from ..specs.fields import SpecError
 from ..specs.library import load_model
 from ..specs.model import ModelSpec
-from ..specs.run import GRAD_SYNCS, MFU_CONVENTIONS, PARAM_GATHERS, TRAINERS, RunSpec
+from ..specs.run import (FP8_RECIPES, GRAD_SYNCS, MFU_CONVENTIONS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS,
+                         RunSpec)
+from ..estimate.fp8 import check_fp8
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import Strategy
 from ..specs.units import GIB
@@ -160,8 +162,15 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--headroom", metavar="FRACTION", type=headroom_fraction, default=0.0,
                        help="fraction of the capacity to keep free, 0 <= f < 1: plans may use capacity x (1 - f) "
                             "(default 0)")
-    group.add_argument("--precision", choices=("bf16", "fp16"), default="bf16",
-                       help="parameter and activation dtype (default bf16)")
+    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16",
+                       help="parameter and activation dtype (default bf16); fp8: linear-layer GEMMs in FP8 as "
+                            "Transformer Engine runs them, BF16 parameters and everything else (devices with FP8)")
+    group.add_argument("--fp8-recipe", choices=FP8_RECIPES, default=None,
+                       help="FP8 scaling recipe with --precision fp8 (default delayed): delayed, tensorwise, blockwise "
+                            "or mxfp8 (Blackwell only)")
+    group.add_argument("--optimizer-state-dtype", choices=OPTIMIZER_STATE_DTYPES, default="fp32",
+                       help="dtype of Adam's two moments (default fp32; bf16: Megatron's precision-aware optimizer, "
+                            "fp32 master weights kept)")
     group.add_argument("--grad-dtype", choices=("fp32", "bf16"), default="fp32",
                        help="gradient buffer dtype (default fp32)")
     group.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
@@ -207,7 +216,11 @@ def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, Run
                   grad_dtype=args.grad_dtype, flash_attention=args.flash_attention,
                   memory_cap_bytes=cap or 0, reserve_bytes=args.reserve, headroom_fraction=args.headroom,
                   trainer=args.trainer, grad_sync=args.grad_sync, param_gather=args.param_gather,
-                  mfu_convention=args.mfu_convention)
+                  mfu_convention=args.mfu_convention, fp8_recipe=args.fp8_recipe or "delayed",
+                  optimizer_state_dtype=args.optimizer_state_dtype)
+    if args.fp8_recipe is not None and not run.fp8:
+        raise SpecError(f"--fp8-recipe={args.fp8_recipe} needs --precision fp8 (got --precision {args.precision})")
+    check_fp8(run, cluster.device)
     capacity = run.capacity(memory)
     if args.reserve is not None and args.reserve >= capacity:
         raise SpecError(f"--reserve={gib_text(args.reserve)} leaves no memory: the capacity per device is "
@@ -246,6 +259,14 @@ def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values:
     of the GPUs, mbn the rest of the global batch; the schedule is the default for vpp. Every rule is the
     rulebook's (ndcp.rules), so estimate accepts exactly what the search walks."""
     v = dict(values)
+    precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
+    if precision is not None and precision != run.precision:
+        raise SpecError(f"strategy precision={precision} does not match the run's --precision {run.precision}; "
+                        f"set --precision {precision}")
+    if recipe is not None and (not run.fp8 or recipe != run.fp8_recipe):
+        raise SpecError(f"strategy fp8_recipe={recipe} does not match the run (--precision {run.precision}"
+                        + (f", --fp8-recipe {run.fp8_recipe}" if run.fp8 else "") + f"); set --precision fp8 "
+                        f"--fp8-recipe {recipe}")
     for key in strategy_input.DEFAULT_ONE:
         v.setdefault(key, 1)
     check_given_degrees(model, cluster, run, v)

@@ -11,7 +11,7 @@ from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
 from ..space import DIMENSIONS, SearchSpace, SpaceOptions
 from ..specs.fields import SpecError
-from ..specs.strategy import RECOMPUTE_MODES
+from ..specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from ..specs.strategy_input import OFF_WORDS, ON_WORDS
 from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, build_problem, check_max_offset, console, int32,
                      one_line, positive_int, positive_seconds, subparser, workers)
@@ -55,6 +55,10 @@ def register(subparsers) -> None:
                        help="sequence parallelism (only with tp > 1; default both)")
     group.add_argument("--tp-cp-bound", metavar="N", type=positive_int, default=0,
                        help="bound tp x cp (default: tp within a node, cp unbounded)")
+    group.add_argument("--cp-comm", metavar="TYPES", type=cp_comm_types, default=("p2p",),
+                       help="context-parallel communication types to search when cp > 1, comma-separated from "
+                            f"{', '.join(CP_COMM_TYPES)}, or all (default p2p: each extra type adds as many cp > 1 "
+                            "candidates again, measured 2-3x the search time)")
     group = parser.add_argument_group("solver")
     group.add_argument("--top", metavar="K", type=positive_int, default=10, help="strategies to rank (default 10)")
     group.add_argument("--exhaustive", action="store_true", help="price every valid strategy (no solver)")
@@ -122,6 +126,18 @@ def parse_degree_bounds(option: str, text: str) -> tuple[tuple[str, int], ...]:
     return tuple(out.items())
 
 
+def cp_comm_types(text: str) -> tuple[str, ...]:
+    """--cp-comm: "all" or a comma-separated list of CP communication types."""
+    if text.strip().lower() == "all":
+        return CP_COMM_TYPES
+    types = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    wrong = [t for t in types if t not in CP_COMM_TYPES]
+    if not types or wrong:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected all or a comma-separated list of "
+                                         f"{', '.join(CP_COMM_TYPES)}")
+    return types
+
+
 def build_space_options(args: argparse.Namespace) -> SpaceOptions:
     """SpaceOptions from the search arguments. Raises SpecError for contradictions."""
     fix = parse_degree_bounds("--fix", args.fix)
@@ -135,7 +151,8 @@ def build_space_options(args: argparse.Namespace) -> SpaceOptions:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
     recompute = RECOMPUTE_MODES if args.recompute in ("uniform", "per-layer", "greedy") else (args.recompute,)
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
-                        sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound, max_offset=args.max_offset)
+                        sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound, max_offset=args.max_offset,
+                        cp_comms=args.cp_comm)
 
 
 def run(args: argparse.Namespace) -> int:

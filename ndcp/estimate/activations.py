@@ -26,6 +26,7 @@ from ..specs.model import ModelSpec
 from ..specs.recompute import KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 from ..specs.run import RunSpec
 from .trainers import trainer_profile
+from .fp8 import linear_input_bytes
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti §4.1)
 FP32 = 4
@@ -43,7 +44,8 @@ class Tensor:
 def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) -> list[Tensor]:
     """Attention block. `tokens` = local tokens of the micro-batch (mbs * seq / cp); keys span the full sequence `seq`."""
     B, h, a = run.activation_bytes, model.hidden, model.heads
-    items = [Tensor("norm1_input", B * tokens * h, "seq"), Tensor("attention_input", B * tokens * h, "seq")]
+    F8 = linear_input_bytes(run)  # linear-layer inputs: cached in FP8 under fp8 (docs/formulas.md §3.1)
+    items = [Tensor("norm1_input", B * tokens * h, "seq"), Tensor("attention_input", F8 * tokens * h, "seq")]
     if model.mla is not None:
         m = model.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -52,11 +54,11 @@ def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) 
         items += [Tensor("kv_latent", B * tokens * (2 * m.kv_lora_rank + m.qk_rope_head_dim), "seq"),
                   Tensor("query", B * tokens * a * qk, "tp"), Tensor("key", B * tokens * a * qk, "tp"),
                   Tensor("value", B * tokens * a * m.v_head_dim, "tp"),
-                  Tensor("out_proj_input", B * tokens * a * m.v_head_dim, "tp")]
+                  Tensor("out_proj_input", F8 * tokens * a * m.v_head_dim, "tp")]
     else:
         d, g = model.dim_per_head, model.num_kv_heads
         items += [Tensor("query", B * tokens * a * d, "tp"), Tensor("key", B * tokens * g * d, "tp"),
-                  Tensor("value", B * tokens * g * d, "tp"), Tensor("out_proj_input", B * tokens * a * d, "tp")]
+                  Tensor("value", B * tokens * g * d, "tp"), Tensor("out_proj_input", F8 * tokens * a * d, "tp")]
     scores = a * tokens * seq  # local queries x all keys, per micro-batch (tokens already includes mbs)
     if run.flash_attention:
         items.append(Tensor("softmax_stats", FP32 * a * tokens, "core"))  # logsumexp kept by flash attention
@@ -73,15 +75,16 @@ def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) 
 def _mlp_inventory(model: ModelSpec, run: RunSpec, tokens: int, ffn: int, shard: str) -> list[Tensor]:
     """MLP of width ffn: GeLU stores fc1 output and fc2 input (2 x ffn); SwiGLU stores gate+up (2 x ffn) and fc2 input."""
     B = run.activation_bytes
-    width = 3 * ffn if model.gated else 2 * ffn
-    return [Tensor("mlp_hidden", B * tokens * width, shard)]
+    width = 3 * ffn if model.gated else 2 * ffn  # of which the last ffn is fc2's input (FP8 under fp8)
+    return [Tensor("mlp_hidden", (B * (width - ffn) + linear_input_bytes(run) * ffn) * tokens, shard)]
 
 
 def _mlp_block_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool, tp: int, sp: bool,
                          etp: int) -> list[Tensor]:
     """Norm, MLP input, and the dense MLP or the MoE (router, dispatched tokens, experts, shared experts)."""
     B, h = run.activation_bytes, model.hidden
-    items = [Tensor("norm2_input", B * tokens * h, "seq"), Tensor("mlp_input", B * tokens * h, "seq")]
+    F8 = linear_input_bytes(run)  # the MoE router takes mlp_input in BF16
+    items = [Tensor("norm2_input", B * tokens * h, "seq"), Tensor("mlp_input", (B if moe else F8) * tokens * h, "seq")]
     if not moe:
         items += _mlp_inventory(model, run, tokens, model.ffn_hidden, "tp")
     else:
@@ -90,8 +93,9 @@ def _mlp_block_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool,
         # same number of token copies, top_k per token, padded to the capacity factor when one is set.
         routed = tokens / (tp if sp else 1) * m.top_k * (m.capacity_factor or 1.0)
         items += [Tensor("router_logits", FP32 * tokens * m.experts, "seq"),
-                  Tensor("expert_input", B * routed * etp * h, "expert"),
-                  Tensor("expert_hidden", B * routed * (3 if model.gated else 2) * m.expert_ffn_hidden, "expert"),
+                  Tensor("expert_input", F8 * routed * etp * h, "expert"),
+                  Tensor("expert_hidden", (B * (2 if model.gated else 1) + F8) * routed * m.expert_ffn_hidden,
+                         "expert"),
                   Tensor("expert_output", B * routed * h, "expert")]
         if m.shared_experts:
             items += _mlp_inventory(model, run, tokens, m.shared_experts * m.shared_hidden, "tp")

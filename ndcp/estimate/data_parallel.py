@@ -77,7 +77,8 @@ def _collectives(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n
     if n <= 1 or params <= 0:
         return 0.0, 0.0
     bandwidth, latency = comm.link(cluster.device, span)
-    grads, weights = params * run.grad_bytes, params * run.param_bytes
+    # fp8: the parameters are gathered in FP8 (Megatron --fp8-param-gather; docs/formulas.md §3.1), half the volume
+    grads, weights = params * run.grad_bytes, params * run.param_gather_bytes
     if zero == 0:
         return comm.all_reduce_seconds(grads, n, bandwidth, latency), 0.0
     return (comm.reduce_scatter_seconds(grads, n, bandwidth, latency),

@@ -40,8 +40,13 @@ def _tiles(m: float, n: float, tile_m: int, tile_n: int) -> int:
     return min(math.ceil(m / tile_m) * math.ceil(n / tile_n), math.ceil(m / tile_n) * math.ceil(n / tile_m))
 
 
-def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: DeviceSpec, dtype_bytes: int) -> float:
-    """One (M x K) @ (K x N) GEMM, `count` equal groups sharing the waves: max(tile-wave compute, HBM traffic)."""
+def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: DeviceSpec, dtype_bytes: int,
+                      fp8: bool = False) -> float:
+    """One (M x K) @ (K x N) GEMM, `count` equal groups sharing the waves: max(tile-wave compute, HBM traffic).
+
+    fp8 (docs/formulas.md §3.1): FP8 operands (1 byte) at the device's FP8 dense peak, the result written in
+    `dtype_bytes` (BF16), so k0 = dtype_bytes x FP8 rate / (2 x HBM bandwidth) (twice the BF16 one on Hopper); the FP8
+    ceiling is ASSUMED equal to the fitted BF16 `compute_efficiency` (no FP8 run is fitted)."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
     tm, tn, sms = device.gemm_tile_m, device.gemm_tile_n, device.sm_count
@@ -50,24 +55,27 @@ def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: Device
         waves, depth = math.ceil(tiles / sms), k
     else:  # split-K: the K loop is shared by sms // tiles SMs per tile, each running K_SLICE of it at least
         waves, depth = 1, max(k / (sms // tiles), min(k, K_SLICE))
-    rate = device.peak_flops * device.compute_efficiency
+    rate = (device.fp8_peak_flops if fp8 else device.peak_flops) * device.compute_efficiency
     k0 = dtype_bytes * rate / (2.0 * device.hbm_bandwidth)  # the tile's write-back, in K-loop steps (docstring)
     compute = waves * sms * 2.0 * tm * tn * (depth + k0) / rate
-    memory = count * (m * k + k * n + m * n) * dtype_bytes / device.hbm_bandwidth
+    operand_bytes = 1 if fp8 else dtype_bytes
+    memory = count * ((m * k + k * n) * operand_bytes + m * n * dtype_bytes) / device.hbm_bandwidth
     return max(compute, memory)
 
 
-def training_gemm_seconds(g: Gemm, device: DeviceSpec, dtype_bytes: int) -> tuple[float, float, float]:
+def training_gemm_seconds(g: Gemm, device: DeviceSpec, dtype_bytes: int,
+                          fp8: bool = False) -> tuple[float, float, float]:
     """(forward, input gradient, weight gradient) seconds of one weight GEMM and its two backward GEMMs."""
-    return (gemm_pass_seconds(g.m, g.n, g.k, g.count, device, dtype_bytes),
-            gemm_pass_seconds(g.m, g.k, g.n, g.count, device, dtype_bytes),
-            gemm_pass_seconds(g.k, g.n, g.m, g.count, device, dtype_bytes))
+    return (gemm_pass_seconds(g.m, g.n, g.k, g.count, device, dtype_bytes, fp8),
+            gemm_pass_seconds(g.m, g.k, g.n, g.count, device, dtype_bytes, fp8),
+            gemm_pass_seconds(g.k, g.n, g.m, g.count, device, dtype_bytes, fp8))
 
 
-def gemm_seconds(gemms: "tuple[Gemm, ...] | list[Gemm]", device: DeviceSpec, dtype_bytes: int) -> float:
+def gemm_seconds(gemms: "tuple[Gemm, ...] | list[Gemm]", device: DeviceSpec, dtype_bytes: int,
+                 fp8: bool = False) -> float:
     """A third of the forward, input-gradient and weight-gradient time of a set of weight GEMMs (module docstring):
-    what estimate/time.py charges per pass."""
-    return sum(sum(training_gemm_seconds(g, device, dtype_bytes)) for g in gemms) / 3.0
+    what estimate/time.py charges per pass; `fp8`: all three GEMMs in FP8 (Transformer Engine)."""
+    return sum(sum(training_gemm_seconds(g, device, dtype_bytes, fp8)) for g in gemms) / 3.0
 
 
 def gemm_efficiency(g: Gemm, device: DeviceSpec, dtype_bytes: int) -> float:

@@ -23,6 +23,7 @@ from .activations import head_activation_bytes, layer_activation_bytes, recomput
 from .layout import StageLayout, stage_layouts, stage_mode_counts
 from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
 from .trainers import data_parallel_sync, trainer_profile
+from .fp8 import weight_copy_bytes_per_parameter
 from .parameters import StageParameters, expert_data_parallel, stage_parameters
 
 
@@ -56,6 +57,8 @@ def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters)
     dense = state_bytes_per_param(run, strategy.zero, strategy.dp * strategy.cp)
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
     out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
+    # fp8: Transformer Engine's FP8 weight copies (and transposes) of the linear layers, unsharded (docs/formulas.md §3.1)
+    out["parameters"] += weight_copy_bytes_per_parameter(run) * params.linear
     sync = data_parallel_sync(run, strategy.zero, strategy.pp)
     if sync.gathered_parameters:
         out["parameters"] += run.param_bytes * (params.dense + params.expert)

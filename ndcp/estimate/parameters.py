@@ -15,6 +15,7 @@ class StageParameters:
     dense: float
     expert: float
     layers: int
+    linear: float = 0.0  # body linear-layer weights among dense + expert (FP8 weight copies, estimate/fp8.py)
 
 
 def expert_data_parallel(strategy: Strategy) -> int:
@@ -27,12 +28,13 @@ def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tup
                       etp: int) -> tuple[StageParameters, ...]:
     out = []
     for stage, chunks in enumerate(stage_chunks(model, pp, vpp, layers_per_stage)):
-        dense = expert = 0.0
+        dense = expert = linear = 0.0
         for first, count in chunks:
             for i in range(first, first + count):
                 layer = model.layer(i)
                 dense += (layer.attention + layer.mlp) / tp + layer.norms  # norms are replicated over TP
                 expert += layer.experts / (ep * etp)
+                linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
         if stage == 0:  # vocabulary-parallel embedding; learned positions are replicated
             dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
         if stage == pp - 1:  # output layer (a tied one keeps its own copy on another stage) and final norm
@@ -43,7 +45,7 @@ def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tup
                 dense += model.mtp_depth * ((block.attention + block.mlp) / tp + block.norms
                                             + 2 * model.hidden * model.hidden / tp + 2 * model.norm_params)
                 expert += model.mtp_depth * block.experts / (ep * etp)
-        out.append(StageParameters(dense, expert, sum(n for _, n in chunks)))
+        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), linear))
     return tuple(out)
 
 

@@ -14,11 +14,13 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..schedules import schedule_named
 from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, NO_RECOMPUTE, recompute_option
-from ..specs.strategy import Strategy
+from ..specs.strategy import Strategy, cp_a2a_size
 from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, layer_gemms, memory_seconds,
                       model_flops_per_step, mtp_projection_gemm, output_layer_gemm, total_flops)
 from .gemm import attention_core_seconds, gemm_seconds
+from .compute import Gemm
+from .fp8 import cast_bytes_per_element
 from .data_parallel import Windows, data_parallel_seconds
 from .layout import stage_mode_counts
 
@@ -78,17 +80,72 @@ def _tp_collective(cluster: ClusterSpec, nbytes: float, tp: int) -> float:
     return comm.all_reduce_seconds(nbytes, tp, bandwidth, latency)
 
 
-def _cp_ring_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, cp: int) -> float:
-    """Forward K/V ring exchange: cp-1 steps, each passing this rank's K and V chunk to the next (Megatron CP)."""
-    if cp <= 1:
-        return 0.0
+def cp_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int) -> tuple[float, float, float]:
+    """Bytes per rank of this rank's local K+V, Q and attention output (its tokens, its tp share of the heads)."""
     if model.mla is not None:
-        kv_width = model.heads * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim)
+        qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+        kv, q, out = model.heads * (qk + model.mla.v_head_dim), model.heads * qk, model.heads * model.mla.v_head_dim
     else:
-        kv_width = 2 * model.num_kv_heads * model.dim_per_head
-    chunk = tokens * kv_width / tp * run.activation_bytes
-    bandwidth, latency = comm.link(cluster.device, comm.group_span(("cp",), {"tp": tp, "cp": cp}))
-    return (cp - 1) * comm.p2p_seconds(chunk, bandwidth, latency)
+        kv, q, out = 2 * model.num_kv_heads * model.dim_per_head, model.heads * model.dim_per_head, model.hidden
+    return tuple(tokens * width / tp * run.activation_bytes for width in (kv, q, out))
+
+
+def _cp_link(cluster: ClusterSpec, tp: int, cp: int) -> tuple[float, float]:
+    return comm.link(cluster.device, comm.group_span(("cp",), {"tp": tp, "cp": cp}))
+
+
+# Each --cp-comm-type (Megatron-Core / Transformer Engine context parallelism, docs/formulas.md §7): exposed seconds
+# (forward, backward) of one layer's CP communication, given the attention core's forward and backward it may hide
+# behind. kv, q, out: this rank's bytes of K+V, Q and the attention output (cp_bytes).
+def _cp_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
+    """Ring: cp-1 passes of the K/V chunk, each overlapping an attention block; backward K/V again plus dK/dV."""
+    return _ring(_cp_link(cluster, tp, cp), cp, kv, core, core_backward)
+
+
+def _ring(link: tuple[float, float], n: int, kv: float, core: float, core_backward: float) -> tuple[float, float]:
+    ring = (n - 1) * comm.p2p_seconds(kv, *link)
+    return max(0.0, ring - core), max(0.0, 2 * ring - core_backward)
+
+
+def _cp_allgather(cluster, tp, cp, kv, q, out, core, core_backward):
+    """All-gather the sequence's K/V before attention (Llama 3 §3.3.2), not overlapped; the backward gathers it
+    again and reduce-scatters dK/dV (TE AttnFuncWithCPAndKVAllGather)."""
+    bandwidth, latency = _cp_link(cluster, tp, cp)
+    gather = comm.all_gather_seconds(cp * kv, cp, bandwidth, latency)
+    return gather, gather + comm.reduce_scatter_seconds(cp * kv, cp, bandwidth, latency)
+
+
+def _a2a_pass(cluster, tp, n, span, kv, q, out):
+    """One Ulysses pass over n ranks: all-to-alls of Q, K+V and the output (backward: dO, dQ, dK+dV)."""
+    bandwidth, latency = comm.link(cluster.device, span)
+    return sum(comm.all_to_all_seconds(b, n, bandwidth, latency) for b in (q, kv, out))
+
+
+def _cp_a2a(cluster, tp, cp, kv, q, out, core, core_backward):
+    """DeepSpeed-Ulysses: sequence-sharded Q/K/V become head-sharded over cp, attention runs on whole sequences, the
+    output goes back; none of it overlapped (the attention needs all of it)."""
+    a2a = _a2a_pass(cluster, tp, cp, tp * cp, kv, q, out)
+    return a2a, a2a
+
+
+def _cp_a2a_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
+    """Hierarchical: Ulysses over the a CP ranks of a node, then the p2p ring over the cp/a node groups, whose K/V
+    chunk (a x tokens, heads/a) has the same bytes as kv."""
+    a = cp_a2a_size(cluster.device.devices_per_node, tp, cp)
+    a2a = _a2a_pass(cluster, tp, a, tp * a, kv, q, out) if a > 1 else 0.0
+    ring_forward, ring_backward = _ring(_cp_link(cluster, tp, cp), cp // a, kv, core, core_backward)
+    return a2a + ring_forward, a2a + ring_backward
+
+
+CP_COMM_TIME = {"p2p": _cp_p2p, "allgather": _cp_allgather, "a2a": _cp_a2a, "a2a+p2p": _cp_a2a_p2p}
+
+
+def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, cp: int,
+                    cp_comm: str, core: float, core_backward: float) -> tuple[float, float]:
+    """Exposed (forward, backward) seconds of one layer's context-parallel communication, one micro-batch."""
+    if cp <= 1:
+        return 0.0, 0.0
+    return CP_COMM_TIME[cp_comm](cluster, tp, cp, *cp_bytes(model, run, tokens, tp), core, core_backward)
 
 
 def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
@@ -103,44 +160,54 @@ def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens:
 
 
 def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-               ep: int, etp: int, mbs: int, sp: bool) -> LayerTime:
+               ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p") -> LayerTime:
     """One body layer of `kind` under recompute `mode` (see _layer_time); a dense layer does not depend on ep/etp,
-    so its cached terms are shared across them."""
+    so its cached terms are shared across them (nor on cp_comm without CP)."""
     if kind == "dense":
         ep = etp = 1
-    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp)
+    if cp == 1:
+        cp_comm = "p2p"
+    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp, cp_comm)
 
 
 @lru_cache(maxsize=131072)
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-                ep: int, etp: int, mbs: int, sp: bool) -> LayerTime:
+                ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p") -> LayerTime:
     """One body layer of `kind` under recompute `mode` for one micro-batch of mbs sequences of local length seq/cp.
 
     recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
     selective: the attention core). tp_comm: 2 forward all-reduces (SP: reduce-scatter + all-gather, same volume)
-    plus whatever of the 2 backward ones outlasts the weight-gradient GEMMs. cp_comm: the K/V ring beyond the
-    attention it overlaps. ep_comm: dispatch + combine all-to-alls, forward and backward (MoE only)."""
+    plus whatever of the 2 backward ones outlasts the weight-gradient GEMMs. cp_comm: the exposed part of
+    the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch + combine all-to-alls, forward and backward
+    (MoE only)."""
     device, dtype = cluster.device, run.activation_bytes
     tokens, keys = mbs * run.seq_len / cp, run.seq_len
     flash = run.flash_attention
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
     linear = gemm_seconds(gemms, device, dtype)
+    cast_forward = cast_backward = 0.0
+    if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
+        router = Gemm(tokens, model.hidden, model.moe.experts) if kind == "moe" else None
+        low = tuple(g for g in gemms if g != router)
+        linear = gemm_seconds(low, device, dtype, fp8=True) + gemm_seconds(
+            tuple(g for g in gemms if g == router), device, dtype)
+        per_element = cast_bytes_per_element(run, device)
+        cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
+        cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
     core_flops = attention_core_flops(model, tokens, keys, tp, causal=flash)
     core, core_backward = attention_core_seconds(core_flops, device, flash)
     linear_flops = total_flops(gemms)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
-    forward = linear + core + elementwise
-    backward = 2.0 * (linear + elementwise) + core_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
+    forward = linear + core + elementwise + cast_forward
+    backward = 2.0 * (linear + elementwise) + core_backward + cast_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
 
     tp_forward = 2 * _tp_collective(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0  # docs/formulas.md §7
     # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
     # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
     tp_backward = max(0.0, tp_forward - linear)
-    ring = _cp_ring_seconds(model, cluster, run, tokens, tp, cp)
-    cp_forward = max(0.0, ring - core)  # the ring overlaps the attention blocks it feeds
-    cp_backward = max(0.0, 2 * ring - core_backward)  # K/V again plus dK/dV
+    cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, tokens, tp, cp, cp_comm, core, core_backward)
     a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
 
     recompute = 0.0
@@ -190,7 +257,7 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
 
 
 def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool, ep: int,
-              etp: int) -> LayerTime:
+              etp: int, cp_comm: str = "p2p") -> LayerTime:
     """All MTP modules: 2h->h projection, one transformer layer and the shared output head each (DeepSeek-V3 §2.2)."""
     if not model.mtp_depth:
         return ZERO_TIME
@@ -199,33 +266,35 @@ def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp:
     projection = gemm_seconds((projection_gemm,), cluster.device, run.activation_bytes) / tp
     kind = "moe" if model.moe is not None else "dense"
     block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp)
-             + layer_time(model, cluster, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
+             + layer_time(model, cluster, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp, cp_comm)
              + _output_head_time(model, cluster, run, tokens, tp, sp))
     return block.scaled(model.mtp_depth)
 
 
 def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
-                     sp: bool, *, ep: int = 1, etp: int = 1) -> LayerTime:
+                     sp: bool, *, ep: int = 1, etp: int = 1, cp_comm: str = "p2p") -> LayerTime:
     """Work outside the body layers: "first" = embedding; "last" = final norm, output layer, loss and MTP modules;
     "only" (pp = 1) = both; anything else = nothing. ep/etp shape the MTP module's MoE layer (only)."""
     if role == "only":
-        return (stage_extra_time(model, cluster, run, "first", tp, cp, mbs, sp, ep=ep, etp=etp)
-                + stage_extra_time(model, cluster, run, "last", tp, cp, mbs, sp, ep=ep, etp=etp))
+        return (stage_extra_time(model, cluster, run, "first", tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm)
+                + stage_extra_time(model, cluster, run, "last", tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm))
     if role not in ("first", "last"):
         return ZERO_TIME
     if not model.mtp_depth:
         ep = etp = 1  # nothing else depends on them: share the cached terms
-    return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp)
+    if not model.mtp_depth or cp == 1:
+        cp_comm = "p2p"
+    return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp, cp_comm)
 
 
 @lru_cache(maxsize=65536)
 def _stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
-                      sp: bool, ep: int, etp: int) -> LayerTime:
+                      sp: bool, ep: int, etp: int, cp_comm: str = "p2p") -> LayerTime:
     tokens = mbs * run.seq_len / cp
     if role == "first":
         return _embedding_time(model, cluster, run, tokens, tp, sp)
     return _output_head_time(model, cluster, run, tokens, tp, sp) + _mtp_time(model, cluster, run, tp, cp, mbs, sp,
-                                                                             ep, etp)
+                                                                             ep, etp, cp_comm)
 
 
 def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool,
@@ -282,9 +351,11 @@ def stage_role(stage: int, pp: int) -> str:
 def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts) -> LayerTime:
     """One micro-batch through one device stage (all its chunks): body layers plus the stage's extra work."""
     s = strategy
-    total = stage_extra_time(model, cluster, run, stage_role(stage, s.pp), s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp)
+    total = stage_extra_time(model, cluster, run, stage_role(stage, s.pp), s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp,
+                             cp_comm=s.cp_comm)
     for (kind, mode), n in mode_counts:
-        total = total + layer_time(model, cluster, run, kind, mode, s.tp, s.cp, s.ep, s.etp, s.mbs, s.sp).scaled(n)
+        total = total + layer_time(model, cluster, run, kind, mode, s.tp, s.cp, s.ep, s.etp, s.mbs, s.sp,
+                                   s.cp_comm).scaled(n)
     return total
 
 

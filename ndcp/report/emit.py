@@ -96,12 +96,20 @@ def _megatron(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[list[
              "--pipeline-model-parallel-size", str(s.pp),
              "--context-parallel-size", str(s.cp)]
     notes: list[str] = []
+    if s.cp > 1:
+        flags += ["--cp-comm-type", s.cp_comm]
+        if s.cp_comm == "a2a+p2p":
+            notes.append("a2a+p2p also needs --hierarchical-context-parallel-sizes A B: planned with A = the CP ranks "
+                         f"of one node, B = {s.cp} / A")
     if run.trainer != "megatron":
         notes.append(f"planned with {run.trainer}'s memory behaviour, not Megatron's: plan with --trainer megatron")
     if model.moe is not None:
         flags += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
     counts = partition(model, s)
     per_device = _device_stage_counts(counts, s.pp, s.vpp)
+    if s.vpp > 1 and s.mbn % s.pp:  # Megatron's default group (pp) needs mbn a multiple of pp (docs/formulas.md §4)
+        flags += ["--microbatch-group-size-per-virtual-pipeline-stage",
+                  str(schedule_named("interleaved").group_size(s.pp, s.mbn))]
     even = len(set(counts)) == 1
     if even:
         if s.vpp > 1:
@@ -189,6 +197,9 @@ def _torchtitan(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[str
                          "optimizer states and gradients per rank, more memory than the plan; set "
                          f"data_parallel_shard_degree = {s.dp} (FSDP, ZeRO-3) instead if it does not fit")
     parallelism.update(tensor_parallel_degree=s.tp, pipeline_parallel_degree=s.pp, context_parallel_degree=s.cp)
+    if s.cp > 1 and s.cp_comm != "p2p":
+        notes.append(f"cp_comm={s.cp_comm} is Megatron-Core's --cp-comm-type; torchtitan's context parallelism is "
+                     "ring attention (priced as cp_comm=p2p): estimate the strategy with cp_comm=p2p")
     if model.moe is not None:
         parallelism["expert_parallel_degree"] = s.ep
         if s.etp != 1:

@@ -58,6 +58,12 @@ def device_document(device: DeviceSpec) -> dict:
     }
 
 
+def run_settings(run: RunSpec) -> dict:
+    """Run settings reported with every strategy (not searched): the GEMM precision and the FP8 recipe (null unless
+    fp8)."""
+    return {"precision": run.precision, "fp8_recipe": run.fp8_recipe if run.fp8 else None}
+
+
 def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
     """The `run` object, with the per-device capacity the estimators compare against."""
     return {
@@ -72,6 +78,8 @@ def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
         "grad_sync": run.grad_sync,  # "trainer": the trainer's default for the strategy (docs/formulas.md §7)
         "param_gather": run.param_gather,
         "mfu_convention": run.mfu_convention,
+        **run_settings(run),
+        "optimizer_state_dtype": run.optimizer_state_dtype,
         "memory_cap_bytes": int(run.memory_cap_bytes) or None,
         "reserve_bytes": None if run.reserve_bytes is None else int(run.reserve_bytes),  # None: modelled per stage
         "headroom_fraction": float(run.headroom_fraction),
@@ -89,7 +97,7 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
         "gpus": cluster.count,
         "nodes": cluster.nodes,
         "run": run_document(run, cluster),
-        "strategy": strategy.as_dict(),
+        "strategy": {**strategy.as_dict(), **run_settings(run)},
         "memory": memory.as_dict(),
     }
     if time is not None:
@@ -103,6 +111,9 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
 def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace, result) -> dict:
     """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result."""
     o = space.options
+    found = result.as_dict()
+    for entry in found.get("strategies", ()):
+        entry["strategy"] = {**entry["strategy"], **run_settings(run)}
     return {
         "model": model_document(model),
         "device": device_document(cluster.device),
@@ -112,7 +123,7 @@ def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space:
         "search": {"fix": dict(o.fix), "max": dict(o.max), "recompute_modes": list(o.recompute_modes),
                    "zero_stages": list(o.zero_stages), "sp_choices": list(o.sp_choices),
                    "tp_cp_bound": o.tp_cp_bound or None},
-        **result.as_dict(),
+        **found,
         **({"gap": None, "lower_bound_seconds": None,
             "note": "greedy recompute plans (reference planner heuristic): not proven, no bound"}
            if result.status == "heuristic" else {}),

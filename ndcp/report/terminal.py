@@ -199,8 +199,10 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
     if not d.calibrated:
         table.add_row("calibration", f"{d.name}: compute efficiency not calibrated on measured runs (default "
                                      f"{d.compute_efficiency:g})")
-    table.add_row("numerics", f"{run.precision} parameters/activations, {run.grad_dtype} gradients, "
-                              f"{run.optimizer} optimizer; flash attention {'on' if run.flash_attention else 'off'}; "
+    numerics = (f"fp8 linear-layer GEMMs ({run.fp8_recipe} scaling; FP8 ceiling assumed = BF16), bf16 parameters/"
+                f"activations" if run.fp8 else f"{run.precision} parameters/activations")
+    table.add_row("numerics", f"{numerics}, {run.grad_dtype} gradients, "
+                              f"{run.optimizer} optimizer ({run.optimizer_state_dtype} moments); flash attention {'on' if run.flash_attention else 'off'}; "
                               f"{run.trainer} memory behaviour; MFU counts {run.mfu_convention} attention")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
 
@@ -211,6 +213,8 @@ def strategy_line(strategy: Strategy) -> Text:
     text = Text()
     text.append("strategy ", style="bold")
     text.append(f"tp={s.tp} pp={s.pp} cp={s.cp} dp={s.dp}", style="bold cyan")
+    if s.cp > 1:
+        text.append(f" cp_comm={s.cp_comm}", style="bold cyan")
     if s.ep > 1 or s.etp > 1:
         text.append(f" ep={s.ep} etp={s.etp}", style="bold cyan")
     text.append(f" vpp={s.vpp}")

@@ -8,7 +8,7 @@ from .base import LinearPipeline, Refusal, Schedule
 class Interleaved(Schedule):
     name = "interleaved"
     rules = {"vpp_layers": "interleaving needs pp > 1 and layers divisible by pp x vpp (or an explicit partition)",
-             "vpp_mbn": "interleaving needs mbn a multiple of pp"}
+             "vpp_mbn": "interleaving needs mbn >= pp (a micro-batch group size in [pp, mbn])"}
     trainer_names = {"torchtitan": "Interleaved1F1B"}  # torchtitan pipeline_parallel_schedule; Megatron and
     # MindFormers interleave when given virtual stages (--num-layers-per-virtual-pipeline-stage, pp_interleave_num)
 
@@ -24,19 +24,30 @@ class Interleaved(Schedule):
         if layers % (pp * vpp) and not explicit_partition:
             return Refusal("vpp_layers", "vpp", f"interleaving needs {layers} layers divisible by pp*vpp = "
                                                   f"{pp * vpp}, or an explicit layers_per_stage")
-        if mbn is not None and mbn % pp:
-            return Refusal("vpp_mbn", "mbn", f"interleaving needs mbn a multiple of pp = {pp}")
+        # Megatron-Core (main, 2025: schedules.py, forward_backward_pipelining_with_interleaving) runs any mbn >= pp:
+        # a group size g in [pp, mbn] whose last group is empty or >= pp always exists (g = mbn); see group_size.
+        if mbn is not None and mbn < pp:
+            return Refusal("vpp_mbn", "mbn", f"interleaving needs mbn >= pp = {pp}")
         return None
 
+    @staticmethod
+    def group_size(pp: int, mbn: int) -> int:
+        """Micro-batches run back to back per model chunk (Megatron-Core --microbatch-group-size-per-virtual-
+        pipeline-stage, default pp): the smallest g in [pp, mbn] that Megatron-Core accepts, i.e. whose last group
+        mbn % g is 0 or >= pp (a smaller one raises: "dependency bubbles"); pp when mbn is a multiple of pp."""
+        return next((g for g in range(pp, mbn + 1) if mbn % g == 0 or mbn % g >= pp), pp)
+
     def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> int:
-        """(pp - stage - 1) x 2 + (vpp - 1) x pp warm-up chunk forwards (capped at all mbn x vpp chunks) plus one
-        (Megatron-LM schedules.py, get_num_warmup_microbatches); on stage 0 that is pp x vpp x (1 + (pp - 1) /
-        (pp x vpp)) chunks, Korthikanti et al. 2022's interleaving factor."""
-        warmup = min((pp - stage - 1) * 2 + (vpp - 1) * pp, mbn * vpp)
+        """(pp - stage - 1) x 2 + (vpp - 1) x g warm-up chunk forwards, g = group_size (capped at all mbn x vpp
+        chunks) plus one (Megatron-Core schedules.py, forward_backward_pipelining_with_interleaving); with g = pp,
+        stage 0 holds pp x vpp x (1 + (pp - 1) / (pp x vpp)) chunks, Korthikanti et al. 2022's interleaving factor."""
+        warmup = min((pp - stage - 1) * 2 + (vpp - 1) * self.group_size(pp, mbn), mbn * vpp)
         return min(warmup + 1, mbn * vpp)
 
     def pipeline_seconds(self, stage_sum, stage_max, mbn: int, vpp: int):
-        """1F1B's path with the fill/drain bubble divided by vpp (Narayanan §2.2.2)."""
+        """1F1B's path with the fill/drain bubble divided by vpp (Narayanan §2.2.2). Also exact for mbn not a
+        multiple of pp under group_size's g (equal stages; tests/schedules/test_interleaved_order.py replays
+        Megatron-Core's order; docs/formulas.md §4)."""
         return mbn * stage_max + (stage_sum - stage_max) / vpp
 
     def linear_pipeline(self, mbn: int, vpp: int) -> LinearPipeline:

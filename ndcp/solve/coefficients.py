@@ -70,16 +70,17 @@ class _NoRecompute:
 
 def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: dict) -> _NoRecompute:
     key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-    found = memo.get(key)
+    found = memo.get((key, layout.cp_comm))
     if found is None:
         model, cluster, run = space.model, space.cluster, space.run
-        per_kind = {kind: layer_time(model, cluster, run, kind, NO_RECOMPUTE, *key).total
+        per_kind = {kind: layer_time(model, cluster, run, kind, NO_RECOMPUTE, *key, layout.cp_comm).total
                     for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n}
         extra = {role: stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                                        etp=layout.etp).total for role in ("first", "last", "only")}
+                                        etp=layout.etp, cp_comm=layout.cp_comm).total
+                 for role in ("first", "last", "only")}
         found = _NoRecompute(model.dense_layers * per_kind.get("dense", 0.0) + model.moe_layers * per_kind.get(
             "moe", 0.0), min(per_kind.values()), extra["first"], extra["last"], extra["only"])
-        memo[key] = found
+        memo[(key, layout.cp_comm)] = found
     return found
 
 
@@ -147,7 +148,8 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
     inner, zeros = inner_choices(space)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     sps = {sp for sp, _ in inner if sp_allowed(sp, layout.tp)}
-    heaviest = [layer_time(model, cluster, run, k, HEAVIEST, layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+    heaviest = [layer_time(model, cluster, run, k, HEAVIEST, layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp,
+                           layout.cp_comm)
                 for k in kinds for sp in sps]
     per_layer = Windows(max(t.forward_window for t in heaviest), max(t.backward_window for t in heaviest))
     chunks = stage_chunks(model, layout.pp, layout.vpp)
@@ -156,7 +158,8 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
     for s in ends:
         layers = sum(n for _, n in chunks[s])
         extra = [stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp, mbs, sp,
-                                  ep=layout.ep, etp=layout.etp) for sp in (False, layout.tp > 1)]
+                                  ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm)
+                 for sp in (False, layout.tp > 1)]
         windows[s] = Windows(layers * per_layer.forward + max(t.forward_window for t in extra),
                              layers * per_layer.backward + max(t.backward_window for t in extra))
     best = float("inf")
@@ -297,7 +300,7 @@ def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
         for zero, shed in sheds.items():
             slowest, extra_sum = (stage_sum / layout.pp if offsets else max(plain)), 0.0
             for s, (excess, counts, per_layer) in shed.items():
-                times = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in counts
+                times = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm).total for k in counts
                          for m in RECOMPUTE_MODES}
                 ratios = [(times[(k, m)] - times[(k, NO_RECOMPUTE)])
                           / (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)])
@@ -306,7 +309,8 @@ def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
                 if offsets:
                     plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
                                   + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp,
-                                                     layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp).total)
+                                                     layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp,
+                                                     cp_comm=layout.cp_comm).total)
                 else:
                     plain_time = plain[s]
                 slowest = max(slowest, plain_time + extra)

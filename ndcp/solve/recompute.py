@@ -96,10 +96,12 @@ class PlanModel:
         self.default = [self.layouts[s].layers for s in range(pp)]
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
         present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-        self.layer_time = {(k, m): layer_time(model, cluster, run, k, m, *theta).total for k in present for m in modes}
+        self.layer_time = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm).total
+                           for k in present for m in modes}
         p2p = p2p_per_microbatch(model, cluster, run, base)
         self.extra_time = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
-                                            ep=layout.ep, etp=layout.etp).total + p2p for s in range(pp)]
+                                            ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm).total + p2p
+                           for s in range(pp)]
         self.resident = [{(k, m): resident_layer_bytes(model, run, base, self.layouts[s], k, m)
                           for k in present for m in modes} for s in range(pp)]
         self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
@@ -108,7 +110,8 @@ class PlanModel:
                         for s in range(pp)] for z in zeros]
         layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
         one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms,
-                                    layer.experts / (layout.ep * layout.etp), 1)
+                                    layer.experts / (layout.ep * layout.etp), 1,
+                                    (layer.attention + layer.mlp) / layout.tp + layer.experts / (layout.ep * layout.etp))
         self.static_per_layer = [sum(model_state_bytes(run, base.with_zero(z), one_layer).values()) for z in zeros]
         # Data-parallel terms per ZeRO stage and stage: (windows: (seconds, count, pass), last bucket, optimizer).
         # With uneven partitions a stage may hold default +- offset layers: take each term at its smallest (fewest
@@ -123,9 +126,10 @@ class PlanModel:
                                        if self.offset else base.with_zero(z))
             self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer) for t, m in zip(fewest, most)])
         # Per pass ("forward", "backward"): each layer's and each stage's extra work's wall time (the DP windows)
-        times = {(k, mode): layer_time(model, cluster, run, k, mode, *theta) for k in present for mode in modes}
+        times = {(k, mode): layer_time(model, cluster, run, k, mode, *theta, layout.cp_comm)
+                 for k in present for mode in modes}
         extras = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
-                                   ep=layout.ep, etp=layout.etp) for s in range(pp)]
+                                   ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm) for s in range(pp)]
         self.window = {"forward": {key: t.forward_window for key, t in times.items()},
                        "backward": {key: t.backward_window for key, t in times.items()}}
         self.extra_window = {"forward": [t.forward_window for t in extras],
@@ -302,7 +306,9 @@ class PlanModel:
                 for i, (seconds, count, which) in enumerate(windows):
                     if count == 0 or _floor(seconds, self.unit) == 0:
                         continue
-                    e = m.new_int_var(0, UPPER, f"dp{s}_{k}_{i}")
+                    # never more than the collective itself (window >= 0, last bucket <= 1): a tight domain, and
+                    # measured, CP-SAT 9.15's presolve wrongly proved some models infeasible with [0, UPPER] here
+                    e = m.new_int_var(0, _floor(seconds, self.unit), f"dp{s}_{k}_{i}")
                     m.add(e >= _floor(seconds, self.unit) * zk - window[which])
                     m.add(e >= _floor(seconds * last, self.unit) * zk)
                     stage.append(count * e)

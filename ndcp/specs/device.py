@@ -40,6 +40,11 @@ class DeviceSpec:
     flash_forward_efficiency: float = 0.52  # fused attention forward, fraction of peak
     flash_backward_efficiency: float = 0.50  # fused attention backward, fraction of peak (on its 2.5x FLOPs)
     unfused_attention_efficiency: float = 0.32  # per-head batched GEMMs of the core without flash attention
+    # FP8 (estimate/fp8.py, docs/formulas.md §3.1): dense FP8 matrix FLOP/s, 0 = no FP8 tensor cores (refused);
+    # mxfp8: the tensor cores apply MX block scales and take either operand layout (Blackwell), so MXFP8 runs and
+    # per-tensor recipes need no transposed FP8 copies.
+    fp8_peak_flops: float = 0.0
+    mxfp8: bool = False
 
     def __post_init__(self):
         positive_int("memory_bytes", self.memory_bytes, 1 << 60)
@@ -54,6 +59,7 @@ class DeviceSpec:
         positive_int("gemm_tile_n", self.gemm_tile_n, 1024)
         for name in ("flash_forward_efficiency", "flash_backward_efficiency", "unfused_attention_efficiency"):
             finite_number(name, getattr(self, name), 0.0, 1.0, low_open=True)
+        finite_number("fp8_peak_flops", self.fp8_peak_flops, 0.0)
 
 
 def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per_node=8, **extra) -> DeviceSpec:
@@ -77,7 +83,8 @@ AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
 # GH100 SXM part); fused attention as cuDNN runs it in Transformer Engine: FlashAttention-3 paper (Shah et al. 2024)
 # §4.1, H100, head dim 128, 4k tokens: cuDNN causal forward 518 and backward 499 TFLOP/s of 989.
 HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
-              flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True)
+              flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True,
+              fp8_peak_flops=1978.9e12)  # H100 SXM datasheet: 1,978.9 TFLOP/s FP8 dense (3,957.8 with sparsity)
 
 # Sources: published_runs.yaml `hardware:` (docs/calibration.md §4); NVLink figures are the published
 # bidirectional numbers halved; scale-out is one NIC per GPU (HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s).
@@ -103,8 +110,9 @@ PRESETS: dict[str, DeviceSpec] = {
                 **HOPPER),
         _preset("b200", 183359, 2250, 8000, 900, 50,
                 "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
-                "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed)",
-                sm_count=148),
+                "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed); "
+                "FP8 4500 TFLOP/s dense (DGX B200 datasheet 72 PFLOPS FP8 training per 8 GPUs, with sparsity, halved)",
+                sm_count=148, fp8_peak_flops=4500e12, mxfp8=True),
         _preset("mi300x", 196608, 1307.4, 5300, 448, 50,
                 "AMD MI300X: 1307.4 TFLOP/s BF16 dense, 192 GB HBM3 5.3 TB/s, 7x128 GB/s xGMI (896 aggregate); "
                 "400 Gb/s per GPU; 304 CUs (AMD CDNA 3 white paper)",

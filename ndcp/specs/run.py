@@ -5,7 +5,13 @@ from dataclasses import dataclass
 
 from .fields import cached_hash, finite_number, non_negative_int, one_of, positive_int, require
 
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+GRAD_DTYPES = ("bf16", "fp16", "fp32")
+# FP8 training (Transformer Engine recipes; docs/formulas.md §3.1): delayed = per-tensor scale from an amax history,
+# tensorwise = per-tensor scale from the current amax, blockwise = 1x128 / 128x128 blocks (DeepSeek-V3 §3.3),
+# mxfp8 = 32-element blocks with E8M0 scales (OCP MX spec v1.0; Blackwell only).
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+OPTIMIZER_STATE_DTYPES = ("fp32", "bf16")  # Adam moments; bf16 = Megatron's precision-aware optimizer
 # Whose memory behaviour the estimate models (estimate/activations.py, estimate/memory.py): Megatron-Core with
 # Transformer Engine (Korthikanti's selective recompute, distributed optimizer), or torchtitan (FSDP2, op-level
 # selective activation checkpointing, eager PyTorch autograd).
@@ -14,7 +20,9 @@ TRAINERS = ("megatron", "torchtitan")  # each has a profile in estimate/trainers
 # the trainer's own default for the strategy's ZeRO stage and pipeline.
 GRAD_SYNCS = ("trainer", "microbatch", "step")
 PARAM_GATHERS = ("trainer", "forward-backward", "microbatch", "step")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+# fp8: the FP8 GEMMs' operand bytes; parameters, master weights and the activations between layers stay BF16 under
+# FP8 (Transformer Engine keeps BF16 parameters and casts per GEMM), so param_bytes/activation_bytes are 2 for it.
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 # How model FLOPs (the MFU numerator) count the attention core under a causal mask (docs/formulas.md §2.6):
 # "causal" = the unmasked half (Megatron-LM since core_r0.12), "full" = the whole s x s score matrix (PaLM App. B,
 # torchtitan, Megatron before core_r0.12).
@@ -29,7 +37,7 @@ class RunSpec:
 
     global_batch: int
     seq_len: int
-    precision: str = "bf16"  # parameter and activation dtype
+    precision: str = "bf16"  # parameter and activation dtype; "fp8": FP8 linear-layer GEMMs, BF16 everything else
     grad_dtype: str = "fp32"  # main-gradient buffer dtype (Megatron keeps fp32 main grads for bf16)
     optimizer: str = "adam"  # fp32 master weights (for 16-bit params) + two fp32 moments
     flash_attention: bool = True
@@ -49,13 +57,17 @@ class RunSpec:
     param_gather: str = "trainer"
     mfu_convention: str = "causal"  # one of MFU_CONVENTIONS: how MFU counts causal attention (reporting only)
     headroom_fraction: float = 0.0  # fraction of the capacity kept free: a stage may use capacity x (1 - f)
+    fp8_recipe: str = "delayed"  # one of FP8_RECIPES; used only when precision == "fp8"
+    optimizer_state_dtype: str = "fp32"  # one of OPTIMIZER_STATE_DTYPES: dtype of Adam's two moments
 
     def __post_init__(self):
         positive_int("global_batch", self.global_batch)
         positive_int("seq_len", self.seq_len)
         require(self.seq_len <= 1 << 24, "seq_len", self.seq_len, "expected at most 16,777,216 tokens")
         one_of("precision", self.precision, PRECISIONS)
-        one_of("grad_dtype", self.grad_dtype, PRECISIONS)
+        one_of("grad_dtype", self.grad_dtype, GRAD_DTYPES)
+        one_of("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        one_of("optimizer_state_dtype", self.optimizer_state_dtype, OPTIMIZER_STATE_DTYPES)
         one_of("optimizer", self.optimizer, ("adam",))
         one_of("trainer", self.trainer, TRAINERS)
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
@@ -70,7 +82,18 @@ class RunSpec:
                 "expected a fraction >= 0 and < 1 of the capacity to keep free")
 
     @property
+    def fp8(self) -> bool:
+        """FP8 linear-layer GEMMs (estimate/fp8.py)."""
+        return self.precision == "fp8"
+
+    @property
     def param_bytes(self) -> int:
+        """Bytes of a parameter as stored (BF16 under fp8: the FP8 weight copies are counted by estimate/fp8.py)."""
+        return 2 if self.fp8 else DTYPE_BYTES[self.precision]
+
+    @property
+    def param_gather_bytes(self) -> int:
+        """Bytes per parameter a ZeRO/FSDP parameter all-gather moves: FP8 under fp8 (Megatron --fp8-param-gather)."""
         return DTYPE_BYTES[self.precision]
 
     @property
@@ -79,12 +102,14 @@ class RunSpec:
 
     @property
     def activation_bytes(self) -> int:
-        return DTYPE_BYTES[self.precision]
+        """Bytes of an activation between ops (BF16 under fp8; the FP8-cached GEMM inputs: estimate/activations.py)."""
+        return 2 if self.fp8 else DTYPE_BYTES[self.precision]
 
     @property
     def optimizer_state_bytes(self) -> int:
-        """Adam: two fp32 moments, plus an fp32 master copy when parameters are 16-bit (ZeRO's K = 12)."""
-        return 8 + (4 if self.param_bytes < 4 else 0)
+        """Adam: two fp32 moments, plus an fp32 master copy when parameters are 16-bit (ZeRO's K = 12); bf16 moments
+        (optimizer_state_dtype, Megatron's precision-aware optimizer) halve the moments: K = 8."""
+        return 2 * DTYPE_BYTES[self.optimizer_state_dtype] + (4 if self.param_bytes < 4 else 0)
 
     def capacity(self, device_memory: int) -> int:
         """Bytes a stage may use: the cap if one is set (never above the device), else the device memory, less the

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from math import gcd
 
 from .fields import SpecError, positive_int, require
 from .recompute import RECOMPUTE_MODES, RecomputePlan, StageRecompute
@@ -19,6 +20,16 @@ def default_partition(layers: int, virtual_stages: int) -> tuple[int, ...]:
     for v in order[:extra]:
         counts[v] += 1
     return tuple(counts)
+
+
+# Megatron-Core --cp-comm-type (Transformer Engine context parallelism): p2p ring of K/V chunks, all-gather of K/V,
+# Ulysses-style all-to-all of Q/K/V/output, hierarchical a2a inside a node + p2p across (docs/formulas.md §7).
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p")
+
+
+def cp_a2a_size(devices_per_node: int, tp: int, cp: int) -> int:
+    """a2a+p2p's inner all-to-all group: the CP ranks that share a node (ranks ordered TP -> CP), which divides cp."""
+    return gcd(cp, max(1, devices_per_node // tp))
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,7 @@ class Strategy:
     schedule: str = "1f1b"
     recompute: RecomputePlan = field(default_factory=RecomputePlan)
     layers_per_stage: tuple[int, ...] = ()  # per virtual stage, in model order; () = the default partition
+    cp_comm: str = "p2p"  # context-parallel attention communication (Megatron --cp-comm-type), see CP_COMM_TYPES
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn"):
@@ -48,6 +60,7 @@ class Strategy:
         # ndcp.rules, checked where a strategy enters (estimate, strategy files, validate); here only each field.
         require(isinstance(self.schedule, str) and bool(self.schedule), "schedule", self.schedule,
                 "a schedule name")
+        require(self.cp_comm in CP_COMM_TYPES, "cp_comm", self.cp_comm, "valid: " + ", ".join(CP_COMM_TYPES))
         for i, n in enumerate(self.layers_per_stage):
             positive_int(f"layers_per_stage[{i}]", n)
         if self.layers_per_stage:
@@ -91,7 +104,7 @@ class Strategy:
         """The JSON `strategy` object (the recompute plan as a mode string or per-stage counts)."""
         recompute = self.recompute.as_json()
         out = {k: getattr(self, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero", "sp")}
-        out.update(recompute=recompute, schedule=self.schedule)
+        out.update(recompute=recompute, schedule=self.schedule, cp_comm=self.cp_comm)
         if self.layers_per_stage:
             out["layers_per_stage"] = list(self.layers_per_stage)
         return out
@@ -99,7 +112,8 @@ class Strategy:
     def key(self) -> tuple:
         """A hashable identity used to deduplicate and order strategies deterministically."""
         return (self.tp, self.pp, self.cp, self.ep, self.etp, self.vpp, self.dp, self.mbs, self.mbn, self.zero,
-                self.sp, self.schedule, self.recompute.key(), self.layers_per_stage)
+                self.sp, self.schedule, self.recompute.key(), self.layers_per_stage, self.cp_comm)
 
 
-__all__ = ["default_partition", "Strategy", "RecomputePlan", "StageRecompute", "RECOMPUTE_MODES", "SpecError"]
+__all__ = ["default_partition", "Strategy", "CP_COMM_TYPES", "cp_a2a_size",
+           "RecomputePlan", "StageRecompute", "RECOMPUTE_MODES", "SpecError"]

@@ -42,13 +42,21 @@ def parse_size(text: str) -> int:
 
 # -- strategy values ---------------------------------------------------------------------------------------------
 STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
-STRATEGY_KEYS = STRATEGY_INT_KEYS + ("sp", "recompute", "schedule")
+STRATEGY_KEYS = STRATEGY_INT_KEYS + ("sp", "recompute", "schedule", "cp_comm")
 FILE_ONLY_KEYS = ("layers_per_stage",)
+# Run settings the JSON strategy objects report (report/jsonout.py run_settings): accepted back so that a reported
+# strategy round-trips, and checked against the run's own --precision / --fp8-recipe (cli/common.py build_strategy).
+RUN_SETTING_KEYS = ("precision", "fp8_recipe")
 ON_WORDS, OFF_WORDS = ("on", "true", "1", "yes"), ("off", "false", "0", "no")
 
 
 def _strategy_value(key: str, value: Any) -> Any:
     """Check and convert one strategy value (from the --strategy string or the YAML file)."""
+    if key in RUN_SETTING_KEYS:  # a run setting reported with the strategy: a name or null (checked by the CLI)
+        if value is not None and not isinstance(value, str):
+            raise SpecError(f"{key}={show(value)} is not valid; expected a name")
+        word = None if value is None else value.strip().lower()
+        return None if word in (None, "", "none", "null") else word
     if key in STRATEGY_INT_KEYS:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise SpecError(f"{key}={show(value)} is not valid; expected an integer")
@@ -62,7 +70,7 @@ def _strategy_value(key: str, value: Any) -> Any:
             raise SpecError(f"{key}={number} is not valid; {valid}")
         return number
     if not isinstance(value, (str, int, float, dict, list, tuple)) or (
-            key in ("sp", "schedule") and not isinstance(value, (str, int))):
+            key in ("sp", "schedule", "cp_comm") and not isinstance(value, (str, int))):
         raise SpecError(f"{key}={show(value)} is not valid")  # before str(value): a YAML alias bomb must not print
     if key == "sp":
         if isinstance(value, bool):
@@ -75,6 +83,8 @@ def _strategy_value(key: str, value: Any) -> Any:
         raise SpecError(f"sp={show(value)} is not valid; valid: on, off, true, false, 1, 0")
     if key == "schedule":
         return str(value).strip().lower()  # which schedules exist is the rulebook's `schedule` rule
+    if key == "cp_comm":
+        return str(value).strip().lower()  # the Strategy field checks the name; cp_comm_* rules the relations
     if key == "recompute":
         if isinstance(value, str):
             word = value.strip().lower()
@@ -107,7 +117,7 @@ def parse_strategy_string(text: str) -> dict[str, Any]:
         key = key.strip().lower().replace("-", "_")
         if not sep or not value.strip():
             raise SpecError(f"--strategy: {item!r} is not key=value; valid keys: {', '.join(STRATEGY_KEYS)}")
-        if key not in STRATEGY_KEYS:
+        if key not in STRATEGY_KEYS + RUN_SETTING_KEYS:
             raise SpecError(f"--strategy: unknown key {key!r}; valid keys: {', '.join(STRATEGY_KEYS)}")
         if key in out:
             raise SpecError(f"--strategy: {key} is given twice")
@@ -134,7 +144,7 @@ def load_strategy_file(path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).strip().lower().replace("-", "_")
-        if name not in STRATEGY_KEYS + FILE_ONLY_KEYS:
+        if name not in STRATEGY_KEYS + FILE_ONLY_KEYS + RUN_SETTING_KEYS:
             raise SpecError(f"{where}: unknown key {show(key)}; valid keys: {', '.join(STRATEGY_KEYS + FILE_ONLY_KEYS)}")
         try:
             out[name] = _strategy_value(name, value)

@@ -10,7 +10,7 @@ from typing import Sequence
 from .strategy import Strategy
 
 # The search report's degrees (ndcp search --quiet, nearest misses, ndcp recompute's header): the default.
-SEARCH_FIELDS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn", "zero", "sp", "recompute")
+SEARCH_FIELDS = ("tp", "pp", "cp", "cp_comm", "dp", "ep", "etp", "vpp", "mbs", "mbn", "zero", "sp", "recompute")
 # Plot labels: strategy_text(s, PLOT_FIELDS, compact=True, experts_if_used=True, above_one=("vpp",)).
 PLOT_FIELDS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "zero", "sp", "recompute")
 # Infeasibility explanations (solve/explain.py): strategy_text(s, EXPLAIN_FIELDS).
@@ -48,6 +48,8 @@ def _word(s: Strategy, name: str, compact: bool) -> str:
         if compact:
             return "sp" if s.sp else ""
         return f"sp={'on' if s.sp else 'off'}"
+    if name == "cp_comm":  # only where context parallelism runs
+        return "" if s.cp <= 1 else f"cp_comm={s.cp_comm}"
     value = getattr(s, name)
     if compact:
         return f"{'z' if name == 'zero' else name}{value}"

@@ -13,8 +13,9 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
   GPT-named models; gelu rows are GPT-style (learned positions, LayerNorm, biases, tied embeddings), swiglu rows
   Llama-style (RoPE, RMSNorm, no biases, untied); a null vocabulary or layer count cannot be filled: the row is
   skipped with that reason;
-- precision: "fp16" -> fp16, anything else 16-bit (including "bf16-assumed") -> bf16; FP8 runs are skipped (FP8
-  GEMMs are not modelled);
+- precision: "fp16" -> fp16, anything naming fp8 -> fp8 (FP8 linear layers, docs/formulas.md §3.1) with the stated
+  `fp8_recipe`, else delayed (Megatron/Transformer Engine) or tensorwise (torchtitan Float8 dynamic scaling),
+  noted; FP8 on a device without FP8 is skipped; anything else 16-bit (including "bf16-assumed") -> bf16;
 - trainer: torchtitan for rows whose source or recompute detail names torchtitan (their memory is FSDP2's, their
   selective AC torchtitan's op-level policy: estimate/activations.py), else Megatron;
 - MFU convention: `outcome.mfu_convention` (YAML) or an `mfu_convention` column (CSV), "causal" or "full"
@@ -32,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..estimate.fp8 import check_fp8
 from ..estimate.memory import estimate_memory
 from ..rules import check_strategy
 from ..schedules import default_schedule
@@ -119,12 +121,29 @@ def _cluster(gpu_id: str, gpus: int, per_node: Any) -> ClusterSpec:
 def _precision(value: Any, notes: list[str]) -> str:
     text = "" if _is_null(value) else str(value).lower()
     if "fp8" in text:
-        raise SkipRun(f"precision {value!r}: FP8 GEMMs are not modelled")
+        if text != "fp8":
+            notes.append(f"precision {value!r} -> fp8")
+        return "fp8"
     if text == "fp16":
         return "fp16"
     if text not in ("bf16", ""):
         notes.append(f"precision {value!r} -> bf16")
     return "bf16"
+
+
+def _fp8_run(run: RunSpec, recipe: Any, cluster: ClusterSpec, notes: list[str]) -> RunSpec:
+    """An fp8 run with its stated recipe (else the trainer's default, noted), refused where the device has no FP8."""
+    if not run.fp8:
+        return run
+    if _is_null(recipe):
+        recipe = "tensorwise" if run.trainer == "torchtitan" else "delayed"
+        notes.append(f"fp8 recipe unstated -> {recipe}")
+    try:
+        run = replace(run, fp8_recipe=str(recipe).strip().lower())
+        check_fp8(run, cluster.device)
+    except SpecError as error:
+        raise SkipRun(str(error)) from None
+    return run
 
 
 def _recompute_unknown(value: Any) -> bool:
@@ -314,6 +333,7 @@ def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> Measu
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes))
+    run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy = _checked(model, cluster, run, _strategy(model, strategy_fields, gpus, global_batch, narayanan, notes))
     if _recompute_unknown(strategy_fields.get("recompute")) and not narayanan:
         strategy = _least_recompute_that_fits(model, cluster, run, strategy, notes)
@@ -387,6 +407,7 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     run = RunSpec(global_batch, int(record["seq_len"]), precision=_precision(record.get("precision"), notes),
                   flash_attention=True if flash is None else flash,
                   mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), **optional)
+    run = _fp8_run(run, record.get("fp8_recipe"), cluster, notes)
     fields = {k: record.get(k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute")}
     strategy = _checked(model, cluster, run, _strategy(model, fields, gpus, global_batch, False, notes))
     if _recompute_unknown(fields.get("recompute")):

@@ -26,10 +26,13 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-model-parallel-size", type=int, default=1)
     p.add_argument("--pipeline-model-parallel-size", type=int, default=1)
     p.add_argument("--context-parallel-size", type=int, default=1)
+    p.add_argument("--cp-comm-type", choices=("p2p", "a2a", "allgather", "a2a+p2p"), default="p2p")
     p.add_argument("--expert-model-parallel-size", type=int, default=1)
     p.add_argument("--expert-tensor-parallel-size", type=int, default=None)
     p.add_argument("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
     p.add_argument("--num-virtual-stages-per-pipeline-rank", type=int, default=None)
+    p.add_argument("--microbatch-group-size-per-virtual-pipeline-stage", type=int, default=None,
+                   dest="microbatch_group_size_per_vp_stage")
     p.add_argument("--decoder-first-pipeline-num-layers", type=int, default=None)
     p.add_argument("--decoder-last-pipeline-num-layers", type=int, default=None)
     p.add_argument("--sequence-parallel", action="store_true")
@@ -68,11 +71,13 @@ def llama_strategy(**changes) -> Strategy:
     llama_strategy(),
     llama_strategy(vpp=1, schedule="1f1b", recompute=RecomputePlan.uniform("full"), mbs=2, mbn=32),
     llama_strategy(dp=8, cp=2, recompute=RecomputePlan.uniform("none"), zero=0),
+    llama_strategy(dp=8, cp=2, recompute=RecomputePlan.uniform("none"), cp_comm="allgather"),
 ])
 def test_megatron_round_trip(strategy):
     args = parse_megatron(emit("megatron", LLAMA, RUN, strategy).text)
     assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size) == \
         (strategy.tp, strategy.pp, strategy.cp)
+    assert args.cp_comm_type == strategy.cp_comm
     dp = strategy.devices // (args.tensor_model_parallel_size * args.pipeline_model_parallel_size
                               * args.context_parallel_size)
     assert dp == strategy.dp
@@ -89,6 +94,13 @@ def test_megatron_round_trip(strategy):
     counts = partition(LLAMA, strategy)
     assert megatron_plan(args, counts) == stage_plans(LLAMA, strategy)
     assert megatron_flags(LLAMA, RUN, strategy) == shlex.split(emit("megatron", LLAMA, RUN, strategy).text.replace("\\\n", " "))
+
+
+def test_megatron_interleaving_with_mbn_not_a_multiple_of_pp_sets_the_group_size():
+    # pp=4, mbn=6: Megatron-Core's default group (pp) would leave a last group of 2 < pp and raise
+    args = parse_megatron(emit("megatron", LLAMA, RunSpec(global_batch=96, seq_len=8192), llama_strategy(mbn=6)).text)
+    assert args.microbatch_group_size_per_vp_stage == 6
+    assert parse_megatron(emit("megatron", LLAMA, RUN, llama_strategy()).text).microbatch_group_size_per_vp_stage is None
 
 
 def test_megatron_moe_and_zero_notes():

@@ -44,7 +44,8 @@ def test_pipeline_seconds_works_on_numpy_grids():
 def test_interleaving_rules():
     assert INTERLEAVED.refusal(32, 1, 2, 8).rule == "vpp_layers"  # needs pp > 1
     assert INTERLEAVED.refusal(30, 4, 2, 8).rule == "vpp_layers"  # 30 layers not divisible by pp*vpp
-    assert INTERLEAVED.refusal(32, 4, 2, 6).rule == "vpp_mbn"  # mbn a multiple of pp
+    assert INTERLEAVED.refusal(32, 4, 2, 3).rule == "vpp_mbn"  # mbn >= pp (current Megatron-Core)
+    assert INTERLEAVED.refusal(32, 4, 2, 6) is None  # no longer a multiple of pp
     assert INTERLEAVED.refusal(32, 4, 2, 8) is None
     assert not ONE_F_ONE_B.accepts_vpp(2) and not INTERLEAVED.accepts_vpp(1)
 

@@ -66,6 +66,22 @@ def test_cpsat_agrees_with_the_oracle_on_library_models(name, gpus, gbs, seq):
     assert solved.verified < oracle.verified / 10  # the proof prices a small fraction of the space
 
 
+@pytest.mark.parametrize("fix", [(), (("ep", 8), ("tp", 4)), (("pp", 2), ("vpp", 2))])
+def test_cpsat_agrees_with_the_oracle_on_folded_experts_and_uneven_interleaving(fix):
+    """MoE parallel folding (ep*etp over a stage's tp*cp*dp ranks, so ep > dp*cp) and interleaving with mbn not a
+    multiple of pp (current Megatron-Core) are walked, and the solver still proves the oracle's optimum."""
+    space = SearchSpace(load_model("tiny-moe"), ClusterSpec(device_preset("h100"), 8),
+                        RunSpec(global_batch=24, seq_len=1024), SpaceOptions(fix=fix, zero_stages=(1,)))
+    batches = space.walk().batches
+    folded = any(layout.ep > layout.dp * layout.cp for layout, _, _ in batches)
+    uneven = any(layout.vpp > 1 and mbn % layout.pp for layout, _, mbn in batches)
+    assert folded or "vpp" in dict(fix)
+    assert uneven or "ep" in dict(fix)
+    oracle, solved = exhaustive_search(space, top=5), cpsat_search(space, top=5)
+    assert solved.status == oracle.status == "optimal"
+    assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)
+
+
 def test_same_inputs_same_answer():
     space = SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=32, seq_len=1024))
     first, second = cpsat_search(space, top=5, seed=0), cpsat_search(space, top=5, seed=0)

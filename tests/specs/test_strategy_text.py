@@ -9,7 +9,7 @@ from ndcp.specs.strategy_text import EXPLAIN_FIELDS, PLOT_FIELDS, VALIDATION_FIE
 
 # -- the formats as they were written before (report/search.py, report/plots.py, solve/explain.py, validation.py) --
 def degrees_text(s):
-    text = f"tp={s.tp} pp={s.pp} cp={s.cp} dp={s.dp}"
+    text = f"tp={s.tp} pp={s.pp} cp={s.cp}" + (f" cp_comm={s.cp_comm}" if s.cp > 1 else "") + f" dp={s.dp}"
     if s.ep > 1 or s.etp > 1:
         text += f" ep={s.ep} etp={s.etp}"
     return (text + f" vpp={s.vpp} mbs={s.mbs} mbn={s.mbn} zero={s.zero} sp={'on' if s.sp else 'off'} "

@@ -1,0 +1,72 @@
+"""FP8 training as Transformer Engine runs it (docs/formulas.md §3.1): what runs in FP8, what it costs besides the
+GEMMs, and the FP8 copies it keeps.
+
+- The weight GEMMs of the body's linear layers (QKV/MLA projections, output projection, MLP and expert FCs) run all
+  three training GEMMs (forward, input gradient, weight gradient) at the device's FP8 dense peak with the same
+  tile/wave model (estimate/gemm.py, `fp8=True`). The attention core, norms, the MoE router, the embedding, the
+  output layer and the MTP projection stay BF16 (Transformer Engine docs, "Using FP8 with Transformer Engine":
+  only te.Linear-family GEMMs run in FP8; Micikevicius et al. 2022 §4 keep the first/last layers in higher
+  precision as well; those are not modelled: every body layer runs FP8).
+- Each FP8 GEMM first casts its operands (memory-bound, at HBM bandwidth): the forward casts its input and its
+  weight, the backward casts the output gradient. CAST_BYTES: HBM bytes per cast element for each recipe.
+- Memory: FP8 weight copies of the linear weights (FP8_WEIGHT_COPY_BYTES per parameter) next to the BF16
+  parameters, and the linear-layer inputs saved for the backward in FP8 (estimate/activations.py).
+"""
+from __future__ import annotations
+
+from ..specs.device import DeviceSpec
+from ..specs.fields import SpecError
+from ..specs.run import RunSpec
+
+# HBM bytes per element of one cast to FP8 (read BF16: 2, write FP8: 1), by recipe (docs/formulas.md §3.1):
+#   delayed: the scale comes from the amax history, the amax of this tensor is taken inside the cast kernel: 2 + 1;
+#   tensorwise (current scaling): an amax pass before the cast reads the tensor once more: 2 + 2 + 1;
+#   blockwise (DeepSeek-V3 §3.3: 1x128 tiles, 128x128 weight blocks) and mxfp8 (OCP MX v1.0: 32-element blocks):
+#     block amaxes are local, one read writes both the row-wise and the column-wise FP8 copies (block scales differ
+#     per direction) plus a scale per block: 2 + 1 + 1 + scales (4 bytes per 128 elements twice; 1 byte per 32 twice).
+# Hopper's FP8 tensor cores take only the TN layout, so per-tensor recipes also write a transposed copy (+1) there.
+CAST_BYTES = {"delayed": 3.0, "tensorwise": 5.0, "blockwise": 4.0 + 2 * 4 / 128, "mxfp8": 4.0 + 2 * 1 / 32}
+TRANSPOSE_BYTES = 1.0  # the transposed FP8 copy a per-tensor recipe writes on a device without `mxfp8` (Hopper)
+
+
+def check_fp8(run: RunSpec, device: DeviceSpec) -> None:
+    """Refuse FP8 on a device without FP8 tensor cores, and MXFP8 off Blackwell. Raises SpecError (one line)."""
+    if not run.fp8:
+        return
+    if device.fp8_peak_flops <= 0:
+        raise SpecError(f"precision='fp8' is not valid on device {device.name!r}: it has no FP8 tensor cores "
+                        f"(fp8_peak_flops=0); use bf16, or an FP8 device such as h100, h200, h800 or b200")
+    if run.fp8_recipe == "mxfp8" and not device.mxfp8:
+        raise SpecError(f"fp8_recipe='mxfp8' is not valid on device {device.name!r}: MXFP8 block scaling needs "
+                        f"Blackwell tensor cores (b200); valid here: delayed, tensorwise, blockwise")
+
+
+def cast_bytes_per_element(run: RunSpec, device: DeviceSpec) -> float:
+    """HBM bytes one FP8 cast moves per element under the run's recipe on this device (0 without fp8)."""
+    if not run.fp8:
+        return 0.0
+    per_tensor = run.fp8_recipe in ("delayed", "tensorwise")
+    return CAST_BYTES[run.fp8_recipe] + (TRANSPOSE_BYTES if per_tensor and not device.mxfp8 else 0.0)
+
+
+def weight_copy_bytes_per_parameter(run: RunSpec) -> float:
+    """Bytes per linear-layer parameter of the FP8 weight copies Transformer Engine keeps besides the BF16 weight:
+    one FP8 copy plus its transpose for a per-tensor recipe (Hopper's TN-only FP8 GEMMs), or the row-wise and
+    column-wise copies and block scales of a block recipe (0 without fp8). The memory estimators take no device, so
+    a per-tensor recipe on Blackwell (no transpose needed) is charged the Hopper layout: 1 byte per linear
+    parameter too many there."""
+    if not run.fp8 or run.trainer == "torchtitan":  # torchao Float8Linear casts per GEMM and keeps no copy
+        return 0.0
+    if run.fp8_recipe in ("delayed", "tensorwise"):
+        return 1.0 + TRANSPOSE_BYTES
+    return CAST_BYTES[run.fp8_recipe] - 2.0  # row-wise + column-wise copies and their scales
+
+
+def linear_input_bytes(run: RunSpec) -> int:
+    """Bytes per element of a linear layer's input saved for its weight gradient: FP8 under fp8 (Transformer Engine
+    saves the cast input), else the activation dtype."""
+    return 1 if run.fp8 else run.activation_bytes
+
+
+__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "check_fp8", "cast_bytes_per_element", "weight_copy_bytes_per_parameter",
+           "linear_input_bytes"]

@@ -1,0 +1,188 @@
+"""FP8 training (docs/formulas.md §3.1): the FP8 GEMM rate, what stays BF16, the memory it changes, the refusals."""
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ndcp.estimate.activations import layer_activation_bytes
+from ndcp.estimate.compute import Gemm, layer_gemms, memory_seconds
+from ndcp.estimate.data_parallel import _collectives
+from ndcp.estimate.fp8 import cast_bytes_per_element, check_fp8, weight_copy_bytes_per_parameter
+from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
+from ndcp.estimate.memory import model_state_bytes
+from ndcp.estimate.parameters import stage_parameters
+from ndcp.estimate.time import layer_time, stage_extra_time
+from ndcp.specs import ClusterSpec, RunSpec, SpecError, device_preset
+from ndcp.specs.library import load_model
+from ndcp.specs.strategy import Strategy
+from ndcp.validation import validate_file
+
+from ..cli_helpers import assert_one_line_error, run
+
+H100, B200, A100 = device_preset("h100"), device_preset("b200"), device_preset("a100-80g")
+LLAMA = load_model("llama3-8b")
+BF16 = RunSpec(16, 8192)
+FP8 = RunSpec(16, 8192, precision="fp8")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_fp8_peaks_are_the_datasheet_dense_figures():
+    assert H100.fp8_peak_flops == 1978.9e12 and device_preset("h200").fp8_peak_flops == 1978.9e12
+    assert device_preset("h800").fp8_peak_flops == 1978.9e12
+    assert B200.fp8_peak_flops == 4500e12 and B200.mxfp8 and not H100.mxfp8
+    assert A100.fp8_peak_flops == 0
+
+
+def test_a_large_fp8_gemm_runs_at_the_fp8_peak_times_the_ceiling():
+    m = n = k = 16384
+    fp8 = gemm_pass_seconds(m, n, k, 1, H100, 2, fp8=True)
+    bf16 = gemm_pass_seconds(m, n, k, 1, H100, 2)
+    k0 = 2 * H100.fp8_peak_flops * H100.compute_efficiency / (2 * H100.hbm_bandwidth)  # BF16 write-back of FP8 tiles
+    efficiency = 2 * m * n * k / (fp8 * H100.fp8_peak_flops)
+    # whole waves aside (8192 tiles over 132 SMs), the tile's K loop plus its write-back at the assumed BF16 ceiling
+    waves = -(-(m // 128) * (n // 256) // 132)
+    assert fp8 == pytest.approx(waves * 132 * 2 * 128 * 256 * (k + k0) / (H100.fp8_peak_flops * H100.compute_efficiency))
+    assert efficiency <= H100.compute_efficiency
+    assert 1.9 < bf16 / fp8 < 2.0  # twice the peak, less the doubled write-back share
+    # a skinny GEMM is memory-bound: FP8 operands (1 byte), BF16 result
+    assert gemm_pass_seconds(8, 8192, 8192, 1, H100, 2, fp8=True) == pytest.approx(
+        ((8 * 8192 + 8192 * 8192) * 1 + 8 * 8192 * 2) / H100.hbm_bandwidth)
+
+
+def test_linear_layers_run_fp8_plus_casts_and_the_rest_stays_bf16():
+    tokens = 8192
+    gemms = layer_gemms(LLAMA, "dense", tokens, 1)
+    bf16, fp8 = (layer_time(LLAMA, ClusterSpec(H100, 8), r, "dense", "none", 1, 1, 1, 1, 1, False) for r in (BF16, FP8))
+    linear_bf16, linear_fp8 = gemm_seconds(gemms, H100, 2), gemm_seconds(gemms, H100, 2, fp8=True)
+    per_element = cast_bytes_per_element(FP8, H100)
+    assert per_element == 4.0  # delayed on Hopper: read 2, write 1, transpose 1
+    cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k for g in gemms), H100)
+    cast_backward = memory_seconds(per_element * sum(g.m * g.n for g in gemms), H100)
+    # the attention core, norms and residuals are unchanged: only the GEMMs and the casts differ
+    assert fp8.forward - bf16.forward == pytest.approx(linear_fp8 - linear_bf16 + cast_forward)
+    assert fp8.backward - bf16.backward == pytest.approx(2 * (linear_fp8 - linear_bf16) + cast_backward)
+    assert fp8.forward < 0.8 * bf16.forward
+    # the output layer (and the embedding) stay BF16
+    for role in ("first", "last"):
+        assert stage_extra_time(LLAMA, ClusterSpec(H100, 8), FP8, role, 1, 1, 1, False).total == pytest.approx(
+            stage_extra_time(LLAMA, ClusterSpec(H100, 8), BF16, role, 1, 1, 1, False).total)
+
+
+def test_the_moe_router_stays_bf16():
+    model = load_model("mixtral-8x7b")
+    cluster = ClusterSpec(H100, 8)
+    tokens = 4096
+    run_bf16, run_fp8 = RunSpec(8, 4096), RunSpec(8, 4096, precision="fp8")
+    gemms = layer_gemms(model, "moe", tokens, 1, 1, 1)
+    router = Gemm(tokens, model.hidden, model.moe.experts)
+    assert router in gemms
+    low = tuple(g for g in gemms if g != router)
+    t_bf16 = layer_time(model, cluster, run_bf16, "moe", "none", 1, 1, 1, 1, 1, False)
+    t_fp8 = layer_time(model, cluster, run_fp8, "moe", "none", 1, 1, 1, 1, 1, False)
+    cast = memory_seconds(cast_bytes_per_element(run_fp8, H100) * sum((g.m + g.n) * g.k * g.count for g in low), H100)
+    assert t_fp8.forward - t_bf16.forward == pytest.approx(
+        gemm_seconds(low, H100, 2, fp8=True) - gemm_seconds(low, H100, 2) + cast)
+
+
+def test_recipe_cast_costs_order_and_blackwell_needs_no_transpose():
+    costs = {r: cast_bytes_per_element(replace(FP8, fp8_recipe=r), H100) for r in ("delayed", "tensorwise", "blockwise")}
+    assert costs["delayed"] < costs["blockwise"] < costs["tensorwise"]
+    assert cast_bytes_per_element(FP8, B200) == 3.0
+    assert cast_bytes_per_element(BF16, H100) == 0.0
+
+
+def test_fp8_weight_copies_and_fp8_linear_inputs():
+    strategy = Strategy(dp=8)
+    params = stage_parameters(LLAMA, strategy)[0]
+    assert 0 < params.linear < params.dense
+    bf16, fp8 = model_state_bytes(BF16, strategy, params), model_state_bytes(FP8, strategy, params)
+    assert weight_copy_bytes_per_parameter(FP8) == 2.0  # FP8 copy + transpose (Hopper layout)
+    assert fp8["parameters"] - bf16["parameters"] == pytest.approx(2.0 * params.linear)
+    assert fp8["gradients"] == bf16["gradients"] and fp8["optimizer_states"] == bf16["optimizer_states"]
+    torchtitan = replace(FP8, trainer="torchtitan")
+    assert weight_copy_bytes_per_parameter(torchtitan) == 0.0
+    # the QKV, output-projection, FC1 and FC2 inputs are saved in FP8: one byte less each
+    s, h = FP8.seq_len, LLAMA.hidden
+    saved = (layer_activation_bytes(LLAMA, BF16, "dense", "none", 1, 1, 1, 1, 1, False)
+             - layer_activation_bytes(LLAMA, FP8, "dense", "none", 1, 1, 1, 1, 1, False))
+    assert saved == pytest.approx(s * (h + LLAMA.heads * LLAMA.dim_per_head + h + LLAMA.ffn_hidden))
+    # full recompute keeps the BF16 layer input either way
+    assert layer_activation_bytes(LLAMA, FP8, "dense", "full", 1, 1, 1, 1, 1, False) == pytest.approx(
+        layer_activation_bytes(LLAMA, BF16, "dense", "full", 1, 1, 1, 1, 1, False))
+
+
+def test_bf16_optimizer_states_and_fp8_parameter_gathers():
+    assert BF16.optimizer_state_bytes == 12
+    assert replace(BF16, optimizer_state_dtype="bf16").optimizer_state_bytes == 8
+    assert FP8.param_bytes == FP8.activation_bytes == 2 and FP8.param_gather_bytes == 1
+    cluster = ClusterSpec(H100, 64)
+    _, gather_bf16 = _collectives(cluster, BF16, 3, 1e9, 8, 8)
+    _, gather_fp8 = _collectives(cluster, FP8, 3, 1e9, 8, 8)
+    assert gather_fp8 < 0.51 * gather_bf16
+
+
+def test_refusals():
+    with pytest.raises(SpecError, match="no FP8 tensor cores"):
+        check_fp8(FP8, A100)
+    with pytest.raises(SpecError, match="Blackwell"):
+        check_fp8(replace(FP8, fp8_recipe="mxfp8"), H100)
+    check_fp8(replace(FP8, fp8_recipe="mxfp8"), B200)
+    with pytest.raises(SpecError, match="fp8_recipe"):
+        replace(FP8, fp8_recipe="nvfp4")
+    with pytest.raises(SpecError, match="grad_dtype"):
+        RunSpec(16, 8192, grad_dtype="fp8")
+
+
+ESTIMATE = ["estimate", "llama3-8b", "--gpus", "64", "--global-batch", "16", "--seq-len", "131072",
+            "--strategy", "tp=1,cp=8,zero=1,recompute=full", "--json", "-"]
+
+
+def test_cli_contract_and_refusals(capsys):
+    code, out, err = run(capsys, *ESTIMATE, "--device", "h100", "--precision", "fp8")
+    assert code == 0, err
+    doc = json.loads(out[out.index("{"):])
+    assert doc["strategy"]["precision"] == "fp8" and doc["strategy"]["fp8_recipe"] == "delayed"
+    assert doc["run"]["precision"] == "fp8"
+    assert_one_line_error(*run(capsys, *ESTIMATE, "--device", "a100-80g", "--precision", "fp8"), "no FP8")
+    assert_one_line_error(*run(capsys, *ESTIMATE, "--device", "h100", "--precision", "fp8", "--fp8-recipe", "mxfp8"),
+                          "mxfp8", "Blackwell")
+    assert_one_line_error(*run(capsys, *ESTIMATE, "--device", "h100", "--fp8-recipe", "delayed"), "--precision fp8")
+    code, out, err = run(capsys, *ESTIMATE, "--device", "b200", "--precision", "fp8", "--fp8-recipe", "mxfp8")
+    assert code == 0, err
+    assert json.loads(out[out.index("{"):])["strategy"]["fp8_recipe"] == "mxfp8"
+
+
+def test_published_fp8_run_is_compared_and_its_speed_up_is_in_range():
+    result = validate_file(ROOT / "examples" / "published_runs.yaml")
+    rows = {r.id: r for r in result.runs}
+    fp8, bf16 = rows["dgxc_llama31_70b_h100_fp8_64"], rows["dgxc_llama31_70b_h100_bf16_64"]
+    assert fp8.measured_step == pytest.approx(9.86)
+    assert abs(fp8.step_relative_error) < 0.10
+    assert 1 / 1.7 < fp8.estimated_step / bf16.estimated_step < 1 / 1.3  # measured 9.86 / 14.66 = 1 / 1.49
+
+
+def test_fp8_search_is_the_exhaustive_optimum(capsys):
+    args = ["search", "llama3-8b", "--device", "h100", "--gpus", "16", "--global-batch", "32", "--seq-len", "8192",
+            "--precision", "fp8", "--recompute", "uniform", "--memory-cap", "40GiB", "--json", "-", "--quiet"]
+    steps = []
+    for extra in ((), ("--exhaustive",)):
+        code, out, err = run(capsys, *args, *extra)
+        assert code == 0, err
+        doc = json.loads(out[out.index("{"):])
+        assert doc["strategies"][0]["strategy"]["precision"] == "fp8"
+        steps.append(doc["strategies"][0]["time"]["step_seconds"])
+    assert steps[0] == pytest.approx(steps[1])
+
+
+def test_a_reported_strategy_round_trips_and_its_precision_must_match_the_run(capsys, tmp_path):
+    code, out, err = run(capsys, *ESTIMATE, "--device", "h100", "--precision", "fp8")
+    assert code == 0, err
+    plan = tmp_path / "plan.json"
+    plan.write_text(out[out.index("{"):])
+    code, again, err = run(capsys, *ESTIMATE[:-4], "--strategy-file", plan, "--json", "-", "--device", "h100",
+                           "--precision", "fp8")
+    assert code == 0, err
+    assert json.loads(again[again.index("{"):])["strategy"] == json.loads(out[out.index("{"):])["strategy"]
+    assert_one_line_error(*run(capsys, *ESTIMATE[:-4], "--strategy-file", plan, "--device", "h100"),
+                          "precision=fp8", "--precision bf16")
