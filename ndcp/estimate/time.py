@@ -412,7 +412,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
     model_flops = model_flops_per_step(model, run.seq_len, s.global_batch, run.mfu_convention)
     # every device of a stage executes its stage's FLOPs for each of the mbn micro-batches
     hardware_flops = s.mbn * sum(t.flops for t in stages) * (s.devices // s.pp)
-    capacity = s.devices * cluster.device.peak_flops * step
+    capacity = s.devices * cluster.device.utilisation_peak(run.fp8) * step  # FP8 runs: of the FP8 peak
     tokens = s.global_batch * run.seq_len
     return TimeEstimate(step, model_flops / capacity, hardware_flops / capacity, tokens / (step * s.devices), parts,
                         model_flops, hardware_flops, run.mfu_convention)

@@ -46,6 +46,11 @@ class DeviceSpec:
     fp8_peak_flops: float = 0.0
     mxfp8: bool = False
 
+    def utilisation_peak(self, fp8: bool) -> float:
+        """The peak MFU and HFU are measured against: the FP8 dense peak for FP8 runs (NVIDIA dgxc-benchmarking's
+        basis, docs/formulas.md §2.6), else the BF16/FP16 dense peak."""
+        return self.fp8_peak_flops if fp8 and self.fp8_peak_flops else self.peak_flops
+
     def __post_init__(self):
         positive_int("memory_bytes", self.memory_bytes, 1 << 60)
         positive_int("devices_per_node", self.devices_per_node)

@@ -90,7 +90,7 @@ def _compare(row: MeasuredRun) -> RunComparison:
     """Estimate one row and set measured and estimated figures on the same basis."""
     model, cluster, run, strategy = row.model, row.cluster, row.run, row.strategy
     estimate = estimate_time(model, cluster, run, strategy)
-    peak = cluster.device.peak_flops * cluster.count
+    peak = cluster.device.utilisation_peak(run.fp8) * cluster.count
     if row.narayanan_basis:
         basis, flops = NARAYANAN_BASIS, narayanan_flops_per_step(model, run.seq_len, strategy.global_batch)
     else:

@@ -5,7 +5,6 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ndcp.estimate import communication as comm
 from ndcp.estimate.time import cp_bytes, cp_comm_seconds, estimate_time, layer_time
 from ndcp.rules import strategy_refusal
 from ndcp.solve.certificate import cpsat_search

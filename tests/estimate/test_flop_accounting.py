@@ -33,7 +33,9 @@ def problems(draw):
                         zero=draw(st.sampled_from([0, 1, 2, 3])), sp=tp > 1 and draw(st.booleans()),
                         recompute=RecomputePlan.uniform(draw(st.sampled_from(["none", "selective", "full"]))))
     device = device_preset(draw(st.sampled_from(["a100-80g", "h100", "b200", "mi300x"])))
-    run = RunSpec(global_batch=dp * mbs * mbn, seq_len=seq, flash_attention=draw(st.booleans()))
+    fp8 = device.fp8_peak_flops > 0 and draw(st.booleans())  # FP8 runs: MFU and HFU of the FP8 peak
+    run = RunSpec(global_batch=dp * mbs * mbn, seq_len=seq, flash_attention=draw(st.booleans()),
+                  precision="fp8" if fp8 else "bf16")
     cluster = ClusterSpec(device, dp * tp * pp * cp)
     return model, cluster, run, strategy
 
