@@ -33,7 +33,9 @@ class SpaceOptions:
     sp_choices: tuple[bool, ...] = (False, True)
     tp_cp_bound: int = 0  # 0 = tp within a node, cp unbounded
     max_offset: int = 0  # per-layer plans: how far a stage's layer count may move from the default partition
-    cp_comms: tuple[str, ...] = CP_COMM_TYPES  # CP communication types searched when cp > 1 (the rules still apply)
+    # CP communication types searched when cp > 1 (the rules still apply). Default the p2p ring alone, as the CLI:
+    # each extra type adds the cp > 1 candidates again (measured 2-3x the search time, `ndcp search --cp-comm`).
+    cp_comms: tuple[str, ...] = ("p2p",)
 
     def __post_init__(self):
         for name, value in self.fix + self.max:

@@ -5,6 +5,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 from .cli_helpers import run
 from ndcp.rules import RULEBOOK, RULES, check_strategy, strategy_refusal
 from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.specs.strategy import CP_COMM_TYPES
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, Strategy, device_preset
 from ndcp.specs.library import load_model
 
@@ -81,7 +82,7 @@ def test_walked_iff_checked_iff_estimate_accepts(capsys, moe, d, dense_ep, gpus_
     cluster, run_spec = ClusterSpec(H100, gpus), RunSpec(global_batch=gbs, seq_len=seq)
     strategy = Strategy(**d, schedule="interleaved" if d["vpp"] > 1 else "1f1b")
 
-    space = SearchSpace(model, cluster, run_spec, SpaceOptions(tp_cp_bound=gpus))  # no node restriction
+    space = SearchSpace(model, cluster, run_spec, SpaceOptions(tp_cp_bound=gpus, cp_comms=CP_COMM_TYPES))  # no node restriction
     walked = any(layout.tp == d["tp"] and layout.pp == d["pp"] and layout.cp == d["cp"] and layout.dp == d["dp"]
                  and layout.ep == d["ep"] and layout.etp == d["etp"] and layout.vpp == d["vpp"]
                  and layout.cp_comm == d["cp_comm"]

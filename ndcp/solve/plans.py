@@ -112,7 +112,7 @@ def _visit(ctx: SearchContext, items, bounds: list[float], verifier: _PlanVerifi
 def _degree_key(strategy) -> tuple:
     """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry."""
     s = strategy
-    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp)
+    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm)
 
 
 class _PlanVerifier:

@@ -7,8 +7,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ndcp.estimate.time import cp_bytes, cp_comm_seconds, estimate_time, layer_time
 from ndcp.rules import strategy_refusal
-from ndcp.solve.certificate import cpsat_search
-from ndcp.solve.exhaustive import exhaustive_search
+from ndcp.solve.certificate import PLAN_TOLERANCE, cpsat_search, plan_search
+from ndcp.solve.exhaustive import exhaustive_plan_search, exhaustive_search
+from ndcp.specs.strategy import CP_COMM_TYPES
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, SpecError, Strategy, device_preset
 from ndcp.specs.library import load_model
@@ -112,7 +113,7 @@ def test_estimate_contract(capsys):
 
 def test_the_walk_offers_each_accepted_variant_once_cp_runs():
     space = SearchSpace(LLAMA, ClusterSpec(H100, 16), RunSpec(global_batch=16, seq_len=8192),
-                        SpaceOptions(fix=(("pp", 1), ("mbs", 1))))
+                        SpaceOptions(fix=(("pp", 1), ("mbs", 1)), cp_comms=CP_COMM_TYPES))
     walk = space.walk()
     by_cp = {}
     for layout, _, _ in walk.batches:
@@ -135,7 +136,7 @@ def cp_problems(draw):
     run_spec = RunSpec(global_batch=draw(st.sampled_from([1, 2, 4])), seq_len=draw(st.sampled_from([4096, 32768])),
                        memory_cap_bytes=draw(st.sampled_from([0, 2**28, 2**30])), reserve_bytes=2**20)
     return SearchSpace(model, ClusterSpec(device_preset(draw(st.sampled_from(["h100", "a100-80g"]))), gpus), run_spec,
-                       SpaceOptions(fix=(("cp", cp),), zero_stages=(1,)))
+                       SpaceOptions(fix=(("cp", cp),), zero_stages=(1,), cp_comms=CP_COMM_TYPES))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -145,3 +146,12 @@ def test_cpsat_chooses_cp_comm_as_the_oracle_does(space):
     assert solved.status == oracle.status
     assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
                                                                         rel=1e-9)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(space=cp_problems())
+def test_per_layer_plans_choose_cp_comm_as_the_oracle_does(space):
+    oracle, solved = exhaustive_plan_search(space, top=2), plan_search(space, top=2, time_limit=60)
+    assert solved.status == oracle.status
+    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
+                                                                        rel=PLAN_TOLERANCE)
