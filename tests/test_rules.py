@@ -1,15 +1,16 @@
 """The rulebook: one set of named rules, so the space walk, a single strategy check and `ndcp estimate` agree."""
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
 from .cli_helpers import run
 from ndcp.rules import RULEBOOK, RULES, check_strategy, strategy_refusal
 from ndcp.space import SearchSpace, SpaceOptions
-from ndcp.specs.strategy import CP_COMM_TYPES
+from ndcp.specs.strategy import CP_COMM_TYPES, accounted_partition, default_partition
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, Strategy, device_preset
 from ndcp.specs.library import load_model
 
 LLAMA = load_model("llama3-8b")  # 32 heads, 8 KV heads, 32 layers
+DENSE = {"llama3-8b": LLAMA, "llama3.1-405b": load_model("llama3.1-405b")}  # 126 + 2 = 128: the accounted split
 TINY_MOE = load_model("tiny-moe")
 H100 = device_preset("h100")
 
@@ -68,13 +69,17 @@ DEGREES = st.fixed_dictionaries({
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(moe=st.booleans(), d=DEGREES, dense_ep=st.sampled_from([False] * 4 + [True]),
+@given(moe=st.booleans(), dense=st.sampled_from(["llama3-8b", "llama3-8b", "llama3.1-405b"]), d=DEGREES,
+       dense_ep=st.sampled_from([False] * 4 + [True]),
        gpus_off=st.sampled_from([1] * 6 + [2]), batch_off=st.sampled_from([0] * 6 + [1]),
        seq=st.sampled_from([2048, 2048, 2048, 4098]))
-def test_walked_iff_checked_iff_estimate_accepts(capsys, moe, d, dense_ep, gpus_off, batch_off, seq):
+@example(moe=False, dense="llama3.1-405b", dense_ep=False, gpus_off=1, batch_off=0, seq=2048,  # accounted split
+         d={"tp": 8, "pp": 4, "cp": 1, "dp": 2, "ep": 1, "etp": 1, "vpp": 2, "mbs": 1, "mbn": 8, "sp": True,
+            "cp_comm": "p2p"})
+def test_walked_iff_checked_iff_estimate_accepts(capsys, moe, dense, d, dense_ep, gpus_off, batch_off, seq):
     """A random strategy is in the walked space (search restrictions lifted) exactly when the rulebook accepts it,
     and exactly when `ndcp estimate --strategy` accepts it."""
-    model = TINY_MOE if moe else LLAMA
+    model = TINY_MOE if moe else DENSE[dense]
     if not moe and not dense_ep:  # mostly valid expert degrees on the dense model, so most rules get exercised
         d = {**d, "ep": 1, "etp": 1}
     gpus = d["dp"] * d["tp"] * d["pp"] * d["cp"] * gpus_off
@@ -91,22 +96,29 @@ def test_walked_iff_checked_iff_estimate_accepts(capsys, moe, d, dense_ep, gpus_
     refusal = strategy_refusal(model, cluster, run_spec, strategy)
     accepted = refusal is None
     event("accepted" if accepted else f"refused: {refusal.rule}")
+    if accepted and strategy.layout_note(model.layers):
+        event("accepted: embedding+loss accounted split")
     assert walked == accepted, strategy_refusal(model, cluster, run_spec, strategy)
 
     text = ",".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in d.items())
-    code, _, err = run(capsys, "estimate", "tiny-moe" if moe else "llama3-8b", "--device", "h100", "--gpus", gpus,
+    code, _, err = run(capsys, "estimate", "tiny-moe" if moe else dense, "--device", "h100", "--gpus", gpus,
                        "--global-batch", gbs, "--seq-len", seq, "--strategy", text, "--json", "-")
     assert (code == 0) == accepted, err
     if not accepted:
         assert code == 2 and err.startswith("ndcp: error: ")
 
 
-def test_interleaving_an_uneven_model_needs_an_explicit_partition():
-    # Llama-3.1-405B's 126 layers on pp=8 x vpp=8: NVIDIA's recipe counts the embedding and the loss as layers.
+def test_interleaving_an_uneven_model_needs_the_accounted_split_or_an_explicit_partition():
+    # Llama-3.1-405B's 126 layers on pp=8 x vpp=8: NVIDIA's recipe counts the embedding and the loss as layers
+    # (126 + 2 = 128 = 64 chunks x 2), which is the default partition; pp=8 x vpp=3 (24 chunks) splits neither way.
     model = load_model("llama3.1-405b")
     cluster, run_spec = ClusterSpec(H100, 512), RunSpec(global_batch=256, seq_len=8192)
-    even = Strategy(tp=8, pp=8, cp=2, dp=4, vpp=8, mbn=64, schedule="interleaved")
-    with pytest.raises(SpecError, match="126 layers divisible by pp\\*vpp = 64, or an explicit layers_per_stage"):
-        check_strategy(model, cluster, run_spec, even)
-    layout = (1,) + (2,) * 62 + (1,)
-    check_strategy(model, cluster, run_spec, even.with_(layers_per_stage=layout))
+    accounted = Strategy(tp=8, pp=8, cp=2, dp=4, vpp=8, mbn=64, schedule="interleaved")
+    check_strategy(model, cluster, run_spec, accounted)
+    assert default_partition(126, 64) == accounted_partition(126, 64) == (1,) + (2,) * 62 + (1,)
+    assert accounted.layout_note(126) == "embedding+loss accounted"
+    three = accounted.with_(vpp=3)
+    with pytest.raises(SpecError, match="126 layers divisible by pp\\*vpp = 24 \\(or 126 \\+ 2"):
+        check_strategy(model, cluster, run_spec, three)
+    check_strategy(model, cluster, run_spec, three.with_(layers_per_stage=(5,) * 18 + (6,) * 6))
+    assert three.with_(layers_per_stage=(5,) * 18 + (6,) * 6).layout_note(126) is None

@@ -15,7 +15,7 @@ from ..estimate.layout import partition
 from ..schedules import schedule_named
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from ..specs.strategy import RecomputePlan, StageRecompute, Strategy
+from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, accounted_partition
 
 KINDS = ("megatron", "torchtitan", "mindformers")
 
@@ -111,7 +111,13 @@ def _megatron(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[list[
         flags += ["--microbatch-group-size-per-virtual-pipeline-stage",
                   str(schedule_named("interleaved").group_size(s.pp, s.mbn))]
     even = len(set(counts)) == 1
-    if even:
+    if not even and counts == accounted_partition(model.layers, s.pp * s.vpp):
+        # layers + 2 split evenly, the embedding and the loss counted as layers (Megatron-LM arguments.py; core
+        # transformer_block.py get_num_layers_to_build; docs/formulas.md §4)
+        flags += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+        if s.vpp > 1:
+            flags += ["--num-virtual-stages-per-pipeline-rank", str(s.vpp)]
+    elif even:
         if s.vpp > 1:
             flags += ["--num-layers-per-virtual-pipeline-stage", str(counts[0])]
     else:

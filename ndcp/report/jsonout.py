@@ -88,6 +88,12 @@ def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
     }
 
 
+def _layout(model: ModelSpec, strategy: Strategy) -> dict:
+    """{"layout": ...} when the default partition is Megatron's embedding+loss accounted split, else {}."""
+    note = strategy.layout_note(model.layers)
+    return {"layout": note} if note else {}
+
+
 def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy, memory,
                       time=None, notes: Iterable[str] = ()) -> dict:
     """The `ndcp estimate --json` document. `time` is omitted when no time estimate is available."""
@@ -97,7 +103,7 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
         "gpus": cluster.count,
         "nodes": cluster.nodes,
         "run": run_document(run, cluster),
-        "strategy": {**strategy.as_dict(), **run_settings(run)},
+        "strategy": {**strategy.as_dict(), **_layout(model, strategy), **run_settings(run)},
         "memory": memory.as_dict(),
     }
     if time is not None:
@@ -112,8 +118,8 @@ def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space:
     """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result."""
     o = space.options
     found = result.as_dict()
-    for entry in found.get("strategies", ()):
-        entry["strategy"] = {**entry["strategy"], **run_settings(run)}
+    for entry, point in zip(found.get("strategies", ()), result.strategies):
+        entry["strategy"] = {**entry["strategy"], **_layout(model, point.strategy), **run_settings(run)}
     return {
         "model": model_document(model),
         "device": device_document(cluster.device),

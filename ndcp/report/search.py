@@ -222,10 +222,10 @@ def print_ranking(console: Console, result, ep: bool = True) -> None:
     console.print(ranking_table(result, main=False, ep=ep))
 
 
-def best_detail(console: Console, result) -> None:
+def best_detail(console: Console, result, layers: int | None = None) -> None:
     best = result.best
     console.print(Text("Best strategy", style="bold underline"))
-    console.print(strategy_line(best.strategy))
+    console.print(strategy_line(best.strategy, layers))
     print_memory(console, best.memory)
     console.print(fit_line(best.memory))
     console.print(throughput_line(best.time))
@@ -254,7 +254,7 @@ def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run:
     if result.strategies:
         print_ranking(console, result, ep=model.moe is not None)
         console.print()
-        best_detail(console, result)
+        best_detail(console, result, model.layers)
     if result.nearest_misses:
         console.print()
         title = "Nearest misses (faster, but over the memory capacity)" if result.best is not None else \

@@ -207,8 +207,9 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
 
 
-def strategy_line(strategy: Strategy) -> Text:
-    """One line: degrees | batch split | sharding | recompute | schedule (and an explicit partition if any)."""
+def strategy_line(strategy: Strategy, layers: int | None = None) -> Text:
+    """One line: degrees | batch split | sharding | recompute | schedule (and an explicit partition, or with the
+    model's `layers` the accounted default partition's note, if any)."""
     s = strategy
     text = Text()
     text.append("strategy ", style="bold")
@@ -224,6 +225,8 @@ def strategy_line(strategy: Strategy) -> Text:
     text.append(f" | schedule={s.schedule}")
     if s.layers_per_stage:
         text.append(f" | layers/stage={','.join(map(str, s.layers_per_stage))}")
+    elif layers is not None and s.layout_note(layers):
+        text.append(f" | layout={s.layout_note(layers)}")
     return text
 
 
@@ -329,7 +332,7 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
                     memory, time=None, notes: Iterable[str] = ()) -> None:
     """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time."""
     console.print(assumptions_panel(model, cluster, run, memory.capacity_bytes))
-    console.print(strategy_line(strategy))
+    console.print(strategy_line(strategy, model.layers))
     console.print()
     print_memory(console, memory)
     console.print(other_note(memory))

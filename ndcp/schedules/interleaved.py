@@ -2,12 +2,14 @@
 fill/drain bubble by vpp (Narayanan et al. 2021 §2.2.2; Megatron-LM schedules.py; docs/formulas.md §4)."""
 from __future__ import annotations
 
+from ..specs.strategy import accounted_partition
 from .base import LinearPipeline, Refusal, Schedule
 
 
 class Interleaved(Schedule):
     name = "interleaved"
-    rules = {"vpp_layers": "interleaving needs pp > 1 and layers divisible by pp x vpp (or an explicit partition)",
+    rules = {"vpp_layers": "interleaving needs pp > 1 and layers (or layers + 2, the embedding and the loss counted) "
+                           "divisible by pp x vpp (or an explicit partition)",
              "vpp_mbn": "interleaving needs mbn >= pp (a micro-batch group size in [pp, mbn])"}
     trainer_names = {"torchtitan": "Interleaved1F1B"}  # torchtitan pipeline_parallel_schedule; Megatron and
     # MindFormers interleave when given virtual stages (--num-layers-per-virtual-pipeline-stage, pp_interleave_num)
@@ -19,11 +21,14 @@ class Interleaved(Schedule):
                 ) -> Refusal | None:
         if pp == 1:
             return Refusal("vpp_layers", "vpp", "interleaving (vpp > 1) needs pp > 1")
-        # An even split needs the layers divisible by pp*vpp; an explicit partition is any layout of at least one
-        # layer per virtual stage (Megatron-LM --pipeline-model-parallel-layout, core_r0.13).
-        if layers % (pp * vpp) and not explicit_partition:
+        # An even split needs the layers divisible by pp*vpp, or layers + 2 divisible with the embedding and the loss
+        # counted as layers (Megatron-LM --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-
+        # split; specs.strategy.accounted_partition); an explicit partition is any layout of at least one layer per
+        # virtual stage (Megatron-LM --pipeline-model-parallel-layout, core_r0.13).
+        if layers % (pp * vpp) and accounted_partition(layers, pp * vpp) is None and not explicit_partition:
             return Refusal("vpp_layers", "vpp", f"interleaving needs {layers} layers divisible by pp*vpp = "
-                                                  f"{pp * vpp}, or an explicit layers_per_stage")
+                                                  f"{pp * vpp} (or {layers} + 2 with the embedding and the loss "
+                                                  "counted as layers), or an explicit layers_per_stage")
         # Megatron-Core (main, 2025: schedules.py, forward_backward_pipelining_with_interleaving) runs any mbn >= pp:
         # a group size g in [pp, mbn] whose last group is empty or >= pp always exists (g = mbn); see group_size.
         if mbn is not None and mbn < pp:

@@ -10,10 +10,25 @@ from .recompute import RECOMPUTE_MODES, RecomputePlan, StageRecompute
 
 
 @lru_cache(maxsize=4096)
+def accounted_partition(layers: int, virtual_stages: int) -> tuple[int, ...] | None:
+    """Megatron's split counting the embedding and the loss as one layer each (--account-for-embedding-in-pipeline-
+    split, --account-for-loss-in-pipeline-split; core transformer_block.py get_num_layers_to_build): layers + 2 split
+    evenly, the first virtual stage one fewer (embedding), the last one fewer (loss); docs/formulas.md §4. None when
+    the layers already split evenly, layers + 2 does not, or a first/last stage would hold no layer."""
+    per, rest = divmod(layers + 2, virtual_stages)
+    if layers % virtual_stages == 0 or rest or per < 2:
+        return None
+    return (per - 1,) + (per,) * (virtual_stages - 2) + (per - 1,)
+
+
 def default_partition(layers: int, virtual_stages: int) -> tuple[int, ...]:
-    """Layers per virtual stage: even where possible; the remainder goes to interior stages first, so the first and
-    last stages (which also hold the embedding, the output layer and the logits) get fewer. Never fails while
+    """Layers per virtual stage: even where possible, else Megatron's embedding+loss accounted split where layers + 2
+    divides (accounted_partition); otherwise the remainder goes to interior stages first, so the first and last
+    stages (which also hold the embedding, the output layer and the logits) get fewer. Never fails while
     layers >= virtual_stages (DeepSeek-V3's 61 layers on 16 stages: 3, 4 x 13, 3... see tests)."""
+    accounted = accounted_partition(layers, virtual_stages)
+    if accounted is not None:
+        return accounted
     base, extra = divmod(layers, virtual_stages)
     counts = [base] * virtual_stages
     order = list(range(1, virtual_stages - 1)) + [virtual_stages - 1, 0] if virtual_stages > 2 else [1, 0][:virtual_stages]
@@ -100,6 +115,12 @@ class Strategy:
             raise SpecError(f"zero={zero!r} is not valid; valid: 0, 1, 2, 3")
         return Strategy.trusted(**{**self.__dict__, "zero": zero})
 
+    def layout_note(self, layers: int) -> str | None:
+        """"embedding+loss accounted" when the default partition of these layers is Megatron's accounted split."""
+        if self.layers_per_stage or accounted_partition(layers, self.virtual_stages) is None:
+            return None
+        return "embedding+loss accounted"
+
     def as_dict(self) -> dict:
         """The JSON `strategy` object (the recompute plan as a mode string or per-stage counts)."""
         recompute = self.recompute.as_json()
@@ -115,5 +136,5 @@ class Strategy:
                 self.sp, self.schedule, self.recompute.key(), self.layers_per_stage, self.cp_comm)
 
 
-__all__ = ["default_partition", "Strategy", "CP_COMM_TYPES", "cp_a2a_size",
+__all__ = ["accounted_partition", "default_partition", "Strategy", "CP_COMM_TYPES", "cp_a2a_size",
            "RecomputePlan", "StageRecompute", "RECOMPUTE_MODES", "SpecError"]

@@ -43,7 +43,7 @@ from ..specs.library import parse_yaml
 from ..specs.model import MLASpec, ModelSpec, MoESpec
 from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES
 from ..specs.run import MFU_CONVENTIONS, RunSpec
-from ..specs.strategy import RecomputePlan, Strategy, default_partition
+from ..specs.strategy import RecomputePlan, Strategy, accounted_partition, default_partition
 from ..specs.units import GIB
 
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
@@ -262,10 +262,12 @@ def _strategy(model: ModelSpec, fields: dict, gpus: int, global_batch: int, nara
         int(per_stage) * pp * vpp == model.layers else ()
     if vpp > 1 and model.layers % (pp * vpp) and not layers_per_stage:
         # Megatron runs these by counting the embedding and the loss as layers (--account-for-embedding-in-pipeline-
-        # split, --account-for-loss-in-pipeline-split): the first and last virtual stages hold fewer layers, which is
-        # the default partition's shape; the interleaved schedule needs that layout given explicitly.
-        layers_per_stage = default_partition(model.layers, pp * vpp)
-        notes.append(f"layers per virtual stage {layers_per_stage[0]}-{max(layers_per_stage)}-{layers_per_stage[-1]} "
+        # split, --account-for-loss-in-pipeline-split): the default partition where layers + 2 splits evenly
+        # (accounted_partition); any other uneven count is given to the interleaved schedule explicitly.
+        if accounted_partition(model.layers, pp * vpp) is None:
+            layers_per_stage = default_partition(model.layers, pp * vpp)
+        counts = layers_per_stage or default_partition(model.layers, pp * vpp)
+        notes.append(f"layers per virtual stage {counts[0]}-{max(counts)}-{counts[-1]} "
                      "(embedding and loss counted as layers)")
     recompute = RecomputePlan.uniform(_recompute(fields.get("recompute"), narayanan_basis, notes))
     try:

@@ -35,6 +35,8 @@ def megatron_parser() -> argparse.ArgumentParser:
                    dest="microbatch_group_size_per_vp_stage")
     p.add_argument("--decoder-first-pipeline-num-layers", type=int, default=None)
     p.add_argument("--decoder-last-pipeline-num-layers", type=int, default=None)
+    p.add_argument("--account-for-embedding-in-pipeline-split", action="store_true")
+    p.add_argument("--account-for-loss-in-pipeline-split", action="store_true")
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--micro-batch-size", type=int, required=True)
     p.add_argument("--global-batch-size", type=int, required=True)
@@ -237,3 +239,25 @@ def test_unknown_kind():
     assert set(KINDS) == {"megatron", "torchtitan", "mindformers"}
     with pytest.raises(ValueError):
         emit("deepspeed", LLAMA, RUN, llama_strategy())
+
+
+@pytest.mark.parametrize("vpp", [8, 1])
+def test_megatron_embedding_and_loss_accounted_split(vpp):
+    # Llama-3.1-405B's 126 layers on pp=8 (x vpp=8): 126 + 2 = 128 splits evenly with the embedding and the loss
+    # counted as layers; Megatron builds (126 + 2) / (pp * vpp) layers per chunk, one fewer on the first and the last
+    # (core transformer_block.py get_num_layers_to_build).
+    model = load_model("llama3.1-405b")
+    s = Strategy(dp=16, tp=8, pp=8, cp=2, vpp=vpp, schedule="interleaved" if vpp > 1 else "1f1b", sp=True, mbs=1,
+                 mbn=128, zero=1, recompute=SELECTIVE)
+    out = emit("megatron", model, RunSpec(global_batch=2048, seq_len=8192), s)
+    args = parse_megatron(out.text)
+    assert args.account_for_embedding_in_pipeline_split and args.account_for_loss_in_pipeline_split
+    assert args.num_layers == 126 and args.num_layers_per_virtual_pipeline_stage is None
+    assert args.num_virtual_stages_per_pipeline_rank == (vpp if vpp > 1 else None)
+    assert args.decoder_first_pipeline_num_layers is None and args.decoder_last_pipeline_num_layers is None
+    per_chunk = (args.num_layers + 2) // (args.pipeline_model_parallel_size * vpp)
+    megatron = [per_chunk] * (8 * vpp)
+    megatron[0] -= 1
+    megatron[-1] -= 1
+    assert tuple(megatron) == partition(model, s)
+    assert not any("cannot express" in n for n in out.notes)

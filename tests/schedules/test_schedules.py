@@ -43,7 +43,10 @@ def test_pipeline_seconds_works_on_numpy_grids():
 
 def test_interleaving_rules():
     assert INTERLEAVED.refusal(32, 1, 2, 8).rule == "vpp_layers"  # needs pp > 1
-    assert INTERLEAVED.refusal(30, 4, 2, 8).rule == "vpp_layers"  # 30 layers not divisible by pp*vpp
+    assert INTERLEAVED.refusal(29, 4, 2, 8).rule == "vpp_layers"  # neither 29 nor 29 + 2 divisible by pp*vpp
+    assert INTERLEAVED.refusal(30, 4, 2, 8) is None  # 30 + 2: the embedding+loss accounted split (3, 4 x 6, 3)
+    assert INTERLEAVED.refusal(6, 4, 2, 8).rule == "vpp_layers"  # 6 + 2 = 8 chunks of 1: a first stage of 0 layers
+    assert INTERLEAVED.refusal(29, 4, 2, 8, explicit_partition=True) is None
     assert INTERLEAVED.refusal(32, 4, 2, 3).rule == "vpp_mbn"  # mbn >= pp (current Megatron-Core)
     assert INTERLEAVED.refusal(32, 4, 2, 6) is None  # no longer a multiple of pp
     assert INTERLEAVED.refusal(32, 4, 2, 8) is None

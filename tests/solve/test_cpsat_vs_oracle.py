@@ -86,3 +86,17 @@ def test_same_inputs_same_answer():
     space = SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=32, seq_len=1024))
     first, second = cpsat_search(space, top=5, seed=0), cpsat_search(space, top=5, seed=0)
     assert [e.strategy for e in first.strategies] == [e.strategy for e in second.strategies]
+
+
+@pytest.mark.parametrize("cap", [0, 2**26])
+def test_cpsat_agrees_with_the_oracle_on_the_embedding_and_loss_accounted_split(cap):
+    """6 layers on pp=2 x vpp=2: 6 % 4 != 0 but 6 + 2 splits (Megatron's accounted split, 1, 2, 2, 1) is walked,
+    and the solver proves the oracle's optimum."""
+    model = ModelSpec(name="six", layers=6, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
+    space = SearchSpace(model, ClusterSpec(device_preset("h100"), 4),
+                        RunSpec(global_batch=8, seq_len=1024, memory_cap_bytes=cap, reserve_bytes=2**20),
+                        SpaceOptions(fix=(("pp", 2),), zero_stages=(1,)))
+    assert any(layout.vpp == 2 for layout, _, _ in space.walk().batches)
+    oracle, solved = exhaustive_search(space, top=5), cpsat_search(space, top=5)
+    assert solved.status == oracle.status
+    assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)

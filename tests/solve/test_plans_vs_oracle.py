@@ -43,3 +43,19 @@ def test_joint_plan_search_equals_exhaustive_enumeration(space, offset):
     uniform = cpsat_search(space, top=1)
     if uniform.strategies:
         assert solved.strategies[0].step_seconds <= uniform.strategies[0].step_seconds * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("cap", [0, 2**26])
+def test_plan_search_equals_exhaustive_enumeration_on_the_accounted_split(cap):
+    """Per-layer plans on Megatron's embedding+loss accounted split (6 layers, pp=2 x vpp=2: 1, 2, 2, 1)."""
+    model = ModelSpec(name="six", layers=6, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
+    space = SearchSpace(model, ClusterSpec(device_preset("h100"), 4),
+                        RunSpec(global_batch=8, seq_len=1024, memory_cap_bytes=cap, reserve_bytes=2**20),
+                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2), ("vpp", 2))))
+    oracle = exhaustive_plan_search(space, top=TOP)
+    solved = plan_search(space, top=TOP, time_limit=60)
+    assert solved.status == oracle.status
+    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
+                                                                       rel=PLAN_TOLERANCE)
+    for e in oracle.strategies:
+        assert [p.layers for p in e.strategy.recompute.stages or ()] in ([], [1, 2, 2, 1])
