@@ -69,6 +69,11 @@ def mlp_gemms(model: ModelSpec, ffn: int, tokens: float, tp: int, count: float =
     return Gemm(tokens, model.hidden, up, count), Gemm(tokens, ffn / tp, model.hidden, count)
 
 
+def router_gemm(model: ModelSpec, tokens: float) -> Gemm:
+    """The MoE router, hidden -> experts scores; replicated on TP ranks (and kept in BF16 under FP8)."""
+    return Gemm(tokens, model.hidden, model.moe.experts)
+
+
 def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, padded: bool = True) -> tuple[Gemm, ...]:
     """Router, routed experts and shared experts of one MoE layer on one device, forward.
 
@@ -81,7 +86,7 @@ def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, padde
     pairs = tokens * m.top_k * ((m.capacity_factor or 1.0) if padded else 1.0)
     rows_per_expert = pairs * etp * ep / (tp * m.experts)
     routed = mlp_gemms(model, m.expert_ffn_hidden, rows_per_expert, etp, count=m.experts / ep)
-    router = (Gemm(tokens, model.hidden, m.experts),)  # replicated on TP ranks
+    router = (router_gemm(model, tokens),)
     shared = mlp_gemms(model, m.shared_hidden * m.shared_experts, tokens, tp) if m.shared_experts else ()
     return router + routed + shared
 
@@ -90,7 +95,8 @@ def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1
                 padded: bool = True) -> tuple[Gemm, ...]:
     """All weight GEMMs of one body layer of `kind` ("dense" or "moe"), forward, one device; `padded`: MoE experts
     padded to the capacity factor (what runs) or not (model FLOPs)."""
-    mlp = moe_gemms(model, tokens, tp, ep, etp, padded) if kind == "moe" else mlp_gemms(model, model.ffn_hidden, tokens, tp)
+    mlp = (moe_gemms(model, tokens, tp, ep, etp, padded) if kind == "moe"
+           else mlp_gemms(model, model.ffn_hidden, tokens, tp))
     return attention_projection_gemms(model, tokens, tp) + mlp
 
 
@@ -204,6 +210,7 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
     return nbytes / device.hbm_bandwidth
 
 
-__all__ = ["Gemm", "layer_gemms", "attention_core_flops", "output_layer_gemm", "mtp_projection_gemm",
+__all__ = ["Gemm", "layer_gemms", "router_gemm", "attention_core_flops", "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
-           "model_flops_per_step", "narayanan_flops_per_step", "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]
+           "model_flops_per_step", "narayanan_flops_per_step", "elementwise_bytes", "memory_seconds",
+           "FLASH_BACKWARD_RATIO"]

@@ -26,6 +26,7 @@ from ..specs.run import RunSpec
 #     per direction) plus a scale per block: 2 + 1 + 1 + scales (4 bytes per 128 elements twice; 1 byte per 32 twice).
 # Hopper's FP8 tensor cores take only the TN layout, so per-tensor recipes also write a transposed copy (+1) there.
 CAST_BYTES = {"delayed": 3.0, "tensorwise": 5.0, "blockwise": 4.0 + 2 * 4 / 128, "mxfp8": 4.0 + 2 * 1 / 32}
+PER_TENSOR_RECIPES = ("delayed", "tensorwise")  # one scale per tensor: Hopper needs the transposed FP8 copy
 TRANSPOSE_BYTES = 1.0  # the transposed FP8 copy a per-tensor recipe writes on a device without `mxfp8` (Hopper)
 
 
@@ -45,7 +46,7 @@ def cast_bytes_per_element(run: RunSpec, device: DeviceSpec) -> float:
     """HBM bytes one FP8 cast moves per element under the run's recipe on this device (0 without fp8)."""
     if not run.fp8:
         return 0.0
-    per_tensor = run.fp8_recipe in ("delayed", "tensorwise")
+    per_tensor = run.fp8_recipe in PER_TENSOR_RECIPES
     return CAST_BYTES[run.fp8_recipe] + (TRANSPOSE_BYTES if per_tensor and not device.mxfp8 else 0.0)
 
 
@@ -57,7 +58,7 @@ def weight_copy_bytes_per_parameter(run: RunSpec) -> float:
     parameter too many there."""
     if not run.fp8 or run.trainer == "torchtitan":  # torchao Float8Linear casts per GEMM and keeps no copy
         return 0.0
-    if run.fp8_recipe in ("delayed", "tensorwise"):
+    if run.fp8_recipe in PER_TENSOR_RECIPES:
         return 1.0 + TRANSPOSE_BYTES
     return CAST_BYTES[run.fp8_recipe] - 2.0  # row-wise + column-wise copies and their scales
 

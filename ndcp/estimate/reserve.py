@@ -109,6 +109,7 @@ def reserve_parts(run: RunSpec, strategy: Strategy, activation_bytes: float) -> 
     return {**fixed_reserve_parts(run, strategy), "fragmentation": fragmentation_bytes(activation_bytes)}
 
 
-__all__ = ["CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "CUBLAS_HANDLES", "NCCL_CONNECTION_BYTES", "NCCL_SIMPLE_BYTES", "NCCL_CHANNELS",
-           "FRAGMENTATION_FRACTION", "OUTSIDE_ALLOCATOR", "P2P_CHANNELS_PER_PEER", "ProcessGroup", "process_groups", "communicator_bytes",
-           "fixed_reserve_parts", "fragmentation_bytes", "reserve_parts"]
+__all__ = ["CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "CUBLAS_HANDLES", "NCCL_CONNECTION_BYTES",
+           "NCCL_SIMPLE_BYTES", "NCCL_CHANNELS", "FRAGMENTATION_FRACTION", "OUTSIDE_ALLOCATOR",
+           "P2P_CHANNELS_PER_PEER", "ProcessGroup", "process_groups", "communicator_bytes", "fixed_reserve_parts",
+           "fragmentation_bytes", "reserve_parts"]

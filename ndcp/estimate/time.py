@@ -17,11 +17,10 @@ from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, NO_RECOMPUTE, recom
 from ..specs.strategy import Strategy, cp_a2a_size
 from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, layer_gemms, memory_seconds,
-                      model_flops_per_step, mtp_projection_gemm, output_layer_gemm, total_flops)
-from .gemm import attention_core_seconds, gemm_seconds
-from .compute import Gemm
-from .fp8 import cast_bytes_per_element
+                      model_flops_per_step, mtp_projection_gemm, output_layer_gemm, router_gemm, total_flops)
 from .data_parallel import Windows, data_parallel_seconds
+from .fp8 import cast_bytes_per_element
+from .gemm import attention_core_seconds, gemm_seconds
 from .layout import stage_mode_counts
 
 LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
@@ -187,10 +186,10 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     linear = gemm_seconds(gemms, device, dtype)
     cast_forward = cast_backward = 0.0
     if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
-        router = Gemm(tokens, model.hidden, model.moe.experts) if kind == "moe" else None
+        router = router_gemm(model, tokens) if kind == "moe" else None
         low = tuple(g for g in gemms if g != router)
-        linear = gemm_seconds(low, device, dtype, fp8=True) + gemm_seconds(
-            tuple(g for g in gemms if g == router), device, dtype)
+        linear = gemm_seconds(low, device, dtype, fp8=True) + (gemm_seconds((router,), device, dtype) if router
+                                                                 else 0.0)
         per_element = cast_bytes_per_element(run, device)
         cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
         cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)

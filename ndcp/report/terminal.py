@@ -225,8 +225,8 @@ def strategy_line(strategy: Strategy, layers: int | None = None) -> Text:
     text.append(f" | schedule={s.schedule}")
     if s.layers_per_stage:
         text.append(f" | layers/stage={','.join(map(str, s.layers_per_stage))}")
-    elif layers is not None and s.layout_note(layers):
-        text.append(f" | layout={s.layout_note(layers)}")
+    elif layers is not None and (note := s.layout_note(layers)):
+        text.append(f" | layout={note}")
     return text
 
 

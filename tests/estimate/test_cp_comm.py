@@ -7,13 +7,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ndcp.estimate.time import cp_bytes, cp_comm_seconds, estimate_time, layer_time
 from ndcp.rules import strategy_refusal
-from ndcp.solve.certificate import PLAN_TOLERANCE, cpsat_search, plan_search
-from ndcp.solve.exhaustive import exhaustive_plan_search, exhaustive_search
 from ndcp.specs.strategy import CP_COMM_TYPES
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, SpecError, Strategy, device_preset
 from ndcp.specs.library import load_model
 from tests.cli_helpers import assert_one_line_error, run
+from tests.solve.oracle import assert_plan_search_matches_oracle, assert_uniform_search_matches_oracle
 
 H100 = device_preset("h100")
 LLAMA = load_model("llama3-8b")  # 32 heads, 8 KV heads of 128
@@ -142,16 +141,10 @@ def cp_problems(draw):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(space=cp_problems())
 def test_cpsat_chooses_cp_comm_as_the_oracle_does(space):
-    oracle, solved = exhaustive_search(space, top=3), cpsat_search(space, top=3, time_limit=60)
-    assert solved.status == oracle.status
-    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
-                                                                        rel=1e-9)
+    assert_uniform_search_matches_oracle(space, top=3)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(space=cp_problems())
 def test_per_layer_plans_choose_cp_comm_as_the_oracle_does(space):
-    oracle, solved = exhaustive_plan_search(space, top=2), plan_search(space, top=2, time_limit=60)
-    assert solved.status == oracle.status
-    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
-                                                                        rel=PLAN_TOLERANCE)
+    assert_plan_search_matches_oracle(space, top=2)

@@ -16,14 +16,13 @@ from ndcp.estimate.parameters import stage_parameters
 from ndcp.estimate.time import estimate_time
 from ndcp.estimate.trainers import data_parallel_sync
 from ndcp.rules import strategy_refusal
-from ndcp.solve.certificate import PLAN_TOLERANCE, cpsat_search, plan_search
-from ndcp.solve.exhaustive import exhaustive_plan_search, exhaustive_search
 from ndcp.specs import ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, SpecError, Strategy, device_preset
 from ndcp.specs.library import load_model
 from ndcp.specs.run import GRAD_SYNCS, PARAM_GATHERS
 
 from ..cli_helpers import assert_one_line_error, run as run_cli
 from ..solve.test_bounds import test_item_bounds_never_exceed_the_full_estimators as bounds_hold
+from ..solve.oracle import assert_plan_search_matches_oracle, assert_uniform_search_matches_oracle
 from ..solve.test_cpsat_vs_oracle import problems
 from ..solve.test_plans_vs_oracle import small_problems
 
@@ -231,10 +230,7 @@ def _with_sync(space, fields):
 @given(space=problems(), fields=SYNC_RUNS)
 def test_uniform_search_equals_the_oracle_for_every_sync_setting(space, fields):
     space = _with_sync(space, fields)
-    oracle, solved = exhaustive_search(space, top=2), cpsat_search(space, top=2, time_limit=60)
-    assert solved.status == oracle.status
-    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
-                                                                        rel=1e-9)
+    assert_uniform_search_matches_oracle(space, top=2)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -242,10 +238,7 @@ def test_uniform_search_equals_the_oracle_for_every_sync_setting(space, fields):
 def test_plan_search_equals_the_oracle_for_every_sync_setting(space, fields, offset):
     space = _with_sync(space, fields)
     space = replace(space, options=replace(space.options, max_offset=offset))
-    oracle, solved = exhaustive_plan_search(space, top=2), plan_search(space, top=2, time_limit=60)
-    assert solved.status == oracle.status
-    assert [e.step_seconds for e in solved.strategies] == pytest.approx([e.step_seconds for e in oracle.strategies],
-                                                                        rel=PLAN_TOLERANCE)
+    assert_plan_search_matches_oracle(space, top=2)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
