@@ -1,7 +1,55 @@
-"""Byte units (binary and decimal), defined once for the specs, the reports and the command line."""
+"""Units (bytes, binary and decimal; token counts and lengths with suffixes) and name lookup, defined once for the
+specs, the reports and the command line."""
 from __future__ import annotations
+
+import difflib
+import re
+from typing import Mapping, TypeVar
+
+from .fields import SpecError
 
 KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
 
-__all__ = ["KIB", "MIB", "GIB", "TIB", "KB", "MB", "GB", "TB"]
+_NUMBER_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]?)\s*$")
+# Sequence lengths are powers of two in practice: 8k = 8,192, 128k = 131,072, 1M = 1,048,576.
+_LENGTH_SUFFIXES = {"": 1, "k": 2**10, "m": 2**20}
+# Token counts are decimal, as papers write them: 15T = 15 x 10^12.
+_COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+def _with_suffix(text: str, suffixes: dict[str, int], what: str, example: str) -> int:
+    match = _NUMBER_RE.match(str(text))
+    suffix = match.group(2).lower() if match else ""
+    if not match or suffix not in suffixes:
+        raise SpecError(f"invalid {what} {text!r}: expected e.g. {example}")
+    value = float(match.group(1)) * suffixes[suffix]
+    if value != int(value) or value < 1 or value > 2**62:
+        raise SpecError(f"invalid {what} {text!r}: expected a whole number >= 1, e.g. {example}")
+    return int(value)
+
+
+def parse_length(text: str) -> int:
+    """Tokens of a sequence from "4096", "8k" (8,192), "128k" or "1M" (1,048,576): binary suffixes."""
+    return _with_suffix(text, _LENGTH_SUFFIXES, "length", "4096, 8k, 128k or 1M")
+
+
+def parse_count(text: str) -> int:
+    """A count from "1000000", "15T" (15 x 10^12), "1.5B" or "300M": decimal suffixes."""
+    return _with_suffix(text, _COUNT_SUFFIXES, "count", "1000000, 300M, 1.5B or 15T")
+
+
+T = TypeVar("T")
+
+
+def lookup(name: str, table: Mapping[str, T], what: str) -> T:
+    """`table[name]`, case-insensitive (table keys are lower case); SpecError with a did-you-mean otherwise."""
+    key = str(name).strip().lower()
+    if key in table:
+        return table[key]
+    close = difflib.get_close_matches(key, list(table), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise SpecError(f"{what}={name!r} is not known{hint}; valid: {', '.join(table)}")
+
+
+__all__ = ["KIB", "MIB", "GIB", "TIB", "KB", "MB", "GB", "TB", "parse_length", "parse_count", "lookup"]
