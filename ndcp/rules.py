@@ -19,7 +19,9 @@ from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
 from .specs.model import ModelSpec
 from .specs.run import RunSpec
+from .specs.recompute import CLASSIC_MODES, MODULES, RECOMPUTE_MODES, modules_without_layers, recompute_option
 from .specs.strategy import Strategy, cp_a2a_size, default_partition
+from .trainers import PROFILES
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,15 @@ def _sp_tp(p: Problem, d: dict) -> Refusal | None:
 
 
 def _partition(p: Problem, d: dict) -> Refusal | None:
+    """An explicit partition places every layer, and every device stage holds at least one (a chunk may hold none:
+    only the embedding or the loss, as Megatron's layout notation allows)."""
     layers, total = p.model.layers, sum(d["layers_per_stage"] or (p.model.layers,))
-    return _refuse("partition", "layers_per_stage", total == layers,
-                   lambda: f"sums to {total}; it must sum to {layers} layers")
+    if total != layers:
+        return Refusal("partition", "layers_per_stage", f"sums to {total}; it must sum to {layers} layers")
+    counts, pp = d["layers_per_stage"], d["pp"]
+    empty = next((s for s in range(pp) if counts and not sum(counts[s::pp])), None)
+    return _refuse("partition", "layers_per_stage", empty is None,
+                   lambda: f"leaves device stage {empty} without a layer")
 
 
 def _recompute_stages(p: Problem, d: dict) -> Refusal | None:
@@ -174,6 +182,59 @@ def _recompute_stages(p: Problem, d: dict) -> Refusal | None:
                            f"recompute.stages[{i}] covers {stage.layers} layers but virtual stage {i} holds {n} "
                            f"(partition {list(layers)})")
     return None
+
+
+def recompute_option_refusal(model: ModelSpec, run: RunSpec, mode: str) -> Refusal | None:
+    """A recompute option the model and trainer can run: module options (Megatron-Core --recompute-modules) need
+    the layers their modules act on, and they and activation offloading need a trainer that has them (Megatron)."""
+    option = recompute_option(mode)
+    idle = modules_without_layers(option, model.moe is None or model.dense_layers > 0, model.moe is not None,
+                                  model.mla is not None)
+    if idle:
+        return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: "
+                       + ", ".join(f"{n} needs {MODULES[n].needs} layers" for n in idle))
+    if option.name not in CLASSIC_MODES and run.trainer != "megatron":
+        return Refusal("recompute_modules", "recompute", f"{mode} is Megatron-Core's (recompute modules, activation "
+                                                         f"offloading); {run.trainer} runs none, selective or full")
+    return None
+
+
+def _recompute_modules(p: Problem, d: dict) -> Refusal | None:
+    plan = d["recompute"]
+    used = [plan.mode] if plan.is_uniform else [m for m in RECOMPUTE_MODES if any(s.count(m) for s in plan.stages)]
+    return next((r for r in (recompute_option_refusal(p.model, p.run, m) for m in used) if r), None)
+
+
+def _profile(p: Problem):
+    return PROFILES[p.run.trainer]
+
+
+def _trainer_etp(p: Problem, d: dict) -> Refusal | None:
+    """The trainer runs expert tensor parallelism (ndcp/trainers: torchtitan 0.3 has no degree for it)."""
+    return _refuse("trainer_etp", "etp", _profile(p).expert_tensor_parallel or d["etp"] == 1,
+                   lambda: f"{p.run.trainer} has no expert tensor parallelism ({_profile(p).version}): etp must be 1")
+
+
+def _trainer_cp_comm(p: Problem, d: dict) -> Refusal | None:
+    comm, runs = d.get("cp_comm", "p2p"), _profile(p).cp_comms
+    return _refuse("trainer_cp_comm", "cp_comm", comm in runs,
+                   lambda: f"{p.run.trainer} runs context parallelism as {', '.join(runs)}")
+
+
+def trainer_zero_stages(run: RunSpec) -> tuple[int, ...]:
+    """The ZeRO stages the run's trainer runs whatever the degrees (the search's choices): torchtitan runs DDP
+    (ZeRO-0) only without TP, PP, CP and EP, so a search under it takes FSDP (ZeRO-3) alone."""
+    profile = PROFILES[run.trainer]
+    return (3,) if run.trainer == "torchtitan" else profile.zero_stages
+
+
+def _trainer_zero(p: Problem, d: dict) -> Refusal | None:
+    zero, profile = d["zero"], _profile(p)
+    alone = d["tp"] == d["pp"] == d["cp"] == d["ep"] == 1
+    ok = zero in trainer_zero_stages(p.run) or (zero in profile.zero_stages and alone)
+    return _refuse("trainer_zero", "zero", ok, lambda: (
+        f"{p.run.trainer} runs ZeRO " + ", ".join(f"{z} ({how})" for z, how in zip(profile.zero_stages,
+                                                                                 profile.zero_how))))
 
 
 # In the walk's loop order (TP -> PP -> CP -> CP_COMM -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains
@@ -198,8 +259,15 @@ RULEBOOK: tuple[Rule, ...] = (
     Rule("etp_tp", "etp divides tp", "strategy", _etp_tp),
     Rule("ep_ranks", "ep x etp divides tp x cp x dp (MoE parallel folding)", "etp", _ep_ranks),
     Rule("schedule", "a known schedule that runs vpp chunks per stage, and its own rules", "vpp", _schedule),
-    Rule("partition", "layers per stage sum to the model's layers", "strategy", _partition),
+    Rule("partition", "layers per stage sum to the model's layers, at least one per device stage", "strategy",
+         _partition),
+    Rule("trainer_etp", "the trainer runs expert tensor parallelism (torchtitan 0.3: etp = 1)", "etp", _trainer_etp),
+    Rule("trainer_cp_comm", "the trainer runs this CP communication type", "cp_comm", _trainer_cp_comm),
+    Rule("trainer_zero", "the trainer runs this ZeRO stage with these degrees (ndcp/trainers profiles)", "strategy",
+         _trainer_zero),
     Rule("recompute_stages", "a per-stage recompute plan covers each stage's layers", "strategy", _recompute_stages),
+    Rule("recompute_modules", "recompute modules act on the model's layers, under a trainer that has them", "strategy",
+         _recompute_modules),
 )
 LEVEL_RULES = {level: tuple(r for r in RULEBOOK if r.level == level)
                for level in ("tp", "pp", "cp", "cp_comm", "dp", "mbs", "ep", "etp", "vpp")}
@@ -230,7 +298,7 @@ def strategy_degrees(strategy: Strategy) -> dict:
     s = strategy
     return {"tp": s.tp, "pp": s.pp, "cp": s.cp, "dp": s.dp, "ep": s.ep, "etp": s.etp, "vpp": s.vpp, "mbs": s.mbs,
             "mbn": s.mbn, "sp": s.sp, "schedule": s.schedule, "layers_per_stage": s.layers_per_stage,
-            "recompute": s.recompute, "cp_comm": s.cp_comm}
+            "recompute": s.recompute, "cp_comm": s.cp_comm, "zero": s.zero}
 
 
 def strategy_refusal(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> Refusal | None:
@@ -247,7 +315,7 @@ def refusal_error(refusal: Refusal, degrees: dict) -> SpecError:
     """The user error of a broken rule: the field, its value, and what would be valid."""
     value = degrees[refusal.field]
     shown = (list(value) if isinstance(value, tuple) else "on" if value is True
-             else "per-stage" if refusal.field == "recompute" else value)
+             else value.mode if refusal.field == "recompute" else value)
     return SpecError(f"{refusal.field}={shown} is not valid: {refusal.message}")
 
 
@@ -256,6 +324,37 @@ def check_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strateg
     refusal = strategy_refusal(model, cluster, run, strategy)
     if refusal is not None:
         raise refusal_error(refusal, strategy_degrees(strategy))
+
+
+def check_positions(model: ModelSpec, run: RunSpec) -> None:
+    """Learned position embeddings end at max_positions: a longer sequence has no embedding to look up. RoPE has
+    no table, so a RoPE model may train past its max_positions (context extension, as Llama 3.1 did from 8K to 128K;
+    docs/models.md §4)."""
+    if model.position_embedding == "learned" and run.seq_len > model.max_positions:
+        raise SpecError(f"seq_len={run.seq_len} is not valid: {model.name} has {model.max_positions:,} learned "
+                        f"positions (max_positions); use --seq-len {model.max_positions} or less")
+
+
+def check_images(model: ModelSpec, run: RunSpec) -> None:
+    """Images need a vision encoder and a size in whole patches, and their tokens must fit in the sequence
+    (docs/models.md §5)."""
+    encoder, images = model.encoder, run.images_per_sample
+    if not images:
+        if run.image_size:
+            raise SpecError(f"image_size={run.image_size} needs images: add --images-per-sample N")
+        return
+    if encoder is None:
+        raise SpecError(f"images_per_sample={images} is not valid: {model.name} has no vision encoder; drop "
+                        "--images-per-sample or give a vision-language model (llava, qwen2_vl, gemma3 config)")
+    side = run.image_size or encoder.image_size
+    if not side:
+        raise SpecError(f"{model.name}'s vision encoder takes any resolution: give --image-size PIXELS "
+                        f"(a multiple of {encoder.patch_size * encoder.spatial_merge})")
+    encoder.check_image_size(side, "image_size")
+    tokens = images * encoder.image_tokens(side)
+    if tokens > run.seq_len:
+        raise SpecError(f"images_per_sample={images} is not valid: {images} x {encoder.image_tokens(side)} image "
+                        f"tokens exceed the sequence ({run.seq_len}); raise --seq-len or lower the images")
 
 
 def check_given_degrees(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degrees: dict) -> None:
@@ -269,4 +368,5 @@ def check_given_degrees(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, de
 
 
 __all__ = ["RULEBOOK", "RULES", "Rule", "Problem", "first_refusal", "check_strategy", "strategy_refusal",
-           "strategy_degrees", "sp_allowed", "refusal_error", "check_given_degrees"]
+           "strategy_degrees", "sp_allowed", "refusal_error", "check_given_degrees", "check_positions",
+           "check_images", "trainer_zero_stages"]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator
 
-from .rules import Problem, first_refusal, sp_allowed
-from .schedules import default_schedule
+from .rules import Problem, first_refusal, recompute_option_refusal, sp_allowed, trainer_zero_stages
+from .schedules import SCHEDULES, default_schedule, schedule_named
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
 from .specs.model import ModelSpec
@@ -21,6 +22,10 @@ from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, RecomputePlan, Strat
 _UNIFORM = {mode: RecomputePlan.uniform(mode) for mode in RECOMPUTE_MODES}
 DIMENSIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
 DEFAULT_MAX_VPP = 8
+# Schedules searched by default: those every supported trainer runs (Megatron-LM and torchtitan). Zero-bubble and
+# DualPipe need a trainer that runs them (Qi et al.'s fork, DeepSeek's DualPipe, torchtitan's DualPipeV): searched
+# when asked (SpaceOptions.schedules), jointly with everything else.
+DEFAULT_SCHEDULES = ("1f1b", "interleaved")
 
 @dataclass(frozen=True)
 class SpaceOptions:
@@ -36,6 +41,7 @@ class SpaceOptions:
     # CP communication types searched when cp > 1 (the rules still apply). Default the p2p ring alone, as the CLI:
     # each extra type adds the cp > 1 candidates again (measured 2-3x the search time, `ndcp search --cp-comm`).
     cp_comms: tuple[str, ...] = ("p2p",)
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES  # pipeline schedules searched (each where its rules allow)
 
     def __post_init__(self):
         for name, value in self.fix + self.max:
@@ -47,6 +53,8 @@ class SpaceOptions:
             raise SpecError(f"max_offset={self.max_offset} is not valid; expected an integer >= 0")
         if not self.cp_comms or any(c not in CP_COMM_TYPES for c in self.cp_comms):
             raise SpecError(f"cp_comm={','.join(self.cp_comms)} is not valid; valid: {', '.join(CP_COMM_TYPES)}")
+        if not self.schedules or any(x not in SCHEDULES for x in self.schedules):
+            raise SpecError(f"schedule={','.join(self.schedules)} is not valid; valid: {', '.join(SCHEDULES)}")
 
     def fixed(self, name: str) -> int | None:
         return dict(self.fix).get(name)
@@ -67,11 +75,11 @@ class Layout:
     etp: int
     vpp: int
     cp_comm: str = "p2p"  # searched when cp > 1 (walk: the cp_comm level's rules)
+    schedule: str = ""  # the pipeline schedule; "" = the default for vpp
 
-    @property
-    def schedule(self) -> str:
-        """The pipeline schedule this layout runs (the default for its vpp)."""
-        return default_schedule(self.vpp)
+    def __post_init__(self):
+        if not self.schedule:
+            object.__setattr__(self, "schedule", default_schedule(self.vpp))
 
     def strategy(self, mbs: int, mbn: int, zero: int, sp: bool, recompute: str) -> Strategy:
         """The strategy at this layout (the space's rules already hold, so it is built without re-validation)."""
@@ -98,11 +106,14 @@ class SearchSpace:
 
     def partition_offset(self, layout: Layout) -> int:
         """How far a stage's layer count may move from the default partition in per-layer plans: uneven partitions
-        are searched (within options.max_offset) only for single-kind models without interleaving (0 = the
-        partition is fixed)."""
+        are searched (within options.max_offset of each device stage's default count; with interleaving each device
+        stage's layers split evenly over its chunks, specs.pipeline_layout.split_device_stages) for single-kind models
+        (0 = the partition is fixed)."""
         model = self.model
         single_kind = model.moe is None or model.dense_layers == 0
-        return self.options.max_offset if single_kind and layout.vpp == 1 and layout.pp > 1 else 0
+        # a mirrored schedule's stage also holds the mirror stage's parameters: its partition stays the default
+        return (self.options.max_offset if single_kind and layout.pp > 1
+                and not schedule_named(layout.schedule).mirrored else 0)
 
     # -- domains ------------------------------------------------------------------------------------------------
     def _domain(self, name: str, values, refused: Counter, weight: int = 1) -> list[int]:
@@ -120,10 +131,17 @@ class SearchSpace:
 
     def inner_choices(self, tp: int) -> tuple[list[int], list[bool], list[str]]:
         """ZeRO stages, SP settings (SP only with tp > 1) and recompute modes searched for a layout."""
-        zero = [z for z in self.options.zero_stages if self._allowed("zero", z)]
+        trainer = trainer_zero_stages(self.run)  # the stages the run's trainer runs (ndcp/trainers profiles)
+        zero = [z for z in self.options.zero_stages if self._allowed("zero", z) and z in trainer]
         sp_fixed = self.options.fixed("sp")
         sp = [s for s in self.options.sp_choices if sp_allowed(s, tp) and (sp_fixed is None or int(s) == sp_fixed)]
-        return zero, sp, list(self.options.recompute_modes)
+        return zero, sp, self._recompute_modes
+
+    @cached_property
+    def _recompute_modes(self) -> list[str]:
+        """The searched recompute options that this model and trainer can run (rules.recompute_option_refusal)."""
+        return [m for m in self.options.recompute_modes
+                if recompute_option_refusal(self.model, self.run, m) is None]
 
     def _allowed(self, name: str, value: int) -> bool:
         fixed, bound = self.options.fixed(name), self.options.bound(name)
@@ -201,7 +219,9 @@ class SearchSpace:
             batch = {**known, "mbs": mbs, "mbn": mbn}
             if self._refused(problem, "mbs", batch, refused):
                 continue
-            vpp_refusal = {vpp: first_refusal(problem, "vpp", {**batch, "vpp": vpp})
+            # per vpp: each searched schedule that runs it, with its refusal (rule `schedule`, ndcp/schedules)
+            vpp_refusal = {vpp: [(name, first_refusal(problem, "vpp", {**batch, "vpp": vpp, "schedule": name}))
+                                 for name in self.options.schedules if SCHEDULES[name].accepts_vpp(vpp)]
                            for vpp in range(1, DEFAULT_MAX_VPP + 1)}
             for ep in self._domain("ep", eps, refused):
                 if ep_refusal[ep] is not None:
@@ -212,11 +232,15 @@ class SearchSpace:
                         refused[etp_refusal[ep, etp].rule] += 1
                         continue
                     for vpp in self._domain("vpp", range(1, DEFAULT_MAX_VPP + 1), refused):
-                        if vpp_refusal[vpp] is not None:
-                            refused[vpp_refusal[vpp].rule] += 1
-                            continue
-                        for cp_comm in comms:
-                            out.batches.append((Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm), mbs, mbn))
+                        if not vpp_refusal[vpp]:
+                            refused["schedule"] += 1  # no searched schedule runs vpp chunks
+                        for schedule, refusal in vpp_refusal[vpp]:
+                            if refusal is not None:
+                                refused[refusal.rule] += 1
+                                continue
+                            for cp_comm in comms:
+                                out.batches.append((Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm, schedule), mbs,
+                                                    mbn))
 
     def candidates(self, walk: SpaceWalk | None = None) -> Iterator[Strategy]:
         """Every valid strategy: each (layout, mbs, mbn) times the inner ZeRO x SP x recompute choices."""

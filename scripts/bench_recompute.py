@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
-"""Benchmark: joint per-layer recompute (CP-SAT plan_search) vs the reference planner's greedy recompute vs the best
-uniform recompute (CP-SAT cpsat_search), on real models from 64 to 16,384 GPUs under tight to loose memory caps.
+"""Benchmark: joint per-layer recompute (CP-SAT plan_search, every recompute option: none, selective, full,
+Megatron-Core's recompute modules and activation offload) vs the same search over the classic three options only
+(none/selective/full, `--recompute classic`) vs the reference planner's greedy recompute vs the best uniform
+recompute (CP-SAT cpsat_search), on real models from 64 to 16,384 GPUs under tight to loose memory caps.
 
 Each row, measured in this run: the best step time each method finds, its solve time, and the proof status
-(per-layer / uniform: `optimal` = proven, `feasible` = stopped at its time limit with the printed gap; greedy is a
-heuristic and never proven). Usage: python scripts/bench_recompute.py [--quick | --cases I,J] [--time-limit S] [--markdown]
+(per-layer / classic / uniform: `optimal` = proven, `feasible` = stopped at its time limit with the printed gap;
+greedy is a heuristic and never proven); the winner's recompute; per-layer relative to classic, greedy and uniform.
+Usage: python scripts/bench_recompute.py [--quick | --cases I,J] [--time-limit S] [--markdown]
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from dataclasses import replace
 
 from ndcp.solve.certificate import cpsat_search, plan_search
 from ndcp.solve.greedy import greedy_search
-from ndcp.space import SearchSpace
+from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
+from ndcp.specs.recompute import CLASSIC_MODES
 
 GIB = 2**30
 MATRIX = [  # model, device, gpus, global batch, sequence, memory cap (GiB)
@@ -51,26 +57,27 @@ def main() -> None:
     limit = args.time_limit or (20.0 if args.quick else 60.0)
     chosen = [int(i) for i in args.cases.split(",")] if args.cases else QUICK if args.quick else range(len(MATRIX))
     cases = [MATRIX[i] for i in chosen]
-    header = ("model", "gpus", "cap", "per-layer s", "status", "gap", "solve", "greedy s", "solve", "uniform s",
-              "status", "solve", "vs greedy", "vs uniform")
-    rows = []
+    header = ("model", "gpus", "cap", "per-layer s", "status", "solve", "recompute", "classic s", "status", "solve",
+              "greedy s", "solve", "uniform s", "status", "solve", "vs classic", "vs greedy", "vs uniform")
+    rows, gains = [], []
     for name, device, gpus, gbs, seq, cap in cases:
         space = SearchSpace(load_model(name), ClusterSpec(device_preset(device), gpus),
                             RunSpec(global_batch=gbs, seq_len=seq, memory_cap_bytes=cap * GIB))
-        t0 = time.perf_counter()
-        joint = plan_search(space, top=1, time_limit=limit)
-        t1 = time.perf_counter()
-        greedy = greedy_search(space, top=1, time_limit=limit)
-        t2 = time.perf_counter()
-        uniform = cpsat_search(space, top=1, time_limit=limit)
-        t3 = time.perf_counter()
-        j, g, u = (r.best.step_seconds if r.best else None for r in (joint, greedy, uniform))
-        rows.append((name, str(gpus), f"{cap}GiB", _fmt(j), joint.status,
-                     "-" if joint.status != "feasible" or j is None else f"{100 * joint.gap:.2f}%",
-                     f"{t1 - t0:.1f}", _fmt(g) + (" (cut)" if greedy.explanation.startswith("time limit") else ""), f"{t2 - t1:.1f}",
-                     _fmt(u), uniform.status, f"{t3 - t2:.1f}",
-                     "-" if None in (j, g) else f"{100 * (j / g - 1):+.1f}%",
-                     "-" if None in (j, u) else f"{100 * (j / u - 1):+.1f}%"))
+        classic_space = replace(space, options=SpaceOptions(recompute_modes=CLASSIC_MODES))
+        timed = []
+        for search, where in ((plan_search, space), (plan_search, classic_space), (greedy_search, space),
+                              (cpsat_search, space)):
+            t0 = time.perf_counter()
+            timed.append((search(where, top=1, time_limit=limit), time.perf_counter() - t0))
+        (joint, tj), (classic, tc), (greedy, tg), (uniform, tu) = timed
+        j, c, g, u = (r.best.step_seconds if r.best else None for r in (joint, classic, greedy, uniform))
+        if None not in (j, c):
+            gains.append(1 - j / c)
+        rows.append((name, str(gpus), f"{cap}GiB", _fmt(j), _status(joint), f"{tj:.1f}",
+                     joint.best.strategy.recompute.summary() if joint.best else "-",
+                     _fmt(c), _status(classic), f"{tc:.1f}",
+                     _fmt(g) + (" (cut)" if greedy.explanation.startswith("time limit") else ""), f"{tg:.1f}",
+                     _fmt(u), _status(uniform), f"{tu:.1f}", _relative(j, c), _relative(j, g), _relative(j, u)))
         print(" | ".join(rows[-1]), flush=True)
     print()
     if args.markdown:
@@ -83,8 +90,19 @@ def main() -> None:
         print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
         for row in rows:
             print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
-    print(f"\ntime limit {limit:g} s per method and case; greedy '(cut)': stopped at the limit before pricing every "
-          "candidate. vs: per-layer step time relative to greedy / uniform (negative = per-layer faster).")
+    won = [x for x in gains if x >= 0.001]
+    print(f"\nrecompute modules / offload beat none/selective/full by >= 0.1 % on {len(won)} of {len(gains)} cases"
+          + (f" (median {100 * statistics.median(won):.1f} %, max {100 * max(won):.1f} %)" if won else "")
+          + f". Time limit {limit:g} s per method and case; greedy '(cut)': stopped at the limit before pricing every "
+          "candidate. vs: per-layer step time relative to classic / greedy / uniform (negative = per-layer faster).")
+
+
+def _status(result) -> str:
+    return result.status + (f" {100 * result.gap:.2f}%" if result.status == "feasible" and result.best else "")
+
+
+def _relative(a, b) -> str:
+    return "-" if None in (a, b) else f"{100 * (a / b - 1):+.1f}%"
 
 
 if __name__ == "__main__":

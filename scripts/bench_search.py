@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Benchmark: CP-SAT search vs the exhaustive oracle on real models from 64 to 16,384 GPUs.
+"""Benchmark: the default search (per-layer recompute plans over every recompute option) vs the uniform one
+(`--recompute uniform`), top 10, on real models from 32 to 131,072 GPUs, dense and MoE, with and without memory caps;
+optionally the uniform search vs the exhaustive oracle (`--oracle`).
 
-Prints one row per case, measured in this run: space size, oracle seconds (when its space is small enough to
-finish in reasonable time), CP-SAT seconds, their ratio, proof status, and whether the two answers agree. Each
-search runs in a fresh process and is timed inside it (imports excluded), so neither warms the estimators' caches
-for the other: both pay their own first evaluations.
-Usage: python scripts/bench_search.py [--quick] [--oracle-limit CANDIDATES] [--markdown]
+Each search is one `ndcp search ... --json -` in a fresh process, so none warms the estimators' caches for another.
+Per case and method: wall seconds of the whole process (start and imports included) and the solve seconds the search
+reports; proof status; the best step time. The summary gives the median default/uniform ratio of solve seconds
+(measured in this run: on a shared machine ratios matter more than absolute times).
+Usage: python scripts/bench_search.py [--quick | --cases I,J] [--oracle] [--oracle-limit N] [--tree DIR] [--markdown]
 """
 from __future__ import annotations
 
@@ -18,97 +20,113 @@ import sys
 import time
 from pathlib import Path
 
-from ndcp.solve.certificate import cpsat_search
-from ndcp.solve.exhaustive import exhaustive_search
-from ndcp.space import SearchSpace
-from ndcp.specs import ClusterSpec, RunSpec, device_preset
-from ndcp.specs.library import load_model
-
 ROOT = Path(__file__).resolve().parents[1]
-MATRIX = [  # model, device, gpus, global batch, sequence
-    ("llama3-8b", "h100", 64, 256, 8192),
-    ("llama3-70b", "h100", 64, 128, 8192),
-    ("mixtral-8x7b", "h100", 64, 256, 4096),
-    ("gpt3-175b", "a100-80g", 512, 1536, 2048),
-    ("llama3-70b", "h100", 512, 1024, 8192),
-    ("qwen2.5-72b", "h200", 1024, 1024, 8192),
-    ("llama3.1-405b", "h100", 2048, 1024, 8192),
-    ("mixtral-8x22b", "h100", 2048, 2048, 4096),
-    ("llama3.1-405b", "h100", 16384, 2048, 8192),
-    ("deepseek-v3", "h800", 2048, 4096, 4096),
-    ("qwen3-235b-a22b", "h100", 4096, 4096, 4096),
-    ("gpt3-175b", "h100", 16384, 4096, 2048),
+MATRIX = [  # model, device, gpus, global batch, sequence, memory cap ("" = the device's)
+    ("llama3-8b", "h100", 32, 128, 8192, ""),
+    ("llama3-8b", "h100", 64, 256, 8192, ""),
+    ("gpt3-175b", "a100-80g", 64, 1536, 2048, ""),
+    ("llama3-70b", "h100", 64, 128, 8192, ""),
+    ("llama3-70b", "h100", 64, 128, 8192, "40GiB"),
+    ("mixtral-8x7b", "h100", 64, 256, 4096, ""),
+    ("mixtral-8x7b", "h100", 64, 256, 4096, "50GiB"),
+    ("gpt3-175b", "a100-80g", 512, 1536, 2048, ""),
+    ("gpt3-175b", "a100-80g", 512, 1536, 2048, "24GiB"),
+    ("llama3-70b", "h100", 512, 1024, 8192, ""),
+    ("qwen2.5-72b", "h200", 1024, 1024, 8192, ""),
+    ("qwen3-235b-a22b", "h100", 1024, 2048, 4096, "70GiB"),
+    ("llama3.1-405b", "h100", 2048, 1024, 8192, ""),
+    ("mixtral-8x22b", "h100", 2048, 2048, 4096, ""),
+    ("deepseek-v3", "h800", 2048, 4096, 4096, ""),
+    ("deepseek-v3", "h800", 2048, 4096, 4096, "40GiB"),
+    ("qwen3-235b-a22b", "h100", 4096, 4096, 4096, ""),
+    ("llama3.1-405b", "h100", 16384, 2048, 8192, ""),
+    ("gpt3-175b", "h100", 16384, 4096, 2048, ""),
+    ("llama3.1-405b", "h100", 131072, 16384, 8192, ""),
 ]
+QUICK = [0, 2, 4, 6]
 
 
-def _child(method: str, case: int) -> None:
-    """Run one search of one case and print its timing and answer as JSON (in a fresh process)."""
-    name, device, gpus, gbs, seq = MATRIX[case]
-    space = SearchSpace(load_model(name), ClusterSpec(device_preset(device), gpus), RunSpec(global_batch=gbs, seq_len=seq))
+def argv(case: tuple, method: str, time_limit: float) -> list[str]:
+    """The `ndcp search` arguments of one case and method (default, uniform, oracle)."""
+    name, device, gpus, gbs, seq, cap = case
+    out = ["search", name, "--device", device, "--gpus", str(gpus), "--global-batch", str(gbs), "--seq-len", str(seq),
+           "--time-limit", str(time_limit), "--json", "-", "--quiet"]
+    if cap:
+        out += ["--memory-cap", cap]
+    if method != "default":
+        out += ["--recompute", "uniform"] + (["--exhaustive"] if method == "oracle" else [])
+    return out
+
+
+def run(case: tuple, method: str, time_limit: float, tree: Path = ROOT) -> dict:
+    """One search in a fresh process, ndcp imported from `tree`: its JSON answer plus `wall` (seconds, process start
+    included)."""
     t0 = time.perf_counter()
-    result = (cpsat_search(space, top=10, time_limit=120) if method == "cpsat"
-              else exhaustive_search(space, top=10))
-    seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "status": result.status, "size": space.size(space.walk()),
-                      "steps": [e.step_seconds for e in result.strategies], "verified": result.verified,
-                      "expanded": result.expanded}))
+    done = subprocess.run([sys.executable, "-m", "ndcp"] + argv(case, method, time_limit), capture_output=True,
+                          text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+    wall = time.perf_counter() - t0
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv(case, method, time_limit))}: exit {done.returncode}: {done.stderr.strip()}")
+    answer = json.loads(done.stdout)
+    answer["wall"] = wall
+    return answer
 
 
-def _run(method: str, case: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", method, str(case)], capture_output=True, text=True,
-                          check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return json.loads(done.stdout)
+def steps(answer: dict) -> list[float]:
+    return [round(s["time"]["step_seconds"], 9) for s in answer["strategies"]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="only the first four cases")
+    parser.add_argument("--quick", action="store_true", help=f"only cases {QUICK}")
+    parser.add_argument("--cases", metavar="I,J,...", help="only these rows of the matrix (0-based)")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="solver limit per search (default 60 s)")
+    parser.add_argument("--oracle", action="store_true", help="also run the uniform exhaustive oracle")
     parser.add_argument("--oracle-limit", type=int, default=300_000, help="skip the oracle above this many candidates")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="run ndcp from this source tree (e.g. a copy of an "
+                        "earlier version, to compare before and after)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    parser.add_argument("--child", nargs=2, metavar=("METHOD", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        _child(args.child[0], int(args.child[1]))
-        return
-    rows, ratios, solves = [], [], []
-    for case, (name, device, gpus, gbs, seq) in enumerate(MATRIX[:4] if args.quick else MATRIX):
-        solved = _run("cpsat", case)
-        cpsat_s, size = solved["seconds"], solved["size"]
-        solves.append(cpsat_s)
-        oracle_s, agree = None, "-"
-        if size <= args.oracle_limit:
-            oracle = _run("oracle", case)
-            oracle_s = oracle["seconds"]
-            same = [round(t, 9) for t in oracle["steps"]] == [round(t, 9) for t in solved["steps"]]
-            agree = "yes" if same and oracle["status"] == solved["status"] else "NO"
-            ratios.append(oracle_s / cpsat_s)
-        best = solved["steps"][0] if solved["steps"] else None
-        rows.append((f"{name}", device, gpus, gbs, seq, size, oracle_s, cpsat_s, solved["status"], agree,
-                     best, solved["verified"], solved["expanded"]))
-        print_row(rows[-1], args.markdown, header=len(rows) == 1)
-    summary = f"median CP-SAT {statistics.median(solves):.3f} s over {len(solves)} cases"
-    if ratios:
-        summary += (f"; oracle/CP-SAT ratio: median {statistics.median(ratios):.1f}x, min {min(ratios):.1f}x, "
-                    f"max {max(ratios):.1f}x over {len(ratios)} cases the oracle finished")
-    print(summary)
+    chosen = [int(i) for i in args.cases.split(",")] if args.cases else QUICK if args.quick else range(len(MATRIX))
+    titles = ["model", "device", "GPUs", "GBS", "seq", "cap", "space", "default s", "wall s", "status", "uniform s",
+              "wall s", "status", "ratio", "same best"]
+    if args.oracle:
+        titles += ["oracle s", "agree"]
+    print_row(titles, args.markdown, header=True)
+    solves, ratios, proven_in = [], [], []
+    for i in chosen:
+        case = MATRIX[i]
+        default, uniform = (run(case, method, args.time_limit, args.tree) for method in ("default", "uniform"))
+        d, u = default["solve_seconds"], uniform["solve_seconds"]
+        solves.append(d)
+        ratios.append(d / u)
+        proven_in.append(d if default["proven"] else None)
+        same = "-" if not (steps(default) and steps(uniform)) else (
+            "yes" if steps(default)[0] == steps(uniform)[0] else f"{100 * (steps(default)[0] / steps(uniform)[0] - 1):+.2f}%")
+        cells = [*map(str, case[:5]), case[5] or "-", f"{default['space']['size']:,}", f"{d:.3f}",
+                 f"{default['wall']:.2f}", default["status"], f"{u:.3f}", f"{uniform['wall']:.2f}", uniform["status"],
+                 f"{d / u:.2f}", same]
+        if args.oracle:
+            if uniform["space"]["size"] <= args.oracle_limit:
+                oracle = run(case, "oracle", args.time_limit, args.tree)
+                agree = steps(oracle) == steps(uniform) and oracle["status"] == uniform["status"]
+                cells += [f"{oracle['solve_seconds']:.2f}", "yes" if agree else "NO"]
+            else:
+                cells += ["-", "-"]
+        print_row(cells, args.markdown, header=False)
+    proven = [s for s in proven_in if s is not None]
+    print(f"\ndefault search: proven on {len(proven)} of {len(solves)} cases, median solve {statistics.median(solves):.3f} s, "
+          f"max {max(solves):.3f} s; median default/uniform ratio {statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f}); load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
 
-def print_row(row, markdown: bool, header: bool) -> None:
-    name, device, gpus, gbs, seq, size, oracle_s, cpsat_s, status, agree, best, verified, expanded = row
-    cells = [name, device, str(gpus), str(gbs), str(seq), f"{size:,}", "-" if oracle_s is None else f"{oracle_s:.2f}",
-             f"{cpsat_s:.3f}", "-" if oracle_s is None else f"{oracle_s / cpsat_s:.1f}x", status, agree,
-             "-" if best is None else f"{best:.3f}", str(verified), str(expanded)]
-    titles = ["model", "device", "GPUs", "GBS", "seq", "space", "oracle s", "CP-SAT s", "ratio", "status", "agree",
-              "best step s", "verified", "expanded"]
+def print_row(cells: list[str], markdown: bool, header: bool) -> None:
     if markdown:
-        if header:
-            print("| " + " | ".join(titles) + " |")
-            print("|" + "---|" * len(titles))
         print("| " + " | ".join(cells) + " |")
-    else:
         if header:
-            print("  ".join(f"{t:>12}" for t in titles))
-        print("  ".join(f"{c:>12}" for c in cells), flush=True)
+            print("|" + "---|" * len(cells))
+    else:
+        print("  ".join(f"{c:>10}" for c in cells), flush=True)
 
 
 if __name__ == "__main__":

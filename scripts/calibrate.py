@@ -8,14 +8,10 @@ overhead from the ridge point). The objective is the mean absolute MFU error,
 in points, over the runs `ndcp validate` compares, estimated through the same path (ndcp.validation) with the
 candidate values put on each run's device.
 
-Search: the exact minimum over a grid of ceilings 0.50-0.95. A ceiling only moves its own generation's runs, so each
-generation is searched on its own (steps of 0.01, then 0.005 around the best); every (run, ceiling) error is computed
-once and reused, by the leave-one-source-out folds too. Ties go to the smaller ceiling, so the result is
-deterministic.
-
-Leave-one-source-out: runs are grouped by publication, the id prefix before the first "_" (narayanan2021,
-korthikanti2022, mcore, dgxc, torchtitan, ...); each group is held out in turn, the parameters are fitted on the
-others and the held-out runs estimated with them. A generation with no run left in a fold keeps its preset value.
+Search: the exact minimum over a grid of ceilings 0.50-0.95 (ndcp.validation.fit.grid_minimum). A ceiling only
+moves its own generation's runs, so each generation is searched on its own; every (run, ceiling) error is computed
+once and reused, by the leave-one-source-out folds too (ndcp.validation.fit: the runs, the error cache and the
+folds are the ones `ndcp calibrate` uses). A generation with no run left in a fold keeps its preset value.
 
 Usage: python scripts/calibrate.py [RUNS.yaml] [--json] [--write]
   --json   print the result as JSON instead of text
@@ -27,74 +23,22 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ndcp.specs import device as device_module  # noqa: E402
-from ndcp.specs.device import ClusterSpec  # noqa: E402
-from ndcp.specs.fields import SpecError  # noqa: E402
-from ndcp.validation.compare import _compare  # noqa: E402  (the comparison `ndcp validate` makes, one run)
-from ndcp.validation.runs import MeasuredRun, SkipRun, read_rows  # noqa: E402
+from ndcp.validation.fit import Errors, grid_minimum, leave_one_source_out, load_runs, statistics  # noqa: E402
+from ndcp.validation.runs import MeasuredRun  # noqa: E402
 
 # generation -> (presets in it, the device.py constant holding its fitted ceiling)
 GENERATIONS = {"ampere": (("a100-40g", "a100-80g"), "AMPERE_GEMM_EFFICIENCY"),
                "hopper": (("h100", "h200", "h800"), "HOPPER_GEMM_EFFICIENCY")}
-COARSE = tuple(round(0.50 + 0.01 * i, 3) for i in range(46))  # ceilings 0.50 ... 0.95
-FINE_STEP = 0.005
 
 
 def generation(row: MeasuredRun) -> str | None:
     return next((g for g, (names, _) in GENERATIONS.items() if row.cluster.device.name in names), None)
-
-
-def source(row: MeasuredRun) -> str:
-    return row.id.split("_", 1)[0]
-
-
-def load(path: Path) -> list[MeasuredRun]:
-    """The runs `ndcp validate` compares on MFU, on a device of a fitted generation."""
-    rows = []
-    for _, build in read_rows(path):
-        try:
-            row = build()
-        except (SkipRun, SpecError, ValueError, TypeError, KeyError):
-            continue
-        if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
-                and not row.tokens_per_second_per_gpu:
-            continue
-        if row.run.fp8:  # FP8 rows are compared, not fitted: their ceiling is assumed (docs/formulas.md §3.1)
-            continue
-        if generation(row) and _compare(row).mfu_error_points is not None:
-            rows.append(row)
-    return rows
-
-
-class Errors:
-    """MFU error (points) of each run under a ceiling, each computed once."""
-
-    def __init__(self, rows: list[MeasuredRun]):
-        self.rows, self.cache = rows, {}
-
-    def __call__(self, i: int, ceiling: float) -> float:
-        key = (i, ceiling)
-        if key not in self.cache:
-            row = self.rows[i]
-            device = replace(row.cluster.device, compute_efficiency=ceiling)
-            self.cache[key] = _compare(replace(row, cluster=ClusterSpec(device, row.cluster.count))).mfu_error_points
-        return self.cache[key]
-
-
-def _best_ceiling(errors: Errors, runs: list[int]) -> float:
-    """The ceiling minimising the generation's sum of |error|: coarse grid, then refined."""
-    def cost(c):
-        return sum(abs(errors(i, c)) for i in runs)
-
-    best = min((cost(c), c) for c in COARSE)
-    around = (round(best[1] - FINE_STEP, 3), round(best[1] + FINE_STEP, 3))
-    return min([best] + [(cost(c), c) for c in around if 0.0 < c <= 1.0])[1]
 
 
 def fit(errors: Errors, runs: list[int]) -> dict:
@@ -102,36 +46,29 @@ def fit(errors: Errors, runs: list[int]) -> dict:
     params = {}
     for g, (_, constant) in GENERATIONS.items():
         members = [i for i in runs if generation(errors.rows[i]) == g]
-        params[f"{g}_compute_efficiency"] = (_best_ceiling(errors, members) if members
-                                             else getattr(device_module, constant))
+        params[f"{g}_compute_efficiency"] = (
+            grid_minimum(lambda c: sum(abs(errors(i, {"compute_efficiency": c})) for i in members)) if members
+            else getattr(device_module, constant))
     return params
 
 
 def evaluate(errors: Errors, params: dict, runs: list[int]) -> dict[str, float]:
-    return {errors.rows[i].id: errors(i, params[f"{generation(errors.rows[i])}_compute_efficiency"]) for i in runs}
+    def ceiling(i: int) -> float:
+        return params[f"{generation(errors.rows[i])}_compute_efficiency"]
 
-
-def _stats(values) -> dict:
-    values = [abs(v) for v in values]
-    return {"runs": len(values), "mean": sum(values) / len(values) if values else None,
-            "max": max(values) if values else None}
+    return {errors.rows[i].id: errors(i, {"compute_efficiency": ceiling(i)}) for i in runs}
 
 
 def calibrate(path: Path) -> dict:
-    errors = Errors(load(path))
+    errors = Errors(load_runs(path, lambda row: generation(row) is not None))
     everything = list(range(len(errors.rows)))
     params = fit(errors, everything)
     in_sample = evaluate(errors, params, everything)
-    folds, held_out = [], {}
-    for name in sorted({source(r) for r in errors.rows}):
-        test = [i for i in everything if source(errors.rows[i]) == name]
-        fold_params = fit(errors, [i for i in everything if i not in test])
-        fold_errors = evaluate(errors, fold_params, test)
-        held_out.update(fold_errors)
-        folds.append({"source": name, "parameters": fold_params, "errors": fold_errors, **_stats(fold_errors.values())})
+    folds = leave_one_source_out(errors, everything, lambda runs: fit(errors, runs),
+                                 lambda fold_params, runs: evaluate(errors, fold_params, runs))
     return {"runs_file": str(path), "parameters": params,
-            "in_sample": {**_stats(in_sample.values()), "errors": in_sample},
-            "leave_one_source_out": {**_stats(held_out.values()), "folds": folds}}
+            "in_sample": {**statistics(list(in_sample.values())), "errors": in_sample},
+            "leave_one_source_out": folds}
 
 
 def preset_lines(params: dict) -> list[str]:

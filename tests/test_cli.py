@@ -215,7 +215,7 @@ def test_devices_json_list(capsys):
 
 # -- helpers -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, value", [("70GiB", 70 * 2**30), ("75GB", 75 * 10**9), ("80000MiB", 80000 * 2**20),
-                                         ("1234", 1234), ("1.5TiB", int(1.5 * 2**40)), ("2g", 2 * 2**30)])
+                                         ("1234B", 1234), ("1.5TiB", int(1.5 * 2**40)), ("2g", 2 * 2**30)])
 def test_parse_size(text, value):
     assert parse_size(text) == value
 

@@ -69,7 +69,7 @@ def test_strategy_objects_match_estimate(tiny_docs, capsys):
     best = tiny_docs["cpsat"]["strategies"][0]
     s = best["strategy"]
     spec = ",".join(f"{k}={v if not isinstance(v, bool) else ('on' if v else 'off')}"
-                    for k, v in s.items() if k != "layers_per_stage")
+                    for k, v in s.items() if k not in ("layers_per_stage", "layout"))  # layout: a report
     code = main(["estimate", *TINY, "--strategy", spec, "--json", "-"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -165,7 +165,8 @@ def test_empty_space_exits_1_with_explanation(capsys):
     assert "infeasible" in out and "validity rules" in " ".join(out.split())
 
 
-@pytest.mark.parametrize("method", [[], ["--exhaustive"]], ids=["cpsat", "exhaustive"])
+# the per-layer oracle over none/selective/full (every option would price millions of plans of TINY)
+@pytest.mark.parametrize("method", [[], ["--exhaustive", "--recompute", "classic"]], ids=["cpsat", "exhaustive"])
 def test_impossible_memory_cap_exits_1_naming_the_least_memory(capsys, method):
     doc, err = run_json(capsys, *TINY, "--memory-cap", "1030MiB", *method, code=1)
     assert doc["status"] == "infeasible" and doc["strategies"] == []
@@ -194,7 +195,7 @@ def test_report_on_stdout_and_json_file(capsys, tmp_path):
 def test_progress_lines_when_not_a_tty(capsys, monkeypatch):
     """Off a terminal, progress goes to stderr as plain lines, at most one per interval."""
     monkeypatch.setattr(SearchProgress, "INTERVAL", 0.0)
-    for recompute in ("uniform", "per-layer"):
+    for recompute in ("uniform", "classic"):  # classic: the per-layer oracle over none/selective/full
         code, out, err = run(capsys, *TINY, "--exhaustive", "--recompute", recompute)
         assert code == 0
         lines = [line for line in err.splitlines() if line]
@@ -222,3 +223,14 @@ def test_cp_comm_types_are_searched_on_request(capsys):
     best = [doc["strategies"][0]["time"]["step_seconds"] for doc in (ring, every, allgather)]
     assert best[1] <= min(best[0], best[2]) * (1 + 1e-9)
     assert_one_line_error(*run(capsys, *long, "--cp-comm", "ring"), "--cp-comm")
+
+
+def test_an_explicit_trainer_gets_only_plans_it_can_express(capsys):
+    """--trainer torchtitan runs one recompute option on every layer and no DualPipe: the search returns such plans
+    (and says so); without --trainer the plan is per stage and --emit converts it."""
+    args = ["llama3-8b", "--device", "h100", "--gpus", "8", "--global-batch", "16", "--seq-len", "8192",
+            "--memory-cap", "30GiB", "--top", "3"]
+    doc, err = run_json(capsys, *args, "--trainer", "torchtitan")
+    assert "runs one recompute option on every layer" in err
+    assert all(isinstance(s["strategy"]["recompute"], str) for s in doc["strategies"])
+    assert_one_line_error(*run(capsys, *args, "--trainer", "torchtitan", "--schedules", "dualpipe"), "runs none")

@@ -2,8 +2,8 @@
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
-from .cli_helpers import run
-from ndcp.rules import RULEBOOK, RULES, check_strategy, strategy_refusal
+from .cli_helpers import assert_one_line_error, run
+from ndcp.rules import RULEBOOK, RULES, check_positions, check_strategy, strategy_refusal
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs.strategy import CP_COMM_TYPES, accounted_partition, default_partition
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, Strategy, device_preset
@@ -108,9 +108,10 @@ def test_walked_iff_checked_iff_estimate_accepts(capsys, moe, dense, d, dense_ep
         assert code == 2 and err.startswith("ndcp: error: ")
 
 
-def test_interleaving_an_uneven_model_needs_the_accounted_split_or_an_explicit_partition():
+def test_interleaving_any_layer_count_with_a_layer_per_chunk():
     # Llama-3.1-405B's 126 layers on pp=8 x vpp=8: NVIDIA's recipe counts the embedding and the loss as layers
-    # (126 + 2 = 128 = 64 chunks x 2), which is the default partition; pp=8 x vpp=3 (24 chunks) splits neither way.
+    # (126 + 2 = 128 = 64 chunks x 2), which is the default partition; pp=8 x vpp=3 (24 chunks) splits neither way:
+    # the default uneven partition (Megatron runs it through --pipeline-model-parallel-layout), or an explicit one.
     model = load_model("llama3.1-405b")
     cluster, run_spec = ClusterSpec(H100, 512), RunSpec(global_batch=256, seq_len=8192)
     accounted = Strategy(tp=8, pp=8, cp=2, dp=4, vpp=8, mbn=64, schedule="interleaved")
@@ -118,7 +119,19 @@ def test_interleaving_an_uneven_model_needs_the_accounted_split_or_an_explicit_p
     assert default_partition(126, 64) == accounted_partition(126, 64) == (1,) + (2,) * 62 + (1,)
     assert accounted.layout_note(126) == "embedding+loss accounted"
     three = accounted.with_(vpp=3)
-    with pytest.raises(SpecError, match="126 layers divisible by pp\\*vpp = 24 \\(or 126 \\+ 2"):
-        check_strategy(model, cluster, run_spec, three)
+    check_strategy(model, cluster, run_spec, three)
+    assert three.layout_note(126) is None and sorted(set(default_partition(126, 24))) == [5, 6]
     check_strategy(model, cluster, run_spec, three.with_(layers_per_stage=(5,) * 18 + (6,) * 6))
-    assert three.with_(layers_per_stage=(5,) * 18 + (6,) * 6).layout_note(126) is None
+    # A chunk may be empty (only the embedding or the loss), a device stage may not: stage 0 runs chunks 0, 8, 16.
+    check_strategy(model, cluster, run_spec, three.with_(layers_per_stage=(0,) + (6,) * 7 + (5,) * 12 + (6,) * 4))
+    no_stage_zero = tuple(0 if v % 8 == 0 else 6 for v in range(24))
+    with pytest.raises(SpecError, match="leaves device stage 0 without a layer"):
+        check_strategy(model, cluster, run_spec, three.with_(layers_per_stage=no_stage_zero))
+
+
+def test_learned_positions_bound_the_sequence_rope_does_not(capsys):
+    args = ["estimate", "gpt3-175b", "--device", "h100", "--gpus", "8", "--global-batch", "8", "--strategy", "tp=8"]
+    assert_one_line_error(*run(capsys, *args, "--seq-len", "4096"), "2,048 learned positions", "--seq-len 2048")
+    check_positions(load_model("gpt3-175b"), RunSpec(global_batch=8, seq_len=2048))  # at the bound: fine
+    llama = load_model("llama3-8b")  # RoPE: training past max_positions is context extension
+    check_positions(llama, RunSpec(global_batch=8, seq_len=4 * llama.max_positions))

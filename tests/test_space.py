@@ -22,7 +22,7 @@ def test_every_candidate_obeys_every_rule():
         assert c.devices == 16 and c.global_batch == 64 and c.mbn >= c.pp
         assert c.tp <= 8 and LLAMA.num_kv_heads % c.tp == 0
         assert not c.sp or c.tp > 1
-        assert c.vpp == 1 or (LLAMA.layers % (c.pp * c.vpp) == 0 and c.mbn % c.pp == 0)
+        assert c.vpp == 1 or (LLAMA.layers >= c.pp * c.vpp and c.mbn >= c.pp)  # a layer per chunk; Megatron's group
 
 
 def test_refusals_are_counted_by_rule_name():

@@ -161,7 +161,7 @@ UNKNOWN_RECOMPUTE_CSV = (
 
 def test_unknown_recompute_is_the_least_that_fits(tmp_path):
     from ndcp.specs import RecomputePlan
-    from ndcp.specs.recompute import RECOMPUTE_MODES
+    from ndcp.specs.recompute import CLASSIC_MODES
     from ndcp.validation.runs import read_rows
 
     csv = tmp_path / "runs.csv"
@@ -172,7 +172,7 @@ def test_unknown_recompute_is_the_least_that_fits(tmp_path):
         mode = row.strategy.recompute.mode
         chosen[run_id] = mode
         assert f"recompute {mode} (unknown: least that fits)" in row.assumptions
-        lighter = RECOMPUTE_MODES[:RECOMPUTE_MODES.index(mode)]  # the rulebook's order, lightest first
+        lighter = CLASSIC_MODES[:CLASSIC_MODES.index(mode)]  # none, selective, full: what every trainer runs
         for other in lighter:
             strategy = row.strategy.with_(recompute=RecomputePlan.uniform(other))
             assert not estimate_memory(row.model, row.cluster, row.run, strategy).fits, (run_id, other)
@@ -201,3 +201,10 @@ def test_unknown_recompute_on_narayanans_basis_stays_full(tmp_path):
     assert any("96-coefficient" in a for a in row.assumptions)
     lightest = row.strategy.with_(recompute=RecomputePlan.uniform("none"))
     assert estimate_memory(row.model, row.cluster, row.run, lightest).fits  # least-that-fits would have said none
+
+
+def test_csv_on_words_read_as_true():
+    """`sp=on` in a runs CSV is sequence parallelism on, as --strategy reads it."""
+    from ndcp.validation.values import as_bool
+    assert [as_bool(w) for w in ("on", "true", "1", "yes", "y")] == [True] * 5
+    assert [as_bool(w) for w in ("off", "false", "0", "no")] == [False] * 4 and as_bool("") is None

@@ -17,14 +17,15 @@ from typing import Callable
 
 from .. import __version__
 from ..specs.fields import SpecError
-from . import estimate, listings, recompute, search, validate
+from . import calibrate, estimate, listings, recompute, search, sweep, validate
 from .common import (EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Formatter, InternalError, Parser, UsageError, build_problem,
                      build_strategy, one_line)
 from .search import build_space_options
 
 # Registration functions, in the order `ndcp --help` lists them.
 COMMANDS: list[Callable] = [estimate.register, search.register, recompute.register, listings.register_models,
-                            listings.register_devices, validate.register]
+                            listings.register_devices, validate.register, sweep.register,
+                            calibrate.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,10 +9,10 @@ from rich.console import Console
 
 from ..estimate.reserve import (CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION_FRACTION,
                                 NCCL_CHANNELS, NCCL_CONNECTION_BYTES, RING_CONNECTIONS)
-from ..rules import check_given_degrees, check_strategy
+from ..rules import check_given_degrees, check_images, check_positions, check_strategy
 from ..schedules import default_schedule
 from ..specs import strategy_input
-from ..specs.device import PRESETS, ClusterSpec, device_preset
+from ..specs.device import PRESETS, ClusterSpec, load_device
 from ..specs.fields import SpecError
 from ..specs.library import load_model
 from ..specs.model import ModelSpec
@@ -21,7 +21,8 @@ from ..specs.run import (FP8_RECIPES, GRAD_SYNCS, MFU_CONVENTIONS, OPTIMIZER_STA
 from ..estimate.fp8 import check_fp8
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import Strategy
-from ..specs.units import GIB
+from ..specs.units import GIB, parse_length
+from ..trainers import file_trainer, read_values
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_WORKERS = 256
@@ -63,6 +64,14 @@ def size_argument(text: str) -> int:
     """A size such as 70GiB (specs.strategy_input.parse_size) as an argparse type."""
     try:
         return strategy_input.parse_size(text)
+    except SpecError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def length_argument(text: str) -> int:
+    """A sequence length such as 4096, 8k or 1M (specs.units.parse_length) as an argparse type."""
+    try:
+        return parse_length(text)
     except SpecError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -136,8 +145,9 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL",
                         help="library model name (see `ndcp models`), a model YAML spec, or a Hugging Face config.json")
     group = parser.add_argument_group("cluster")
-    group.add_argument("--device", metavar="NAME", required=True, type=str.lower,
-                       help=f"device preset (see `ndcp devices`): {', '.join(PRESETS)}")
+    group.add_argument("--device", metavar="NAME|FILE", required=True,
+                       help=f"device preset (see `ndcp devices`): {', '.join(PRESETS)}; or a device YAML file "
+                            "(`ndcp devices --show h100` prints one to start from)")
     group.add_argument("--gpus", metavar="N", required=True, type=positive_int, help="number of devices")
     group.add_argument("--devices-per-node", metavar="N", type=positive_int,
                        help="override the preset's devices per node (scale-up domain)")
@@ -150,9 +160,10 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run")
     group.add_argument("--global-batch", metavar="GBS", required=True, type=positive_int,
                        help="global batch in sequences per optimizer step")
-    group.add_argument("--seq-len", metavar="S", required=True, type=positive_int, help="sequence length in tokens")
+    group.add_argument("--seq-len", metavar="S", required=True, type=length_argument,
+                       help="sequence length in tokens: 4096, or with a suffix 8k (8,192), 128k, 1M (1,048,576)")
     group.add_argument("--memory-cap", metavar="SIZE", type=size_argument,
-                       help="usable memory per device (default: all of it), e.g. 70GiB, 75GB, 80000MiB or bytes")
+                       help="usable memory per device (default: all of it), with a unit: 70GiB, 75GB, 80000MiB")
     group.add_argument("--reserve", metavar="SIZE", type=size_argument,
                        help="a measured reserve per device (e.g. nvidia-smi's usage minus torch.cuda."
                             "max_memory_reserved) that replaces the modelled CUDA context, cuBLAS workspaces and NCCL "
@@ -175,9 +186,10 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                        help="gradient buffer dtype (default fp32)")
     group.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                        help="materialise the attention scores (no FlashAttention)")
-    group.add_argument("--trainer", choices=TRAINERS, default="megatron",
-                       help="whose memory behaviour to model (default megatron: Megatron-Core + Transformer Engine; "
-                            "torchtitan: FSDP2 states, op-level selective AC, eager autograd)")
+    group.add_argument("--trainer", choices=TRAINERS, default=None,
+                       help="whose memory behaviour to model (default megatron: Megatron-Core + Transformer Engine, "
+                            "or the trainer of --strategy-from's file; torchtitan: FSDP2 states, op-level selective "
+                            "AC, eager autograd)")
     group.add_argument("--grad-sync", choices=GRAD_SYNCS, default="trainer",
                        help="when gradients are reduced over data-parallel ranks: microbatch (after every "
                             "micro-batch's backward; ZeRO-2/3 reduce-scatter straight into the shard), step (accumulated "
@@ -189,16 +201,27 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                             "for its backward), microbatch (kept gathered from forward to backward), step (kept "
                             "gathered over the step; the last two hold the stage's parameters unsharded) or trainer "
                             "(default: forward-backward; torchtitan with PP: step)")
+    group.add_argument("--overlap", metavar="WHAT", default="trainer",
+                       help="communication overlapped with compute: trainer (default: the trainer's defaults, e.g. "
+                            "Megatron overlaps pipeline sends under interleaving), none, or a '+'-joined subset of "
+                            "ep (MoE all-to-all with another micro-batch's compute), tp (TP collectives with their "
+                            "GEMMs, needs sp), p2p (pipeline sends)")
     group.add_argument("--mfu-convention", choices=MFU_CONVENTIONS, default="causal",
                        help="how MFU counts causal attention (default causal: the unmasked half, as Megatron-LM "
                             "since core_r0.12; full: the whole score matrix, as PaLM and torchtitan). HFU always "
                             "counts what runs")
+    group.add_argument("--images-per-sample", metavar="N", type=positive_int, default=0,
+                       help="images per sequence through a vision-language model's encoder, priced on the first "
+                            "pipeline stage; their tokens are part of --seq-len (default: none)")
+    group.add_argument("--image-size", metavar="PIXELS", type=positive_int, default=0,
+                       help="image side in pixels with --images-per-sample (default: the encoder's own; needed for "
+                            "any-resolution encoders such as Qwen2-VL's)")
 
 
 def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, RunSpec]:
     """The model, cluster (preset + overrides) and run the shared arguments describe. Raises SpecError."""
     model = load_model(args.model)
-    cluster = ClusterSpec(device_preset(args.device), args.gpus).with_overrides(
+    cluster = ClusterSpec(load_device(args.device), args.gpus).with_overrides(
         memory_bytes=args.device_memory,
         devices_per_node=args.devices_per_node,
         intra_node_bandwidth=args.intra_node_bandwidth,
@@ -215,17 +238,34 @@ def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, Run
     run = RunSpec(global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
                   grad_dtype=args.grad_dtype, flash_attention=args.flash_attention,
                   memory_cap_bytes=cap or 0, reserve_bytes=args.reserve, headroom_fraction=args.headroom,
-                  trainer=args.trainer, grad_sync=args.grad_sync, param_gather=args.param_gather,
+                  trainer=args.trainer or file_trainer(getattr(args, "strategy_from", None)) or "megatron",
+                  grad_sync=args.grad_sync, param_gather=args.param_gather,
                   mfu_convention=args.mfu_convention, fp8_recipe=args.fp8_recipe or "delayed",
-                  optimizer_state_dtype=args.optimizer_state_dtype)
+                  optimizer_state_dtype=args.optimizer_state_dtype, overlap=str(args.overlap).strip().lower(),
+                  images_per_sample=args.images_per_sample, image_size=args.image_size)
     if args.fp8_recipe is not None and not run.fp8:
         raise SpecError(f"--fp8-recipe={args.fp8_recipe} needs --precision fp8 (got --precision {args.precision})")
     check_fp8(run, cluster.device)
+    check_positions(model, run)
+    check_images(model, run)
     capacity = run.capacity(memory)
     if args.reserve is not None and args.reserve >= capacity:
         raise SpecError(f"--reserve={gib_text(args.reserve)} leaves no memory: the capacity per device is "
                         f"{gib_text(capacity)}")
     return model, cluster, run
+
+
+def add_quiet_argument(group) -> None:
+    """--quiet / -q, on every command: only the one-line result (a list command: only the names)."""
+    group.add_argument("--quiet", "-q", action="store_true", help="print only the one-line result")
+
+
+def add_max_offset_argument(group) -> None:
+    """--max-offset, one default for search and recompute: 0, the even partition trainers run without an explicit
+    layout, which also keeps the plan models small (each unit widens them and slows the proof)."""
+    group.add_argument("--max-offset", metavar="N", type=int32, default=0,
+                       help="per-layer plans: layers a stage may hold above or below the even partition (default 0: "
+                            "the even partition; each unit widens the plan models and slows the proof)")
 
 
 def check_max_offset(max_offset: int, model: ModelSpec) -> None:
@@ -247,11 +287,35 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
     group.add_argument("--strategy-file", metavar="PLAN.yaml", help=file_help)
 
 
-def strategy_values(args: argparse.Namespace) -> dict[str, Any]:
-    """--strategy-file's keys, overridden by --strategy's."""
+def add_strategy_from_argument(parser, what: str) -> None:
+    """--strategy-from FILE: a trainer's launch configuration read as a strategy (ndcp.trainers)."""
+    parser.add_argument("--strategy-from", metavar="FILE",
+                        help=f"{what} from a trainer configuration: Megatron-LM arguments (a launch script), torchtitan "
+                             "arguments (--module/--config ...) or a MindFormers YAML, as --emit writes them")
+
+
+def strategy_values(args: argparse.Namespace, model: ModelSpec | None = None, run: RunSpec | None = None
+                    ) -> dict[str, Any]:
+    """--strategy-file's keys, then --strategy-from's (needs the model and run), overridden by --strategy's."""
     values = strategy_input.load_strategy_file(args.strategy_file) if args.strategy_file else {}
+    if getattr(args, "strategy_from", None):
+        values.update(read_values(args.strategy_from, model, run))
     values.update(strategy_input.parse_strategy_string(args.strategy))
     return values
+
+
+def pinned_by_file(args: argparse.Namespace, model: ModelSpec, run: RunSpec) -> str:
+    """The --fix items a --strategy-from file pins for a search (its degrees, batch split and ZeRO stage; its SP
+    through --sp), less those --fix names itself; its recompute plan and layout are the search's to choose."""
+    if not getattr(args, "strategy_from", None):
+        return args.fix
+    given = {item.partition("=")[0].strip().lower() for item in str(args.fix or "").split(",") if item.strip()}
+    values = read_values(args.strategy_from, model, run)
+    if "sp" not in given and getattr(args, "sp", "both") == "both":
+        args.sp = "on" if values.get("sp") else "off"  # --sp, as --fix takes sp=on only
+    pins = [f"{k}={values[k]}" for k in ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
+            if k in values and k not in given]
+    return ",".join([args.fix] * bool(args.fix) + pins)
 
 
 def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values: dict[str, Any]) -> Strategy:
@@ -267,6 +331,9 @@ def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values:
         raise SpecError(f"strategy fp8_recipe={recipe} does not match the run (--precision {run.precision}"
                         + (f", --fp8-recipe {run.fp8_recipe}" if run.fp8 else "") + f"); set --precision fp8 "
                         f"--fp8-recipe {recipe}")
+    v.setdefault("pp", 1)
+    strategy_input.resolve_layout(v, model.layers, model.mtp_depth)  # layout= / first/last stage layers
+    strategy_input.resolve_recompute_modules(v)
     for key in strategy_input.DEFAULT_ONE:
         v.setdefault(key, 1)
     check_given_degrees(model, cluster, run, v)
@@ -282,4 +349,6 @@ def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values:
 
 __all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "UsageError", "InternalError", "Parser",
            "Formatter", "subparser", "add_problem_arguments", "build_problem", "build_strategy", "strategy_values",
-           "console", "one_line", "gib_text"]
+           "add_strategy_from_argument", "pinned_by_file",
+           "console", "one_line", "gib_text", "add_max_offset_argument", "length_argument",
+           "add_quiet_argument"]

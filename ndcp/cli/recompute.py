@@ -9,9 +9,9 @@ from ..space import SearchSpace, SpaceOptions
 from ..specs.fields import SpecError
 from ..specs.strategy import RecomputePlan
 from ..specs.strategy_text import strategy_text
-from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_strategy_arguments, build_problem,
-                     build_strategy, check_max_offset, console, gib_text, int32, positive_int, positive_seconds,
-                     size_list, strategy_values, subparser, workers)
+from .common import (EXIT_INFEASIBLE, EXIT_OK, add_max_offset_argument, add_problem_arguments, add_quiet_argument,
+                     add_strategy_arguments, build_problem, build_strategy, check_max_offset, console, gib_text, int32,
+                     positive_int, positive_seconds, size_list, strategy_values, subparser, workers)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_emitted, write_plot)
 
@@ -37,8 +37,7 @@ def register(subparsers) -> None:
     group.add_argument("--caps", metavar="SIZE,...", type=size_list,
                        help="memory caps to solve under, e.g. 40GiB,50GiB,60GiB (default: 12 caps, least to capacity)")
     group.add_argument("--points", metavar="N", type=positive_int, default=12, help="default caps (default 12)")
-    group.add_argument("--max-offset", metavar="N", type=int32, default=2,
-                       help="layers a stage may hold above or below the even partition (default 2)")
+    add_max_offset_argument(group)
     group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=10.0,
                        help="CP-SAT time limit per plan solve (default 10)")
     group.add_argument("--workers", metavar="N", type=workers, default=1, help="CP-SAT workers (default 1)")
@@ -46,6 +45,7 @@ def register(subparsers) -> None:
     group = parser.add_argument_group("output")
     add_json_argument(group)
     group.add_argument("--csv", metavar="PATH|-", help="also write the frontier as CSV; `-` writes only the CSV")
+    add_quiet_argument(group)
     group.add_argument("--plot", metavar="PATH", help="plot step time vs cap (.png or .svg; needs matplotlib)")
     add_emit_arguments(group, "the fastest plan of the frontier")
     parser.set_defaults(func=run)
@@ -54,7 +54,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: the frontier and the search import OR-Tools (~1 s, measured), which
     # `ndcp models`, `devices`, `estimate` and `validate` (~0.2 s each) should not pay for.
-    from ..report.frontier import frontier_document, render_frontier, write_frontier_csv
+    from ..report.frontier import frontier_document, frontier_line, render_frontier, write_frontier_csv
     from ..solve.frontier import frontier
     from ..solve.search import SearchOptions, search
 
@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_frontier_csv(model, result, args.csv)
     quiet = emit_json(args, frontier_document(model, result)) or csv_only
-    if not quiet:
+    if not quiet and args.quiet:
+        print(frontier_line(result))
+    elif not quiet:
         header = strategy_text(strategy.with_(recompute=RecomputePlan()), experts_if_used=True)
         render_frontier(console(), model, result, header)
     if result.points and args.plot:

@@ -2,19 +2,26 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from ..report.csvout import write_ranking_csv
+from ..report.emit import print_comparison
 from ..report.jsonout import search_document
 from ..report.plots import plot_search
 from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
-from ..space import DIMENSIONS, SearchSpace, SpaceOptions
+from ..rules import Problem, first_refusal, refusal_error
+from ..schedules import SCHEDULES
+from ..trainers import PROFILES
+from ..space import DEFAULT_SCHEDULES, DIMENSIONS, SearchSpace, SpaceOptions
 from ..specs.fields import SpecError
+from ..specs.recompute import CLASSIC_MODES
 from ..specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from ..specs.strategy_input import OFF_WORDS, ON_WORDS
-from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, build_problem, check_max_offset, console, int32,
-                     one_line, positive_int, positive_seconds, subparser, workers)
+from .common import (EXIT_INFEASIBLE, EXIT_OK, add_max_offset_argument, add_problem_arguments, add_quiet_argument,
+                     add_strategy_from_argument, build_problem, check_max_offset, console, int32, one_line,
+                     pinned_by_file, positive_int, positive_seconds, subparser, workers)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_emitted, write_plot)
 
@@ -22,6 +29,7 @@ EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024
            "    --memory-cap 75GiB --top 10\n"
            "ndcp search tiny --device h100 --gpus 8 --global-batch 32 --seq-len 1024 --fix tp=2 --json -")
 SEARCH_KEYS = DIMENSIONS + ("sp",)
+WALKED = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn")  # the degrees the space walk chooses
 
 
 def register(subparsers) -> None:
@@ -37,24 +45,28 @@ def register(subparsers) -> None:
         EXAMPLE)
     add_problem_arguments(parser)
     group = parser.add_argument_group("search space")
-    group.add_argument("--fix", metavar="K=V,...", default="", help="pin dimensions, e.g. tp=8,pp=16")
+    group.add_argument("--fix", metavar="K=V,...", default="", help="pin dimensions, e.g. tp=8,pp=16 (and cp_comm=allgather: the CP communication type)")
     group.add_argument("--max", metavar="K=V,...", default="", dest="max_", help="bound dimensions, e.g. tp=8")
-    group.add_argument("--recompute", choices=("uniform", "per-layer", "greedy", "none", "selective", "full"),
-                       default="per-layer",
-                       help="activation recompute: `per-layer` (default) decides per stage how many layers keep, "
-                            "selectively or fully recompute activations, jointly with the degrees (never slower than "
-                            "uniform); `uniform` searches none/selective/full applied to every layer (faster); "
-                            "`greedy` gives every candidate the reference planner's greedy per-stage plan "
-                            "(status `heuristic`: no proof, for comparison); or one mode for every layer")
-    group.add_argument("--max-offset", metavar="N", type=int32, default=0,
-                       help="per-layer: layers a stage may hold above or below the even partition (default 0: the "
-                            "even partition; each unit widens the plan models and slows the proof)")
+    group.add_argument("--recompute", choices=("uniform", "per-layer", "greedy", "classic") + RECOMPUTE_MODES,
+                       default="per-layer", metavar="MODE",
+                       help="activation recompute: `per-layer` (default) decides per stage how many layers run each "
+                            "recompute option -- none, selective, full and Megatron's recompute modules (layernorm, "
+                            "mlp, moe_act, moe, mla_up_proj and combinations, where the model has them) -- jointly "
+                            "with the degrees (never slower than uniform); `classic`: per-layer over none/selective/"
+                            "full only (faster); `uniform` one option for every layer (faster still); `greedy` gives "
+                            "every candidate the reference planner's greedy per-stage plan (status `heuristic`: no "
+                            "proof, for comparison); or one option for every layer (e.g. full, layernorm+mlp)")
+    add_max_offset_argument(group)
     group.add_argument("--zero", metavar="STAGES", type=zero_stages, default=(0, 1, 2, 3),
                        help="ZeRO stages to search (default 0,1,2,3)")
     group.add_argument("--sp", choices=("on", "off", "both"), default="both",
                        help="sequence parallelism (only with tp > 1; default both)")
     group.add_argument("--tp-cp-bound", metavar="N", type=positive_int, default=0,
                        help="bound tp x cp (default: tp within a node, cp unbounded)")
+    group.add_argument("--schedules", metavar="NAMES", type=schedule_names, default=DEFAULT_SCHEDULES,
+                       help="pipeline schedules to search, jointly with everything else: all, or a comma-separated "
+                            f"list of {', '.join(SCHEDULES)} (default {','.join(DEFAULT_SCHEDULES)}: what Megatron-LM "
+                            "and torchtitan run out of the box)")
     group.add_argument("--cp-comm", metavar="TYPES", type=cp_comm_types, default=("p2p",),
                        help="context-parallel communication types to search when cp > 1, comma-separated from "
                             f"{', '.join(CP_COMM_TYPES)}, or all (default p2p: each extra type adds as many cp > 1 "
@@ -71,8 +83,9 @@ def register(subparsers) -> None:
     add_json_argument(parser)
     group.add_argument("--csv", metavar="PATH|-", help="also write the ranked strategies as CSV; `-` writes only the "
                                                        "CSV to stdout")
-    group.add_argument("--quiet", "-q", action="store_true", help="print only the one-line result")
+    add_quiet_argument(group)
     add_emit_arguments(group, "the winner")
+    add_strategy_from_argument(group, "pin the degrees, batch split, ZeRO stage and SP (what --fix takes)")
     group.add_argument("--plot", metavar="PATH", help="plot the ranking and the winner's memory (.png or .svg; needs "
                                                       "matplotlib)")
     parser.set_defaults(func=run)
@@ -126,6 +139,17 @@ def parse_degree_bounds(option: str, text: str) -> tuple[tuple[str, int], ...]:
     return tuple(out.items())
 
 
+def schedule_names(text: str) -> tuple[str, ...]:
+    """--schedules: "all" or a comma-separated list of registered schedules (ndcp/schedules)."""
+    if text.strip().lower() == "all":
+        return tuple(SCHEDULES)
+    names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    wrong = [t for t in names if t not in SCHEDULES]
+    if not names or wrong:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected all or a comma-separated list of {', '.join(SCHEDULES)}")
+    return names
+
+
 def cp_comm_types(text: str) -> tuple[str, ...]:
     """--cp-comm: "all" or a comma-separated list of CP communication types."""
     if text.strip().lower() == "all":
@@ -138,21 +162,107 @@ def cp_comm_types(text: str) -> tuple[str, ...]:
     return types
 
 
+def check_bounds_agree(fixed: dict, bounds: dict) -> None:
+    """--fix and --max that contradict each other (a pinned value above its bound, sp=on with tp pinned or bounded
+    to 1) are usage errors, not an empty search."""
+    for key, value in fixed.items():
+        if key in bounds and value > bounds[key]:
+            raise SpecError(f"--fix {key}={value} contradicts --max {key}={bounds[key]}; drop one of them")
+    if fixed.get("sp") == 1 and min(fixed.get("tp", 2), bounds.get("tp", 2)) == 1:
+        raise SpecError("--fix sp=on needs tp > 1 (sequence parallelism splits along the TP group); drop it or "
+                        "allow tp > 1")
+
+
+def check_fixed_values(space: SearchSpace) -> None:
+    """Each --fix degree must be one that some valid strategy takes, as `ndcp estimate` checks its strategy: tp by
+    the rulebook's message, the others against the values the unpinned space walks (valid values listed); and
+    together they must leave a strategy."""
+    options = space.options
+    fixed = {k: v for k, v in options.fix if k in WALKED}
+    if not fixed:
+        return
+    problem = Problem(space.model, space.cluster, space.run)
+    if "tp" in fixed and (refusal := first_refusal(problem, "tp", {"tp": fixed["tp"]})) is not None:
+        raise SpecError(f"--fix {refusal_error(refusal, fixed)}")
+    free = SearchSpace(space.model, space.cluster, space.run, dataclasses.replace(options, fix=(), max=()))
+    batches = free.walk().batches
+    for key, value in fixed.items():
+        valid = sorted({mbs if key == "mbs" else mbn if key == "mbn" else getattr(layout, key)
+                        for layout, mbs, mbn in batches})
+        if value not in valid:
+            raise SpecError(f"--fix {key}={value} is not valid: no strategy for {space.model.name} on "
+                            f"{space.cluster.count} GPUs with global batch {space.run.global_batch} has it; valid "
+                            f"{key}: {', '.join(map(str, valid)) or 'none'}")
+    if batches and not space.walk().batches:
+        given = ",".join(f"{k}={v}" for k, v in fixed.items())
+        with_max = " with --max" if options.max else ""
+        raise SpecError(f"--fix {given}: each value is valid, but together{with_max} they leave no valid strategy "
+                        f"for {space.cluster.count} GPUs and global batch {space.run.global_batch}; relax or drop one")
+
+
+def split_fixed_cp_comm(text: str, searched: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """`--fix ...,cp_comm=allgather,...`: (the rest of --fix, the CP communication types then searched). A pinned type
+    must be among --cp-comm's when that option names several."""
+    rest, pinned = [], None
+    for item in str(text or "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip().lower().replace("-", "_") == "cp_comm":
+            try:
+                (pinned,) = cp_comm_types(value)
+            except (argparse.ArgumentTypeError, ValueError):
+                raise SpecError(f"--fix cp_comm={value.strip()!r} is not valid; valid: {', '.join(CP_COMM_TYPES)}"
+                                ) from None
+        else:
+            rest.append(item)
+    if pinned is None:
+        return str(text or ""), searched
+    if len(searched) > 1 and pinned not in searched:
+        raise SpecError(f"--fix cp_comm={pinned} contradicts --cp-comm {','.join(searched)}; drop one of them")
+    return ",".join(rest), (pinned,)
+
+
+def trainer_method(args: argparse.Namespace, method: str) -> str:
+    """Under an explicit --trainer whose recompute is one option on every layer (torchtitan; Megatron, whose block
+    count per stage is not searched), per-layer plans it cannot express are not searched: the uniform method is."""
+    trainer = getattr(args, "trainer", None)
+    if trainer and "per-layer" in method and PROFILES[trainer].recompute != "per-stage":
+        print(f"ndcp: note: --trainer {trainer} runs one recompute option on every layer: searching those (uniform "
+              "plans); drop --trainer to plan per stage (--emit then shows what the trainer runs)", file=sys.stderr)
+        return method.replace(" per-layer", "").replace("per-layer", "uniform")
+    return method
+
+
+def trainer_schedules(args: argparse.Namespace, schedules: tuple[str, ...]) -> tuple[str, ...]:
+    """The searched schedules an explicit --trainer runs (its profile, ndcp/trainers)."""
+    trainer = getattr(args, "trainer", None)
+    if not trainer:
+        return schedules
+    runs = tuple(s for s in schedules if s in PROFILES[trainer].schedules)
+    if not runs:
+        raise SpecError(f"--schedules {','.join(schedules)}: --trainer {trainer} runs none of them; it runs "
+                        f"{', '.join(PROFILES[trainer].schedules)}")
+    return runs
+
+
 def build_space_options(args: argparse.Namespace) -> SpaceOptions:
     """SpaceOptions from the search arguments. Raises SpecError for contradictions."""
-    fix = parse_degree_bounds("--fix", args.fix)
+    fix_text, cp_comms = split_fixed_cp_comm(args.fix, args.cp_comm)
+    fix = parse_degree_bounds("--fix", fix_text)
     bounds = parse_degree_bounds("--max", args.max_)
     fixed = dict(fix)
+    check_bounds_agree(fixed, dict(bounds))
     if "zero" in fixed and fixed["zero"] not in args.zero:
         raise SpecError(f"--fix zero={fixed['zero']} is not among the searched stages --zero "
                         f"{','.join(map(str, args.zero))}")
     sp_choices = {"on": (True,), "off": (False,), "both": (False, True)}[args.sp]
     if "sp" in fixed and bool(fixed["sp"]) not in sp_choices:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
-    recompute = RECOMPUTE_MODES if args.recompute in ("uniform", "per-layer", "greedy") else (args.recompute,)
+    recompute = (RECOMPUTE_MODES if args.recompute in ("uniform", "per-layer", "greedy")
+                 else CLASSIC_MODES if args.recompute == "classic" else (args.recompute,))
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
                         sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound, max_offset=args.max_offset,
-                        cp_comms=args.cp_comm)
+                        cp_comms=cp_comms,
+                        schedules=trainer_schedules(args, getattr(args, "schedules", DEFAULT_SCHEDULES)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,7 +272,9 @@ def run(args: argparse.Namespace) -> int:
 
     model, cluster, run_spec = build_problem(args)
     check_max_offset(args.max_offset, model)
+    args.fix = pinned_by_file(args, model, run_spec)
     space = SearchSpace(model, cluster, run_spec, build_space_options(args))
+    check_fixed_values(space)
     json_only, csv_only = stdout_owners(args)
     greedy = args.recompute == "greedy"
     if greedy and args.exhaustive:
@@ -173,13 +285,14 @@ def run(args: argparse.Namespace) -> int:
     with SearchProgress(shown, "exhaustive" if args.exhaustive else "greedy" if greedy else "cp-sat") as progress:
         options = SearchOptions(top=args.top, time_limit=args.time_limit, seed=args.seed, workers=args.workers,
                                 progress=progress)
-        result = search(space, search_method(args.recompute, args.exhaustive), options)
+        result = search(space, trainer_method(args, search_method(args.recompute, args.exhaustive)), options)
     found = bool(result.strategies)
     code = EXIT_OK if found else EXIT_INFEASIBLE
     if args.plot:
         write_plot(args.plot, lambda path: plot_search(result, path))
     if found and args.emit and args.emit_file:
         write_emitted(args, model, run_spec, result.best.strategy)
+        print_comparison(args.emit, model, cluster, run_spec, result.best.strategy)
     if args.csv:
         write_ranking_csv(result, args.csv)
     emit_json(args, search_document(model, cluster, run_spec, space, result))
@@ -193,7 +306,9 @@ def run(args: argparse.Namespace) -> int:
         render_search(console(), model, cluster, run_spec, space, result)
     if found and args.emit and not args.emit_file:
         write_emitted(args, model, run_spec, result.best.strategy)
+        print_comparison(args.emit, model, cluster, run_spec, result.best.strategy)
     return code
 
 
-__all__ = ["register", "run", "parse_degree_bounds", "build_space_options", "zero_stages", "EXAMPLE"]
+__all__ = ["register", "run", "parse_degree_bounds", "build_space_options", "zero_stages", "check_fixed_values",
+           "check_bounds_agree", "EXAMPLE"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, console, subparser
+from .common import EXIT_OK, add_quiet_argument, console, subparser
 from .outputs import add_json_argument, emit_json
 
 
@@ -14,19 +14,23 @@ def register(subparsers) -> None:
                        "ndcp validate runs.yaml\nndcp validate runs.csv --json report.json")
     parser.add_argument("runs", metavar="RUNS.yaml|RUNS.csv", help="measured runs")
     add_json_argument(parser)
+    add_quiet_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: ndcp.validation imports numpy (+0.1 s, measured: +60 % on `ndcp models`),
     # which only this command needs.
-    from ..report.validation import render_validation
+    from ..report.validation import render_validation, summary_line
     from ..validation import validate_file
 
     result = validate_file(args.runs)
     if emit_json(args, result.as_dict()):
         return EXIT_OK
-    render_validation(result, console())
+    if args.quiet:
+        print(summary_line(result))
+    else:
+        render_validation(result, console())
     return EXIT_OK
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..specs.encoder import encoder_run, image_side
 from ..specs.model import ModelSpec
 from ..specs.recompute import KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 from ..specs.run import RunSpec
@@ -52,8 +53,8 @@ def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) 
         if m.q_lora_rank:
             items += [Tensor("q_latent", 2 * B * tokens * m.q_lora_rank, "seq")]  # down-projection output + its norm
         items += [Tensor("kv_latent", B * tokens * (2 * m.kv_lora_rank + m.qk_rope_head_dim), "seq"),
-                  Tensor("query", B * tokens * a * qk, "tp"), Tensor("key", B * tokens * a * qk, "tp"),
-                  Tensor("value", B * tokens * a * m.v_head_dim, "tp"),
+                  Tensor("mla_query", B * tokens * a * qk, "tp"), Tensor("mla_key", B * tokens * a * qk, "tp"),
+                  Tensor("mla_value", B * tokens * a * m.v_head_dim, "tp"),
                   Tensor("out_proj_input", F8 * tokens * a * m.v_head_dim, "tp")]
     else:
         d, g = model.dim_per_head, model.num_kv_heads
@@ -72,11 +73,12 @@ def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) 
     return items
 
 
-def _mlp_inventory(model: ModelSpec, run: RunSpec, tokens: int, ffn: int, shard: str) -> list[Tensor]:
-    """MLP of width ffn: GeLU stores fc1 output and fc2 input (2 x ffn); SwiGLU stores gate+up (2 x ffn) and fc2 input."""
-    B = run.activation_bytes
-    width = 3 * ffn if model.gated else 2 * ffn  # of which the last ffn is fc2's input (FP8 under fp8)
-    return [Tensor("mlp_hidden", (B * (width - ffn) + linear_input_bytes(run) * ffn) * tokens, shard)]
+def _mlp_inventory(model: ModelSpec, run: RunSpec, tokens: int, ffn: int, shard: str, prefix: str) -> list[Tensor]:
+    """MLP of width ffn: fc1's output (GeLU: ffn; SwiGLU: gate and up, 2 x ffn) and the activation's output, fc2's
+    input (FP8 under fp8); `prefix` names them (mlp, shared, expert: the recompute modules drop them by name)."""
+    fc1 = 2 * ffn if model.gated else ffn
+    return [Tensor(f"{prefix}_fc1_output", run.activation_bytes * fc1 * tokens, shard),
+            Tensor(f"{prefix}_act_output", linear_input_bytes(run) * ffn * tokens, shard)]
 
 
 def _mlp_block_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool, tp: int, sp: bool,
@@ -84,9 +86,10 @@ def _mlp_block_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool,
     """Norm, MLP input, and the dense MLP or the MoE (router, dispatched tokens, experts, shared experts)."""
     B, h = run.activation_bytes, model.hidden
     F8 = linear_input_bytes(run)  # the MoE router takes mlp_input in BF16
-    items = [Tensor("norm2_input", B * tokens * h, "seq"), Tensor("mlp_input", (B if moe else F8) * tokens * h, "seq")]
+    items = [Tensor("norm2_input", B * tokens * h, "seq"),
+             Tensor("moe_input", B * tokens * h, "seq") if moe else Tensor("mlp_input", F8 * tokens * h, "seq")]
     if not moe:
-        items += _mlp_inventory(model, run, tokens, model.ffn_hidden, "tp")
+        items += _mlp_inventory(model, run, tokens, model.ffn_hidden, "tp", "mlp")
     else:
         m = model.moe
         # Tokens each rank routes: its sequence shard (SP splits it by tp); balanced routing gives every EP rank the
@@ -94,11 +97,10 @@ def _mlp_block_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool,
         routed = tokens / (tp if sp else 1) * m.top_k * (m.capacity_factor or 1.0)
         items += [Tensor("router_logits", FP32 * tokens * m.experts, "seq"),
                   Tensor("expert_input", F8 * routed * etp * h, "expert"),
-                  Tensor("expert_hidden", (B * (2 if model.gated else 1) + F8) * routed * m.expert_ffn_hidden,
-                         "expert"),
+                  *_mlp_inventory(model, run, routed, m.expert_ffn_hidden, "expert", "expert"),
                   Tensor("expert_output", B * routed * h, "expert")]
         if m.shared_experts:
-            items += _mlp_inventory(model, run, tokens, m.shared_experts * m.shared_hidden, "tp")
+            items += _mlp_inventory(model, run, tokens, m.shared_experts * m.shared_hidden, "tp", "shared")
     if model.hidden_dropout > 0:
         items.append(Tensor("mlp_dropout_mask", MASK_BYTES * tokens * h, "seq"))
     return items
@@ -198,7 +200,7 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
                  else _torchtitan_eager_inventory(model, run, tokens))
         return sum(sharded_bytes(t, tp, sp) for t in items)
     items = layer_inventory(model, run, kind == "moe", tp, cp, etp, mbs, sp)
-    return sum(sharded_bytes(t, tp, sp) for t in items if t.shard not in option.drops)
+    return sum(sharded_bytes(t, tp, sp) for t in items if t.shard not in option.drops and t.name not in option.drops)
 
 
 @lru_cache(maxsize=65536)
@@ -209,7 +211,8 @@ def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: s
     if mode == NO_RECOMPUTE:
         return 0.0
     keep = layer_activation_bytes(model, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
-    return keep - layer_activation_bytes(model, run, kind, mode, tp, cp, ep, etp, mbs, sp)
+    return recompute_option(mode).buffers * (keep - layer_activation_bytes(model, run, kind, mode, tp, cp, ep, etp,
+                                                                           mbs, sp))
 
 
 @lru_cache(maxsize=16384)
@@ -234,4 +237,21 @@ def head_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs:
     else:
         output_inputs = 2 * B * tokens * h / seq_shard
     logits = profile.fp32_logit_copies * FP32 * tokens * model.vocab / tp
-    return {"embedding": embedding, "output_inputs": output_inputs, "logits": logits}
+    return {"embedding": embedding, "output_inputs": output_inputs, "logits": logits,
+            "encoder": _encoder_activation_bytes(model, run, tp, mbs, sp)}
+
+
+def _encoder_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, mbs: int, sp: bool) -> float:
+    """What the vision encoder and projector keep per micro-batch on the embedding stage (docs/models.md §5): each
+    encoder layer's inventory over mbs x images_per_sample images of its patches (CP does not split an image; the
+    per-layer plans do not recompute it), and the projector's input and (MLP) hidden activation."""
+    images_run = encoder_run(model.encoder, run)
+    if images_run is None:
+        return 0.0
+    e = model.encoder
+    images = mbs * run.images_per_sample
+    layers = e.layers * layer_activation_bytes(model.encoder_model, images_run, "dense", NO_RECOMPUTE, tp, 1, 1, 1,
+                                               images, sp)
+    rows = images * e.image_tokens(image_side(e, run))
+    hidden = 2 * e.projector_width / tp if e.projector == "mlp" else 0  # pre- and post-GELU
+    return layers + run.activation_bytes * rows * (e.projector_input + hidden)

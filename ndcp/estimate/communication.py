@@ -9,12 +9,18 @@ Rank placement (Megatron-LM parallel_state, order "tp-cp-ep-dp-pp"): consecutive
 then CP, then DP, then PP. Expert layers re-carve the same tp*cp*dp ranks of a pipeline stage as ETP (fastest),
 then EP, then expert-data-parallel. A group whose ranks all lie within one block of devices_per_node consecutive
 ranks talks over the scale-up fabric (NVLink); otherwise each device uses its scale-out NIC.
+
+Context parallelism's attention traffic per --cp-comm-type (cp_comm_seconds) sits here too: it is built from these
+collectives and the CP group's link.
 """
 from __future__ import annotations
 
 from math import prod
 
-from ..specs.device import DeviceSpec
+from ..specs.device import ClusterSpec, DeviceSpec
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from ..specs.strategy import cp_a2a_size
 
 RANK_ORDER = ("tp", "cp", "dp", "pp")  # innermost (fastest-varying) first
 EXPERT_RANK_ORDER = ("etp", "ep", "edp", "pp")
@@ -67,5 +73,75 @@ def p2p_seconds(nbytes: float, bandwidth: float, latency: float) -> float:
     return nbytes / bandwidth + latency
 
 
+# -- context parallelism ------------------------------------------------------------------------------------------
+def cp_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int) -> tuple[float, float, float]:
+    """Bytes per rank of this rank's local K+V, Q and attention output (its tokens, its tp share of the heads)."""
+    if model.mla is not None:
+        qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+        kv, q, out = model.heads * (qk + model.mla.v_head_dim), model.heads * qk, model.heads * model.mla.v_head_dim
+    else:
+        kv, q, out = 2 * model.num_kv_heads * model.dim_per_head, model.heads * model.dim_per_head, model.hidden
+    return tuple(tokens * width / tp * run.activation_bytes for width in (kv, q, out))
+
+
+def _cp_link(cluster: ClusterSpec, tp: int, cp: int) -> tuple[float, float]:
+    return link(cluster.device, group_span(("cp",), {"tp": tp, "cp": cp}))
+
+
+# Each --cp-comm-type (Megatron-Core / Transformer Engine context parallelism, docs/formulas.md §7): exposed seconds
+# (forward, backward) of one layer's CP communication, given the attention core's forward and backward it may hide
+# behind. kv, q, out: this rank's bytes of K+V, Q and the attention output (cp_bytes).
+def _cp_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
+    """Ring: cp-1 passes of the K/V chunk, each overlapping an attention block; backward K/V again plus dK/dV."""
+    return _ring(_cp_link(cluster, tp, cp), cp, kv, core, core_backward)
+
+
+def _ring(link: tuple[float, float], n: int, kv: float, core: float, core_backward: float) -> tuple[float, float]:
+    ring = (n - 1) * p2p_seconds(kv, *link)
+    return max(0.0, ring - core), max(0.0, 2 * ring - core_backward)
+
+
+def _cp_allgather(cluster, tp, cp, kv, q, out, core, core_backward):
+    """All-gather the sequence's K/V before attention (Llama 3 §3.3.2), not overlapped; the backward gathers it
+    again and reduce-scatters dK/dV (TE AttnFuncWithCPAndKVAllGather)."""
+    bandwidth, latency = _cp_link(cluster, tp, cp)
+    gather = all_gather_seconds(cp * kv, cp, bandwidth, latency)
+    return gather, gather + reduce_scatter_seconds(cp * kv, cp, bandwidth, latency)
+
+
+def _a2a_pass(cluster, tp, n, span, kv, q, out):
+    """One Ulysses pass over n ranks: all-to-alls of Q, K+V and the output (backward: dO, dQ, dK+dV)."""
+    bandwidth, latency = link(cluster.device, span)
+    return sum(all_to_all_seconds(b, n, bandwidth, latency) for b in (q, kv, out))
+
+
+def _cp_a2a(cluster, tp, cp, kv, q, out, core, core_backward):
+    """DeepSpeed-Ulysses: sequence-sharded Q/K/V become head-sharded over cp, attention runs on whole sequences, the
+    output goes back; none of it overlapped (the attention needs all of it)."""
+    a2a = _a2a_pass(cluster, tp, cp, tp * cp, kv, q, out)
+    return a2a, a2a
+
+
+def _cp_a2a_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
+    """Hierarchical: Ulysses over the a CP ranks of a node, then the p2p ring over the cp/a node groups, whose K/V
+    chunk (a x tokens, heads/a) has the same bytes as kv."""
+    a = cp_a2a_size(cluster.device.devices_per_node, tp, cp)
+    a2a = _a2a_pass(cluster, tp, a, tp * a, kv, q, out) if a > 1 else 0.0
+    ring_forward, ring_backward = _ring(_cp_link(cluster, tp, cp), cp // a, kv, core, core_backward)
+    return a2a + ring_forward, a2a + ring_backward
+
+
+CP_COMM_TIME = {"p2p": _cp_p2p, "allgather": _cp_allgather, "a2a": _cp_a2a, "a2a+p2p": _cp_a2a_p2p}
+
+
+def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, cp: int,
+                    cp_comm: str, core: float, core_backward: float) -> tuple[float, float]:
+    """Exposed (forward, backward) seconds of one layer's context-parallel communication, one micro-batch."""
+    if cp <= 1:
+        return 0.0, 0.0
+    return CP_COMM_TIME[cp_comm](cluster, tp, cp, *cp_bytes(model, run, tokens, tp), core, core_backward)
+
+
 __all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "fits_in_node", "link", "all_reduce_seconds",
-           "reduce_scatter_seconds", "all_gather_seconds", "all_to_all_seconds", "p2p_seconds"]
+           "reduce_scatter_seconds", "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "cp_bytes",
+           "cp_comm_seconds", "CP_COMM_TIME"]

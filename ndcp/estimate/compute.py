@@ -53,14 +53,22 @@ def attention_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tupl
         m = model.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         # DeepSeek-V2 §2.1.2 Eqs. (9)-(17); Megatron MLA: down projections duplicated on TP ranks, up projections split
-        q = (Gemm(tokens, h, m.q_lora_rank), Gemm(tokens, m.q_lora_rank, a * qk / tp)) if m.q_lora_rank \
-            else (Gemm(tokens, h, a * qk / tp),)
-        kv = (Gemm(tokens, h, m.kv_lora_rank + m.qk_rope_head_dim),
-              Gemm(tokens, m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim) / tp))
+        q_up, kv_up = mla_up_projection_gemms(model, tokens, tp)
+        q = (Gemm(tokens, h, m.q_lora_rank), q_up) if m.q_lora_rank else (Gemm(tokens, h, a * qk / tp),)
+        kv = (Gemm(tokens, h, m.kv_lora_rank + m.qk_rope_head_dim), kv_up)
         return q + kv + (Gemm(tokens, a * m.v_head_dim / tp, h),)
     d, g = model.dim_per_head, model.num_kv_heads
     # Megatron column-parallel QKV (a + 2g heads of d), row-parallel output projection (Shoeybi 2019 §3)
     return Gemm(tokens, h, (a + 2 * g) * d / tp), Gemm(tokens, a * d / tp, h)
+
+
+def mla_up_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:
+    """MLA's up-projections of the latents (DeepSeek-V2 Eqs. (10), (12)-(13); TP-split): the query's (an empty GEMM
+    without a query latent) and the keys'/values'; what Megatron's mla_up_proj recompute module re-runs."""
+    m, a = model.mla, model.heads
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    return (Gemm(tokens, m.q_lora_rank, a * qk / tp if m.q_lora_rank else 0.0),
+            Gemm(tokens, m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim) / tp))
 
 
 def mlp_gemms(model: ModelSpec, ffn: int, tokens: float, tp: int, count: float = 1.0) -> tuple[Gemm, ...]:
@@ -100,15 +108,29 @@ def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1
     return attention_projection_gemms(model, tokens, tp) + mlp
 
 
+def attended_keys(model: ModelSpec, keys: float, causal: bool) -> float:
+    """Keys one query attends to, on average over positions and body layers (docs/models.md §3): all `keys` for the
+    full score matrix or a bidirectional (encoder) model; keys/2 under the causal mask; within a sliding window
+    w < keys the band sum_i min(i, w) / keys = w - w^2 / (2 keys) on the windowed layers."""
+    if not causal or not model.causal:  # the full score matrix, or a bidirectional encoder's
+        return keys
+    window = model.sliding_window
+    if not window or window >= keys:
+        return keys / 2
+    windowed = model.windowed_layers
+    band = window - window * window / (2 * keys)
+    return (windowed * band + (model.layers - windowed) * keys / 2) / model.layers
+
+
 def attention_core_flops(model: ModelSpec, queries: float, keys: float, tp: int, causal: bool) -> float:
     """QK^T plus attention x V for `queries` query tokens against `keys` key tokens, forward (Korthikanti App. A:
-    4*b*s^2*h for MHA); causal=True keeps only the unmasked half, as flash attention computes."""
+    4*b*s^2*h for MHA); causal=True keeps only the unmasked pairs (the causal half, and within a sliding window the
+    band), as flash attention computes; causal=False the whole score matrix."""
     if model.mla is not None:
         qk, v = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
     else:
         qk = v = model.dim_per_head
-    full = 2.0 * queries * keys * model.heads / tp * (qk + v)
-    return full / 2 if causal else full
+    return 2.0 * queries * attended_keys(model, keys, causal) * model.heads / tp * (qk + v)
 
 
 def output_layer_gemm(model: ModelSpec, tokens: float, tp: int) -> Gemm:
@@ -119,6 +141,19 @@ def output_layer_gemm(model: ModelSpec, tokens: float, tp: int) -> Gemm:
 def mtp_projection_gemm(model: ModelSpec, tokens: float) -> Gemm:
     """An MTP module's 2h -> h projection of [norm(h_i); norm(emb(t_{i+k}))] (DeepSeek-V3 §2.2 Eq. 21)."""
     return Gemm(tokens, 2 * model.hidden, model.hidden)
+
+
+def encoder_gemms(model: ModelSpec, images: float, side: int, tp: int) -> tuple[Gemm, ...]:
+    """Outside the vision encoder's layers, `images` images of side x side pixels, forward, one device: the patch
+    embedding (replicated) and the projector over each image's language-model tokens (its linear layers split over
+    TP as Megatron's MultimodalProjector splits them; docs/models.md §5)."""
+    e = model.encoder
+    patch = Gemm(images * e.patches(side), e.patch_width, e.hidden)
+    rows = images * e.image_tokens(side)
+    if e.projector == "linear":
+        return patch, Gemm(rows, e.projector_input, e.output_hidden / tp)
+    return (patch, Gemm(rows, e.projector_input, e.projector_width / tp),
+            Gemm(rows, e.projector_width / tp, e.output_hidden))
 
 
 def total_flops(gemms) -> float:
@@ -173,9 +208,23 @@ def model_flops_per_sequence(model: ModelSpec, seq: int, convention: str) -> flo
     return 3.0 * forward_flops_per_sequence(model, seq, convention)
 
 
-def model_flops_per_step(model: ModelSpec, seq: int, global_batch: int, convention: str) -> float:
-    """Model FLOPs of one optimizer step, whole cluster (the MFU numerator times the step time)."""
-    return global_batch * model_flops_per_sequence(model, seq, convention)
+@lru_cache(maxsize=256)
+def encoder_forward_flops(model: ModelSpec, images: int, side: int, convention: str) -> float:
+    """Forward FLOPs of the vision encoder (bidirectional layers over each image's patches) and its projector for
+    one sample of `images` images (docs/models.md §5)."""
+    if model.encoder is None or not images:
+        return 0.0
+    e = model.encoder
+    layers = e.layers * layer_forward_flops(model.encoder_model, "dense", e.patches(side), convention)
+    return images * layers + total_flops(encoder_gemms(model, images, side, 1))
+
+
+def model_flops_per_step(model: ModelSpec, seq: int, global_batch: int, convention: str, images: int = 0,
+                         image_size: int = 0) -> float:
+    """Model FLOPs of one optimizer step, whole cluster (the MFU numerator times the step time), with the vision
+    encoder's for `images` images per sample of `image_size` pixels."""
+    encoder = 3.0 * encoder_forward_flops(model, images, image_size, convention)
+    return global_batch * (model_flops_per_sequence(model, seq, convention) + encoder)
 
 
 def narayanan_flops_per_step(model: ModelSpec, seq: int, global_batch: int) -> float:
@@ -212,5 +261,5 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
 
 __all__ = ["Gemm", "layer_gemms", "router_gemm", "attention_core_flops", "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
-           "model_flops_per_step", "narayanan_flops_per_step", "elementwise_bytes", "memory_seconds",
-           "FLASH_BACKWARD_RATIO"]
+           "model_flops_per_step", "narayanan_flops_per_step", "encoder_gemms", "encoder_forward_flops",
+           "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]

@@ -92,15 +92,16 @@ def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
     and how ZeRO shards them, so it is cached on those fields."""
     s = strategy
     return _data_parallel_terms(model, cluster, run, s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp,
-                                s.zero)
+                                s.zero, s.schedule)
 
 
 @lru_cache(maxsize=65536)
 def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int,
                          layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
-                         zero: int) -> tuple[DataParallelTerms, ...]:
+                         zero: int, schedule: str = "") -> tuple[DataParallelTerms, ...]:
+    # the schedule places parameters (a mirrored one holds two stages' worth: their gradients sync too)
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
-                         schedule=default_schedule(vpp), recompute=RecomputePlan(),
+                         schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
                          layers_per_stage=layers_per_stage)
     sync = data_parallel_sync(run, zero, pp)
     dense_group = s.dp * s.cp

@@ -27,6 +27,7 @@ time: forward + backward then add up to their sum.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ..specs.device import DeviceSpec
 from .compute import FLASH_BACKWARD_RATIO, Gemm
@@ -63,9 +64,11 @@ def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: Device
     return max(compute, memory)
 
 
+@lru_cache(maxsize=65536)
 def training_gemm_seconds(g: Gemm, device: DeviceSpec, dtype_bytes: int,
                           fp8: bool = False) -> tuple[float, float, float]:
-    """(forward, input gradient, weight gradient) seconds of one weight GEMM and its two backward GEMMs."""
+    """(forward, input gradient, weight gradient) seconds of one weight GEMM and its two backward GEMMs (cached: the
+    recompute options of a layer share its GEMM shapes)."""
     return (gemm_pass_seconds(g.m, g.n, g.k, g.count, device, dtype_bytes, fp8),
             gemm_pass_seconds(g.m, g.k, g.n, g.count, device, dtype_bytes, fp8),
             gemm_pass_seconds(g.k, g.n, g.m, g.count, device, dtype_bytes, fp8))

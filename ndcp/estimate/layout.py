@@ -11,10 +11,11 @@ from functools import lru_cache
 from ..specs.model import ModelSpec
 from ..schedules import schedule_named
 from ..specs.recompute import HEAVIEST_FIRST
-from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, default_partition
+from ..specs.pipeline_layout import megatron_layout
+from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, accounted_partition, default_partition
 
 
-def in_flight(schedule: str, stage: int, pp: int, vpp: int, mbn: int) -> int:
+def in_flight(schedule: str, stage: int, pp: int, vpp: int, mbn: int) -> float:
     """Micro-batch chunks whose activations device stage `stage` holds at its peak (in units of one chunk), as the
     schedule runs them (ndcp/schedules)."""
     return schedule_named(schedule).in_flight(stage, pp, vpp, mbn)
@@ -22,11 +23,14 @@ def in_flight(schedule: str, stage: int, pp: int, vpp: int, mbn: int) -> int:
 
 @dataclass(frozen=True)
 class StageLayout:
-    """One device stage: its virtual chunks' layer ranges and its in-flight chunk count."""
+    """One device stage: its virtual chunks' layer ranges, its in-flight chunk count, and whether it holds the
+    embedding and the output head (the schedule places them: Schedule.holds_ends)."""
 
     stage: int
     chunks: tuple[tuple[int, int], ...]  # (first layer, layer count) per chunk, model order
-    in_flight_chunks: int
+    in_flight_chunks: float
+    holds_embedding: bool = False
+    holds_head: bool = False
 
     @property
     def layers(self) -> int:
@@ -34,7 +38,7 @@ class StageLayout:
 
     @property
     def is_first(self) -> bool:
-        return self.stage == 0
+        return self.holds_embedding
 
 
 def partition(model: ModelSpec, strategy: Strategy) -> tuple[int, ...]:
@@ -57,7 +61,9 @@ def stage_layouts(model: ModelSpec, strategy: Strategy) -> tuple[StageLayout, ..
     """Per device stage: the layers it holds (all its chunks) and its in-flight chunks."""
     pp, vpp = strategy.pp, strategy.vpp
     chunks = stage_chunks(model, pp, vpp, strategy.layers_per_stage)
-    return tuple(StageLayout(s, chunks[s], in_flight(strategy.schedule, s, pp, vpp, strategy.mbn)) for s in range(pp))
+    schedule = schedule_named(strategy.schedule)
+    return tuple(StageLayout(s, chunks[s], schedule.in_flight(s, pp, vpp, strategy.mbn), *schedule.holds_ends(s, pp))
+                 for s in range(pp))
 
 
 LAYER_KINDS = ("dense", "moe")
@@ -72,6 +78,16 @@ def kind_counts(model: ModelSpec, layout: StageLayout) -> dict[str, int]:
 @lru_cache(maxsize=65536)
 def _moe_layers_in(model: ModelSpec, first: int, count: int) -> int:
     return sum(model.is_moe_layer(i) for i in range(first, first + count))
+
+
+def chunk_kinds(model: ModelSpec, counts: tuple[int, ...]) -> list[dict[str, int]]:
+    """Body layers of each kind in each virtual stage of a partition (layers per virtual stage, model order)."""
+    out, first = [], 0
+    for n in counts:
+        moe = _moe_layers_in(model, first, n)
+        out.append({"dense": n - moe, "moe": moe})
+        first += n
+    return out
 
 
 def mode_kind_counts(kinds: dict[str, int], plan: StageRecompute) -> dict[tuple[str, str], int]:
@@ -108,3 +124,27 @@ def stage_mode_counts(model: ModelSpec, strategy: Strategy) -> tuple[tuple[tuple
     """Per device stage: ((layer kind, recompute mode), layers) pairs over all its virtual chunks."""
     s = strategy
     return _stage_mode_counts(model, s.pp, s.vpp, s.layers_per_stage, s.recompute)
+
+
+def split_kind(model: ModelSpec, strategy: Strategy) -> str:
+    """How the layers are split: "even", "accounted" (Megatron's embedding+loss-accounted default) or "uneven"."""
+    counts = partition(model, strategy)
+    if len(set(counts)) == 1:
+        return "even"
+    return "accounted" if counts == accounted_partition(model.layers, strategy.virtual_stages) else "uneven"
+
+
+def layout_document(model: ModelSpec, strategy: Strategy) -> dict:
+    """The JSON `strategy.layout`: decoder layers per device stage and chunk, where the embedding, the loss and the MTP
+    modules sit ([device stage, chunk]), how the split was made, and Megatron's notation for it."""
+    pp, vpp = strategy.pp, strategy.vpp
+    counts = partition(model, strategy)
+    placement = schedule_named(strategy.schedule)  # DualPipe-V puts the loss on device stage 0
+    embedding = next(s for s in range(pp) if placement.holds_ends(s, pp)[0])
+    loss = next(s for s in range(pp) if placement.holds_ends(s, pp)[1])
+    out = {"layers_per_stage": [[counts[c * pp + s] for c in range(vpp)] for s in range(pp)],
+           "embedding": [embedding, 0], "loss": [loss, vpp - 1], "split": split_kind(model, strategy),
+           "megatron": megatron_layout(counts, model.mtp_depth)}
+    if model.mtp_depth:
+        out["mtp"] = [loss, vpp - 1]
+    return out

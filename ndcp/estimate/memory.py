@@ -17,7 +17,7 @@ from functools import lru_cache
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from ..specs.recompute import NO_RECOMPUTE
+from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .activations import head_activation_bytes, layer_activation_bytes, recompute_workspace_bytes
 from .layout import StageLayout, stage_layouts, stage_mode_counts
@@ -73,6 +73,7 @@ class StageMemory:
     layers: int
     in_flight: float  # micro-batches (in units of the whole stage) whose activations are resident
     parts: dict[str, int]
+    host_bytes: int = 0  # offloaded activations in host memory at the stage's peak
 
     @property
     def total_bytes(self) -> int:
@@ -80,7 +81,7 @@ class StageMemory:
 
     def as_dict(self) -> dict:
         return {"stage": self.stage, "layers": self.layers, "in_flight": self.in_flight,
-                "total_bytes": self.total_bytes, "parts": dict(self.parts)}
+                "total_bytes": self.total_bytes, "parts": dict(self.parts), "host_bytes": self.host_bytes}
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class MemoryEstimate:
     capacity_bytes: int
     stages: tuple[StageMemory, ...]
     activation_bytes_per_layer: dict[str, int]
+    host_capacity_bytes: int = 1 << 62  # host memory per device for offloaded activations
 
     @property
     def peak_bytes(self) -> int:
@@ -104,11 +106,16 @@ class MemoryEstimate:
         return max(s.total_bytes - sum(s.parts.get(k, 0) for k in OUTSIDE_ALLOCATOR) for s in self.stages)
 
     @property
+    def host_peak_bytes(self) -> int:
+        return max(s.host_bytes for s in self.stages)
+
+    @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.capacity_bytes
+        return self.peak_bytes <= self.capacity_bytes and self.host_peak_bytes <= self.host_capacity_bytes
 
     def as_dict(self) -> dict:
         return {"capacity_bytes": self.capacity_bytes, "peak_bytes": self.peak_bytes, "fits": self.fits,
+                "host_peak_bytes": self.host_peak_bytes, "host_capacity_bytes": self.host_capacity_bytes,
                 "peak_stage": self.peak_stage, "allocator_peak_bytes": self.allocator_peak_bytes,
                 "stages": [s.as_dict() for s in self.stages],
                 "activation_bytes_per_layer": dict(self.activation_bytes_per_layer)}
@@ -158,7 +165,7 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
     body = sum(n * _resident_activation_bytes(model, run, strategy, layout, kind, mode)
                for (kind, mode), n in counts.items())
     head = head_activation_bytes(model, run, tp, cp, mbs, sp)
-    last = layout.stage == strategy.pp - 1
+    last = layout.holds_head
     activations = body + in_flight * (head["embedding"] if layout.is_first else 0.0)
     if last:
         activations += head["output_inputs"]
@@ -166,21 +173,43 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
             mtp_kind = "moe" if model.moe else "dense"
             activations += model.mtp_depth * layer_activation_bytes(model, run, mtp_kind, NO_RECOMPUTE, *theta)
     workspace = max((recompute_workspace_bytes(model, run, kind, mode, *theta) for kind, mode in counts), default=0.0)
+    # the vision encoder's activations sit beside the embedding's (docs/models.md §5), a part of their own
+    encoder = {"encoder_activations": in_flight * head["encoder"] if layout.is_first else 0.0} if model.encoder else {}
     return {
         "activations": activations,
+        **encoder,
         "logits": head["logits"] * (1 + model.mtp_depth) if last else 0.0,
         "recompute_workspace": workspace,
         "comm_buffers": _comm_buffer_bytes(model, run, strategy),
         **fixed_reserve_parts(run, strategy),
-        "fragmentation": fragmentation_bytes(activations),
+        "fragmentation": fragmentation_bytes(activations + sum(encoder.values())),
     }
 
 
+def host_offload_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                       counts: dict | None = None) -> float:
+    """Host memory one device stage's offloaded activations take at its peak: each offloaded layer's moved bytes
+    (what it would keep, less its input) for every in-flight micro-batch (docs/formulas.md §5.3)."""
+    if counts is None:
+        counts = dict(stage_mode_counts(model, strategy)[layout.stage])
+    in_flight = layout.in_flight_chunks / strategy.vpp
+    return sum(n * in_flight * offloaded_layer_bytes(model, run, kind, mode, *_theta(strategy))
+               for (kind, mode), n in counts.items())
+
+
+def offloaded_layer_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, *theta) -> float:
+    """Bytes one layer under `mode` moves to the host per micro-batch (0 unless the option offloads)."""
+    if HOST_OFFLOAD not in recompute_option(mode).reruns:
+        return 0.0
+    return (layer_activation_bytes(model, run, kind, NO_RECOMPUTE, *theta)
+            - layer_activation_bytes(model, run, kind, mode, *theta))
+
+
 def stage_memory(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> StageMemory:
-    """All parts of one device stage's peak."""
+    """All parts of one device stage's peak, and the host memory its offloaded activations take."""
     parts = {**stage_static_bytes(model, run, strategy, layout), **stage_dynamic_bytes(model, run, strategy, layout)}
     return StageMemory(layout.stage, layout.layers, layout.in_flight_chunks / strategy.vpp,
-                       {k: int(v) for k, v in parts.items()})
+                       {k: int(v) for k, v in parts.items()}, int(host_offload_bytes(model, run, strategy, layout)))
 
 
 def _comm_buffer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) -> float:
@@ -224,7 +253,8 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
     stages = tuple(stage_memory(model, run, strategy, layout) for layout in stage_layouts(model, strategy))
     kind = _majority_kind(model)
     per_layer = {mode: int(layer_activation_bytes(model, run, kind, mode, *_theta(strategy))) for mode in RECOMPUTE_MODES}
-    return MemoryEstimate(run.capacity(cluster.device.memory_bytes), stages, per_layer)
+    return MemoryEstimate(run.capacity(cluster.device.memory_bytes), stages, per_layer,
+                          cluster.device.host_memory_bytes)
 
 
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",

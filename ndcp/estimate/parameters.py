@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
+from ..schedules import schedule_named
 from .layout import stage_chunks
 
 
@@ -23,11 +24,32 @@ def expert_data_parallel(strategy: Strategy) -> int:
     return max(1, strategy.dp * strategy.cp * strategy.tp // (strategy.ep * strategy.etp))
 
 
+def _encoder_parameters(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """(all, linear-layer) parameters of the vision encoder and projector on one device of the embedding stage
+    (docs/models.md §5): linear layers split over TP as the language model's, patch embedding, positions and norms
+    replicated."""
+    e, layer = model.encoder, model.encoder_model.dense_layer
+    linear = e.layers * (layer.attention + layer.mlp) / tp + e.projector_params / tp
+    return linear + e.layers * layer.norms + e.embedding_params(e.image_size), linear
+
+
 @lru_cache(maxsize=16384)
 def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int, ep: int,
-                      etp: int) -> tuple[StageParameters, ...]:
+                      etp: int, schedule: str = "1f1b") -> tuple[StageParameters, ...]:
+    own = _own_parameters(model, pp, vpp, layers_per_stage, tp, ep, etp, schedule)
+    if not schedule_named(schedule).mirrored:
+        return own
+    # DualPipe: device stage s also holds stage pp - 1 - s, the other direction's copy (DeepSeek-V3 §3.2.1)
+    return tuple(StageParameters(a.dense + b.dense, a.expert + b.expert, a.layers, a.linear + b.linear)
+                 for a, b in zip(own, reversed(own)))
+
+
+def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int, ep: int,
+                    etp: int, schedule: str) -> tuple[StageParameters, ...]:
     out = []
+    placement = schedule_named(schedule)
     for stage, chunks in enumerate(stage_chunks(model, pp, vpp, layers_per_stage)):
+        embedding, head = placement.holds_ends(stage, pp) if not placement.mirrored else (stage == 0, stage == pp - 1)
         dense = expert = linear = 0.0
         for first, count in chunks:
             for i in range(first, first + count):
@@ -35,10 +57,14 @@ def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tup
                 dense += (layer.attention + layer.mlp) / tp + layer.norms  # norms are replicated over TP
                 expert += layer.experts / (ep * etp)
                 linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
-        if stage == 0:  # vocabulary-parallel embedding; learned positions are replicated
+        if embedding:  # vocabulary-parallel embedding; learned positions are replicated
             dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
-        if stage == pp - 1:  # output layer (a tied one keeps its own copy on another stage) and final norm
-            output = model.vocab * model.hidden if (not model.tied_embeddings or pp > 1) else 0
+            if model.encoder is not None:  # beside the embedding: the vision encoder and projector
+                encoder_dense, encoder_linear = _encoder_parameters(model, tp)
+                dense += encoder_dense
+                linear += encoder_linear
+        if head:  # output layer (a tied one keeps its own copy on another stage) and final norm
+            output = model.vocab * model.hidden if (not model.tied_embeddings or not embedding) else 0
             dense += output / tp + model.norm_params
             if model.mtp_depth:  # DeepSeek-V3 §2.2: each MTP module is a projection, two norms and one layer
                 block = model.moe_layer or model.dense_layer
@@ -52,4 +78,4 @@ def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tup
 def stage_parameters(model: ModelSpec, strategy: Strategy) -> tuple[StageParameters, ...]:
     """Per device stage: parameters on one of its devices after TP, EP and ETP splits (before ZeRO)."""
     s = strategy
-    return _stage_parameters(model, s.pp, s.vpp, s.layers_per_stage, s.tp, s.ep, s.etp)
+    return _stage_parameters(model, s.pp, s.vpp, s.layers_per_stage, s.tp, s.ep, s.etp, s.schedule)

@@ -14,14 +14,20 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..schedules import schedule_named
 from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, NO_RECOMPUTE, recompute_option
-from ..specs.strategy import Strategy, cp_a2a_size
+from ..specs.strategy import Strategy
 from . import communication as comm
-from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, layer_gemms, memory_seconds,
-                      model_flops_per_step, mtp_projection_gemm, output_layer_gemm, router_gemm, total_flops)
+# cp_bytes: the context-parallel byte counts, read from here by tests/estimate/test_cp_comm.py
+from .communication import cp_bytes, cp_comm_seconds  # noqa: F401
+from ..specs.encoder import encoder_run, image_side
+from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, encoder_gemms, layer_gemms,
+                      memory_seconds, model_flops_per_step, mtp_projection_gemm, output_layer_gemm, router_gemm,
+                      total_flops)
 from .data_parallel import Windows, data_parallel_seconds
 from .fp8 import cast_bytes_per_element
 from .gemm import attention_core_seconds, gemm_seconds
 from .layout import stage_mode_counts
+from .rerun import MODULE_PIECES, LayerShape, rerun_cost
+from .overlap import HIDDEN_KEYS, NO_OVERLAP, ep_overlapped, layer_overlaps, strategy_overlaps, tp_overlapped
 
 LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
 LOSS_PASSES_BACKWARD = 2  # read softmax, write the logit gradient
@@ -42,6 +48,9 @@ class LayerTime:
     ep_comm: float
     flops: float = 0.0
     backward_comm: float = 0.0  # the share of tp/cp/ep_comm that is exposed during the backward pass
+    wgrad: float = 0.0  # the weight-gradient GEMMs within backward (what zero-bubble schedules defer, W)
+    tp_hidden: float = 0.0  # TP communication overlapped with compute (not in tp_comm; estimate/overlap.py)
+    ep_hidden: float = 0.0  # EP all-to-all overlapped with compute (not in ep_comm)
 
     @property
     def total(self) -> float:
@@ -54,6 +63,12 @@ class LayerTime:
         return self.forward + self.tp_comm + self.cp_comm + self.ep_comm - self.backward_comm
 
     @property
+    def full_backward(self) -> float:
+        """Input and weight gradients, recompute and the communication exposed in the backward (B of the
+        pipeline schedules' tables)."""
+        return self.backward + self.recompute + self.backward_comm
+
+    @property
     def backward_window(self) -> float:
         """Wall time of this work's backward pass: backward, recompute and the communication exposed in it."""
         return self.backward + self.recompute + self.backward_comm
@@ -62,12 +77,14 @@ class LayerTime:
         return LayerTime(self.forward + other.forward, self.backward + other.backward,
                          self.recompute + other.recompute, self.tp_comm + other.tp_comm,
                          self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm, self.flops + other.flops,
-                         self.backward_comm + other.backward_comm)
+                         self.backward_comm + other.backward_comm, self.wgrad + other.wgrad,
+                         self.tp_hidden + other.tp_hidden, self.ep_hidden + other.ep_hidden)
 
     def scaled(self, factor: float) -> "LayerTime":
         return LayerTime(self.forward * factor, self.backward * factor, self.recompute * factor,
                          self.tp_comm * factor, self.cp_comm * factor, self.ep_comm * factor, self.flops * factor,
-                         self.backward_comm * factor)
+                         self.backward_comm * factor, self.wgrad * factor, self.tp_hidden * factor,
+                         self.ep_hidden * factor)
 
 
 ZERO_TIME = LayerTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -77,74 +94,6 @@ def _tp_collective(cluster: ClusterSpec, nbytes: float, tp: int) -> float:
     """One Megatron TP all-reduce (or its SP reduce-scatter + all-gather pair: same volume, Korthikanti §4.2.2)."""
     bandwidth, latency = comm.link(cluster.device, comm.group_span(("tp",), {"tp": tp}))
     return comm.all_reduce_seconds(nbytes, tp, bandwidth, latency)
-
-
-def cp_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int) -> tuple[float, float, float]:
-    """Bytes per rank of this rank's local K+V, Q and attention output (its tokens, its tp share of the heads)."""
-    if model.mla is not None:
-        qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-        kv, q, out = model.heads * (qk + model.mla.v_head_dim), model.heads * qk, model.heads * model.mla.v_head_dim
-    else:
-        kv, q, out = 2 * model.num_kv_heads * model.dim_per_head, model.heads * model.dim_per_head, model.hidden
-    return tuple(tokens * width / tp * run.activation_bytes for width in (kv, q, out))
-
-
-def _cp_link(cluster: ClusterSpec, tp: int, cp: int) -> tuple[float, float]:
-    return comm.link(cluster.device, comm.group_span(("cp",), {"tp": tp, "cp": cp}))
-
-
-# Each --cp-comm-type (Megatron-Core / Transformer Engine context parallelism, docs/formulas.md §7): exposed seconds
-# (forward, backward) of one layer's CP communication, given the attention core's forward and backward it may hide
-# behind. kv, q, out: this rank's bytes of K+V, Q and the attention output (cp_bytes).
-def _cp_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
-    """Ring: cp-1 passes of the K/V chunk, each overlapping an attention block; backward K/V again plus dK/dV."""
-    return _ring(_cp_link(cluster, tp, cp), cp, kv, core, core_backward)
-
-
-def _ring(link: tuple[float, float], n: int, kv: float, core: float, core_backward: float) -> tuple[float, float]:
-    ring = (n - 1) * comm.p2p_seconds(kv, *link)
-    return max(0.0, ring - core), max(0.0, 2 * ring - core_backward)
-
-
-def _cp_allgather(cluster, tp, cp, kv, q, out, core, core_backward):
-    """All-gather the sequence's K/V before attention (Llama 3 §3.3.2), not overlapped; the backward gathers it
-    again and reduce-scatters dK/dV (TE AttnFuncWithCPAndKVAllGather)."""
-    bandwidth, latency = _cp_link(cluster, tp, cp)
-    gather = comm.all_gather_seconds(cp * kv, cp, bandwidth, latency)
-    return gather, gather + comm.reduce_scatter_seconds(cp * kv, cp, bandwidth, latency)
-
-
-def _a2a_pass(cluster, tp, n, span, kv, q, out):
-    """One Ulysses pass over n ranks: all-to-alls of Q, K+V and the output (backward: dO, dQ, dK+dV)."""
-    bandwidth, latency = comm.link(cluster.device, span)
-    return sum(comm.all_to_all_seconds(b, n, bandwidth, latency) for b in (q, kv, out))
-
-
-def _cp_a2a(cluster, tp, cp, kv, q, out, core, core_backward):
-    """DeepSpeed-Ulysses: sequence-sharded Q/K/V become head-sharded over cp, attention runs on whole sequences, the
-    output goes back; none of it overlapped (the attention needs all of it)."""
-    a2a = _a2a_pass(cluster, tp, cp, tp * cp, kv, q, out)
-    return a2a, a2a
-
-
-def _cp_a2a_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
-    """Hierarchical: Ulysses over the a CP ranks of a node, then the p2p ring over the cp/a node groups, whose K/V
-    chunk (a x tokens, heads/a) has the same bytes as kv."""
-    a = cp_a2a_size(cluster.device.devices_per_node, tp, cp)
-    a2a = _a2a_pass(cluster, tp, a, tp * a, kv, q, out) if a > 1 else 0.0
-    ring_forward, ring_backward = _ring(_cp_link(cluster, tp, cp), cp // a, kv, core, core_backward)
-    return a2a + ring_forward, a2a + ring_backward
-
-
-CP_COMM_TIME = {"p2p": _cp_p2p, "allgather": _cp_allgather, "a2a": _cp_a2a, "a2a+p2p": _cp_a2a_p2p}
-
-
-def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, cp: int,
-                    cp_comm: str, core: float, core_backward: float) -> tuple[float, float]:
-    """Exposed (forward, backward) seconds of one layer's context-parallel communication, one micro-batch."""
-    if cp <= 1:
-        return 0.0, 0.0
-    return CP_COMM_TIME[cp_comm](cluster, tp, cp, *cp_bytes(model, run, tokens, tp), core, core_backward)
 
 
 def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
@@ -159,26 +108,31 @@ def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens:
 
 
 def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-               ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p") -> LayerTime:
+               ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
+               ) -> LayerTime:
     """One body layer of `kind` under recompute `mode` (see _layer_time); a dense layer does not depend on ep/etp,
-    so its cached terms are shared across them (nor on cp_comm without CP)."""
+    so its cached terms are shared across them (nor on cp_comm without CP). `hidden`: the overlaps the strategy
+    runs (estimate/overlap.py hidden_comms)."""
     if kind == "dense":
         ep = etp = 1
     if cp == 1:
         cp_comm = "p2p"
-    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp, cp_comm)
+    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp, cp_comm,
+                       layer_overlaps(hidden, kind, mode))
 
 
 @lru_cache(maxsize=131072)
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-                ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p") -> LayerTime:
+                ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
+                ) -> LayerTime:
     """One body layer of `kind` under recompute `mode` for one micro-batch of mbs sequences of local length seq/cp.
 
     recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
     selective: the attention core). tp_comm: 2 forward all-reduces (SP: reduce-scatter + all-gather, same volume)
     plus whatever of the 2 backward ones outlasts the weight-gradient GEMMs. cp_comm: the exposed part of
     the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch + combine all-to-alls, forward and backward
-    (MoE only)."""
+    (MoE only). wgrad: the weight-gradient GEMMs (one forward of the linear layers). `hidden` overlaps move TP or
+    EP time from exposed to tp_hidden / ep_hidden (estimate/overlap.py)."""
     device, dtype = cluster.device, run.activation_bytes
     tokens, keys = mbs * run.seq_len / cp, run.seq_len
     flash = run.flash_attention
@@ -206,13 +160,25 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
     # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
     tp_backward = max(0.0, tp_forward - linear)
+    tp_total = tp_forward + tp_backward
+    if "tp" in hidden:
+        tp_forward, tp_backward = tp_overlapped(tp_forward, linear)
     cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, tokens, tp, cp, cp_comm, core, core_backward)
     a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
+    ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
+    if "ep" in hidden:
+        ep_forward, ep_backward = ep_overlapped(4 * a2a, forward + backward)
 
     recompute = 0.0
-    for piece in recompute_option(mode).reruns:  # the forward pieces the recompute option re-runs (specs/recompute.py)
-        if piece == LAYER_FORWARD:
-            recompute += forward + tp_forward + cp_forward + 2 * a2a
+    reruns = recompute_option(mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
+    for piece in reruns:
+        if piece in MODULE_PIECES:  # Megatron-Core recompute modules (estimate/rerun.py)
+            shape = LayerShape(kind, tokens, tp, sp, ep, etp, tp_forward, ep_forward, cp, mbs, forward, backward)
+            seconds, flops = rerun_cost(model, cluster, run, shape, piece, reruns)
+            recompute += seconds
+            executed += flops
+        elif piece == LAYER_FORWARD:
+            recompute += forward + tp_forward + cp_forward + ep_forward
             executed += linear_flops + core_flops
         elif piece == ATTENTION_CORE:  # the core, and without flash attention its score-matrix elementwise passes
             executed += core_flops
@@ -221,8 +187,10 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
                 - elementwise_bytes(model, kind, tokens, keys, tp, sp, True, dtype), device))
         else:
             raise ValueError(f"no time model for recompute piece {piece!r}")
-    return LayerTime(forward, backward, recompute, tp_forward + tp_backward, cp_forward + cp_backward, 4 * a2a,
-                     executed, tp_backward + cp_backward + 2 * a2a)
+    tp_exposed = tp_forward + tp_backward
+    return LayerTime(forward, backward, recompute, tp_exposed, cp_forward + cp_backward, ep_forward + ep_backward,
+                     executed, tp_backward + cp_backward + ep_backward, linear, tp_total - tp_exposed,
+                     4 * a2a - ep_forward - ep_backward)
 
 
 def _embedding_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
@@ -236,6 +204,22 @@ def _embedding_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens
     return LayerTime(rows, rows, 0.0, collective(nbytes, tp, bandwidth, latency), 0.0, 0.0)
 
 
+def _encoder_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, mbs: int, sp: bool) -> LayerTime:
+    """The vision encoder and projector, on the stage that embeds (docs/models.md §5): mbs x images_per_sample
+    images through its bidirectional layers (TP and SP as the language model's; CP does not split an image, no
+    recompute), and its patch-embedding and projector GEMMs."""
+    images_run = encoder_run(model.encoder, run)
+    if images_run is None:
+        return ZERO_TIME
+    images = mbs * run.images_per_sample
+    layers = layer_time(model.encoder_model, cluster, images_run, "dense", NO_RECOMPUTE, tp, 1, 1, 1, images, sp)
+    gemms = encoder_gemms(model, images, image_side(model.encoder, run), tp)
+    linear = gemm_seconds(gemms, cluster.device, run.activation_bytes)
+    return layers.scaled(model.encoder.layers) + LayerTime(linear, 2 * linear, 0.0, 0.0, 0.0, 0.0,
+                                                           3 * total_flops(gemms), wgrad=linear)
+
+
+@lru_cache(maxsize=65536)  # shared by the MTP variants (ep, etp, overlaps) of _stage_extra_time
 def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
                       sp: bool) -> LayerTime:
     """Final norm, vocab-parallel output GEMM and fp32 cross-entropy loss (memory-bound)."""
@@ -252,11 +236,11 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
         bandwidth, latency = comm.link(device, tp)
         tp_comm = (_tp_collective(cluster, tokens * model.hidden * dtype, tp)
                    + LOSS_ALL_REDUCES * comm.all_reduce_seconds(tokens * 4, tp, bandwidth, latency))
-    return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0, 3 * logits_gemm.flops)
+    return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0, 3 * logits_gemm.flops, wgrad=logits)
 
 
 def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool, ep: int,
-              etp: int, cp_comm: str = "p2p") -> LayerTime:
+              etp: int, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP) -> LayerTime:
     """All MTP modules: 2h->h projection, one transformer layer and the shared output head each (DeepSeek-V3 §2.2)."""
     if not model.mtp_depth:
         return ZERO_TIME
@@ -264,36 +248,54 @@ def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp:
     projection_gemm = mtp_projection_gemm(model, tokens)
     projection = gemm_seconds((projection_gemm,), cluster.device, run.activation_bytes) / tp
     kind = "moe" if model.moe is not None else "dense"
-    block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp)
-             + layer_time(model, cluster, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp, cp_comm)
+    block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp,
+                       wgrad=projection)
+             + layer_time(model, cluster, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp, cp_comm, hidden)
              + _output_head_time(model, cluster, run, tokens, tp, sp))
     return block.scaled(model.mtp_depth)
 
 
 def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
-                     sp: bool, *, ep: int = 1, etp: int = 1, cp_comm: str = "p2p") -> LayerTime:
+                     sp: bool, *, ep: int = 1, etp: int = 1, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
+                     ) -> LayerTime:
     """Work outside the body layers: "first" = embedding; "last" = final norm, output layer, loss and MTP modules;
-    "only" (pp = 1) = both; anything else = nothing. ep/etp shape the MTP module's MoE layer (only)."""
+    "only" (pp = 1) = both; anything else = nothing. ep/etp (and the overlaps `hidden`) shape the MTP module's MoE
+    layer (only)."""
     if role == "only":
         return (stage_extra_time(model, cluster, run, "first", tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm)
-                + stage_extra_time(model, cluster, run, "last", tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm))
+                + stage_extra_time(model, cluster, run, "last", tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm,
+                                   hidden=hidden))
     if role not in ("first", "last"):
         return ZERO_TIME
-    if not model.mtp_depth:
-        ep = etp = 1  # nothing else depends on them: share the cached terms
+    if not model.mtp_depth or role == "first":
+        ep, etp, hidden = 1, 1, NO_OVERLAP  # nothing else depends on them: share the cached terms
     if not model.mtp_depth or cp == 1:
         cp_comm = "p2p"
-    return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp, cp_comm)
+    return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp, cp_comm, hidden)
 
 
 @lru_cache(maxsize=65536)
 def _stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
-                      sp: bool, ep: int, etp: int, cp_comm: str = "p2p") -> LayerTime:
+                      sp: bool, ep: int, etp: int, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP) -> LayerTime:
     tokens = mbs * run.seq_len / cp
     if role == "first":
-        return _embedding_time(model, cluster, run, tokens, tp, sp)
+        return _embedding_time(model, cluster, run, tokens, tp, sp) + _encoder_time(model, cluster, run, tp, mbs, sp)
     return _output_head_time(model, cluster, run, tokens, tp, sp) + _mtp_time(model, cluster, run, tp, cp, mbs, sp,
-                                                                             ep, etp, cp_comm)
+                                                                             ep, etp, cp_comm, hidden)
+
+
+def stage_extra(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, schedule: str, stage: int, pp: int, tp: int,
+                cp: int, mbs: int, sp: bool, *, ep: int = 1, etp: int = 1, cp_comm: str = "p2p",
+                hidden: frozenset = NO_OVERLAP) -> LayerTime:
+    """One micro-batch's work outside the body layers on device stage `stage`: the shares of the roles the
+    schedule gives it (Schedule.extra_roles: the first stage embeds, the last computes the loss, unless the
+    schedule places them otherwise)."""
+    total = ZERO_TIME
+    for role, share in schedule_named(schedule).extra_roles(stage, pp):
+        part = stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm,
+                                hidden=hidden)
+        total = total + (part if share == 1 else part.scaled(share))
+    return total
 
 
 def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool,
@@ -310,10 +312,15 @@ def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, c
     return send
 
 
-def pipeline_seconds(schedule: str, stage_sum, stage_max, mbn, vpp):
-    """The schedule's critical path (ndcp/schedules) from per-micro-batch stage times. Plain arithmetic: works on
-    floats and numpy arrays alike."""
-    return schedule_named(schedule).pipeline_seconds(stage_sum, stage_max, mbn, vpp)
+def pipeline_seconds(schedule: str, fill_sum, stage_max, mbn, vpp, pp):
+    """The schedule's critical path (ndcp/schedules) from the slowest stage's per-micro-batch time and the sum of
+    the stages' fills (Schedule.fill; stage_fill). Plain arithmetic: works on floats and numpy arrays alike."""
+    return schedule_named(schedule).pipeline_seconds(fill_sum, stage_max, mbn, vpp, pp)
+
+
+def stage_fill(schedule: str, time: LayerTime, p2p: float) -> float:
+    """What one stage (its per-micro-batch time `time` plus its exposed sends `p2p`) adds to the schedule's bubble."""
+    return schedule_named(schedule).fill(time.total + p2p, time.full_backward, time.wgrad)
 
 
 # -- composition --------------------------------------------------------------------------------------------------
@@ -333,36 +340,38 @@ class TimeEstimate:
     model_flops: float  # per step, whole cluster, under mfu_convention
     hardware_flops: float  # per step, whole cluster: what the time model executes
     mfu_convention: str = "causal"  # how model FLOPs count causal attention (specs/run.py MFU_CONVENTIONS)
+    # Communication overlapped with compute, per step on the slowest stage (not in parts; estimate/overlap.py)
+    hidden: dict[str, float] | None = None
 
     def as_dict(self) -> dict:
         return {"step_seconds": self.step_seconds, "mfu": self.mfu, "mfu_convention": self.mfu_convention,
                 "hfu": self.hfu,
-                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "parts": dict(self.parts)}
-
-
-def stage_role(stage: int, pp: int) -> str:
-    """Which extra work a device stage does: "only" (pp = 1), "first", "last" or "middle"."""
-    if pp == 1:
-        return "only"
-    return "first" if stage == 0 else "last" if stage == pp - 1 else "middle"
+                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "parts": dict(self.parts),
+                "hidden_comm": dict(self.hidden or dict.fromkeys(HIDDEN_KEYS, 0.0))}
 
 
 def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts) -> LayerTime:
     """One micro-batch through one device stage (all its chunks): body layers plus the stage's extra work."""
     s = strategy
-    total = stage_extra_time(model, cluster, run, stage_role(stage, s.pp), s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp,
-                             cp_comm=s.cp_comm)
+    hidden = strategy_overlaps(run, s)
+    total = stage_extra(model, cluster, run, s.schedule, stage, s.pp, s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp,
+                        cp_comm=s.cp_comm, hidden=hidden)
     for (kind, mode), n in mode_counts:
         total = total + layer_time(model, cluster, run, kind, mode, s.tp, s.cp, s.ep, s.etp, s.mbs, s.sp,
-                                   s.cp_comm).scaled(n)
+                                   s.cp_comm, hidden).scaled(n)
     return total
 
 
-def p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
-    """A stage's sends per micro-batch: activation forward and gradient backward at each of its vpp chunks."""
+def _p2p_sends(model, cluster, run, strategy: Strategy) -> float:
     s = strategy
     return pipeline_p2p_seconds(model, cluster, run, s.pp, s.vpp, s.tp, s.cp, s.mbs, s.sp,
                                 p2p_crosses_node(cluster, s.tp, s.cp, s.dp))
+
+
+def p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
+    """A stage's exposed sends per micro-batch: activation forward and gradient backward at each of its vpp
+    chunks, none when the strategy overlaps them (estimate/overlap.py)."""
+    return 0.0 if "p2p" in strategy_overlaps(run, strategy) else _p2p_sends(model, cluster, run, strategy)
 
 
 def p2p_crosses_node(cluster: ClusterSpec, tp: int, cp: int, dp: int) -> bool:
@@ -391,14 +400,16 @@ def overlap_windows(stages: list[LayerTime]) -> list[Windows]:
 
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
-    """Step time = pipeline(sum and max of per-micro-batch stage times) + exposed DP sync + optimizer step."""
+    """Step time = pipeline(slowest per-micro-batch stage time, sum of the stages' fills) + exposed DP sync +
+    optimizer step; the communication overlapped with compute reported apart (TimeEstimate.hidden)."""
     s = strategy
     stages = stage_times(model, cluster, run, s)
     p2p = p2p_per_microbatch(model, cluster, run, s)
     totals = [t.total + p2p for t in stages]
     slowest = max(range(len(stages)), key=totals.__getitem__)
-    stage_max, stage_sum = totals[slowest], sum(totals)
-    pipeline = pipeline_seconds(s.schedule, stage_sum, stage_max, s.mbn, s.vpp)
+    stage_max = totals[slowest]
+    pipeline = pipeline_seconds(s.schedule, sum(stage_fill(s.schedule, t, p2p) for t in stages), stage_max, s.mbn,
+                                s.vpp, s.pp)
     worst = stages[slowest]
     dp_comm, optimizer = data_parallel_seconds(model, cluster, run, s, overlap_windows(stages))
     step = pipeline + dp_comm + optimizer
@@ -408,15 +419,18 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
              "ep_comm": s.mbn * worst.ep_comm, "dp_comm": dp_comm, "pp_comm": s.mbn * p2p,
              "bubble": pipeline - s.mbn * stage_max, "optimizer": optimizer}
 
-    model_flops = model_flops_per_step(model, run.seq_len, s.global_batch, run.mfu_convention)
+    model_flops = model_flops_per_step(model, run.seq_len, s.global_batch, run.mfu_convention, run.images_per_sample,
+                                       image_side(model.encoder, run) if model.encoder else 0)
     # every device of a stage executes its stage's FLOPs for each of the mbn micro-batches
     hardware_flops = s.mbn * sum(t.flops for t in stages) * (s.devices // s.pp)
     capacity = s.devices * cluster.device.utilisation_peak(run.fp8) * step  # FP8 runs: of the FP8 peak
     tokens = s.global_batch * run.seq_len
+    hidden = {"tp_comm": s.mbn * worst.tp_hidden, "ep_comm": s.mbn * worst.ep_hidden,
+              "pp_comm": s.mbn * (_p2p_sends(model, cluster, run, s) - p2p)}
     return TimeEstimate(step, model_flops / capacity, hardware_flops / capacity, tokens / (step * s.devices), parts,
-                        model_flops, hardware_flops, run.mfu_convention)
+                        model_flops, hardware_flops, run.mfu_convention, hidden)
 
 
-__all__ = ["LayerTime", "layer_time", "stage_extra_time", "p2p_seconds", "pipeline_seconds",
-           "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts", "PART_KEYS",
-           "p2p_per_microbatch", "p2p_crosses_node", "pipeline_p2p_seconds", "stage_role"]
+__all__ = ["LayerTime", "layer_time", "stage_extra_time", "stage_extra", "p2p_seconds", "pipeline_seconds",
+           "stage_fill", "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts",
+           "PART_KEYS", "p2p_per_microbatch", "p2p_crosses_node", "pipeline_p2p_seconds"]

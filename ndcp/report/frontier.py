@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import csv
 import io
+from itertools import groupby
 
 from rich import box
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..solve.frontier import Frontier, stage_counts
+from ..specs.recompute import CLASSIC_MODES, OPTION_BY_NAME, RECOMPUTE_MODES
 from ..specs.units import GIB
 from .output import write_output
 from .terminal import format_seconds
@@ -23,7 +26,11 @@ def _g(n: int) -> str:
 
 
 def _stages_text(counts) -> str:
-    return " ".join(f"{c['layers']}={c['none']}/{c['selective']}/{c['full']}" for c in counts)
+    """`8=5n/0s/3f 8=...`: each stage's layers and how many run each recompute mode, labelled as plan summaries
+    label them (none, selective and full always; another mode where some stage runs it)."""
+    shown = [m for m in RECOMPUTE_MODES if m in CLASSIC_MODES or any(c.get(m) for c in counts)]
+    return " ".join(f"{c['layers']}=" + "/".join(f"{c.get(m, 0)}{OPTION_BY_NAME[m].label}" for m in shown)
+                    for c in counts)
 
 
 def frontier_rows(model, result: Frontier) -> list[dict]:
@@ -34,8 +41,7 @@ def frontier_rows(model, result: Frontier) -> list[dict]:
             "cap_bytes": point.cap_bytes, "caps_bytes": list(point.caps), "peak_bytes": point.peak_bytes,
             "step_seconds": point.step_seconds, "proven": point.proven, "bound_seconds": point.bound_seconds,
             "zero": point.strategy.zero, "layers_per_stage": [c["layers"] for c in counts],
-            "stages": [{"none": c["none"], "selective": c["selective"], "full": c["full"], "layers": c["layers"]}
-                       for c in counts],
+            "stages": [dict(c) for c in counts],  # layers per recompute mode, and the stage's layers
             "marginal_seconds_per_gib_saved": marginal,
             "strategy": point.strategy.as_dict(),
         })
@@ -67,22 +73,56 @@ def write_frontier_csv(model, result: Frontier, path: str) -> None:
     write_output(buffer.getvalue(), path, "--csv")
 
 
-def frontier_table(model, result: Frontier) -> Table:
+def _totals_text(strategy, counts) -> str:
+    """All stages together: the plan's summary (`78n/0s/2f`: layers per recompute mode), and the layers per stage
+    when uneven, repeats folded (`7 8x14 7`)."""
+    layers = [c["layers"] for c in counts]
+    totals = strategy.recompute.summary().removeprefix("per-stage ")
+    if len(set(layers)) == 1:
+        return totals
+    runs = [(n, len(list(group))) for n, group in groupby(layers)]
+    return totals + " (layers " + " ".join(f"{n}x{k}" if k > 1 else str(n) for n, k in runs) + ")"
+
+
+PLAN_LAYOUTS = ("per stage", "totals", "below")  # widest first: _fitting_layout picks the first that fits
+
+
+def frontier_table(model, result: Frontier, plan: str = "per stage") -> Table:
+    """One row per frontier point, numbered; the plan as each stage's counts (`per stage`: `layers=none/sel/full`),
+    as the totals over the stages (`totals`), or left out (`below`: plan_lines prints it under the table)."""
     table = Table(box=box.SIMPLE_HEAD, title="Memory-time frontier (fastest plan under each cap, verified)",
-                  title_justify="left")
-    for name, justify in (("cap GiB", "right"), ("peak GiB", "right"), ("step", "right"), ("slower", "right"),
-                          ("ms/GiB saved", "right"), ("zero", "right"),
-                          ("per stage: layers=none/sel/full", "left")):
-        table.add_column(name, justify=justify, no_wrap=not name.startswith("per stage"))
+                  title_justify="left", show_edge=False, pad_edge=False)
+    header = {"per stage": "per stage: layers=counts per mode", "totals": "plan (layers)", "below": None}[plan]
+    for name in ("#", "cap GiB", "peak GiB", "step", "slower", "ms/GiB", "zero", *((header,) if header else ())):
+        table.add_column(name, justify="left" if name == header else "right", no_wrap=True)
     fastest = min((p.step_seconds for p in result.points), default=0.0)
-    for row, point in zip(frontier_rows(model, result), result.points):
+    for number, (row, point) in enumerate(zip(frontier_rows(model, result), result.points), 1):
         caps = _g(point.caps[0]) + (f" (+{len(point.caps) - 1})" if len(point.caps) > 1 else "")
         marginal = row["marginal_seconds_per_gib_saved"]
-        table.add_row(caps, _g(point.peak_bytes), format_seconds(point.step_seconds) + ("" if point.proven else " *"),
-                      f"+{100 * (point.step_seconds / fastest - 1):.1f} %" if fastest else "-",
-                      "-" if marginal is None else f"{1000 * marginal:.1f}",
-                      str(point.strategy.zero), _stages_text(row["stages"]))
+        cells = [str(number), caps, _g(point.peak_bytes),
+                 format_seconds(point.step_seconds) + ("" if point.proven else " *"),
+                 f"+{100 * (point.step_seconds / fastest - 1):.1f} %" if fastest else "-",
+                 "-" if marginal is None else f"{1000 * marginal:.1f}", str(point.strategy.zero)]
+        if plan == "per stage":
+            cells.append(_stages_text(row["stages"]))
+        elif plan == "totals":
+            cells.append(_totals_text(point.strategy, row["stages"]))
+        table.add_row(*cells)
     return table
+
+
+def plan_lines(model, result: Frontier) -> list[str]:
+    """`#1: 0n/0s/8f (8-9-9-6)`: each point's plan totals, for the `below` layout."""
+    return [f"#{n}: {_totals_text(p.strategy, row['stages'])}"
+            for n, (row, p) in enumerate(zip(frontier_rows(model, result), result.points), 1)]
+
+
+def _fitting_layout(console, model, result: Frontier) -> str:
+    """The widest plan layout whose table keeps every row on one line of the console."""
+    for plan in PLAN_LAYOUTS[:-1]:
+        if Console(width=10_000).measure(frontier_table(model, result, plan)).maximum <= console.width:
+            return plan
+    return PLAN_LAYOUTS[-1]
 
 
 def frontier_chart(result: Frontier, width: int = 40) -> list[str]:
@@ -98,17 +138,37 @@ def frontier_chart(result: Frontier, width: int = 40) -> list[str]:
     return lines
 
 
+def frontier_line(result: Frontier) -> str:
+    """The frontier in one line (for --quiet): its ends (peak -> step time) and the least memory any plan needs."""
+    if not result.points:
+        return "infeasible: no recompute plan of this strategy fits under the caps"
+    first, last = result.points[0], result.points[-1]
+    text = (f"frontier: {len(result.points)} plans, {_g(first.peak_bytes)} GiB -> "
+            f"{format_seconds(first.step_seconds)} ... {_g(last.peak_bytes)} GiB -> {format_seconds(last.step_seconds)}; "
+            f"least memory {_g(result.least_bytes)} GiB")
+    if result.infeasible_caps:
+        text += f"; {len(result.infeasible_caps)} cap(s) below it"
+    return text
+
+
 def render_frontier(console, model, result: Frontier, degrees: str) -> None:
     console.print(Text(f"Strategy: {degrees}", style="bold"))
     if result.least_bytes is not None:
         console.print(f"least memory any plan of it needs: {_g(result.least_bytes)} GiB "
                       f"({result.solves} plan solves, {result.solve_seconds:.2f} s)")
     if result.points:
-        console.print(frontier_table(model, result))
+        layout = _fitting_layout(console, model, result)
+        console.print(frontier_table(model, result, layout))
+        for line in plan_lines(model, result) if layout == "below" else ():
+            console.print(line, markup=False, highlight=False)
         if not all(p.proven for p in result.points):
             console.print("* the plan model stopped at its time limit: fastest found, not proven")
-        console.print("per stage: its layers = how many keep activations / recompute selectively / fully. "
-                      "ms/GiB saved: step time added per GiB of peak saved by moving to the next tighter point. "
+        codes = ("n none, s selective, f full, o offloaded to host; ln layernorm, mla mla_up_proj, act moe_act, mlp, "
+                 "moe: Megatron recompute modules, + combined")
+        plan = (f"per stage: its layers = how many run each recompute mode ({codes})" if layout == "per stage" else
+                f"plan: layers per recompute mode over all stages ({codes}; layers per stage when uneven; --json or "
+                "--csv has each stage)")
+        console.print(f"{plan}. ms/GiB: step time added per GiB of peak saved by moving to the next tighter point. "
                       "cap (+n): n more caps of the sweep gave the same plan.")
         console.print()
         for line in frontier_chart(result):
@@ -120,5 +180,5 @@ def render_frontier(console, model, result: Frontier, degrees: str) -> None:
                            "infeasible only because of that (raise --time-limit)", style="yellow"))
 
 
-__all__ = ["frontier_document", "write_frontier_csv", "render_frontier", "frontier_table", "frontier_chart",
+__all__ = ["frontier_document", "frontier_line", "write_frontier_csv", "render_frontier", "frontier_table", "frontier_chart", "plan_lines",
            "frontier_rows"]

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..estimate.layout import layout_document
 from ..space import SearchSpace
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
@@ -35,6 +36,8 @@ def model_document(model: ModelSpec) -> dict:
         "shared_experts": model.moe.shared_experts if model.moe else 0,
         "mla": model.mla is not None,
         "mtp_depth": model.mtp_depth,
+        # the language model and the submodules beside it, in pipeline order (docs/models.md §5)
+        "submodules": [{"name": name, "parameters": int(n)} for name, n in model.submodules],
         "source": model.source,
     }
     return doc
@@ -80,6 +83,8 @@ def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
         "mfu_convention": run.mfu_convention,
         **run_settings(run),
         "optimizer_state_dtype": run.optimizer_state_dtype,
+        "images_per_sample": run.images_per_sample,
+        "image_size": run.image_size or None,  # None: the vision encoder's own
         "memory_cap_bytes": int(run.memory_cap_bytes) or None,
         "reserve_bytes": None if run.reserve_bytes is None else int(run.reserve_bytes),  # None: modelled per stage
         "headroom_fraction": float(run.headroom_fraction),
@@ -89,9 +94,8 @@ def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
 
 
 def _layout(model: ModelSpec, strategy: Strategy) -> dict:
-    """{"layout": ...} when the default partition is Megatron's embedding+loss accounted split, else {}."""
-    note = strategy.layout_note(model.layers)
-    return {"layout": note} if note else {}
+    """{"layout": layers per device stage and chunk, where the embedding and the loss sit, Megatron's notation}."""
+    return {"layout": layout_document(model, strategy)}
 
 
 def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy, memory,

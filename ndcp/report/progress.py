@@ -1,6 +1,7 @@
 """Search progress on stderr: a rich live status line on a terminal, plain lines at most every ~2 s otherwise."""
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 
@@ -37,12 +38,19 @@ class SearchProgress:
             self.live.stop()
         return False
 
-    def line(self) -> str:
-        """`cp-sat 1.2 s | incumbent | bound | gap | done | phase`: the numbers first, so a narrow line keeps them."""
+    def line(self, width: int | None = None) -> str:
+        """`cp-sat 1.2 s | incumbent | bound | gap | done | phase`: the numbers first, and within `width` characters
+        by leaving out parts from the end (whole parts, never a cut number)."""
+        parts = self.parts()
+        while len(parts) > 1 and width is not None and len(" | ".join(parts)) > width:
+            parts.pop()
+        return " | ".join(parts)
+
+    def parts(self) -> list[str]:
         p = self.last
         parts = [f"{self.method} {self.clock() - self.start:.1f} s"]
         if p is None:
-            return " | ".join(parts + ["solving"])
+            return parts + ["solving"]
         parts.append(f"incumbent {format_seconds(p.incumbent_seconds)}")
         if p.lower_bound_seconds is not None:
             parts.append(f"bound {format_seconds(p.lower_bound_seconds)}")
@@ -53,14 +61,14 @@ class SearchProgress:
         elif p.done:
             parts.append(f"{p.done:,} verified")
         parts.append(p.phase)
-        return " | ".join(parts)
+        return parts
 
     def __rich__(self):
         if self.spinner is None:
             self.spinner = Spinner("dots", style="cyan")
-        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        text = Text(no_wrap=True, end="")
         text.append_text(self.spinner.render(self.clock()))
-        text.append(" " + self.line())
+        text.append(" " + self.line(self.live.console.width - 3 if self.live else None))
         return text
 
     def __call__(self, progress) -> None:
@@ -72,7 +80,8 @@ class SearchProgress:
         now = self.clock()
         if now - self.printed >= self.INTERVAL:
             self.printed = now
-            print(f"ndcp: {self.line()}", file=sys.stderr, flush=True)
+            width = shutil.get_terminal_size().columns - len("ndcp: ")
+            print(f"ndcp: {self.line(width)}", file=sys.stderr, flush=True)
 
 
 __all__ = ["SearchProgress"]

@@ -13,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..rules import RULES
+from ..solve.explain import unproven_hint
+from ..solve.result import TIE
 from ..space import DIMENSIONS, SearchSpace
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
@@ -82,7 +84,7 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
     else:
         how = ("per stage: how many layers run each mode" if "per-layer" in result.method
                else "greedy per layer" if result.method == "greedy" else "uniform")
-        searched.append(f"recompute {{{','.join(modes)}}} ({how})")
+        searched.append(f"recompute {{{', '.join(modes)}}} ({how})")  # spaced: a long list wraps, never cut
     derived = [n for n in ("dp", "mbn") if n not in fixed]
     bound = (f"tp x cp <= {o.tp_cp_bound}" if o.tp_cp_bound
              else f"tp <= {space.cluster.device.devices_per_node} (one node)")
@@ -120,8 +122,8 @@ def status_text(result) -> Text:
                     "greedy recompute, not proven and with no bound (--recompute per-layer gives the proven optimum)")
     elif status == "feasible" and best is not None:
         text.append(f" — best verified step {format_seconds(best.step_seconds)}, proven bound "
-                    f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit; raise "
-                    "--time-limit to close it)")
+                    f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit; "
+                    f"{unproven_hint(result)})")
     elif status == "feasible":
         text.append(f" — {result.explanation or 'no strategy found before the time limit'}; raise --time-limit")
     else:
@@ -165,40 +167,113 @@ def result_panel(result) -> Panel:
     return Panel(Group(*parts), title="Result", title_align="left", border_style=style)
 
 
-def ranking_table(result, shares: bool = True, main: bool = True, ep: bool = True, compact: bool = False) -> Table:
-    """The verified strategies in rank order: degrees, batch split, sharding, memory, step time (`main`) and the
-    step-time parts as % of the step (`shares`). `ep=False` leaves out the ep and ep% columns (dense models);
-    `compact` puts the degrees in one column (narrow consoles)."""
-    degrees = ("tp", "pp", "cp", "dp", *(("ep",) if ep else ()), "vpp")
-    title = (f"Top {len(result.strategies)} strategies, fastest first (memory in GiB"
-             + ("; step-time parts in % of the step)" if shares else ")"))
-    if not main:
-        title = "Step-time parts in % of the step (comp = forward + backward)"
+COMPACT_WIDTH = 100  # at most this many columns: the compact ranking (short headers, degrees in one column)
+
+
+def equivalent_groups(strategies) -> list[tuple[int, object, list]]:
+    """(rank of the first, the first, the rest) for each run of strategies at the same step time (within TIE): the
+    ranking orders equal times by the canonical tie-break (solve/result.py rank_key), so the first is the one to
+    show and the rest are equivalent plans that only cost more memory or more peers across nodes."""
+    groups: list[tuple[int, object, list]] = []
+    for rank, e in enumerate(strategies, 1):
+        if groups and abs(e.step_seconds - groups[-1][1].step_seconds) <= TIE * groups[-1][1].step_seconds:
+            groups[-1][2].append(e)
+        else:
+            groups.append((rank, e, []))
+    return groups
+
+
+def compact_degrees(strategy, ep: bool = True) -> str:
+    """`tp4 pp1 cp1 dp128` (+ `ep8 etp1` for MoE models, `vpp4` when interleaved, cp_comm when cp > 1 is not p2p)."""
+    s = strategy
+    words = [f"tp{s.tp}", f"pp{s.pp}", f"cp{s.cp}", f"dp{s.dp}"]
+    if ep:
+        words += [f"ep{s.ep}", f"etp{s.etp}"]
+    if s.vpp > 1:
+        words.append(f"vpp{s.vpp}")
+    if s.cp > 1 and s.cp_comm != "p2p":
+        words.append(s.cp_comm)
+    return " ".join(words)
+
+
+def compact_recompute(strategy) -> str:
+    """The recompute summary without the `per-stage ` prefix (the n/s/f counts say it is a per-stage plan)."""
+    return strategy.recompute.summary().removeprefix("per-stage ")
+
+
+def _title(result, shares: bool) -> str:
+    return (f"Top {len(result.strategies)} strategies, fastest first (memory in GiB"
+            + ("; step-time parts in % of the step)" if shares else ")"))
+
+
+def _same_cell(others: list) -> str:
+    return f"+{len(others)}" if others else ""
+
+
+def compact_ranking(result, ep: bool = True, width: int = 80) -> Table:
+    """The ranking for consoles of at most COMPACT_WIDTH columns: degrees in one column (`tp4 pp1 cp1 dp128`),
+    short headers, no number ever cut; `free` and `tok/s/GPU` only when they fit in `width`."""
+    groups = equivalent_groups(result.strategies)
+
+    def table(extra: tuple[str, ...]) -> Table:
+        t = Table(title=_title(result, False), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, padding=(0, 0),
+                  caption="mb: micro-batch size x count; ≡ +n: n more plans at this step time", caption_justify="left")
+        t.add_column("#", justify="right", no_wrap=True)
+        t.add_column("degrees", no_wrap=False)  # the one column that may wrap, between its words
+        for name in ("mb", "z", "sp", "recompute", "peak", *extra[:1], "step", "MFU%", *extra[1:], "≡"):
+            t.add_column(name, justify="left" if name in ("mb", "sp", "recompute", "≡") else "right", no_wrap=True)
+        for rank, e, others in groups:
+            s, m, tm = e.strategy, e.memory, e.time
+            cells = [str(rank), compact_degrees(s, ep), f"{s.mbs}x{s.mbn}", str(s.zero), _on_off(s.sp),
+                     compact_recompute(s), gib(m.peak_bytes)]
+            if extra:
+                cells.append(gib(m.capacity_bytes - m.peak_bytes))
+            cells += [format_seconds(tm.step_seconds), f"{100 * tm.mfu:.1f}"]
+            if len(extra) > 1:
+                cells.append(f"{tm.tokens_per_second_per_gpu:,.0f}")
+            t.add_row(*cells, _same_cell(others), style="bold" if rank == 1 else None)
+        return t
+
+    for extra in (("free", "tok/s/GPU"), ("free",)):
+        candidate = table(extra)
+        if _natural_width(candidate) <= width:
+            return candidate
+    return table(())
+
+
+def _natural_width(renderable) -> int:
+    console = Console(width=10_000)
+    return console.measure(renderable).maximum
+
+
+def ranking_table(result, shares: bool = True, main: bool = True, ep: bool = True) -> Table:
+    """The verified strategies in rank order, one row per step time (equivalent plans counted under ≡): degrees,
+    batch split, sharding, memory, step time (`main`) and the step-time parts as % of the step (`shares`).
+    `ep=False` leaves out the ep and ep% columns (dense models)."""
+    degrees = ("tp", "pp", "cp", "dp", *(("ep", "etp") if ep else ()), "vpp")
+    title = _title(result, shares) if main else "Step-time parts (% of step; comp = fwd+bwd)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     table.add_column("#", justify="right", no_wrap=True)
     if main:
-        if compact:
-            table.caption, table.caption_justify = f"degrees = {'/'.join(degrees)}", "left"
-            table.padding = (0, 0)  # one space between columns (the box's divider)
-        for name in (("degrees",) if compact else degrees) + ("mbs/mbn", "zero", "sp", "recompute"):
-            table.add_column(name, justify="left" if name in ("degrees", "mbs/mbn", "sp", "recompute") else "right",
+        for name in degrees + ("mbs/mbn", "zero", "sp", "recompute"):
+            table.add_column(name, justify="left" if name in ("mbs/mbn", "sp", "recompute") else "right",
                              no_wrap=True)
-        for name in ("peak", "free", "step", "MFU%", "tok/s/GPU"):
-            table.add_column(name, justify="right", no_wrap=True)
+        for name in ("peak", "free", "step", "MFU%", "tok/s/GPU", "≡"):
+            table.add_column(name, justify="left" if name == "≡" else "right", no_wrap=True)
     if shares:
         for name, _ in _shares(ep):
             table.add_column(name, justify="right", no_wrap=True, style="dim" if main else None)
-    for rank, e in enumerate(result.strategies, 1):
+    for rank, e, others in equivalent_groups(result.strategies):
         s, m, t = e.strategy, e.memory, e.time
         step = t.step_seconds
         cells = [str(rank)]
         if main:
-            values = [str(getattr(s, d)) for d in degrees]
-            cells += [*(("/".join(values),) if compact else values), f"{s.mbs}/{s.mbn}",
-                      str(s.zero), _on_off(s.sp), s.recompute.summary(), gib(m.peak_bytes),
-                      gib(m.capacity_bytes - m.peak_bytes), format_seconds(step), f"{100 * t.mfu:.1f}",
-                      f"{t.tokens_per_second_per_gpu:,.0f}"]
+            cells += [*(str(getattr(s, d)) for d in degrees), f"{s.mbs}/{s.mbn}", str(s.zero), _on_off(s.sp),
+                      s.recompute.summary(), gib(m.peak_bytes), gib(m.capacity_bytes - m.peak_bytes),
+                      format_seconds(step), f"{100 * t.mfu:.1f}", f"{t.tokens_per_second_per_gpu:,.0f}",
+                      _same_cell(others)]
         if shares:
             cells += [_percent(sum(t.parts.get(p, 0.0) for p in names), step) for _, names in _shares(ep)]
         table.add_row(*cells, style="bold" if rank == 1 and main else None)
@@ -209,17 +284,40 @@ def _shares(ep: bool):
     return [(name, parts) for name, parts in TIME_SHARES if ep or name != "ep"]
 
 
+def equivalent_lines(result, ep: bool = True) -> list[Text]:
+    """One line per plan grouped under another row (same step time, more memory or more peers across nodes): its
+    degrees and micro-batches, and its ZeRO, SP and recompute where they differ from the row's."""
+    lines = []
+    for rank, first, others in equivalent_groups(result.strategies):
+        lead = first.strategy
+        for e in others:
+            s = e.strategy
+            words = [compact_degrees(s, ep), f"mb {s.mbs}x{s.mbn}"]
+            words += [f"z{s.zero}"] if s.zero != lead.zero else []
+            words += [f"sp {_on_off(s.sp)}"] if s.sp != lead.sp else []
+            words += [compact_recompute(s)] if s.recompute != lead.recompute else []
+            lines.append(Text(f"≡ #{rank}: {' '.join(words)}, peak {gib(e.memory.peak_bytes)} GiB", style="dim"))
+    return lines
+
+
 def print_ranking(console: Console, result, ep: bool = True) -> None:
-    """One table when the console is wide enough, else the step-time shares as a second table below."""
-    full = ranking_table(result, ep=ep)
-    if console.measure(full, options=console.options.update_width(10_000)).maximum <= console.width:
-        console.print(full)
-        return
-    main = ranking_table(result, shares=False, ep=ep)
-    if console.measure(main, options=console.options.update_width(10_000)).maximum > console.width:
-        main = ranking_table(result, shares=False, ep=ep, compact=True)
-    console.print(main)
-    console.print(ranking_table(result, main=False, ep=ep))
+    """At most COMPACT_WIDTH columns: the compact ranking and the step-time shares below it; wider: one table when
+    it fits, else the main table and the shares below. Then the equivalent plans, one line each."""
+    shares = ranking_table(result, main=False, ep=ep)
+    if console.width <= COMPACT_WIDTH:
+        console.print(compact_ranking(result, ep, console.width))
+        console.print(shares)
+    else:
+        full = ranking_table(result, ep=ep)
+        if _natural_width(full) <= console.width:
+            console.print(full)
+        else:
+            main = ranking_table(result, shares=False, ep=ep)
+            console.print(main if _natural_width(main) <= console.width
+                          else compact_ranking(result, ep, console.width))
+            console.print(shares)
+    for line in equivalent_lines(result, ep):
+        console.print(line)
 
 
 def best_detail(console: Console, result, layers: int | None = None) -> None:
@@ -273,10 +371,12 @@ def one_line(result) -> str:
     proof = "proven optimal" if result.status == "optimal" else "heuristic, not proven" \
         if result.status == "heuristic" else (
         f"gap {100 * result.gap:.2f} % to bound {format_seconds(result.lower_bound_seconds)}")
+    hint = f" ({unproven_hint(result)})" if result.status == "feasible" else ""
     return (f"{result.status}: {degrees_text(best.strategy)}; step {format_seconds(t.step_seconds)}, "
             f"MFU {100 * t.mfu:.1f}%, peak {format_bytes(m.peak_bytes)} of {format_bytes(m.capacity_bytes)}; "
-            f"{proof} in {result.solve_seconds:.2f} s")
+            f"{proof} in {result.solve_seconds:.2f} s{hint}")
 
 
-__all__ = ["render_search", "ranking_table", "print_ranking", "result_panel", "assumptions_with_space", "miss_line", "one_line",
-           "degrees_text", "TIME_SHARES"]
+__all__ = ["render_search", "ranking_table", "print_ranking", "result_panel", "assumptions_with_space", "miss_line",
+           "one_line", "degrees_text", "TIME_SHARES", "compact_ranking", "equivalent_groups", "compact_degrees",
+           "COMPACT_WIDTH"]

@@ -17,7 +17,9 @@ from ..estimate.reserve import FRAGMENTATION_FRACTION
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
+from ..specs.pipeline_layout import megatron_layout
 from ..specs.strategy import Strategy
+from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB, KIB, MIB, TIB
 
 # Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
@@ -30,6 +32,10 @@ MEMORY_GROUPS: dict[str, tuple[str, ...]] = {
 GROUP_COLOURS = {"parameters": "cyan", "gradients": "magenta", "optimizer": "yellow", "activations": "green",
                  "other": "bright_black"}
 GROUP_ORDER = ("parameters", "gradients", "optimizer", "activations", "other")
+# One glyph per group, so the bars read without colour (piped output, NO_COLOR); free space is FREE_GLYPH.
+GROUP_GLYPHS = {"parameters": "█", "gradients": "▓", "optimizer": "▄", "activations": "▚", "other": "▀"}
+FREE_GLYPH = "░"
+SUMMARY_STAGES = 8  # pipelines with more stages show the first, the last and the peak stage, the rest grouped
 
 TIME_PART_LABELS = {
     "compute_forward": "compute (forward)",
@@ -121,11 +127,11 @@ def memory_bar(groups: Mapping[str, int], capacity: int, scale: int | None = Non
         cumulative += value
         end = min(inner, round(cumulative / scale * inner))
         if end > position:
-            blocks.append("█" * (end - position), style=GROUP_COLOURS[group])
+            blocks.append(GROUP_GLYPHS[group] * (end - position), style=GROUP_COLOURS[group])
             position = end
     cap_column = min(inner, round(capacity / scale * inner))
     if position < cap_column:
-        blocks.append("░" * (cap_column - position), style="dim")
+        blocks.append(FREE_GLYPH * (cap_column - position), style="dim")
         position = cap_column
     if total > capacity and inner < width:
         left, right = blocks.divide([cap_column]) if cap_column < len(blocks) else (blocks, Text())
@@ -153,10 +159,10 @@ def legend() -> Text:
     for i, group in enumerate(GROUP_ORDER):
         if i:
             text.append("  ")
-        text.append("█ ", style=GROUP_COLOURS[group])
+        text.append(f"{GROUP_GLYPHS[group]} ", style=GROUP_COLOURS[group])
         text.append(group)
     text.append("  ")
-    text.append("░ ", style="dim")
+    text.append(f"{FREE_GLYPH} ", style="dim")
     text.append("free")
     return text
 
@@ -223,8 +229,8 @@ def strategy_line(strategy: Strategy, layers: int | None = None) -> Text:
     text.append(f" | zero={s.zero} sp={'on' if s.sp else 'off'}")
     text.append(f" | recompute={s.recompute.summary()}")
     text.append(f" | schedule={s.schedule}")
-    if s.layers_per_stage:
-        text.append(f" | layers/stage={','.join(map(str, s.layers_per_stage))}")
+    if s.layers_per_stage:  # Megatron's notation (specs/pipeline_layout.py); MTP modules shown by the JSON layout
+        text.append(f" | layout={megatron_layout(s.layers_per_stage)}")
     elif layers is not None and (note := s.layout_note(layers)):
         text.append(f" | layout={note}")
     return text
@@ -234,12 +240,43 @@ GROUP_HEADERS = {"parameters": "params", "gradients": "grads", "optimizer": "opt
                  "other": "other"}
 
 
+def shown_stages(memory) -> list[tuple[str, object]]:
+    """(label, stage) rows for the memory table: every stage of a pipeline of at most SUMMARY_STAGES stages; else
+    the first, the last and the peak stage, and each run of the stages between them as one row `a-b` showing the
+    heaviest stage of the run (so no stage above a row is hidden)."""
+    stages = memory.stages
+    if len(stages) <= SUMMARY_STAGES:
+        return [(str(s.stage), s) for s in stages]
+    keep = {0, len(stages) - 1, memory.peak_stage}
+    rows, run = [], []
+    for index, stage in enumerate(stages):
+        if index in keep:
+            if run:
+                rows.append(_run_row(run))
+                run = []
+            rows.append((str(stage.stage), stage))
+        else:
+            run.append(stage)
+    return rows
+
+
+def _run_row(run) -> tuple[str, object]:
+    heaviest = max(run, key=lambda s: s.total_bytes)
+    label = str(run[0].stage) if len(run) == 1 else f"{run[0].stage}-{run[-1].stage}"
+    return label, heaviest
+
+
 def memory_table(memory, bar_width: int = 32) -> Table:
     """Per-stage memory by group in GiB, the total, and (bar_width > 0) a bar against the capacity. Narrow headers
-    (the legend spells them out) keep it within 80 columns without the bar."""
+    (the legend spells them out) keep it within 80 columns without the bar; long pipelines are summarised
+    (shown_stages)."""
     capacity = memory.capacity_bytes
+    rows = shown_stages(memory)
+    grouped = len(rows) < len(memory.stages)
     table = Table(title=f"Memory per device (GiB), capacity {gib(capacity)} GiB", title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False)
+                  box=box.SIMPLE_HEAD, show_edge=False,
+                  caption=("a-b: stages a to b, shown by the heaviest of them" if grouped else None),
+                  caption_justify="left")
     for name in ("stage", "layers", "in flight"):
         table.add_column(name, justify="right", min_width=len(name), no_wrap=True)
     for group in GROUP_ORDER:
@@ -248,11 +285,11 @@ def memory_table(memory, bar_width: int = 32) -> Table:
     table.add_column("total", justify="right", style="bold", no_wrap=True, min_width=5)
     if bar_width > 0:
         table.add_column("vs capacity", no_wrap=True)
-    bars = memory_bars([s.parts for s in memory.stages], capacity, max(bar_width, 1))
-    for stage, bar in zip(memory.stages, bars):
+    bars = memory_bars([stage.parts for _, stage in rows], capacity, max(bar_width, 1))
+    for (label, stage), bar in zip(rows, bars):
         groups = group_parts(stage.parts)
         over = stage.total_bytes > capacity
-        table.add_row(str(stage.stage), str(stage.layers), f"{stage.in_flight:g}",
+        table.add_row(label, str(stage.layers), f"{stage.in_flight:g}",
                       *(gib(groups[g]) for g in GROUP_ORDER),
                       Text(gib(stage.total_bytes), style="bold red" if over else "bold"),
                       *((bar,) if bar_width > 0 else ()))
@@ -264,8 +301,9 @@ def memory_bar_lines(memory, width: int = 40) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(justify="right")
     grid.add_column(no_wrap=True)
-    for stage, bar in zip(memory.stages, memory_bars([s.parts for s in memory.stages], memory.capacity_bytes, width)):
-        grid.add_row(f"stage {stage.stage}", bar)
+    rows = shown_stages(memory)
+    for (label, _), bar in zip(rows, memory_bars([stage.parts for _, stage in rows], memory.capacity_bytes, width)):
+        grid.add_row(f"stage {label}", bar)
     return grid
 
 
@@ -328,6 +366,14 @@ def print_memory(console: Console, memory) -> None:
     console.print(legend())
 
 
+def estimate_line(strategy: Strategy, memory, time=None) -> str:
+    """The estimate in one line (for --quiet): the verdict, the strategy, step time, MFU and the peak."""
+    verdict = "fits" if memory.fits else f"does not fit (stage {memory.peak_stage} over)"
+    step = (f"step {format_seconds(time.step_seconds)}, MFU {100 * time.mfu:.1f}%, " if time is not None else "")
+    return (f"{verdict}: {strategy_text(strategy, experts_if_used=True)}; {step}peak "
+            f"{format_bytes(memory.peak_bytes)} of {format_bytes(memory.capacity_bytes)}")
+
+
 def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
                     memory, time=None, notes: Iterable[str] = ()) -> None:
     """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time."""
@@ -347,7 +393,8 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
         console.print(Text(f"note: {note}", style="yellow"))
 
 
-__all__ = ["render_estimate", "format_bytes", "format_count", "format_seconds", "gib", "group_parts", "memory_bar",
-           "memory_bars", "memory_bar_lines", "legend", "assumptions_panel", "strategy_line", "memory_table",
+__all__ = ["render_estimate", "estimate_line", "format_bytes", "format_count", "format_seconds", "gib", "group_parts", "memory_bar",
+           "memory_bars", "memory_bar_lines", "legend", "shown_stages", "GROUP_GLYPHS", "assumptions_panel",
+           "strategy_line", "memory_table",
            "fit_line", "time_table",
            "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]

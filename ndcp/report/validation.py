@@ -1,9 +1,11 @@
 """Terminal report of a validation: one row per measured run, the skipped runs with reasons, and a summary panel."""
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from ..validation import ValidationResult
 
@@ -36,13 +38,36 @@ def _runs_table(result: ValidationResult) -> Table:
                           ("mem meas GiB", "right"), ("mem est GiB", "right")):
         table.add_column(name, justify=justify, overflow="fold")
     for run in result.runs:
-        error = run.mfu_error_points
-        style = "red" if error is not None and abs(error) > 10 else "yellow" if error is not None and abs(error) > 5 \
-            else None
         table.add_row(run.id, run.device, str(run.gpus), run.strategy, run.basis, _pct(run.measured_mfu),
-                      _pct(run.estimated_mfu), _signed(error, "+.1f"), _seconds(run.measured_step),
+                      _pct(run.estimated_mfu), _signed(run.mfu_error_points, "+.1f"), _seconds(run.measured_step),
                       _seconds(run.estimated_step), _relative(run.step_relative_error),
-                      _gib(run.measured_memory_gib), _gib(run.estimated_memory_gib), style=style)
+                      _gib(run.measured_memory_gib), _gib(run.estimated_memory_gib), style=_run_style(run))
+    return table
+
+
+def _run_style(run) -> str | None:
+    error = run.mfu_error_points
+    return "red" if error is not None and abs(error) > 10 else "yellow" if error is not None and abs(error) > 5 \
+        else None
+
+
+def _compact_runs_table(result: ValidationResult) -> Table:
+    """The per-run table for narrow consoles: the run's id with its devices, strategy and MFU basis below it in one
+    column (the only one that wraps, between words), the measured and estimated figures in short columns."""
+    table = Table(title=f"Estimated vs measured: {result.source}", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), header_style="bold",
+                  caption="MFU in %, Δ in points; step in s, Δ relative; memory in GiB", caption_justify="left")
+    table.add_column("run (devices, strategy, basis)", overflow="fold", ratio=1)
+    for name in ("MFU\nmeas", "MFU\nest", "Δ\npts", "step\nmeas", "step\nest", "Δ\nstep", "mem\nmeas",
+                 "mem\nest"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for run in result.runs:
+        label = Text(run.id)
+        label.append(f"\n{run.gpus} x {run.device}, {run.strategy}; {run.basis}", style="dim")
+        table.add_row(label, _pct(run.measured_mfu).rstrip("%"), _pct(run.estimated_mfu).rstrip("%"),
+                      _signed(run.mfu_error_points, "+.1f"), _seconds(run.measured_step), _seconds(run.estimated_step),
+                      _relative(run.step_relative_error), _gib(run.measured_memory_gib), _gib(run.estimated_memory_gib),
+                      style=_run_style(run))
     return table
 
 
@@ -70,12 +95,23 @@ def _summary_panel(result: ValidationResult) -> Panel:
     return Panel("\n".join(lines), title="Summary", expand=False)
 
 
+def summary_line(result: ValidationResult) -> str:
+    """The validation in one line (for --quiet)."""
+    s = result.summary
+    return (f"{s.runs} runs compared, {len(result.skipped)} skipped: MFU error mean "
+            f"{_signed(s.mean_abs_mfu_points, '.2f')} points (max {_signed(s.max_abs_mfu_points, '.2f')}), step time "
+            f"mean |relative error| {_pct(s.mean_abs_step_relative)}, memory {_pct(s.mean_abs_memory_relative)}")
+
+
 def render_validation(result: ValidationResult, console: Console) -> None:
-    """Print the per-run table, the skipped runs and the summary panel."""
-    console.print(_runs_table(result))
+    """Print the per-run table (the compact one when the full one is wider than the console), the skipped runs and
+    the summary panel."""
+    full = _runs_table(result)
+    fits = Console(width=10_000).measure(full).maximum <= console.width
+    console.print(full if fits else _compact_runs_table(result))
     if result.skipped:
         console.print(_skipped_table(result))
     console.print(_summary_panel(result))
 
 
-__all__ = ["render_validation"]
+__all__ = ["render_validation", "summary_line"]

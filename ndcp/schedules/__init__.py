@@ -4,10 +4,16 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .base import LinearPipeline, Refusal, Schedule
+from .dualpipe import DualPipe
+from .dualpipev import DualPipeV
 from .interleaved import Interleaved
 from .one_f_one_b import OneFOneB
+from .zero_bubble import ZeroBubbleH1
 
-SCHEDULES: dict[str, Schedule] = {s.name: s for s in (OneFOneB(), Interleaved())}
+# The default schedule of a vpp is the first registered one that runs it (default_schedule), so 1F1B and
+# interleaving come first.
+SCHEDULES: dict[str, Schedule] = {s.name: s for s in (OneFOneB(), Interleaved(), ZeroBubbleH1(), DualPipe(),
+                                                      DualPipeV())}
 
 
 def schedule_named(name: str) -> Schedule:

@@ -1,10 +1,14 @@
 """What a pipeline schedule must say about itself; each schedule is one module of this package.
 
-A schedule decides three things the estimators and the solver read (and nothing else does):
+A schedule decides what the estimators and the solver read of it (and nothing else does):
 - which (pp, vpp, mbn) it can run (its validity rules, named like every rule of ndcp.rules);
 - how many micro-batch chunks each device stage holds in flight at its activation peak (memory);
-- the step's pipeline critical path from per-micro-batch stage times (time), and the same path as the linear form
-  `divisor x pipeline = slowest_weight x slowest stage + sum_weight x sum of stages` that the CP-SAT plan model
+- which stages hold the embedding and the output head, and whether a device also holds the mirror stage's
+  parameters (DualPipe's second copy);
+- which communication it hides behind compute by itself (DualPipe's all-to-all and pipeline sends);
+- the step's pipeline critical path from the slowest stage's per-micro-batch time and the sum over stages of each
+  stage's `fill` (the per-micro-batch time its bubble is made of), and the same path as the linear form
+  `divisor x pipeline = slowest_weight x slowest stage + sum_weight x sum of fills` that the CP-SAT plan model
   minimises (solve/recompute.py).
 """
 from __future__ import annotations
@@ -23,7 +27,7 @@ class Refusal:
 
 @dataclass(frozen=True)
 class LinearPipeline:
-    """divisor x pipeline seconds = slowest_weight x (slowest stage) + sum_weight x (sum of stages)."""
+    """divisor x pipeline seconds = slowest_weight x (slowest stage) + sum_weight x (sum of the stages' fills)."""
 
     slowest_weight: int
     sum_weight: int
@@ -38,6 +42,11 @@ class Schedule:
     rules: dict[str, str] = {}
     # How each trainer names or enables the schedule (the emitters read this).
     trainer_names: dict[str, str] = {}
+    # Device stage s also holds the parameters (and their gradients and optimizer states) of stage pp - 1 - s.
+    mirrored: bool = False
+    # Communication the schedule overlaps with compute by construction ("ep": the MoE all-to-all, "p2p": the
+    # pipeline sends); estimate/overlap.py adds what the run's overlap settings hide.
+    hides: frozenset[str] = frozenset()
 
     def accepts_vpp(self, vpp: int) -> bool:
         """Whether this schedule runs `vpp` model chunks per device stage."""
@@ -49,14 +58,38 @@ class Schedule:
         the strategy gives its layers per virtual stage), or None."""
         raise NotImplementedError
 
-    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> int:
+    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> float:
         """Micro-batch chunks whose activations device stage `stage` holds at its peak (units of one chunk)."""
         raise NotImplementedError
 
-    def pipeline_seconds(self, stage_sum, stage_max, mbn: int, vpp: int):
-        """The pipeline's critical path from per-micro-batch stage times (floats or numpy arrays alike)."""
+    def extra_roles(self, stage: int, pp: int) -> tuple[tuple[str, float], ...]:
+        """The work outside the body layers one micro-batch costs device stage `stage`, as (role, share) pairs over
+        estimate.time.stage_extra_time's roles: "first" (embedding), "last" (output head, loss, MTP), "only"
+        (both). By default the first stage embeds and the last one computes the loss."""
+        if pp == 1:
+            return (("only", 1.0),)
+        return (("first", 1.0),) if stage == 0 else (("last", 1.0),) if stage == pp - 1 else ()
+
+    def holds_ends(self, stage: int, pp: int) -> tuple[bool, bool]:
+        """(embedding, output head) whose parameters and activations device stage `stage` holds."""
+        roles = {role for role, _ in self.extra_roles(stage, pp)}
+        return bool(roles & {"first", "only"}), bool(roles & {"last", "only"})
+
+    def fill(self, total, backward, wgrad):
+        """The per-micro-batch time a stage contributes to the bubble, from its total time, its full backward
+        (input and weight gradients, recompute, exposed backward communication) and its weight-gradient GEMMs.
+        Linear in the three, so a stage's fill is the sum of its layers'. 1F1B-like schedules: the total."""
+        return total
+
+    def fill_floor(self, total):
+        """A lower bound of `fill` from the total alone (the solver's bounds know only totals)."""
+        return total
+
+    def pipeline_seconds(self, fill_sum, stage_max, mbn: int, vpp: int, pp: int):
+        """The pipeline's critical path from the slowest stage's per-micro-batch time and the sum of the stages'
+        fills (floats or numpy arrays alike)."""
         raise NotImplementedError
 
-    def linear_pipeline(self, mbn: int, vpp: int) -> LinearPipeline:
+    def linear_pipeline(self, mbn: int, vpp: int, pp: int) -> LinearPipeline:
         """pipeline_seconds as integer weights, for the CP-SAT plan model's objective."""
         raise NotImplementedError

@@ -2,14 +2,12 @@
 fill/drain bubble by vpp (Narayanan et al. 2021 §2.2.2; Megatron-LM schedules.py; docs/formulas.md §4)."""
 from __future__ import annotations
 
-from ..specs.strategy import accounted_partition
 from .base import LinearPipeline, Refusal, Schedule
 
 
 class Interleaved(Schedule):
     name = "interleaved"
-    rules = {"vpp_layers": "interleaving needs pp > 1 and layers (or layers + 2, the embedding and the loss counted) "
-                           "divisible by pp x vpp (or an explicit partition)",
+    rules = {"vpp_layers": "interleaving needs pp > 1 and at least one layer per virtual stage (layers >= pp x vpp)",
              "vpp_mbn": "interleaving needs mbn >= pp (a micro-batch group size in [pp, mbn])"}
     trainer_names = {"torchtitan": "Interleaved1F1B"}  # torchtitan pipeline_parallel_schedule; Megatron and
     # MindFormers interleave when given virtual stages (--num-layers-per-virtual-pipeline-stage, pp_interleave_num)
@@ -21,14 +19,13 @@ class Interleaved(Schedule):
                 ) -> Refusal | None:
         if pp == 1:
             return Refusal("vpp_layers", "vpp", "interleaving (vpp > 1) needs pp > 1")
-        # An even split needs the layers divisible by pp*vpp, or layers + 2 divisible with the embedding and the loss
-        # counted as layers (Megatron-LM --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-
-        # split; specs.strategy.accounted_partition); an explicit partition is any layout of at least one layer per
-        # virtual stage (Megatron-LM --pipeline-model-parallel-layout, core_r0.13).
-        if layers % (pp * vpp) and accounted_partition(layers, pp * vpp) is None and not explicit_partition:
-            return Refusal("vpp_layers", "vpp", f"interleaving needs {layers} layers divisible by pp*vpp = "
-                                                  f"{pp * vpp} (or {layers} + 2 with the embedding and the loss "
-                                                  "counted as layers), or an explicit layers_per_stage")
+        # Any split with a layer per virtual stage runs: even, Megatron's embedding+loss accounted split, or any
+        # other through Megatron-LM's --pipeline-model-parallel-layout (core_r0.13; specs/pipeline_layout.py), which
+        # the emitter writes for the default uneven split (specs.strategy.default_partition). An explicit partition
+        # may leave a chunk empty (rules.py `partition` checks its device stages).
+        if layers < pp * vpp and not explicit_partition:
+            return Refusal("vpp_layers", "vpp", f"interleaving needs at least one layer per virtual stage: "
+                                                  f"{layers} layers < pp*vpp = {pp * vpp}")
         # Megatron-Core (main, 2025: schedules.py, forward_backward_pipelining_with_interleaving) runs any mbn >= pp:
         # a group size g in [pp, mbn] whose last group is empty or >= pp always exists (g = mbn); see group_size.
         if mbn is not None and mbn < pp:
@@ -42,18 +39,18 @@ class Interleaved(Schedule):
         mbn % g is 0 or >= pp (a smaller one raises: "dependency bubbles"); pp when mbn is a multiple of pp."""
         return next((g for g in range(pp, mbn + 1) if mbn % g == 0 or mbn % g >= pp), pp)
 
-    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> int:
+    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> float:
         """(pp - stage - 1) x 2 + (vpp - 1) x g warm-up chunk forwards, g = group_size (capped at all mbn x vpp
         chunks) plus one (Megatron-Core schedules.py, forward_backward_pipelining_with_interleaving); with g = pp,
         stage 0 holds pp x vpp x (1 + (pp - 1) / (pp x vpp)) chunks, Korthikanti et al. 2022's interleaving factor."""
         warmup = min((pp - stage - 1) * 2 + (vpp - 1) * self.group_size(pp, mbn), mbn * vpp)
         return min(warmup + 1, mbn * vpp)
 
-    def pipeline_seconds(self, stage_sum, stage_max, mbn: int, vpp: int):
+    def pipeline_seconds(self, fill_sum, stage_max, mbn: int, vpp: int, pp: int):
         """1F1B's path with the fill/drain bubble divided by vpp (Narayanan §2.2.2). Also exact for mbn not a
         multiple of pp under group_size's g (equal stages; tests/schedules/test_interleaved_order.py replays
         Megatron-Core's order; docs/formulas.md §4)."""
-        return mbn * stage_max + (stage_sum - stage_max) / vpp
+        return mbn * stage_max + (fill_sum - stage_max) / vpp
 
-    def linear_pipeline(self, mbn: int, vpp: int) -> LinearPipeline:
+    def linear_pipeline(self, mbn: int, vpp: int, pp: int) -> LinearPipeline:
         return LinearPipeline(slowest_weight=vpp * mbn - 1, sum_weight=1, divisor=vpp)

@@ -17,14 +17,15 @@ class OneFOneB(Schedule):
                 ) -> Refusal | None:
         return None  # runs any shape the general rules allow
 
-    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> int:
+    def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> float:
         """pp - stage - 1 warm-up forwards, then one more forward before the first backward (Megatron-LM
         schedules.py, forward_backward_pipelining_without_interleaving): min(pp - stage, mbn) micro-batches live."""
         return min(pp - stage, mbn)
 
-    def pipeline_seconds(self, stage_sum, stage_max, mbn: int, vpp: int):
-        """One micro-batch through every stage plus (mbn - 1) x the slowest stage (Narayanan §2.2.1)."""
-        return mbn * stage_max + (stage_sum - stage_max)
+    def pipeline_seconds(self, fill_sum, stage_max, mbn: int, vpp: int, pp: int):
+        """One micro-batch through every stage plus (mbn - 1) x the slowest stage (Narayanan §2.2.1); a stage's
+        fill is its total."""
+        return mbn * stage_max + (fill_sum - stage_max)
 
-    def linear_pipeline(self, mbn: int, vpp: int) -> LinearPipeline:
+    def linear_pipeline(self, mbn: int, vpp: int, pp: int) -> LinearPipeline:
         return LinearPipeline(slowest_weight=mbn - 1, sum_weight=1, divisor=1)

@@ -24,13 +24,16 @@ from functools import lru_cache
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
-from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
+from ..estimate.memory import (host_offload_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
+                               stage_static_bytes)
 from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
-from ..estimate.time import (layer_time, overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds, pipeline_seconds,
-                             stage_extra_time, stage_role, stage_times)
+from ..estimate.overlap import hidden_comms
+from ..estimate.time import (layer_time, overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds,
+                             pipeline_seconds, stage_extra, stage_extra_time, stage_fill, stage_times)
+from ..schedules import schedule_named
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
-from ..specs.recompute import HEAVIEST, HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RECOMPUTING
+from ..specs.recompute import HEAVIEST, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -68,20 +71,36 @@ class _NoRecompute:
     only: float
 
 
-def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, memo: dict) -> _NoRecompute:
+def _overlaps(space: SearchSpace, layout: Layout, sp: bool) -> frozenset:
+    """The communication the layout's strategies overlap with compute (estimate/overlap.py)."""
+    return hidden_comms(space.run, layout.schedule, layout.pp, layout.vpp, layout.tp, sp, layout.ep)
+
+
+def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden: frozenset, memo: dict
+                  ) -> _NoRecompute:
     key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-    found = memo.get((key, layout.cp_comm))
+    found = memo.get((key, layout.cp_comm, hidden))
     if found is None:
         model, cluster, run = space.model, space.cluster, space.run
-        per_kind = {kind: layer_time(model, cluster, run, kind, NO_RECOMPUTE, *key, layout.cp_comm).total
+        per_kind = {kind: layer_time(model, cluster, run, kind, NO_RECOMPUTE, *key, layout.cp_comm, hidden).total
                     for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n}
         extra = {role: stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                                        etp=layout.etp, cp_comm=layout.cp_comm).total
+                                        etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden).total
                  for role in ("first", "last", "only")}
         found = _NoRecompute(model.dense_layers * per_kind.get("dense", 0.0) + model.moe_layers * per_kind.get(
             "moe", 0.0), min(per_kind.values()), extra["first"], extra["last"], extra["only"])
-        memo[(key, layout.cp_comm)] = found
+        memo[(key, layout.cp_comm, hidden)] = found
     return found
+
+
+def _extra_share(t: _NoRecompute, schedule: str, stage: int, pp: int) -> float:
+    """The extra work the schedule gives device stage `stage` (Schedule.extra_roles) from the per-role times."""
+    return sum(share * getattr(t, role) for role, share in _extra_roles(schedule, stage, pp))
+
+
+@lru_cache(maxsize=4096)
+def _extra_roles(schedule: str, stage: int, pp: int) -> tuple[tuple[str, float], ...]:
+    return schedule_named(schedule).extra_roles(stage, pp)
 
 
 @lru_cache(maxsize=4096)
@@ -97,17 +116,20 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     recompute. The sum is exact; the slowest is the balanced share, or with the partition `fixed`, also each
     stage's layers at the fastest layer kind plus its extra work."""
     model, cluster = space.model, space.cluster
-    t = _no_recompute(space, layout, mbs, sp, memo)
+    hidden = _overlaps(space, layout, sp)
+    t = _no_recompute(space, layout, mbs, sp, hidden, memo)
     if layout.pp == 1:
         return t.body + t.only, t.body + t.only
     crosses = p2p_crosses_node(cluster, layout.tp, layout.cp, layout.dp)
-    p2p = pipeline_p2p_seconds(model, cluster, space.run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp,
-                               crosses)
-    total = t.body + t.first + t.last + layout.pp * p2p
+    p2p = 0.0 if "p2p" in hidden else pipeline_p2p_seconds(
+        model, cluster, space.run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp, crosses)
+    total = t.body + t.first + t.last + layout.pp * p2p  # every schedule places one embedding and one head
     slowest = total / layout.pp
-    if fixed:
-        first, middle, last = _layers_first_middle_last(model, layout.pp, layout.vpp)
-        slowest = max(slowest, first * t.fastest_layer + t.first + p2p, last * t.fastest_layer + t.last + p2p,
+    if fixed:  # the ends hold the extra work under every schedule; a middle stage none
+        pp = layout.pp
+        first, middle, last = _layers_first_middle_last(model, pp, layout.vpp)
+        slowest = max(slowest, first * t.fastest_layer + _extra_share(t, layout.schedule, 0, pp) + p2p,
+                      last * t.fastest_layer + _extra_share(t, layout.schedule, pp - 1, pp) + p2p,
                       middle * t.fastest_layer + p2p)
     return total, slowest
 
@@ -124,11 +146,17 @@ def item_lower_bounds(space: SearchSpace, items, check=None, fixed_partition: bo
     for n, (layout, mbs, mbn) in enumerate(items):
         if check is not None and n % 256 == 0:
             check()
-        fixed = fixed_partition or not space.partition_offset(layout)
-        bounds.append(min(pipeline_seconds(layout.schedule,
-                                           *_pipeline_no_recompute(space, layout, mbs, sp, fixed, memo), mbn,
-                                           layout.vpp) for sp in sps if sp_allowed(sp, layout.tp)))
+        fixed = fixed_partition or not space.options.max_offset or not space.partition_offset(layout)
+        bounds.append(min(_pipeline_bound(layout, *_pipeline_no_recompute(space, layout, mbs, sp, fixed, memo), mbn)
+                          for sp in sps if sp_allowed(sp, layout.tp)))
     return bounds
+
+
+def _pipeline_bound(layout: Layout, total: float, slowest: float, mbn: int) -> float:
+    """The schedule's pipeline from a lower bound of the stage sum and of the slowest stage: each stage's fill at
+    least Schedule.fill_floor of its time."""
+    schedule = schedule_named(layout.schedule)
+    return pipeline_seconds(layout.schedule, schedule.fill_floor(total), slowest, mbn, layout.vpp, layout.pp)
 
 
 def item_lower_bound(space: SearchSpace, item: Item) -> float:
@@ -148,17 +176,17 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
     inner, zeros = inner_choices(space)
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     sps = {sp for sp, _ in inner if sp_allowed(sp, layout.tp)}
-    heaviest = [layer_time(model, cluster, run, k, HEAVIEST, layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp,
-                           layout.cp_comm)
-                for k in kinds for sp in sps]
+    heaviest = [layer_time(model, cluster, run, k, m, layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp,
+                           layout.cp_comm, _overlaps(space, layout, sp))
+                for k in kinds for sp in sps for m in _widest(space, layout)]
     per_layer = Windows(max(t.forward_window for t in heaviest), max(t.backward_window for t in heaviest))
     chunks = stage_chunks(model, layout.pp, layout.vpp)
     ends = sorted({0, layout.pp - 1})
     windows = {}
     for s in ends:
         layers = sum(n for _, n in chunks[s])
-        extra = [stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp, layout.cp, mbs, sp,
-                                  ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm)
+        extra = [stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp, layout.cp, mbs, sp,
+                             ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm, hidden=_overlaps(space, layout, sp))
                  for sp in (False, layout.tp > 1)]
         windows[s] = Windows(layers * per_layer.forward + max(t.forward_window for t in extra),
                              layers * per_layer.backward + max(t.backward_window for t in extra))
@@ -188,13 +216,15 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     reference = layout.strategy(mbs, mbn, zeros[0], False, inner[0][1])
     layouts = stage_layouts(model, reference)
     modes = {mode for _, mode in inner}
-    lightest = next(m for m in HEAVIEST_FIRST if m in modes)  # the least memory of the modes searched
+    # the least memory of the modes searched: full keeps only the layer input, less than any other option; without
+    # it, each searched option is tried
+    lightest = [HEAVIEST] if HEAVIEST in modes else sorted(modes)
     sps = sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)})
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
         static = _static_bytes(space, layout, stage)
-        dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, lightest),
-                                              layouts[stage])) for sp in sps)
+        dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, mode),
+                                                      layouts[stage])) for sp in sps for mode in lightest)
         worst = max(worst, static + dynamic)
     return worst
 
@@ -210,17 +240,21 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     roles = [layouts[s] for s in role_stages(layout.pp)]
     allowed, times, dynamic = [], [], []
     for sp, mode in inner:
-        ok = sp_allowed(sp, layout.tp)
+        strategy = layout.strategy(mbs, mbn, zeros[0], sp, mode)
+        # offloaded activations must fit the host memory on every stage (not only the constrained ones)
+        ok = sp_allowed(sp, layout.tp) and all(
+            host_offload_bytes(model, run, strategy, r) <= cluster.device.host_memory_bytes
+            for r in (stage_layouts(model, strategy) if recompute_option(mode).keeps == KEEPS_LAYER_INPUT else ()))
         allowed.append(ok)
         if not ok:
             times.append((0.0,) * len(zeros))
             dynamic.append((0.0,) * len(roles))
             continue
-        strategy = layout.strategy(mbs, mbn, zeros[0], sp, mode)
         stages = stage_times(model, cluster, run, strategy)
         p2p = p2p_per_microbatch(model, cluster, run, strategy)
         totals = [t.total + p2p for t in stages]
-        pipeline = pipeline_seconds(layout.schedule, sum(totals), max(totals), mbn, layout.vpp)
+        pipeline = pipeline_seconds(layout.schedule, sum(stage_fill(layout.schedule, t, p2p) for t in stages),
+                                    max(totals), mbn, layout.vpp, layout.pp)
         windows = overlap_windows(stages)
         times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_zero(z), windows))
                            for z in zeros))
@@ -236,9 +270,17 @@ def _data_parallel_floors(space: SearchSpace, item: Item, sp: bool, zeros) -> li
     exposure only shrinks as the window grows."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
-    full = layout.strategy(mbs, mbn, zeros[0], sp, HEAVIEST)
-    widest = overlap_windows(stage_times(model, cluster, run, full))
-    return [sum(data_parallel_seconds(model, cluster, run, full.with_zero(z), widest)) for z in zeros]
+    heavy = [layout.strategy(mbs, mbn, zeros[0], sp, m) for m in _widest(space, layout)]
+    times = [stage_times(model, cluster, run, h) for h in heavy]
+    widest = [Windows(max(t.forward_window for t in ts), max(t.backward_window for t in ts)) for ts in zip(*times)]
+    return [sum(data_parallel_seconds(model, cluster, run, heavy[0].with_zero(z), widest)) for z in zeros]
+
+
+def _widest(space: SearchSpace, layout: Layout) -> tuple[str, ...]:
+    """Options whose layer time windows can be the widest: full (re-runs the whole forward, more than any module)
+    and activation offload (host copies, which can outlast it)."""
+    return tuple(m for m in space.inner_choices(layout.tp)[2]
+                 if recompute_option(m).keeps == KEEPS_LAYER_INPUT) or (HEAVIEST,)
 
 
 def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros) -> dict:
@@ -251,6 +293,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     capacity = run.capacity(space.cluster.device.memory_bytes)
     theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
     layouts = stage_layouts(model, base)
+    modes = tuple(space.inner_choices(base.tp)[2])
     out = {z: {} for z in zeros}
     for s in sorted(set(role_stages(base.pp))):
         stage = layouts[s]
@@ -258,21 +301,52 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         if offsets:
             counts = {k: max(1, n - offsets) for k, n in counts.items()}
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
-                     for m in RECOMPUTE_MODES}
+                     for m in modes + (NO_RECOMPUTE,)}
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
         plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
-        most = sum(n * (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, HEAVIEST)]) for k, n in counts.items())
+        most = sum(n * max(per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)] for m in modes)
+                   for k, n in counts.items())
         for z in [z for z in out if out[z] is not None]:
             excess = _static_bytes(space, layout, s, z) + plain
             if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
-                excess += min(recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
-                              for m in RECOMPUTING)
+                excess += min((recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
+                               for m in modes if m != NO_RECOMPUTE), default=0.0)
             out[z] = None if excess > most else {**out[z], s: (excess, counts, per_layer)}
     return {z: shed for z, shed in out.items() if shed is not None}
 
 
+def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, float]]) -> float:
+    """The least seconds `layers` layers can add to save `shed` bytes, each layer taking one option of `points`
+    (bytes saved, seconds added; any kind): layers x env(shed / layers), env the lower convex envelope of the points
+    and (0, 0) -- a lower bound, as sum_l cost_l >= sum_l env(save_l) >= layers x env(mean save) (env is convex and,
+    with costs >= 0, non-decreasing); the LP relaxation of the multiple-choice knapsack."""
+    if shed <= 0 or layers <= 0:
+        return 0.0
+    hull = [(0.0, 0.0)]
+    cheapest: dict[float, float] = {}
+    for x, y in points:
+        if x > 0:
+            cheapest[x] = min(cheapest.get(x, y), max(0.0, y))
+    for x, y in sorted(cheapest.items()):
+        while len(hull) >= 2 and ((hull[-1][0] - hull[-2][0]) * (y - hull[-2][1])
+                                  <= (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0])):
+            hull.pop()  # hull[-1] lies on or above the segment from hull[-2] to (x, y)
+        hull.append((x, y))
+    need = shed / layers
+    for (x0, y0), (x1, y1) in zip(hull, hull[1:]):
+        if need <= x1:
+            return layers * (y0 + (y1 - y0) * (need - x0) / (x1 - x0))
+    return layers * hull[-1][1]  # more than any option saves: the memory test refuses it; never below this
+
+
 def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
-    """A tighter bound for per-layer plans (uniform ones included), or None when no plan of the item can fit.
+    """item_plan_lower_bounds' least bound over SP settings, or None when no plan of the item can fit."""
+    return min(item_plan_lower_bounds(space, item).values(), default=None)
+
+
+def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
+    """A tighter bound for per-layer plans (uniform ones included), per SP setting; a setting is left out when no
+    plan of the item with it can fit.
 
     Pipeline: with the partition fixed (space.partition_offset 0) every stage's time with no recompute is
     exact and recompute only adds to it; otherwise stages are taken as balanced. Memory: the first, second and last
@@ -284,8 +358,9 @@ def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
+    modes = tuple(space.inner_choices(layout.tp)[2])
     offsets = space.partition_offset(layout)
-    best = None
+    best = {}
     for sp in sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)}):
         base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
         # memory first: most items that fail, fail here
@@ -297,26 +372,26 @@ def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
         plain = [t.total + p2p for t in stage_times(model, cluster, run, base)]
         stage_sum = sum(plain)
         floors = dict(zip(zeros, _data_parallel_floors(space, item, sp, zeros))) if not offsets else {}
+        hidden = _overlaps(space, layout, sp)
+        kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+        times = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm, hidden).total
+                 for k in kinds for m in modes + (NO_RECOMPUTE,)}
         for zero, shed in sheds.items():
             slowest, extra_sum = (stage_sum / layout.pp if offsets else max(plain)), 0.0
             for s, (excess, counts, per_layer) in shed.items():
-                times = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm).total for k in counts
-                         for m in RECOMPUTE_MODES}
-                ratios = [(times[(k, m)] - times[(k, NO_RECOMPUTE)])
-                          / (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)])
-                          for k in counts for m in RECOMPUTING if per_layer[(k, NO_RECOMPUTE)] > per_layer[(k, m)]]
-                extra = max(0.0, excess) * min(ratios, default=0.0)
+                points = [(per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)], times[(k, m)] - times[(k, NO_RECOMPUTE)])
+                          for k in counts for m in modes]
+                extra = recompute_cost_floor(max(0.0, excess), sum(counts.values()), points)
                 if offsets:
                     plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
-                                  + stage_extra_time(model, cluster, run, stage_role(s, layout.pp), layout.tp,
-                                                     layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp,
-                                                     cp_comm=layout.cp_comm).total)
+                                  + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp,
+                                                layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp,
+                                                cp_comm=layout.cp_comm, hidden=hidden).total)
                 else:
                     plain_time = plain[s]
                 slowest = max(slowest, plain_time + extra)
                 extra_sum += extra
             total = stage_sum + extra_sum
-            bound = (pipeline_seconds(layout.schedule, total, max(slowest, total / layout.pp), mbn, layout.vpp)
-                     + floors.get(zero, 0.0))
-            best = bound if best is None else min(best, bound)
+            bound = _pipeline_bound(layout, total, max(slowest, total / layout.pp), mbn) + floors.get(zero, 0.0)
+            best[sp] = min(best.get(sp, bound), bound)
     return best

@@ -12,7 +12,8 @@ import time
 from ..estimate.layout import default_partition
 from ..space import SearchSpace
 from ..specs.fields import SpecError
-from ..specs.strategy import RECOMPUTE_MODES, RecomputePlan, Strategy
+from ..specs.pipeline_layout import split_device_stages
+from ..specs.strategy import RecomputePlan, Strategy
 from .recompute import split_stage_counts
 from .explain import explain_infeasible
 from .result import Evaluated, Progress, SearchResult, evaluate, finish
@@ -43,18 +44,22 @@ def exhaustive_search(space: SearchSpace, top: int = 10, progress=None) -> Searc
     return result
 
 
-def _stage_plans(layers: int) -> list[tuple[int, int, int]]:
-    """Every (none, selective, full) split of one stage's layers."""
-    return [(layers - s - f, s, f) for f in range(layers + 1) for s in range(layers + 1 - f)]
+def _stage_plans(layers: int, options: int) -> list[tuple[int, ...]]:
+    """Every split of one stage's layers over `options` recompute options (counts in the options' order)."""
+    if options == 1:
+        return [(layers,)]
+    return [(first,) + rest for first in range(layers, -1, -1) for rest in _stage_plans(layers - first, options - 1)]
 
 
-def _partitions(layers: int, pp: int, max_offset: int) -> list[tuple[int, ...]]:
-    """Every layers-per-stage tuple within +-max_offset of the default partition (the default first)."""
-    base = default_partition(layers, pp)
+def _partitions(layers: int, pp: int, vpp: int, max_offset: int) -> list[tuple[int, ...]]:
+    """Every layers-per-virtual-stage tuple whose device stages hold within +-max_offset of the default partition's
+    (at least a layer per chunk, split evenly over the chunks as recompute.PlanModel does); the default () first."""
+    default = default_partition(layers, pp * vpp)
+    base = [sum(default[s::pp]) for s in range(pp)]
     found = [()]
-    for combo in itertools.product(*(range(max(1, b - max_offset), b + max_offset + 1) for b in base)):
-        if sum(combo) == layers and combo != base:
-            found.append(combo)
+    for combo in itertools.product(*(range(max(vpp, b - max_offset), b + max_offset + 1) for b in base)):
+        if sum(combo) == layers and list(combo) != base:
+            found.append(split_device_stages(combo, vpp))
     return found
 
 
@@ -67,12 +72,13 @@ def _plan_candidates(space: SearchSpace, walk):
     groups, total = [], 0
     for layout, mbs, mbn in walk.batches:
         offset = space.partition_offset(layout)
-        zeros, sps, _ = space.inner_choices(layout.tp)
-        for partition in _partitions(model.layers, layout.pp, offset) if offset else [()]:
+        zeros, sps, modes = space.inner_choices(layout.tp)
+        for partition in _partitions(model.layers, layout.pp, layout.vpp, offset) if offset else [()]:
             counts = partition or default_partition(model.layers, layout.pp * layout.vpp)
             stage_layers = [sum(counts[s::layout.pp]) for s in range(layout.pp)]
             groups.append((layout, mbs, mbn, partition, counts, stage_layers, sps, zeros))
-            total += math.prod((n + 1) * (n + 2) // 2 for n in stage_layers) * len(sps) * len(zeros)
+            splits = math.prod(math.comb(n + len(modes) - 1, len(modes) - 1) for n in stage_layers)
+            total += splits * len(sps) * len(zeros)
     return groups, total
 
 
@@ -92,9 +98,11 @@ def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None) -> 
     misses: list[Evaluated] = []
     count, incumbent = 0, None
     for layout, mbs, mbn, partition, counts, stage_layers, sps, zeros in groups:
-        for plans in itertools.product(*(_stage_plans(n) for n in stage_layers)):
-            stages = [dict(zip(RECOMPUTE_MODES, p)) for p in plans]
-            recompute = RecomputePlan(mode="per-stage", stages=tuple(split_stage_counts(stages, counts, layout.pp)))
+        modes = space.inner_choices(layout.tp)[2]
+        for plans in itertools.product(*(_stage_plans(n, len(modes)) for n in stage_layers)):
+            stages = [dict(zip(modes, p)) for p in plans]
+            recompute = RecomputePlan(mode="per-stage", stages=tuple(split_stage_counts(space.model, stages, counts,
+                                                                                          layout.pp)))
             for sp in sps:
                 for zero in zeros:
                     base = layout.strategy(mbs, mbn, zero, sp, "none")

@@ -25,6 +25,14 @@ def reachable_batch_splits(space: SearchSpace) -> list[int]:
     return sorted(dps)
 
 
+def unproven_hint(result) -> str:
+    """What to do when a search stops at its time limit unproven: a per-layer top-K (K > 1) is proven far sooner
+    for K = 1, since every sub-model is cut off at the K-th best time; otherwise more time."""
+    if "per-layer" in result.method and len(result.strategies) > 1:
+        return "--top 1 proves the fastest alone much sooner; or raise --time-limit"
+    return "raise --time-limit to close it"
+
+
 def explain_infeasible(space: SearchSpace, walk: SpaceWalk, least: Evaluated | None,
                        memory_lower_bound: int | None = None) -> str:
     """One paragraph: what made the space empty, or the least memory a strategy needs against the capacity."""
@@ -37,7 +45,9 @@ def explain_infeasible(space: SearchSpace, walk: SpaceWalk, least: Evaluated | N
         batch_note = (f" The data-parallel sizes these GPUs allow are {dps[:12]}; global batch {gbs} divides by "
                       f"{fitting_dp[:12] or 'none of them'}, so try a global batch that is a multiple of one of them."
                       if not fitting_dp or walk.refused.get("global_batch") else "")
-        return f"No strategy passes the validity rules. Refused: {reasons}.{batch_note}"
+        pinned = walk.refused.get("fixed") or walk.refused.get("bounded")
+        pin_note = " The --fix/--max values together leave no valid strategy: relax or drop one." if pinned else ""
+        return f"No strategy passes the validity rules. Refused: {reasons}.{batch_note}{pin_note}"
     capacity = least.memory.capacity_bytes if least else space.run.capacity(space.cluster.device.memory_bytes)
     text = f"Nothing fits in {capacity / GIB:.1f} GiB per device."
     if memory_lower_bound is not None:

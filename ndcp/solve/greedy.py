@@ -16,6 +16,7 @@ import time
 from ..estimate.layout import default_partition
 from ..estimate.memory import estimate_memory
 from ..space import SearchSpace
+from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
 from .explain import explain_infeasible
 from .recompute import plan_from_stage_totals
@@ -24,8 +25,9 @@ from .result import Evaluated, Progress, SearchResult, evaluate, finish
 STATUS = "heuristic"  # a greedy plan carries no proof: it is never "optimal" nor "feasible" with a bound
 
 
-def _strategy(base: Strategy, stages: list[dict[str, int]], chunk_layers: tuple[int, ...]) -> Strategy:
-    recompute = plan_from_stage_totals(stages, chunk_layers, base.pp, uneven=bool(base.layers_per_stage))
+def _strategy(model: ModelSpec, base: Strategy, stages: list[dict[str, int]], chunk_layers: tuple[int, ...]
+              ) -> Strategy:
+    recompute = plan_from_stage_totals(model, stages, chunk_layers, base.pp, uneven=bool(base.layers_per_stage))
     return base.with_(recompute=recompute)
 
 
@@ -39,7 +41,7 @@ def greedy_plan(space: SearchSpace, base: Strategy) -> Evaluated:
     capacity = run.capacity(cluster.device.memory_bytes)
 
     def stage_bytes(stages):
-        memory = estimate_memory(model, cluster, run, _strategy(base, stages, chunk_layers))
+        memory = estimate_memory(model, cluster, run, _strategy(model, base, stages, chunk_layers))
         return [s.total_bytes for s in memory.stages]
 
     def plan(mode, s, full=0):
@@ -73,7 +75,7 @@ def greedy_plan(space: SearchSpace, base: Strategy) -> Evaluated:
                     low[s] = mid[s] + 1
     for s in over:
         stages[s] = plan("full-count", s, high[s])
-    return evaluate(space, _strategy(base, stages, chunk_layers))
+    return evaluate(space, _strategy(model, base, stages, chunk_layers))
 
 
 def greedy_search(space: SearchSpace, top: int = 10, progress=None, time_limit: float | None = None) -> SearchResult:

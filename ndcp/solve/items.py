@@ -2,10 +2,12 @@
 fits when no item does (README "How the proof works", steps 1-2)."""
 from __future__ import annotations
 
+import heapq
+
 from ..rules import sp_allowed
 from ..space import SearchSpace
 from .coefficients import (inner_choices, item_data_parallel_floor, item_lower_bounds, item_memory_lower_bound,
-                           item_plan_lower_bound)
+                           item_plan_lower_bounds)
 from .context import SearchContext
 from .explain import explain_infeasible
 from .result import SearchResult, evaluate, finish
@@ -44,14 +46,37 @@ def bounded_items(ctx: SearchContext, method: str):
     return walk, result, bounds
 
 
-def tighten(space: SearchSpace, item, level: int, bound: float) -> float | None:
-    """The item's bound at the next level (seconds), or None when it is proven not to fit: level 1 adds the cheap
-    data-parallel floor to the pipeline bound, level 2 takes the memory-aware plan bound. Cheap levels first, so
-    most items are cut before the costly ones. Uneven partitions as the space allows (space.partition_offset)."""
-    if level == 0:
-        return bound + item_data_parallel_floor(space, item)
-    tighter = item_plan_lower_bound(space, item)
-    return None if tighter is None else max(bound, tighter)
+class ItemBounds:
+    """Each batch item's current bound (seconds, None once proven not to fit), its level, and from level 2 its bound
+    per SP setting. The uniform search and the per-layer one share one when their spaces agree (no partition
+    offsets), so no item is tightened twice."""
+
+    def __init__(self, space: SearchSpace, items, bounds: list[float]):
+        self.space, self.items = space, items
+        self.seconds: list[float | None] = list(bounds)
+        self.levels = [0] * len(bounds)
+        self.per_sp: dict[int, dict[bool, float]] = {}  # item -> {sp: bound} (level 2; an sp left out cannot fit)
+
+    def tighten(self, i: int) -> float | None:
+        """Item i's bound at its next level (seconds), recorded; None when it is proven not to fit: level 1 adds the
+        cheap data-parallel floor to the pipeline bound, level 2 takes the memory-aware plan bound per SP setting.
+        Cheap levels first, so most items are cut before the costly ones. Uneven partitions as the space allows
+        (space.partition_offset)."""
+        bound, item = self.seconds[i], self.items[i]
+        if self.levels[i] == 0:
+            bound += item_data_parallel_floor(self.space, item)
+        else:
+            self.per_sp[i] = {sp: max(bound, b) for sp, b in item_plan_lower_bounds(self.space, item).items()}
+            bound = min(self.per_sp[i].values(), default=None)
+        self.seconds[i] = bound
+        self.levels[i] += 1
+        return bound
+
+    def queue(self) -> list[tuple[float, int, int]]:
+        """(bound, item, level) of every item that may still fit, as a heap."""
+        out = [(b, i, self.levels[i]) for i, b in enumerate(self.seconds) if b is not None]
+        heapq.heapify(out)
+        return out
 
 
 def explain_memory(space: SearchSpace, walk, result: SearchResult) -> None:

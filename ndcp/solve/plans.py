@@ -7,22 +7,13 @@ import heapq
 import time
 from dataclasses import replace
 
-from ..rules import sp_allowed
 from ..space import SearchSpace
-from ..specs.strategy import RECOMPUTE_MODES
 from .coefficients import inner_choices
-from .context import SearchContext
-from .items import READY, bounded_items, explain_memory, tighten, unsolved
-from .recompute import PlanModel, PlanTimeout
+from .context import SearchContext, with_max_offset
+from .items import READY, ItemBounds, bounded_items, explain_memory, unsolved
+from .recompute import PLAN_TOLERANCE, PlanModel, PlanTimeout
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
 from .uniform import uniform_search
-
-# Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
-# verified one by more than the plan model's rounding (each time coefficient floored to 1e-6 of the step;
-# PlanSolution says by how much at most) or this fraction, whichever is larger: plans are proven optimal within that
-# tolerance.
-PLAN_TOLERANCE = 1e-4
-
 
 def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
                 progress=None) -> SearchResult:
@@ -44,12 +35,17 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
         return result
     verifier = _PlanVerifier(ctx)
     # Uniform plans are per-layer plans too: the proven uniform top K seeds the incumbents, so the answer is never
-    # slower than the best uniform plan and most items are cut by their bounds at once.
+    # slower than the best uniform plan and most items are cut by their bounds at once. With the partition fixed the
+    # two searches bound items alike: the items the uniform search tightened keep their bounds (and those proven not
+    # to fit stay out).
+    items = ItemBounds(ctx.space, walk.batches, bounds)
+    shared = with_max_offset(ctx.space, 0) is ctx.space
     uniform = uniform_search(replace(ctx, deadline=ctx.start + time_limit / 2, progress=None), walk,
-                             unsolved("cp-sat", result.space_size, walk), list(bounds))
+                             unsolved("cp-sat", result.space_size, walk),
+                             items if shared else ItemBounds(with_max_offset(ctx.space, 0), walk.batches, bounds))
     verifier.add_verified(uniform.strategies)
     # Ctrl-C during the uniform search stops this one too
-    next_bound, interrupted = _visit(ctx, walk.batches, bounds, verifier, result, uniform.interrupted)
+    next_bound, interrupted = _visit(ctx, items, verifier, result, uniform.interrupted)
     ranked = verifier.ranked()
     certified = verifier.certified(next_bound) and not verifier.unproven and not interrupted
     if ranked:
@@ -67,18 +63,17 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     return finish(result, ctx.start, ranked, verifier.misses, ctx.top, verifier.seconds)
 
 
-def _visit(ctx: SearchContext, items, bounds: list[float], verifier: _PlanVerifier, result: SearchResult,
+def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, result: SearchResult,
            interrupted: bool) -> tuple[float, bool]:
     """Visit the items in bound order, solving each one's plan sub-models, until the certificate holds, the time
     runs out or Ctrl-C: (the least bound of any item not yet visited, interrupted)."""
-    space = ctx.space
+    space, items = ctx.space, bounds.items
     # Items wait in a queue ordered by their bound: an item reaching the front below level READY gets its next,
-    # tighter bound (`tighten`) and is queued again; reaching the front at READY, its plans are solved.
-    queue = [(bound, i, 0) for i, bound in enumerate(bounds)]
-    heapq.heapify(queue)
-    inner, zeros = inner_choices(space)
-    sps = sorted({sp for sp, _ in inner})
-    next_bound = queue[0][0]  # the least bound of any item not yet visited (kept up to date by the loop)
+    # tighter bound (`ItemBounds.tighten`) and is queued again; reaching the front at READY, its plans are solved.
+    queue = bounds.queue()
+    _, zeros = inner_choices(space)
+    # the least bound of any item not yet visited (kept up to date by the loop)
+    next_bound = queue[0][0] if queue else float("inf")
     try:
         while queue and not interrupted:
             next_bound, i, level = queue[0]
@@ -87,13 +82,14 @@ def _visit(ctx: SearchContext, items, bounds: list[float], verifier: _PlanVerifi
                 break
             heapq.heappop(queue)
             if level < READY:
-                tighter = tighten(space, items[i], level, next_bound)
+                tighter = bounds.tighten(i)
                 if tighter is not None:
                     heapq.heappush(queue, (tighter, i, level + 1))
                 continue
             layout, mbs, mbn = items[i]
-            for sp in (s for s in sps if sp_allowed(s, layout.tp)):
-                plan = PlanModel(space, layout, mbs, mbn, sp, RECOMPUTE_MODES, zeros)
+            # an SP setting whose plan bound cannot beat the K-th best (or that cannot fit) needs no sub-model
+            for sp in (s for s, b in sorted(bounds.per_sp[i].items()) if b <= verifier.kth() * (1 + TIE)):
+                plan = PlanModel(space, layout, mbs, mbn, sp, tuple(space.inner_choices(layout.tp)[2]), zeros)
                 verifier.solve(plan, _degree_key(plan.base), (), next_bound)
             result.expanded += 1
             if ctx.progress is not None:
@@ -110,9 +106,10 @@ def _visit(ctx: SearchContext, items, bounds: list[float], verifier: _PlanVerifi
 
 
 def _degree_key(strategy) -> tuple:
-    """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry."""
+    """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry (the
+    schedule is part of the item, as the exhaustive oracle ranks it)."""
     s = strategy
-    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm)
+    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm, s.schedule)
 
 
 class _PlanVerifier:

@@ -6,7 +6,9 @@ uneven partitions are searched (single-kind models, no interleaving, within +-ma
 ZeRO stage (one boolean each). With coefficients from the full estimators (estimate.memory / estimate.time):
     memory[s] = static[s, zero] + dstatic x (L[s] - default[s]) + fixed[s] + sum r[s,k,m] n[s,k,m] + workspace[s]
     time[s]   = sum layer[k,m] n[s,k,m] + extra[s];   slowest >= time[s]
-    divisor x pipeline = slowest_weight x slowest + sum_weight x sum time[s]   (the schedule's linear form,
+    fill[s]   = sum fill[k,m] n[s,k,m] + extra_fill[s]   (the schedule's bubble share, Schedule.fill; = time[s] for
+                                                          1F1B and interleaving)
+    divisor x pipeline = slowest_weight x slowest + sum_weight x sum fill[s]   (the schedule's linear form,
                                                                             ndcp/schedules, LinearPipeline)
 Coefficients are rounded down (memory in bytes, time in units of 1e-6 of the item's step-time bound) so the optimum
 is a lower bound of the full estimators; the caller verifies the plan it returns.
@@ -20,17 +22,21 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from ..estimate.activations import recompute_workspace_bytes
-from ..estimate.layout import default_partition, stage_layouts, stage_mode_counts
-from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
-                               stage_static_bytes)
+from ..estimate.layout import (LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts, stage_layouts,
+                               stage_mode_counts)
+from ..estimate.memory import (model_state_bytes, offloaded_layer_bytes, parts_total, resident_layer_bytes,
+                               stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import data_parallel_terms
-from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra_time, stage_role
+from ..estimate.overlap import hidden_comms
+from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
 from .coefficients import item_lower_bound
 from .interrupt import solve as interruptible
 from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan, StageRecompute
+from ..specs.pipeline_layout import split_device_stages
+from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
 
 BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
@@ -47,6 +53,15 @@ def _ceil(value: float, unit: float) -> int:
 
 
 PROBE_SECONDS = 0.5  # a sub-model's first try with the cutoff as a constraint (see PlanModel.solve)
+# Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
+# verified one by more than the plan model's rounding (each time coefficient floored to 1e-6 of the step;
+# PlanSolution says by how much at most) or this fraction, whichever is larger: plans are proven optimal within that
+# tolerance (plans.plan_search).
+PLAN_TOLERANCE = 1e-4
+# CP-SAT stops a sub-model once its plan is within this fraction of its proven bound: half the tolerance, so a plan
+# it returns is accepted without a re-solve. Measured: MoE sub-models (Qwen3-235B on 1,024 H100) spent 8-15 s
+# closing the last 1e-5 of their gap.
+GAP_LIMIT = PLAN_TOLERANCE / 2
 
 
 @dataclass(frozen=True)
@@ -86,7 +101,8 @@ class PlanModel:
         self.modes, self.zeros = modes, zeros
         base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
         self.base = base
-        self.linear = schedule_named(layout.schedule).linear_pipeline(mbn, layout.vpp)
+        schedule = schedule_named(layout.schedule)
+        self.linear = schedule.linear_pipeline(mbn, layout.vpp, layout.pp)
         # Time unit: fine enough that flooring every coefficient costs well under PLAN_TOLERANCE of the step.
         self.unit = max(1e-12, item_lower_bound(space, (layout, mbs, mbn)) * RESOLUTION)
         self.layouts = stage_layouts(model, base)
@@ -96,15 +112,24 @@ class PlanModel:
         self.default = [self.layouts[s].layers for s in range(pp)]
         theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
         present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-        self.layer_time = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm).total
-                           for k in present for m in modes}
+        hidden = hidden_comms(run, layout.schedule, pp, layout.vpp, layout.tp, sp, layout.ep)
+        times = {(k, mode): layer_time(model, cluster, run, k, mode, *theta, layout.cp_comm, hidden)
+                 for k in present for mode in modes}
+        extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
+                              etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden) for s in range(pp)]
+        self.layer_time = {key: t.total for key, t in times.items()}
         p2p = p2p_per_microbatch(model, cluster, run, base)
-        self.extra_time = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
-                                            ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm).total + p2p
-                           for s in range(pp)]
+        self.extra_time = [t.total + p2p for t in extras]
+        # what each layer and stage adds to the schedule's bubble (Schedule.fill; the total for 1F1B-like schedules)
+        self.layer_fill = {key: schedule.fill(t.total, t.full_backward, t.wgrad) for key, t in times.items()}
+        self.extra_fill = [stage_fill(layout.schedule, t, p2p) for t in extras]
         self.resident = [{(k, m): resident_layer_bytes(model, run, base, self.layouts[s], k, m)
                           for k in present for m in modes} for s in range(pp)]
         self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
+        # host memory of offloaded layers per (kind, mode), per stage (its in-flight micro-batches)
+        self.host = [{(k, m): offloaded_layer_bytes(model, run, k, m, *theta) * self.layouts[s].in_flight_chunks
+                      / layout.vpp for k in present for m in modes} for s in range(pp)]
+        self.host_capacity = cluster.device.host_memory_bytes
         self.fixed = [parts_total(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={})) for s in range(pp)]
         self.static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]))
                         for s in range(pp)] for z in zeros]
@@ -116,20 +141,16 @@ class PlanModel:
         # Data-parallel terms per ZeRO stage and stage: (windows: (seconds, count, pass), last bucket, optimizer).
         # With uneven partitions a stage may hold default +- offset layers: take each term at its smallest (fewest
         # layers; the last bucket's share at the most layers).
-        low = tuple(max(1, d - self.offset) for d in self.default)
+        low = tuple(max(layout.vpp, d - self.offset) for d in self.default)  # a layer per chunk
         high = tuple(d + self.offset for d in self.default)
         self.dp_terms = []
         for z in zeros:
-            fewest = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=low)
+            fewest = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=split_device_stages(low, layout.vpp))
                                          if self.offset else base.with_zero(z))
-            most = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=high)
+            most = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=split_device_stages(high, layout.vpp))
                                        if self.offset else base.with_zero(z))
             self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer) for t, m in zip(fewest, most)])
         # Per pass ("forward", "backward"): each layer's and each stage's extra work's wall time (the DP windows)
-        times = {(k, mode): layer_time(model, cluster, run, k, mode, *theta, layout.cp_comm)
-                 for k in present for mode in modes}
-        extras = [stage_extra_time(model, cluster, run, stage_role(s, pp), layout.tp, layout.cp, mbs, sp,
-                                   ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm) for s in range(pp)]
         self.window = {"forward": {key: t.forward_window for key, t in times.items()},
                        "backward": {key: t.backward_window for key, t in times.items()}}
         self.extra_window = {"forward": [t.forward_window for t in extras],
@@ -198,6 +219,12 @@ class PlanModel:
         # Full linearisation of the ZeRO-enforced constraints: measured, without it CP-SAT took seconds instead of
         # tens of milliseconds to prove sub-models where several ZeRO stages' DP exposures nearly tie.
         solver.parameters.linearization_level = 2
+        # Light presolve, no probing or symmetry detection: measured on the plan sub-models of Llama-3-70B and
+        # Mixtral-8x7B on 64 H100 (152 models), the same optima 1.2-1.6x faster; these small models gain nothing from them.
+        solver.parameters.max_presolve_iterations = 1
+        solver.parameters.cp_model_probing_level = 0
+        solver.parameters.symmetry_level = 0
+        solver.parameters.relative_gap_limit = GAP_LIMIT
         return solver
 
     def _build(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None) -> "_Built":
@@ -207,11 +234,13 @@ class PlanModel:
         z = [m.new_bool_var(f"zero{k}") for k in range(len(self.zeros))]
         m.add_exactly_one(z)
         most = max(self.default) + self.offset
-        sizes, counts, stage_times = [], [], []
+        sizes, counts, stage_times, fills = [], [], [], []
+        fill_is_total = self.layer_fill == self.layer_time and self.extra_fill == self.extra_time
         slowest = m.new_int_var(0, UPPER, "slowest")
         for s in range(pp):
             if self.offset:
-                size = m.new_int_var(max(1, self.default[s] - self.offset), self.default[s] + self.offset, f"L{s}")
+                size = m.new_int_var(max(self.layout.vpp, self.default[s] - self.offset), self.default[s] + self.offset,
+                                     f"L{s}")
                 kinds = {next(iter(self.kinds[s])): size}
             else:
                 size = self.default[s]
@@ -242,11 +271,17 @@ class PlanModel:
             memory = (static + layer_static + _floor(self.fixed[s], BYTE) + workspace
                       + sum(_floor(self.resident[s][key], BYTE) * var for key, var in n.items()))
             m.add(memory <= cap)
+            host = [(_floor(self.host[s][key], BYTE), var) for key, var in n.items() if self.host[s][key] > 0]
+            if host:  # offloaded activations within the host memory (floored: the model stays a relaxation)
+                m.add(sum(c * v for c, v in host) <= self.host_capacity // BYTE)
             busy = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
             t = m.new_int_var(0, UPPER, f"t{s}")
             m.add(t == busy + _floor(self.extra_time[s], self.unit))
             m.add(slowest >= t)
             stage_times.append(t)
+            fills.append(t if fill_is_total else
+                         sum(_floor(self.layer_fill[key], self.unit) * var for key, var in n.items())
+                         + _floor(self.extra_fill[s], self.unit))
         if self.offset:
             m.add(sum(sizes) == self.space.model.layers)
         decisions = list(z) + [x for x in sizes if not isinstance(x, int)] + [v for n in counts for v in n.values()]
@@ -260,7 +295,7 @@ class PlanModel:
         exposed, optimizer = self._data_parallel(m, z, counts)
         # the schedule's pipeline as its linear form, plus the DP terms (all times the form's divisor)
         line = self.linear
-        objective = (line.slowest_weight * slowest + line.sum_weight * sum(stage_times)
+        objective = (line.slowest_weight * slowest + line.sum_weight * sum(fills)
                      + line.divisor * (exposed + optimizer))
         if limit is not None:
             m.add(objective <= limit)
@@ -324,33 +359,45 @@ class PlanModel:
     def _plan(self, stages: list[dict[str, int]], layers: list[int], zero: int) -> Strategy:
         """The strategy carrying the per-virtual-stage plan, the partition (if changed) and the ZeRO stage."""
         pp, vpp = self.layout.pp, self.layout.vpp
-        partition = tuple(layers) if layers != self.default else ()
+        partition = split_device_stages(layers, vpp) if layers != self.default else ()
         chunk_layers = partition or default_partition(self.space.model.layers, pp * vpp)
-        recompute = plan_from_stage_totals(stages, chunk_layers, pp, uneven=bool(partition))
+        recompute = plan_from_stage_totals(self.space.model, stages, chunk_layers, pp, uneven=bool(partition))
         return self.base.with_(zero=zero, recompute=recompute, layers_per_stage=partition)
 
 
-def plan_from_stage_totals(stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int,
+def plan_from_stage_totals(model: ModelSpec, stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int,
                            uneven: bool) -> RecomputePlan:
     """The recompute plan of per-device-stage mode totals: one uniform mode when every layer has the same one (and
     the partition is the default), else per-virtual-stage counts."""
-    per_virtual = split_stage_counts(stages, chunk_layers, pp)
+    per_virtual = split_stage_counts(model, stages, chunk_layers, pp)
     modes = {m for st in per_virtual for m in RECOMPUTE_MODES if st.count(m)}
     if len(modes) == 1 and not uneven:
         return RecomputePlan.uniform(modes.pop())
     return RecomputePlan(mode="per-stage", stages=tuple(per_virtual))
 
 
-def split_stage_counts(stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int) -> list[StageRecompute]:
-    """Per-virtual-stage counts from each device stage's totals: its chunks (virtual stages s, s+pp, ...) are
-    filled in order, heavier recompute first, each up to its layer count. Memory and time depend on the totals only."""
+def split_stage_counts(model: ModelSpec, stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int
+                       ) -> list[StageRecompute]:
+    """Per-virtual-stage counts from each device stage's totals, keeping the kind rule over the whole device stage
+    (its MoE layers take the heaviest options: layout.mode_kind_counts): each kind's options are handed to the
+    stage's chunks (virtual stages s, s+pp, ...) heaviest first, as many as each chunk has layers of that kind. Within
+    a chunk the MoE layers then hold its heaviest options, so the estimators read back the same assignment."""
+    kinds = chunk_kinds(model, chunk_layers)
     out: list[StageRecompute] = [StageRecompute()] * len(chunk_layers)
     for s, totals in enumerate(stages):
-        pool = dict(totals)
-        for v in range(s, len(chunk_layers), pp):
-            need, chunk = chunk_layers[v], dict.fromkeys(RECOMPUTE_MODES, 0)
-            for mode in HEAVIEST_FIRST:
-                take = min(need, pool[mode])
-                chunk[mode], pool[mode], need = take, pool[mode] - take, need - take
+        chunks = range(s, len(chunk_layers), pp)
+        device = {k: sum(kinds[v][k] for v in chunks) for k in LAYER_KINDS}
+        plan = StageRecompute(**{m: n for m, n in totals.items() if n})
+        pool = mode_kind_counts(device, plan)
+        for v in chunks:
+            chunk = dict.fromkeys(RECOMPUTE_MODES, 0)
+            for kind in LAYER_KINDS:
+                need = kinds[v][kind]
+                for mode in HEAVIEST_FIRST:
+                    take = min(need, pool.get((kind, mode), 0))
+                    if take:
+                        chunk[mode] += take
+                        pool[(kind, mode)] -= take
+                        need -= take
             out[v] = StageRecompute(**chunk)
     return out

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ..estimate.communication import EXPERT_RANK_ORDER, RANK_ORDER
 from ..estimate.memory import MemoryEstimate, estimate_memory
 from ..estimate.time import TimeEstimate, estimate_time
 from ..space import SearchSpace
@@ -23,6 +24,7 @@ class Evaluated:
     strategy: Strategy
     memory: MemoryEstimate
     time: TimeEstimate
+    off_node_peers: int = 0  # peers over the scale-out network (off_node_peers below): the second tie-break
 
     @property
     def fits(self) -> bool:
@@ -37,18 +39,39 @@ class Evaluated:
         return max(0, self.memory.peak_bytes - self.memory.capacity_bytes)
 
     def rank_key(self) -> tuple:
-        """Rank by step time, ties broken by the strategy's identity so both searches order alike."""
-        return (self.step_seconds, self.strategy.key())
+        """Rank by step time; equal times (equivalent plans) by the canonical tie-break: least peak memory, then
+        fewest peers across nodes, then the strategy's identity, so every search orders alike."""
+        return (self.step_seconds, self.memory.peak_bytes, self.off_node_peers, self.strategy.key())
 
     def as_dict(self, rank: int | None = None) -> dict:
         out = {"strategy": self.strategy.as_dict(), "memory": self.memory.as_dict(), "time": self.time.as_dict()}
         return {"rank": rank, **out} if rank is not None else out
 
 
+def off_node_peers(strategy: Strategy, devices_per_node: int) -> int:
+    """How many of rank 0's peers in its TP, CP, DP and PP groups (and ETP, EP for expert layers) sit on other
+    nodes, under Megatron's rank placement (estimate/communication.py): a group of n ranks at stride `stride` keeps
+    ceil(devices_per_node / stride) of them (at most n, at least rank 0 itself) on rank 0's node."""
+    s = strategy
+    expert_dp = (s.tp * s.cp * s.dp) // (s.etp * s.ep)
+    orders = [(RANK_ORDER, {"tp": s.tp, "cp": s.cp, "dp": s.dp, "pp": s.pp})]
+    if s.ep > 1 or s.etp > 1:
+        orders.append((EXPERT_RANK_ORDER[:2], {"etp": s.etp, "ep": s.ep, "edp": expert_dp}))
+    peers = 0
+    for order, degrees in orders:
+        stride = 1
+        for name in order:
+            size = degrees[name]
+            peers += size - min(size, max(1, -(-devices_per_node // stride)))
+            stride *= size
+    return peers
+
+
 def evaluate(space: SearchSpace, strategy: Strategy) -> Evaluated:
     """Price one strategy with the full memory and step-time estimators."""
     return Evaluated(strategy, estimate_memory(space.model, space.cluster, space.run, strategy),
-                     estimate_time(space.model, space.cluster, space.run, strategy))
+                     estimate_time(space.model, space.cluster, space.run, strategy),
+                     off_node_peers(strategy, space.cluster.device.devices_per_node))
 
 
 @dataclass(frozen=True)

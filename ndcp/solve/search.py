@@ -30,10 +30,11 @@ class SearchOptions:
 
 
 def search_method(recompute: str, exhaustive: bool) -> str:
-    """The method for `ndcp search --recompute R [--exhaustive]`: per-layer, greedy, or uniform (any other R)."""
+    """The method for `ndcp search --recompute R [--exhaustive]`: per-layer (per-layer or classic), greedy, or
+    uniform (any other R)."""
     if recompute == "greedy":
         return "greedy"
-    per_layer = recompute == "per-layer"
+    per_layer = recompute in ("per-layer", "classic")
     if exhaustive:
         return "exhaustive per-layer" if per_layer else "exhaustive"
     return "per-layer" if per_layer else "uniform"

@@ -16,7 +16,7 @@ from ..space import SearchSpace
 from .coefficients import expand_item, inner_choices
 from .context import SearchContext, with_max_offset
 from .cpsat import TIME_UNIT, Point, StrategyModel
-from .items import READY, bounded_items, explain_memory, tighten
+from .items import READY, ItemBounds, bounded_items, explain_memory
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
 
 BAND_GROWTH = 0.005  # the first band above the optimum spans 0.5 % of it; each further band doubles the width
@@ -33,11 +33,12 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     walk, result, bounds = bounded_items(ctx, "cp-sat")
     if bounds is None:
         return result
-    return uniform_search(ctx, walk, result, bounds)
+    return uniform_search(ctx, walk, result, ItemBounds(ctx.space, walk.batches, bounds))
 
 
-def uniform_search(ctx: SearchContext, walk, result: SearchResult, bounds: list[float]) -> SearchResult:
-    """cpsat_search once its items are bounded (plan_search hands over its own bounds: any valid bound will do)."""
+def uniform_search(ctx: SearchContext, walk, result: SearchResult, bounds: ItemBounds) -> SearchResult:
+    """cpsat_search once its items are bounded (plan_search hands over its own bounds: any valid bound will do;
+    `bounds` is tightened in place, its space with no partition offsets)."""
     return _UniformSearch(replace(ctx, space=with_max_offset(ctx.space, 0)), walk, result, bounds).run()
 
 
@@ -45,14 +46,14 @@ class _UniformSearch:
     """One search: the relaxation, the expander and verifier working on it, and the proven lower bound on
     everything not yet verified (`known`, seconds), kept up to date for an interrupted search."""
 
-    def __init__(self, ctx: SearchContext, walk, result: SearchResult, bounds: list[float]):
+    def __init__(self, ctx: SearchContext, walk, result: SearchResult, bounds: ItemBounds):
         space = ctx.space
         self.ctx, self.walk, self.result = ctx, walk, result
-        self.model = StrategyModel(bounds, space.run.capacity(space.cluster.device.memory_bytes), ctx.seed,
+        self.model = StrategyModel(bounds.seconds, space.run.capacity(space.cluster.device.memory_bytes), ctx.seed,
                                    ctx.workers)
         self.expander = _Expander(ctx, walk.batches, self.model, bounds)
         self.verifier = _Verifier(ctx, walk.batches)
-        self.known = min(bounds)
+        self.known = min((b for b in bounds.seconds if b is not None), default=float("inf"))
 
     def run(self) -> SearchResult:
         try:
@@ -147,10 +148,10 @@ class _Expander:
     it; an item that cannot fit even with full recompute leaves the model. Reaching the front at READY, it is
     expanded."""
 
-    def __init__(self, ctx: SearchContext, items, model: StrategyModel, seconds: list[float]):
+    def __init__(self, ctx: SearchContext, items, model: StrategyModel, bounds: ItemBounds):
         self.space, self.items, self.model, self.deadline = ctx.space, items, model, ctx.deadline
-        self.seconds = list(seconds)  # each item's current bound in seconds (the model holds it in units)
-        self.queue = [(b, i, 0) for i, b in enumerate(model.bounds) if b is not None]
+        self.bounds = bounds  # each item's current bound in seconds and level (the model holds it in units)
+        self.queue = [(model.bounds[i], i, level) for _, i, level in bounds.queue()]
         heapq.heapify(self.queue)
         self.next = 0  # items expanded
 
@@ -162,11 +163,10 @@ class _Expander:
         """Tighten or expand the item at the front; True when an item was expanded."""
         bound, i, level = heapq.heappop(self.queue)
         if level < READY:
-            tighter = tighten(self.space, self.items[i], level, self.seconds[i])
+            tighter = self.bounds.tighten(i)
             if tighter is None:
                 self.model.drop(i)
             else:
-                self.seconds[i] = tighter
                 self.model.bounds[i] = max(bound, int(tighter / TIME_UNIT))
                 heapq.heappush(self.queue, (self.model.bounds[i], i, level + 1))
             return False

@@ -1,10 +1,16 @@
-"""Accelerator presets and clusters (device x count with optional overrides). Bandwidths are per device, one way."""
+"""Accelerator presets, device YAML files and clusters (device x count with optional overrides). Bandwidths are per
+device, one way."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
-from .fields import SpecError, cached_hash, finite_number, positive_int, require
-from .units import GB, MIB
+import yaml
+
+from .fields import SpecError, cached_hash, finite_number, from_mapping, positive_int, require
+from .library import parse_yaml
+from .units import GB, MIB, lookup
 
 
 # Per-step latency (alpha) of the ring collectives' alpha-beta model (estimate/communication.py), when a preset gives
@@ -45,6 +51,11 @@ class DeviceSpec:
     # per-tensor recipes need no transposed FP8 copies.
     fp8_peak_flops: float = 0.0
     mxfp8: bool = False
+    # Host link per device, one way, achievable (activation and optimizer offload, estimate/rerun.py): PCIe Gen5 x16
+    # 63 GB/s raw, ~52 GB/s in pinned copies (docs/formulas.md §5.3); Gen4 half of it; NVLink-C2C (GH200) 450 GB/s.
+    host_bandwidth: float = 52e9
+    # Host memory per device for offloaded activations: DGX H100 2 TB over 8 GPUs (DGX A100: 1 TB over 8)
+    host_memory_bytes: int = 256 * 2**30
 
     def utilisation_peak(self, fp8: bool) -> float:
         """The peak MFU and HFU are measured against: the FP8 dense peak for FP8 runs (NVIDIA dgxc-benchmarking's
@@ -65,6 +76,8 @@ class DeviceSpec:
         for name in ("flash_forward_efficiency", "flash_backward_efficiency", "unfused_attention_efficiency"):
             finite_number(name, getattr(self, name), 0.0, 1.0, low_open=True)
         finite_number("fp8_peak_flops", self.fp8_peak_flops, 0.0)
+        finite_number("host_bandwidth", self.host_bandwidth, 0.0, low_open=True)
+        positive_int("host_memory_bytes", self.host_memory_bytes, 1 << 60)
 
 
 def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per_node=8, **extra) -> DeviceSpec:
@@ -83,7 +96,8 @@ HOPPER_GEMM_EFFICIENCY = 0.68  # fitted: H100/H200/H800 GEMM ceiling, fraction o
 # other devices keep that A100 figure as an assumption (the dataclass default).
 AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.73, flash_backward_efficiency=0.63, unfused_attention_efficiency=0.324,
-              calibrated=True)
+              calibrated=True, host_bandwidth=26e9,  # PCIe Gen4 x16
+              host_memory_bytes=128 * 2**30)
 # H100/H200/H800 SXM: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper; H200 and H800 are the same
 # GH100 SXM part); fused attention as cuDNN runs it in Transformer Engine: FlashAttention-3 paper (Shah et al. 2024)
 # §4.1, H100, head dim 128, 4k tokens: cuDNN causal forward 518 and backward 499 TFLOP/s of 989.
@@ -131,10 +145,82 @@ PRESETS: dict[str, DeviceSpec] = {
 
 
 def device_preset(name: str) -> DeviceSpec:
-    key = name.strip().lower()
-    if key not in PRESETS:
-        raise SpecError(f"device={name!r} is not a known preset; valid: {', '.join(PRESETS)}")
-    return PRESETS[key]
+    """A preset by name, case-insensitive (SpecError with a did-you-mean otherwise)."""
+    return lookup(name, PRESETS, "device")
+
+
+# -- device YAML files (docs/sweep.md "Device files") --------------------------------------------------------------
+# One key per DeviceSpec field, in its units, plus `base: PRESET` (start from that preset; the keys given override
+# it). `name` defaults to the file's stem. `ndcp devices --show NAME` prints a complete file to start from.
+DEVICE_FILE_SUFFIXES = (".yaml", ".yml")
+FIELD_UNITS = {"memory_bytes": "bytes", "peak_flops": "dense BF16/FP16 FLOP/s", "hbm_bandwidth": "bytes/s",
+               "intra_node_bandwidth": "bytes/s per device, one way", "inter_node_bandwidth":
+               "bytes/s per device, one way", "intra_node_latency": "seconds per ring step",
+               "inter_node_latency": "seconds per ring step", "compute_efficiency": "GEMM ceiling, fraction of peak",
+               "flash_forward_efficiency": "fraction of peak", "flash_backward_efficiency": "fraction of peak",
+               "unfused_attention_efficiency": "fraction of peak", "fp8_peak_flops": "dense FP8 FLOP/s, 0 = none"}
+
+
+def is_device_file(text: str) -> bool:
+    """Whether `--device TEXT` names a file (a YAML suffix, a path separator, or an existing file) or a preset."""
+    text = str(text)
+    if Path(text).suffix.lower() in DEVICE_FILE_SUFFIXES or os.sep in text or "/" in text:
+        return True
+    try:
+        return Path(text).expanduser().is_file()
+    except OSError:  # a name the file system cannot take (too long): not a file, so a preset name
+        return False
+
+
+def load_device(text: str) -> DeviceSpec:
+    """`--device`: a preset name (case-insensitive) or the path of a device YAML file."""
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(f"device={text!r} is not valid; expected a preset ({', '.join(PRESETS)}) or a device YAML file")
+    return read_device_file(Path(text).expanduser()) if is_device_file(text) else device_preset(text)
+
+
+def read_device_file(path: Path) -> DeviceSpec:
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{where}: cannot read device file: not UTF-8 text") from None
+    except OSError as error:
+        raise SpecError(f"{where}: cannot read device file: {error.strerror or type(error).__name__}") from None
+    return device_from_mapping(parse_yaml(text, where), where, path.stem)
+
+
+def device_from_mapping(data, where: str, default_name: str) -> DeviceSpec:
+    """A DeviceSpec from a device file's mapping (`base` and `name` as in the format above), validated."""
+    if not isinstance(data, dict):
+        kind = "empty file" if data is None else type(data).__name__
+        raise SpecError(f"{where}: expected a mapping of device fields at the top level, got {kind}")
+    data = dict(data)
+    merged = {}
+    if "base" in data:
+        try:
+            base = device_preset(str(data.pop("base")))
+        except SpecError as error:
+            raise SpecError(f"{where}: base: {error}") from None
+        merged = {f.name: getattr(base, f.name) for f in fields(DeviceSpec) if f.init and f.name != "name"}
+    merged.update(data)
+    merged.setdefault("name", default_name)
+    return from_mapping(DeviceSpec, merged, f"{where}: ")
+
+
+def device_yaml(device: DeviceSpec, header: str = "") -> str:
+    """A complete device file for `device` (read back by read_device_file to an equal DeviceSpec)."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    lines.append("# ndcp device file: every key is a DeviceSpec field (ndcp/specs/device.py); `base: PRESET` may "
+                 "replace the keys left out")
+    for f in fields(DeviceSpec):
+        if not f.init:
+            continue
+        value = yaml.safe_dump(getattr(device, f.name), default_flow_style=True, width=1 << 16).strip()
+        value = value.removesuffix("\n...").strip()
+        unit = FIELD_UNITS.get(f.name)
+        lines.append(f"{f.name}: {value}" + (f"  # {unit}" if unit else ""))
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import yaml
 from .fields import SpecError, from_mapping
 from .hf import model_from_hf_config
 from .model import ModelSpec
+from .units import lookup
 
 _SUFFIXES = (".yaml", ".yml")
 
@@ -121,8 +122,17 @@ def _from_data(data: Any, where: str, default_name: str, hf: bool) -> ModelSpec:
     return from_mapping(ModelSpec, data, f"{where}: ")
 
 
+def _probe(check) -> bool:
+    """A file-system test that is False, not an OSError, for a name the system cannot take (too long, ...)."""
+    try:
+        return check()
+    except OSError:
+        return False
+
+
 def load_model(arg: str) -> ModelSpec:
-    """A library model by name (see `library_names()`), or a YAML spec / Hugging Face config.json by path."""
+    """A library model by name (see `library_names()`), or a YAML spec / Hugging Face config.json by path, or a
+    Hugging Face model directory (its config.json)."""
     if not isinstance(arg, (str, os.PathLike)) or str(arg).strip() == "":
         raise SpecError(f"model={arg!r} is not valid; expected a library name ({', '.join(library_names())}) "
                         "or a path to a YAML spec or Hugging Face config.json")
@@ -134,12 +144,20 @@ def load_model(arg: str) -> ModelSpec:
         return _from_data(_parse_yaml(_read_text(entry, where), where), where, text_arg, hf=False)
     path = Path(text_arg).expanduser()
     looks_like_path = os.sep in text_arg or "/" in text_arg or path.suffix.lower() in (*_SUFFIXES, ".json")
-    if not path.exists() and not looks_like_path:
-        raise SpecError(f"model={text_arg!r} is not a library model or an existing file; "
-                        f"library models: {', '.join(sorted(library))}")
+    if not _probe(path.exists) and not looks_like_path:  # a library name in any case, else the nearest names
+        by_lower = {name.lower(): name for name in sorted(library)}
+        try:
+            name = lookup(text_arg, by_lower, "model")
+        except SpecError as error:
+            raise SpecError(f"{error} (or a path to a YAML spec or a Hugging Face config.json)") from None
+        return load_model(name)
     where = str(path)
-    if path.is_dir():
-        raise SpecError(f"{where}: cannot read model spec: is a directory")
+    if _probe(path.is_dir):  # a Hugging Face model directory (a snapshot or a clone) holds its config.json
+        if not (path / "config.json").is_file():
+            raise SpecError(f"{where}: is a directory without a config.json; give a Hugging Face model directory, "
+                            "its config.json or a YAML spec")
+        path = path / "config.json"
+        where = str(path)
     text = _read_text(path, where)
     is_json = path.suffix.lower() == ".json"
     data = _parse_json(text, where) if is_json else _parse_yaml(text, where)

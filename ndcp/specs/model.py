@@ -4,10 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from .encoder import EncoderSpec
 from .fields import (SpecError, cached_hash, divisors, finite_number, non_negative_int, one_of, positive_int,
                      require)
 
-ACTIVATIONS = ("gelu", "swiglu")
+# MLP activations: GELU (GPT), ReLU (OPT), squared ReLU (Primer, So et al. 2021; Nemotron-4) have an up and a down
+# projection; SwiGLU and GeGLU (Shazeer 2020, "GLU Variants Improve Transformer") add a gate projection.
+ACTIVATIONS = ("gelu", "relu", "squared_relu", "swiglu", "geglu")
+GATED_ACTIVATIONS = ("swiglu", "geglu")
 MAX_LAYERS = 1 << 14  # 16,384 layers: far above any real model; per-layer loops (partition, plans) stay fast
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
@@ -113,6 +117,13 @@ class ModelSpec:
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     mtp_depth: int = 0  # multi-token-prediction modules (DeepSeek-V3: 1)
+    # Sliding-window attention (Beltagy et al. 2020, Longformer; Mistral 7B): each query sees at most the last
+    # `sliding_window` keys (0 = full causal attention). global_every = n: layers n-1, 2n-1, ... keep full attention
+    # (Gemma 2: 2, Gemma 3: 6, gpt-oss: 2); 0 = every layer is windowed (Mistral 7B v0.1, Phi-3, StarCoder2).
+    sliding_window: int = 0
+    global_every: int = 0
+    causal: bool = True  # a causal decoder; False: bidirectional attention (a ViT encoder's layers)
+    encoder: EncoderSpec | None = None  # a vision encoder and projector beside the language model (docs/models.md §5)
     source: str = ""
 
     def __post_init__(self):
@@ -127,6 +138,10 @@ class ModelSpec:
         non_negative_int("kv_heads", self.kv_heads)
         non_negative_int("head_dim", self.head_dim)
         non_negative_int("mtp_depth", self.mtp_depth, MAX_LAYERS)
+        non_negative_int("sliding_window", self.sliding_window)
+        non_negative_int("global_every", self.global_every, MAX_LAYERS)
+        require(self.global_every == 0 or self.sliding_window > 0, "global_every", self.global_every,
+                "needs a sliding_window > 0 (the other layers' window); expected 0 without one")
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORMS)
         one_of("position_embedding", self.position_embedding, POSITIONS)
@@ -137,6 +152,9 @@ class ModelSpec:
         if self.head_dim == 0 and self.mla is None:
             require(self.hidden % self.heads == 0, "heads", self.heads,
                     f"must divide hidden ({self.hidden}) unless head_dim is given")
+        if self.encoder is not None:
+            require(self.encoder.output_hidden == self.hidden, "encoder.output_hidden", self.encoder.output_hidden,
+                    f"must be the language model's hidden size ({self.hidden})")
         if self.moe is not None:
             require(self.moe.first_dense_layers < self.layers, "moe.first_dense_layers", self.moe.first_dense_layers,
                     f"must be < layers ({self.layers})")
@@ -152,7 +170,17 @@ class ModelSpec:
 
     @property
     def gated(self) -> bool:
-        return self.activation == "swiglu"
+        return self.activation in GATED_ACTIVATIONS
+
+    def is_windowed_layer(self, index: int) -> bool:
+        """Whether body layer `index` (0-based) attends within the sliding window (else: full causal attention)."""
+        if not self.sliding_window:
+            return False
+        return not self.global_every or (index + 1) % self.global_every != 0
+
+    @cached_property
+    def windowed_layers(self) -> int:
+        return sum(self.is_windowed_layer(i) for i in range(self.layers))
 
     @property
     def norm_params(self) -> int:
@@ -235,10 +263,36 @@ class ModelSpec:
         return self.mtp_depth * (block + 2 * self.hidden * self.hidden + 2 * self.norm_params)
 
     @cached_property
-    def parameters(self) -> int:
-        """Total parameters of the main model (embeddings, body, output; MTP modules excluded, as papers count)."""
+    def language_parameters(self) -> int:
+        """The language model (embeddings, body, output; MTP modules excluded, as papers count)."""
         body = self.dense_layers * self.dense_layer.total + self.moe_layers * (self.moe_layer.total if self.moe else 0)
         return self.embedding_params + body + self.output_params
+
+    # -- submodules (docs/models.md §5) ----------------------------------------------------------------------------
+    @cached_property
+    def encoder_model(self) -> "ModelSpec | None":
+        """The encoder's layers as a bidirectional ModelSpec, for the per-layer estimators (no vocabulary)."""
+        e = self.encoder
+        if e is None:
+            return None
+        return ModelSpec(name=f"{self.name} vision encoder", layers=e.layers, hidden=e.hidden, heads=e.heads,
+                         ffn_hidden=e.ffn_hidden, vocab=1, activation=e.activation, norm=e.norm,
+                         linear_bias=e.linear_bias, causal=False)
+
+    @cached_property
+    def submodules(self) -> tuple[tuple[str, int], ...]:
+        """(name, parameters) of the language model and each submodule beside it, in pipeline order."""
+        if self.encoder is None:
+            return (("language_model", self.language_parameters),)
+        e = self.encoder
+        encoder = e.embedding_params(e.image_size) + e.layers * self.encoder_model.dense_layer.total
+        return (("vision_encoder", encoder), ("projector", e.projector_params),
+                ("language_model", self.language_parameters))
+
+    @cached_property
+    def parameters(self) -> int:
+        """Total parameters: the language model and its submodules (MTP modules excluded, as papers count)."""
+        return sum(n for _, n in self.submodules)
 
     @cached_property
     def active_parameters(self) -> int:

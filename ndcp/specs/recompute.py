@@ -9,14 +9,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .fields import non_negative_int, one_of, require
+from .fields import SpecError, non_negative_int, one_of, require
 
 # What an option keeps of the layer's activation inventory (estimate/activations.py).
-KEEPS_ALL = "inventory"  # every tensor of the inventory except the `drops` tags
+KEEPS_ALL = "inventory"  # every tensor of the inventory except the `drops` (tensor names or sharding tags)
 KEEPS_LAYER_INPUT = "layer_input"  # only the layer's input (the checkpoint)
 # Forward pieces an option re-runs in backward (estimate/time.py prices them, estimate/compute.py counts FLOPs).
 ATTENTION_CORE = "attention_core"  # softmax(QK^T)V and, without flash attention, its elementwise ops
 LAYER_FORWARD = "layer_forward"  # the whole layer forward with its TP/CP/EP forward communication
+NORMS = "norms"  # the layer's two pre-norms
+MLP_FORWARD = "mlp_forward"  # the dense MLP (its fused pre-norm, fc1, activation, fc2) with its TP communication
+MOE_FORWARD = "moe_forward"  # the MoE block: router, dispatch and combine all-to-alls, experts, shared experts
+MOE_ACTIVATION = "moe_activation"  # the routed experts' activation function (SwiGLU)
+MLA_UP_PROJECTION = "mla_up_projection"  # MLA's query and key/value up-projections of the latents
+HOST_OFFLOAD = "host_offload"  # not a re-run: the layer's activations copied to host memory and back
+
+
+@dataclass(frozen=True)
+class RecomputeModule:
+    """One of Megatron-Core's --recompute-modules (transformer_config.py, core_r0.14; docs/formulas.md §5.2): the
+    stored tensors it discards (activation inventory names) and the forward piece it re-runs in backward."""
+
+    name: str
+    drops: tuple[str, ...]
+    reruns: str
+    needs: str  # "" (any layer), "dense" (dense MLP layers), "moe" (MoE layers) or "mla" (MLA attention)
+    code: str  # short label in plan summaries
+
+
+MODULES: dict[str, RecomputeModule] = {m.name: m for m in (
+    RecomputeModule("core_attn", ("core",), ATTENTION_CORE, "", "s"),
+    RecomputeModule("layernorm", ("attention_input", "mlp_input", "moe_input"), NORMS, "", "ln"),
+    RecomputeModule("mla_up_proj", ("mla_query", "mla_key", "mla_value"), MLA_UP_PROJECTION, "mla", "mla"),
+    RecomputeModule("mlp", ("mlp_input", "mlp_fc1_output", "mlp_act_output"), MLP_FORWARD, "dense", "mlp"),
+    RecomputeModule("moe_act", ("expert_act_output",), MOE_ACTIVATION, "moe", "act"),
+    RecomputeModule("moe", ("router_logits", "expert_input", "expert_fc1_output", "expert_act_output",
+                            "expert_output", "shared_fc1_output", "shared_act_output"), MOE_FORWARD, "moe", "moe"),
+)}
 
 
 @dataclass(frozen=True)
@@ -25,27 +54,83 @@ class RecomputeOption:
 
     name: str
     keeps: str  # KEEPS_ALL or KEEPS_LAYER_INPUT
-    drops: tuple[str, ...]  # inventory tags (estimate.activations.Tensor.shard) not kept under KEEPS_ALL
+    drops: tuple[str, ...]  # inventory tensor names or sharding tags (estimate.activations.Tensor) not kept
     reruns: tuple[str, ...]  # forward pieces re-run in backward
-    # Heavier options keep no more bytes and re-run no less work (tests/specs/test_recompute.py checks it on the
-    # estimators); plans give MoE layers the heaviest first, and solver bounds take HEAVIEST as the least memory.
+    # The kind rule's order: plans give MoE layers the heaviest options first (estimate/layout.py). An option that
+    # recomputes a superset of another's modules keeps no more bytes and re-runs no less work (tests/specs/
+    # test_recompute.py checks it on the estimators); full keeps the least of all (solver bounds rely on HEAVIEST).
     weight: int
     source: str  # where the option comes from (docs/formulas.md)
+    modules: tuple[str, ...] = ()  # the Megatron recompute modules it is made of (MODULES), canonical order
+    code: str = ""  # its short label in plan summaries ("n", "s", "f"; module options use their name)
+    buffers: int = 1  # layers' worth of dropped activations on the device while one layer runs its backward
 
+    @property
+    def label(self) -> str:
+        return self.code or self.name
+
+
+def _modules_option(names: tuple[str, ...], weight: int) -> RecomputeOption:
+    modules = [MODULES[n] for n in names]
+    return RecomputeOption("+".join(names), KEEPS_ALL, tuple(d for m in modules for d in m.drops),
+                           tuple(m.reruns for m in modules), weight,
+                           "Megatron-Core --recompute-granularity selective --recompute-modules " + " ".join(names),
+                           names, "+".join(m.code for m in modules))
+
+
+# Module combinations offered (rows; weight = the kind rule's order): the single modules and the combinations
+# published runs use, e.g. DeepSeek-V3 §3.3 (RMSNorm, MLA up-projection and the SwiGLU output recomputed).
+MODULE_COMBINATIONS = (("layernorm",), ("mla_up_proj",), ("layernorm", "mla_up_proj"), ("moe_act",),
+                       ("layernorm", "moe_act"), ("layernorm", "mla_up_proj", "moe_act"), ("mlp",),
+                       ("layernorm", "mlp"), ("moe",), ("layernorm", "moe"))
 
 OPTIONS: tuple[RecomputeOption, ...] = (
-    RecomputeOption("none", KEEPS_ALL, (), (), 0, "no recompute"),
+    RecomputeOption("none", KEEPS_ALL, (), (), 0, "no recompute", (), "n"),
     RecomputeOption("selective", KEEPS_ALL, ("core",), (ATTENTION_CORE,), 1,
-                    "Korthikanti et al. 2022 §5, selective activation recomputation (docs/formulas.md §5)"),
-    RecomputeOption("full", KEEPS_LAYER_INPUT, (), (LAYER_FORWARD,), 2,
-                    "Chen et al. 2016, checkpointing every layer; Megatron --recompute-granularity full"),
+                    "Korthikanti et al. 2022 §5, selective activation recomputation (docs/formulas.md §5); "
+                    "Megatron-Core --recompute-modules core_attn", ("core_attn",), "s"),
+    *(_modules_option(names, 2 + i) for i, names in enumerate(MODULE_COMBINATIONS)),
+    # Activations in host memory: kept on the device is the layer input; the rest goes to the host in forward and
+    # comes back in backward, the next layer's prefetched while this one runs (two layers' worth on the device).
+    RecomputeOption("offload", KEEPS_LAYER_INPUT, (), (HOST_OFFLOAD,), 2 + len(MODULE_COMBINATIONS),
+                    "activation offloading to host memory: Megatron-Core fine-grained activation offloading; "
+                    "MindFormers swap (docs/formulas.md §5.3)", (), "o", 2),
+    RecomputeOption("full", KEEPS_LAYER_INPUT, (), (LAYER_FORWARD,), 3 + len(MODULE_COMBINATIONS),
+                    "Chen et al. 2016, checkpointing every layer; Megatron --recompute-granularity full",
+                    tuple(MODULES), "f"),
 )
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 RECOMPUTE_MODES = tuple(o.name for o in OPTIONS)  # model order: lightest first
+CLASSIC_MODES = ("none", "selective", "full")  # the three options every trainer runs (and summaries always show)
 HEAVIEST_FIRST = tuple(o.name for o in sorted(OPTIONS, key=lambda o: -o.weight))
 NO_RECOMPUTE = HEAVIEST_FIRST[-1]  # weight 0, keeps everything: the plan every layer starts from
 HEAVIEST = HEAVIEST_FIRST[0]  # keeps the least and re-runs the most (bounds in solve/ rely on it)
 RECOMPUTING = tuple(m for m in RECOMPUTE_MODES if m != NO_RECOMPUTE)
+
+
+def option_for_modules(text: str) -> str:
+    """The option recomputing exactly these modules ("layernorm+mla_up_proj+moe_act", any order); SpecError listing
+    the offered combinations otherwise."""
+    names = [n.strip().lower() for n in str(text).replace(" ", "+").split("+") if n.strip()]
+    unknown = [n for n in names if n not in MODULES]
+    if unknown:
+        raise SpecError(f"recompute_modules={text!r}: unknown module {unknown[0]!r}; modules: {', '.join(MODULES)}")
+    wanted = set(names)
+    for option in OPTIONS:
+        if set(option.modules) == wanted and option.keeps == KEEPS_ALL:
+            return option.name
+    offered = ", ".join(o.name for o in OPTIONS if o.modules and o.keeps == KEEPS_ALL)
+    raise SpecError(f"recompute_modules={text!r} is not an offered combination; offered: {offered} "
+                    "(core_attn is recompute=selective)")
+
+
+def modules_without_layers(option: RecomputeOption, has_dense: bool, has_moe: bool, has_mla: bool) -> list[str]:
+    """The modules of a module option that act on no layer of a model with these layers (none for the classic
+    options: selective and full act on every layer)."""
+    if option.keeps != KEEPS_ALL or option.name == "selective":
+        return []
+    present = {"": True, "dense": has_dense, "moe": has_moe, "mla": has_mla}
+    return [n for n in option.modules if not present[MODULES[n].needs]]
 
 
 def recompute_option(name: str) -> RecomputeOption:
@@ -73,7 +158,8 @@ class StageRecompute:
         return self.counts[RECOMPUTE_MODES.index(mode)]
 
     def as_dict(self) -> dict[str, int]:
-        return dict(zip(RECOMPUTE_MODES, self.counts))
+        """Layers per option: the classic three always, module options where used."""
+        return {m: n for m, n in zip(RECOMPUTE_MODES, self.counts) if n or m in CLASSIC_MODES}
 
 
 @dataclass(frozen=True)
@@ -110,7 +196,8 @@ class RecomputePlan:
         if self.is_uniform:
             return self.mode
         totals = {m: sum(s.count(m) for s in self.stages) for m in RECOMPUTE_MODES}
-        return "per-stage " + "/".join(f"{totals[m]}{m[0]}" for m in RECOMPUTE_MODES)
+        shown = [m for m in RECOMPUTE_MODES if m in CLASSIC_MODES or totals[m]]
+        return "per-stage " + "/".join(f"{totals[m]}{OPTION_BY_NAME[m].label}" for m in shown)
 
     def as_json(self):
         """The JSON `recompute` value: the mode string, or per-stage counts."""

@@ -27,6 +27,10 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 # "causal" = the unmasked half (Megatron-LM since core_r0.12), "full" = the whole s x s score matrix (PaLM App. B,
 # torchtitan, Megatron before core_r0.12).
 MFU_CONVENTIONS = ("causal", "full")
+# Overlaps a run may ask for (estimate/overlap.py; docs/formulas.md §7.1): the MoE all-to-all with another
+# micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm), TP collectives with their GEMMs
+# (--tp-comm-overlap), pipeline sends with compute (--overlap-p2p-communication).
+OVERLAPS = ("ep", "tp", "p2p")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,13 @@ class RunSpec:
     headroom_fraction: float = 0.0  # fraction of the capacity kept free: a stage may use capacity x (1 - f)
     fp8_recipe: str = "delayed"  # one of FP8_RECIPES; used only when precision == "fp8"
     optimizer_state_dtype: str = "fp32"  # one of OPTIMIZER_STATE_DTYPES: dtype of Adam's two moments
+    # Multimodal runs (docs/models.md §5): images per sequence through the model's vision encoder, each
+    # image_size x image_size pixels (0 = the encoder's own size); their tokens are part of seq_len.
+    images_per_sample: int = 0
+    image_size: int = 0
+    # Communication overlapped with compute (estimate/overlap.py): "trainer" = the trainer's defaults, "none", or
+    # a "+"-joined subset of OVERLAPS; each applies only where its condition holds.
+    overlap: str = "trainer"
 
     def __post_init__(self):
         positive_int("global_batch", self.global_batch)
@@ -73,11 +84,17 @@ class RunSpec:
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
         one_of("param_gather", self.param_gather, PARAM_GATHERS)
         one_of("mfu_convention", self.mfu_convention, MFU_CONVENTIONS)
+        parts = self.overlap.split("+") if isinstance(self.overlap, str) else [None]
+        require(self.overlap in ("trainer", "none") or (all(p in OVERLAPS for p in parts)
+                                                        and len(set(parts)) == len(parts)),
+                "overlap", self.overlap, "valid: trainer, none, or a '+'-joined subset of " + ", ".join(OVERLAPS))
         non_negative_int("memory_cap_bytes", self.memory_cap_bytes, 1 << 60)
         if self.reserve_bytes is not None:
             non_negative_int("reserve_bytes", self.reserve_bytes, 1 << 60)
             finite_number("reserve_bytes", self.reserve_bytes, 0, 1 << 50)
         finite_number("headroom_fraction", self.headroom_fraction, 0.0, 1.0)
+        non_negative_int("images_per_sample", self.images_per_sample, 1 << 16)
+        non_negative_int("image_size", self.image_size, 1 << 16)
         require(self.headroom_fraction < 1, "headroom_fraction", self.headroom_fraction,
                 "expected a fraction >= 0 and < 1 of the capacity to keep free")
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import gcd
 
-from .fields import SpecError, positive_int, require
+from .fields import SpecError, non_negative_int, positive_int, require
 from .recompute import RECOMPUTE_MODES, RecomputePlan, StageRecompute
 
 
@@ -77,7 +77,7 @@ class Strategy:
                 "a schedule name")
         require(self.cp_comm in CP_COMM_TYPES, "cp_comm", self.cp_comm, "valid: " + ", ".join(CP_COMM_TYPES))
         for i, n in enumerate(self.layers_per_stage):
-            positive_int(f"layers_per_stage[{i}]", n)
+            non_negative_int(f"layers_per_stage[{i}]", n)  # a chunk may hold only the embedding or the loss
         if self.layers_per_stage:
             require(len(self.layers_per_stage) == self.pp * self.vpp, "layers_per_stage", list(self.layers_per_stage),
                     f"expected pp*vpp = {self.pp * self.vpp} entries")

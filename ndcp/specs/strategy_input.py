@@ -14,22 +14,29 @@ from typing import Any
 from .device import ClusterSpec
 from .fields import SpecError, divisors, show
 from .library import parse_yaml
+from .pipeline_layout import check_layout, first_last_partition, parse_layout
 from .run import RunSpec
-from .strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute
+from .recompute import option_for_modules
+from .strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, default_partition
 from .units import GB, GIB, KB, KIB, MB, MIB, TB, TIB
 
 # -- sizes -------------------------------------------------------------------------------------------------------
-_SIZE_UNITS = {"": 1, "b": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
+_SIZE_UNITS = {"b": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
                "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str) -> int:
-    """Bytes from "70GiB", "75GB", "80000MiB", "1.5TiB" or plain "85899345920" (decimal and binary units)."""
+    """Bytes from "70GiB", "75GB", "80000MiB", "1.5TiB" or "85899345920B" (decimal and binary units). A bare number
+    is refused: `70` meant as GiB would otherwise be read as 70 bytes."""
     match = _SIZE_RE.match(str(text))
     unit = match.group(3).lower() if match else ""
+    if match and not unit:
+        number = str(text).strip()
+        raise SpecError(f"invalid size {text!r}: a size needs a unit, e.g. {number}GiB (binary) or {number}GB "
+                        f"(decimal); {number}B for bytes")
     if not match or unit not in _SIZE_UNITS:
-        raise SpecError(f"invalid size {text!r}: expected e.g. 70GiB, 75GB, 80000MiB or bytes")
+        raise SpecError(f"invalid size {text!r}: expected e.g. 70GiB, 75GB, 80000MiB or 85899345920B")
     try:  # a huge exponent (1e400GB) overflows the float: too large, not a crash
         number = float(match.group(1)) * (10.0 ** int(match.group(2)) if match.group(2) else 1)
         value = number * _SIZE_UNITS[unit]
@@ -42,7 +49,11 @@ def parse_size(text: str) -> int:
 
 # -- strategy values ---------------------------------------------------------------------------------------------
 STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
-STRATEGY_KEYS = STRATEGY_INT_KEYS + ("sp", "recompute", "schedule", "cp_comm")
+# Pipeline layout keys (specs/pipeline_layout.py), resolved into layers_per_stage by resolve_layout.
+LAYOUT_KEYS = ("layout", "first_stage_layers", "last_stage_layers")
+OFFLOAD_CHOICES = ("none", "activations", "optimizer", "activations+optimizer")
+STRATEGY_KEYS = (STRATEGY_INT_KEYS + ("sp", "recompute", "recompute_modules", "offload", "schedule", "cp_comm")
+                 + LAYOUT_KEYS)
 FILE_ONLY_KEYS = ("layers_per_stage",)
 # Run settings the JSON strategy objects report (report/jsonout.py run_settings): accepted back so that a reported
 # strategy round-trips, and checked against the run's own --precision / --fp8-recipe (cli/common.py build_strategy).
@@ -57,7 +68,9 @@ def _strategy_value(key: str, value: Any) -> Any:
             raise SpecError(f"{key}={show(value)} is not valid; expected a name")
         word = None if value is None else value.strip().lower()
         return None if word in (None, "", "none", "null") else word
-    if key in STRATEGY_INT_KEYS:
+    if key == "layout":  # Megatron's notation; a JSON `layout` object carries it under "megatron"
+        return parse_layout(value.get("megatron") if isinstance(value, dict) else value)
+    if key in STRATEGY_INT_KEYS + LAYOUT_KEYS[1:]:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise SpecError(f"{key}={show(value)} is not valid; expected an integer")
         try:
@@ -85,6 +98,15 @@ def _strategy_value(key: str, value: Any) -> Any:
         return str(value).strip().lower()  # which schedules exist is the rulebook's `schedule` rule
     if key == "cp_comm":
         return str(value).strip().lower()  # the Strategy field checks the name; cp_comm_* rules the relations
+    if key == "offload":
+        word = str(value).strip().lower()
+        if word not in OFFLOAD_CHOICES:
+            raise SpecError(f"offload={show(value)} is not valid; valid: {', '.join(OFFLOAD_CHOICES)}")
+        if "optimizer" in word:  # honest refusal: the host-side optimizer step is not modelled
+            raise SpecError(f"offload={word}: optimizer offload is not modelled yet; offload=activations is")
+        return word
+    if key == "recompute_modules":  # Megatron's module names joined by "+": the option made of them
+        return option_for_modules(value)
     if key == "recompute":
         if isinstance(value, str):
             word = value.strip().lower()
@@ -101,15 +123,27 @@ def _strategy_value(key: str, value: Any) -> Any:
 
 
 def _layer_count(index: int, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"layers_per_stage[{index}]={show(value)} is not valid; expected an integer >= 1")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(f"layers_per_stage[{index}]={show(value)} is not valid; expected an integer >= 0")
     return value
+
+
+def _items(text: str) -> list[str]:
+    """The key=value items of a --strategy string; a piece without "=" after `layout=` continues the layout (Megatron's
+    notation uses commas cosmetically: layout=Et*3|(tt|)*29,m|L)."""
+    items: list[str] = []
+    for piece in str(text).split(","):
+        if items and "=" not in piece and items[-1].strip().lower().startswith("layout="):
+            items[-1] += "," + piece
+        else:
+            items.append(piece)
+    return items
 
 
 def parse_strategy_string(text: str) -> dict[str, Any]:
     """`tp=8,pp=16,dp=8,mbs=1,zero=1,sp=on,recompute=selective` -> checked values by key."""
     out: dict[str, Any] = {}
-    for item in str(text).split(","):
+    for item in _items(text):
         item = item.strip()
         if not item:
             continue
@@ -151,6 +185,51 @@ def load_strategy_file(path: str) -> dict[str, Any]:
         except SpecError as error:
             raise SpecError(f"{where}: {error}") from None
     return out
+
+
+def resolve_recompute_modules(v: dict[str, Any]) -> None:
+    """`recompute_modules=a+b` names the recompute option in place, `offload=activations` the offload option for every
+    layer (a per-stage plan mixes it with others); SpecError when `recompute=` says another."""
+    if v.pop("offload", "none") == "activations":
+        if v.get("recompute", "offload") not in ("offload",) or "recompute_modules" in v:
+            raise SpecError("offload=activations puts every layer's activations in host memory: drop recompute=, or "
+                            "mix recompute=offload with other options per stage in --strategy-file")
+        v["recompute"] = "offload"
+    option = v.pop("recompute_modules", None)
+    if option is None:
+        return
+    if v.get("recompute", option) != option:
+        raise SpecError(f"recompute={v['recompute']} and recompute_modules={option} disagree; give one of them")
+    v["recompute"] = option
+
+
+def resolve_layout(v: dict[str, Any], layers: int, mtp_depth: int) -> None:
+    """Turn `layout=` (Megatron's notation) or `first_stage_layers=`/`last_stage_layers=` into layers_per_stage (and
+    vpp, which a layout implies) in place; pp must be set. SpecError when they conflict with each other or with vpp or
+    layers_per_stage."""
+    given = [k for k in LAYOUT_KEYS if v.get(k) is not None]
+    if not given:
+        return
+    if "layout" in given and len(given) > 1:
+        raise SpecError("layout= already places every layer; drop first_stage_layers/last_stage_layers")
+    pp = v["pp"]
+    if "layout" in given:
+        layout = v.pop("layout")
+        counts = check_layout(layout, layers, mtp_depth, pp)
+        vpp = len(counts) // pp
+        if v.get("vpp", vpp) != vpp:
+            raise SpecError(f"layout has {len(counts)} stages = pp x {vpp}, but vpp={v['vpp']}; drop vpp or match it")
+        v["vpp"] = vpp
+    else:
+        counts = first_last_partition(layers, pp, v.get("vpp", 1), v.pop("first_stage_layers", None),
+                                      v.pop("last_stage_layers", None))
+    if v.get("layers_per_stage") not in (None, counts):
+        raise SpecError(f"layers_per_stage={list(v['layers_per_stage'])} conflicts with {', '.join(given)} "
+                        f"(which gives {list(counts)}); give one of them")
+    if counts == default_partition(layers, len(counts)):
+        v.pop("layers_per_stage", None)  # the default partition: not an explicit one (reports and emitters say so)
+    else:
+        v["layers_per_stage"] = counts
 
 
 def recompute_plan(value: Any) -> RecomputePlan:

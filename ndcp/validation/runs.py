@@ -20,6 +20,8 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
   selective AC torchtitan's op-level policy: estimate/activations.py), else Megatron;
 - MFU convention: `outcome.mfu_convention` (YAML) or an `mfu_convention` column (CSV), "causal" or "full"
   (specs/run.py MFU_CONVENTIONS); unstated -> causal, as current Megatron-LM counts;
+- MFU as written: a fraction (0.45), a percentage with its sign (45%), or a bare number above 1, which can only be
+  a percentage (45 -> 0.45); above 100 % is refused as the row's error;
 - gradient dtype: a stated `training.grad_dtype`, else bf16 for NVIDIA dgxc-benchmarking rows (NVIDIA's performance
   recipes reduce gradients in bf16: grad_reduce_in_fp32 = False in Megatron-Bridge scripts/performance/configs
   llama3/llama3_8b_llm_pretrain.py and llama31/llama31_405b_llm_pretrain.py, and in NeMo's
@@ -28,6 +30,7 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
 from __future__ import annotations
 
 import csv
+import io
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,10 +44,11 @@ from ..specs.device import PRESETS, ClusterSpec, device_preset
 from ..specs.fields import SpecError, from_mapping
 from ..specs.library import parse_yaml
 from ..specs.model import MLASpec, ModelSpec, MoESpec
-from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES
+from ..specs.recompute import CLASSIC_MODES, HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES
 from ..specs.run import MFU_CONVENTIONS, RunSpec
 from ..specs.strategy import RecomputePlan, Strategy, accounted_partition, default_partition
 from ..specs.units import GIB
+from .values import as_bool, as_fraction, as_number, int_or, is_null, read_text
 
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
 GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -64,18 +68,14 @@ class SkipRun(Exception):
 
 
 # -- building specs from a row ---------------------------------------------------------------------------------------
-def _is_null(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip().lower() in ("", "null", "none", "unknown"))
-
-
 def _model_from_fields(fields: dict, notes: list[str]) -> ModelSpec:
     """A ModelSpec from a published row's model fields (rules in the module docstring)."""
     name = str(fields.get("name") or "model")
     for key in ("layers", "hidden", "heads", "vocab"):
-        if _is_null(fields.get(key)):
+        if is_null(fields.get(key)):
             raise SkipRun(f"model.{key} is not published")
     activation = fields.get("activation")
-    if _is_null(activation):
+    if is_null(activation):
         if not name.lower().startswith("gpt"):
             raise SkipRun("model.activation is not published")
         activation = "gelu"
@@ -85,13 +85,13 @@ def _model_from_fields(fields: dict, notes: list[str]) -> ModelSpec:
         raise SkipRun(f"model.activation={activation!r} is not modelled")
     hidden = int(fields["hidden"])
     ffn = fields.get("ffn_hidden")
-    if _is_null(ffn):
+    if is_null(ffn):
         if activation != "gelu":
             raise SkipRun("model.ffn_hidden is not published")
         ffn = 4 * hidden
         notes.append("ffn_hidden 4h")
     kv_heads = fields.get("kv_heads")
-    if _is_null(kv_heads):
+    if is_null(kv_heads):
         kv_heads = 0
         notes.append("kv_heads = heads")
     gpt = activation == "gelu"
@@ -113,13 +113,13 @@ def _cluster(gpu_id: str, gpus: int, per_node: Any) -> ClusterSpec:
         preset, overrides = gpu_id.strip().lower(), {}
     else:
         raise SkipRun(f"device {gpu_id!r} has no ndcp preset")
-    if not _is_null(per_node):
+    if not is_null(per_node):
         overrides = {**overrides, "devices_per_node": int(per_node)}
     return ClusterSpec(device_preset(preset), int(gpus)).with_overrides(**overrides)
 
 
 def _precision(value: Any, notes: list[str]) -> str:
-    text = "" if _is_null(value) else str(value).lower()
+    text = "" if is_null(value) else str(value).lower()
     if "fp8" in text:
         if text != "fp8":
             notes.append(f"precision {value!r} -> fp8")
@@ -135,7 +135,7 @@ def _fp8_run(run: RunSpec, recipe: Any, cluster: ClusterSpec, notes: list[str]) 
     """An fp8 run with its stated recipe (else the trainer's default, noted), refused where the device has no FP8."""
     if not run.fp8:
         return run
-    if _is_null(recipe):
+    if is_null(recipe):
         recipe = "tensorwise" if run.trainer == "torchtitan" else "delayed"
         notes.append(f"fp8 recipe unstated -> {recipe}")
     try:
@@ -162,9 +162,9 @@ def _recompute(value: Any, narayanan_basis: bool, notes: list[str]) -> str:
 
 def _least_recompute_that_fits(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
                                notes: list[str]) -> Strategy:
-    """Unknown recompute: the lightest option (RECOMPUTE_MODES, lightest first) whose estimated peak fits the
-    device and that the rulebook allows; the heaviest when none fits."""
-    for mode in RECOMPUTE_MODES:
+    """Unknown recompute: the lightest of none, selective, full (CLASSIC_MODES: what every trainer runs) whose
+    estimated peak fits the device and that the rulebook allows; the heaviest when none fits."""
+    for mode in CLASSIC_MODES:
         candidate = strategy.with_(recompute=RecomputePlan.uniform(mode))
         try:
             check_strategy(model, cluster, run, candidate)
@@ -181,7 +181,7 @@ def _least_recompute_that_fits(model: ModelSpec, cluster: ClusterSpec, run: RunS
 def _flash_attention(entry: dict, training: dict, notes: list[str]) -> bool:
     """Stated `training.flash_attention`, else False for runs published up to 2022 (FlashAttention, Dao et al.,
     appeared mid-2022 and reached Megatron in 2023), else True."""
-    stated = _bool_field(training.get("flash_attention"))
+    stated = as_bool(training.get("flash_attention"))
     if stated is not None:
         return stated
     years = [int(y) for y in re.findall(r"\b(20\d\d)\b", str((entry.get("source") or {}).get("title") or ""))]
@@ -216,27 +216,12 @@ def _grad_dtype(entry: dict, training: dict, notes: list[str]) -> str:
     return "fp32"
 
 
-def _int_or(value: Any, default: int, label: str, notes: list[str]) -> int:
-    if _is_null(value):
-        notes.append(f"{label} {default}")
-        return default
-    return int(value)
-
-
-def _bool_field(value: Any) -> bool | None:
-    if _is_null(value):
-        return None
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("1", "true", "yes", "y")
-
-
 def _strategy(model: ModelSpec, fields: dict, gpus: int, global_batch: int, narayanan_basis: bool,
               notes: list[str]) -> Strategy:
     """A Strategy from a row's strategy fields (defaults in the module docstring); errors become SkipRun."""
     degrees = {}
     for key in ("tp", "pp", "dp", "cp"):
-        if _is_null(fields.get(key)):
+        if is_null(fields.get(key)):
             if key == "cp":
                 degrees[key] = 1
                 continue
@@ -245,11 +230,11 @@ def _strategy(model: ModelSpec, fields: dict, gpus: int, global_batch: int, nara
     tp, pp, dp, cp = degrees["tp"], degrees["pp"], degrees["dp"], degrees["cp"]
     if tp * pp * dp * cp != gpus:
         raise SkipRun(f"tp*pp*dp*cp = {tp * pp * dp * cp} does not match {gpus} GPUs")
-    ep = _int_or(fields.get("ep"), 1, "ep", notes)
-    vpp = _int_or(fields.get("vpp"), 1, "vpp", notes)
-    mbs = _int_or(fields.get("micro_batch", fields.get("mbs")), 1, "mbs", notes)
-    zero = _int_or(fields.get("zero_stage", fields.get("zero")), 1, "zero", notes)
-    sp = _bool_field(fields.get("sp"))
+    ep = int_or(fields.get("ep"), 1, "ep", notes)
+    vpp = int_or(fields.get("vpp"), 1, "vpp", notes)
+    mbs = int_or(fields.get("micro_batch", fields.get("mbs")), 1, "mbs", notes)
+    zero = int_or(fields.get("zero_stage", fields.get("zero")), 1, "zero", notes)
+    sp = as_bool(fields.get("sp"))
     if sp is None:
         sp = tp > 1
         notes.append(f"sp {str(sp).lower()}")
@@ -258,7 +243,7 @@ def _strategy(model: ModelSpec, fields: dict, gpus: int, global_batch: int, nara
     if model.layers < pp * vpp:
         raise SkipRun(f"{model.layers} layers cannot fill pp*vpp = {pp * vpp} stages")
     per_stage = fields.get("layers_per_virtual_stage")
-    layers_per_stage = (int(per_stage),) * (pp * vpp) if not _is_null(per_stage) and \
+    layers_per_stage = (int(per_stage),) * (pp * vpp) if not is_null(per_stage) and \
         int(per_stage) * pp * vpp == model.layers else ()
     if vpp > 1 and model.layers % (pp * vpp) and not layers_per_stage:
         # Megatron runs these by counting the embedding and the loss as layers (--account-for-embedding-in-pipeline-
@@ -313,17 +298,13 @@ class MeasuredRun:
 
 
 # -- YAML (published_runs.yaml shape, docs/calibration.md) --------------------------------------------------------
-def _number(value: Any) -> float | None:
-    return None if _is_null(value) else float(value)
-
-
 def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> MeasuredRun:
     notes: list[str] = []
     model_fields, cluster_fields = entry.get("model") or {}, entry.get("cluster") or {}
     training, strategy_fields = entry.get("training") or {}, entry.get("strategy") or {}
     outcome = entry.get("outcome") or {}
     narayanan = _states_narayanan_basis(outcome, str(entry.get("notes") or ""))
-    if _is_null(model_fields.get("seq_len")) or _is_null(training.get("global_batch")):
+    if is_null(model_fields.get("seq_len")) or is_null(training.get("global_batch")):
         raise SkipRun("sequence length or global batch is not published")
     model = _model_from_fields(model_fields, notes)
     gpus = int(cluster_fields.get("num_gpus") or 0)
@@ -339,20 +320,20 @@ def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> Measu
     strategy = _checked(model, cluster, run, _strategy(model, strategy_fields, gpus, global_batch, narayanan, notes))
     if _recompute_unknown(strategy_fields.get("recompute")) and not narayanan:
         strategy = _least_recompute_that_fits(model, cluster, run, strategy, notes)
-    memory = _number(outcome.get("memory_gib_per_gpu"))
+    memory = as_number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
-    if memory is None and not _is_null(observed):
+    if memory is None and not is_null(observed):
         memory = float(observed) / GIB
     return MeasuredRun(str(entry.get("id")), model, cluster, run, strategy, narayanan,
-                       _number(outcome.get("step_time_s")), _number(outcome.get("mfu")),
-                       _number(outcome.get("tflops_per_gpu")), _number(outcome.get("tokens_per_s_per_gpu")), memory,
+                       as_number(outcome.get("step_time_s")), as_fraction(outcome.get("mfu"), "outcome.mfu"),
+                       as_number(outcome.get("tflops_per_gpu")), as_number(outcome.get("tokens_per_s_per_gpu")), memory,
                        tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks)
 
 
 def _mfu_convention(value: Any, notes: list[str]) -> str:
     """The convention the source's MFU (or TFLOP/s) counts causal attention in; unstated -> "causal" (current
     Megatron-LM), recorded in the row's assumptions."""
-    if _is_null(value):
+    if is_null(value):
         notes.append("mfu convention causal (unstated)")
         return "causal"
     convention = str(value).strip().lower()
@@ -366,13 +347,13 @@ def _unknown_peaks(data: dict) -> frozenset[str]:
     unknown = set()
     for hw in data.get("hardware") or []:
         peaks = (hw or {}).get("peak_tflops") or {}
-        if isinstance(hw, dict) and all(_is_null(peaks.get(k)) for k in ("bf16_dense", "fp16_dense")):
+        if isinstance(hw, dict) and all(is_null(peaks.get(k)) for k in ("bf16_dense", "fp16_dense")):
             unknown.add(str(hw.get("id")))
     return frozenset(unknown)
 
 
 def _yaml_rows(path: Path) -> list[tuple[str, Any]]:
-    data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    data = parse_yaml(read_text(path), str(path))
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise SpecError(f"{path}: expected a mapping with a `runs:` list")
     unknown = _unknown_peaks(data)
@@ -395,7 +376,7 @@ def _csv_model(name: str, folder: Path) -> ModelSpec:
 
 def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     notes: list[str] = []
-    missing = [c for c in CSV_REQUIRED if _is_null(record.get(c))]
+    missing = [c for c in CSV_REQUIRED if is_null(record.get(c))]
     if missing:
         raise SkipRun(f"missing column value(s): {', '.join(missing)}")
     try:
@@ -404,8 +385,8 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
         raise SkipRun(str(error)) from None
     gpus, global_batch = int(record["gpus"]), int(record["global_batch"])
     cluster = _cluster(record["device"], gpus, record.get("devices_per_node"))
-    flash = _bool_field(record.get("flash_attention"))
-    optional = {k: str(record[k]).strip().lower() for k in ("grad_dtype", "trainer") if not _is_null(record.get(k))}
+    flash = as_bool(record.get("flash_attention"))
+    optional = {k: str(record[k]).strip().lower() for k in ("grad_dtype", "trainer") if not is_null(record.get(k))}
     run = RunSpec(global_batch, int(record["seq_len"]), precision=_precision(record.get("precision"), notes),
                   flash_attention=True if flash is None else flash,
                   mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), **optional)
@@ -415,13 +396,17 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     if _recompute_unknown(fields.get("recompute")):
         strategy = _least_recompute_that_fits(model, cluster, run, strategy, notes)
     return MeasuredRun(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
-                       _number(record.get("step_seconds")), _number(record.get("mfu")), None, None,
-                       _number(record.get("memory_gib")), tuple(notes))
+                       as_number(record.get("step_seconds")), as_fraction(record.get("mfu"), "mfu"), None, None,
+                       as_number(record.get("memory_gib")), tuple(notes))
 
 
 def _csv_rows(path: Path) -> list[tuple[str, Any]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        records = list(csv.DictReader(handle))
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    missing = [c for c in CSV_REQUIRED if c not in (reader.fieldnames or ())]
+    if missing:
+        raise SpecError(f"{path}: the header lacks the column(s) {', '.join(missing)}; a runs CSV needs "
+                        f"{', '.join(CSV_REQUIRED)}")
+    records = list(reader)
     return [(record.get("id") or f"row{i + 1}", lambda i=i, record=record: _csv_row(i, record, path.parent))
             for i, record in enumerate(records)]
 

@@ -1,4 +1,6 @@
 """Matmul FLOPs against the published closed forms (docs/formulas.md §2), and the roofline time rule."""
+import dataclasses
+
 import pytest
 
 from ndcp.estimate.compute import (Gemm, attention_core_flops, layer_gemms, model_flops_per_sequence,
@@ -97,3 +99,20 @@ def test_gemm_time_is_a_roofline():
     assert at_ceiling <= gemm_seconds([big], h100, 2) <= 1.1 * at_ceiling
     skinny = Gemm(8, 8192, 8192)  # 8 rows: the forward is bound by reading the weight
     assert gemm_pass_seconds(8, 8192, 8192, 1, h100, 2) == pytest.approx(skinny.bytes_moved(2) / h100.hbm_bandwidth)
+
+
+def test_sliding_window_counts_the_band_of_the_causal_mask():
+    # query i sees min(i, w) keys: sum over s queries = s*w - w^2/2 pairs (docs/models.md §3)
+    full = ModelSpec(name="m", layers=4, hidden=1024, heads=8, ffn_hidden=4096, vocab=1000)
+    s, w = 8192, 1024
+    windowed = dataclasses.replace(full, sliding_window=w)
+    half = dataclasses.replace(full, sliding_window=w, global_every=2)
+    causal = attention_core_flops(full, s, s, 1, causal=True)
+    assert attention_core_flops(windowed, s, s, 1, causal=True) == pytest.approx(causal * (s * w - w * w / 2) / (s * s / 2))
+    band = attention_core_flops(windowed, s, s, 1, causal=True)
+    assert attention_core_flops(half, s, s, 1, causal=True) == pytest.approx((band + causal) / 2)
+    # a window as long as the sequence changes nothing; the full score matrix (no flash attention) is all computed
+    assert attention_core_flops(dataclasses.replace(full, sliding_window=s), s, s, 1, causal=True) == causal
+    assert attention_core_flops(windowed, s, s, 1, causal=False) == attention_core_flops(full, s, s, 1, causal=False)
+    # the MFU numerator under the causal convention counts the band too
+    assert model_flops_per_sequence(windowed, s, "causal") < model_flops_per_sequence(full, s, "causal")

@@ -63,7 +63,7 @@ def test_critical_path_and_in_flight_hold_for_any_mbn_from_pp(pp, vpp, mbn):
     fwd, bwd = 1.0, 2.0
     makespan, peak = replay(pp, vpp, mbn, g, fwd, bwd)
     stage = vpp * (fwd + bwd)  # one micro-batch through a device stage's chunks
-    assert INTERLEAVED.pipeline_seconds(pp * stage, stage, mbn, vpp) == pytest.approx(makespan)
+    assert INTERLEAVED.pipeline_seconds(pp * stage, stage, mbn, vpp, pp) == pytest.approx(makespan)
     if mbn > pp:  # mbn == pp: Megatron runs every forward first, which in_flight does not model
         assert [INTERLEAVED.in_flight(s, pp, vpp, mbn) for s in range(pp)] == peak
 

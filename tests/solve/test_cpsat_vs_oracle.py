@@ -5,11 +5,14 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from ndcp.solve.certificate import cpsat_search
 from ndcp.solve.exhaustive import exhaustive_search
-from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.schedules import SCHEDULES
+from ndcp.space import DEFAULT_SCHEDULES, SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, ModelSpec, MoESpec, RunSpec, device_preset
+from ndcp.specs.encoder import EncoderSpec
 from ndcp.specs.library import load_model
 
 TOP = 3
+OVERLAP_SETTINGS = ["trainer", "none", "ep+tp+p2p"]  # RunSpec.overlap: the trainer's defaults, none, all asked
 
 
 @st.composite
@@ -21,18 +24,30 @@ def problems(draw):
         experts = draw(st.sampled_from([4, 8]))
         moe = MoESpec(experts=experts, top_k=draw(st.sampled_from([1, 2])), expert_ffn_hidden=draw(st.sampled_from([128, 256])),
                       shared_experts=draw(st.sampled_from([0, 1])), first_dense_layers=draw(st.sampled_from([0, 1])))
-    model = ModelSpec(name="random", layers=draw(st.integers(2, 12)), hidden=heads * draw(st.sampled_from([32, 64])),
+    hidden = heads * draw(st.sampled_from([32, 64]))
+    encoder = None  # a vision encoder and projector on the first stage (docs/models.md §5), fed 0-2 images
+    if draw(st.booleans()):
+        encoder = EncoderSpec(layers=draw(st.integers(1, 4)), hidden=draw(st.sampled_from([128, 256])), heads=4,
+                              ffn_hidden=512, patch_size=14, image_size=draw(st.sampled_from([56, 112])),
+                              output_hidden=hidden, projector=draw(st.sampled_from(["mlp", "linear"])))
+    model = ModelSpec(name="random", layers=draw(st.integers(2, 12)), hidden=hidden,
                       heads=heads, kv_heads=kv, ffn_hidden=draw(st.sampled_from([256, 512, 1024])),
-                      vocab=draw(st.sampled_from([1000, 32000])), activation=draw(st.sampled_from(["gelu", "swiglu"])),
+                      vocab=draw(st.sampled_from([1000, 32000])),
+                      activation=draw(st.sampled_from(["gelu", "swiglu", "squared_relu", "geglu"])),
                       tied_embeddings=draw(st.booleans()), moe=moe,
-                      hidden_dropout=draw(st.sampled_from([0.0, 0.1])))
+                      hidden_dropout=draw(st.sampled_from([0.0, 0.1])), encoder=encoder,
+                      sliding_window=draw(st.sampled_from([0, 256])))
     device = device_preset(draw(st.sampled_from(["a100-80g", "h100", "mi300x"])))
     gpus = draw(st.sampled_from([1, 2, 4, 6, 8]))
     # Caps from so tight that nothing fits to generous (tiny models: a small reserve keeps caps meaningful).
     cap = draw(st.sampled_from([0, 2**22, 2**24, 2**26, 2**27, 2**28, 2**29, 2**30]))
     run = RunSpec(global_batch=draw(st.sampled_from([1, 2, 4, 8, 12, 16])), seq_len=draw(st.sampled_from([512, 2048])),
-                  flash_attention=draw(st.booleans()), memory_cap_bytes=cap, reserve_bytes=2**20)
-    return SearchSpace(model, ClusterSpec(device, gpus), run, SpaceOptions(zero_stages=(1, 3)))
+                  flash_attention=draw(st.booleans()), memory_cap_bytes=cap, reserve_bytes=2**20,
+                  images_per_sample=draw(st.sampled_from([0, 1, 2])) if encoder else 0,
+                  overlap=draw(st.sampled_from(OVERLAP_SETTINGS)))
+    # the default schedules, or every schedule searched jointly (zero-bubble and DualPipe too)
+    schedules = draw(st.sampled_from([DEFAULT_SCHEDULES, tuple(SCHEDULES)]))
+    return SearchSpace(model, ClusterSpec(device, gpus), run, SpaceOptions(zero_stages=(1, 3), schedules=schedules))
 
 
 def _times(result):
@@ -45,6 +60,7 @@ def test_cpsat_optimum_equals_the_oracle(space):
     oracle = exhaustive_search(space, top=TOP)
     solved = cpsat_search(space, top=TOP, time_limit=60)
     event(f"oracle {oracle.status}, {oracle.over_memory and 'some' or 'none'} over memory")
+    event(f"best schedule {oracle.strategies[0].strategy.schedule if oracle.strategies else '-'}")
     assert solved.status == oracle.status
     if oracle.status == "infeasible":
         assert not solved.strategies
@@ -100,3 +116,16 @@ def test_cpsat_agrees_with_the_oracle_on_the_embedding_and_loss_accounted_split(
     oracle, solved = exhaustive_search(space, top=5), cpsat_search(space, top=5)
     assert solved.status == oracle.status
     assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)
+
+
+@pytest.mark.parametrize("name,overlap", [("tiny-moe", "trainer"), ("tiny-moe", "ep+tp+p2p"), ("tiny", "none")])
+def test_cpsat_agrees_with_the_oracle_when_every_schedule_is_searched(name, overlap):
+    """Pipelined (pp = 2) so that the schedules differ: 1F1B, interleaving, ZB-H1, DualPipe, DualPipe-V and the
+    overlaps searched jointly; a zero-bubble or DualPipe schedule wins."""
+    space = SearchSpace(load_model(name), ClusterSpec(device_preset("h100"), 4),
+                        RunSpec(global_batch=16, seq_len=2048, overlap=overlap),
+                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2),), schedules=tuple(SCHEDULES)))
+    oracle, solved = exhaustive_search(space, top=TOP), cpsat_search(space, top=TOP, time_limit=60)
+    assert solved.status == "optimal" and solved.proven
+    assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)
+    assert oracle.strategies[0].strategy.schedule in ("zb-h1", "dualpipe", "dualpipev")

@@ -6,12 +6,16 @@ from dataclasses import replace
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from ndcp.solve.certificate import cpsat_search
-from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.schedules import SCHEDULES
+from ndcp.space import DEFAULT_SCHEDULES, SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
+from ndcp.specs.model import MoESpec
 
 from .oracle import assert_plan_search_matches_oracle
 
 TOP = 2
+CLASSIC = ("none", "selective", "full")
+MODE_SETS = (CLASSIC, ("none", "layernorm", "mlp", "full"), ("none", "selective", "layernorm+mlp", "offload"))
 
 
 @st.composite
@@ -24,7 +28,13 @@ def small_problems(draw):
     run = RunSpec(global_batch=draw(st.sampled_from([2, 4, 8])), seq_len=draw(st.sampled_from([1024, 4096])),
                   memory_cap_bytes=cap, reserve_bytes=2**20)
     gpus = draw(st.sampled_from([1, 2, 4]))
-    options = SpaceOptions(zero_stages=(1, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)))
+    # the default schedules, or every schedule searched jointly (zero-bubble and DualPipe too)
+    schedules = draw(st.sampled_from([DEFAULT_SCHEDULES, tuple(SCHEDULES)]))
+    # recompute options: the classic three, or module options among them (small sets keep the oracle's
+    # enumeration of every per-stage split within seconds)
+    modes = draw(st.sampled_from(MODE_SETS))
+    options = SpaceOptions(zero_stages=(1, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)), schedules=schedules,
+                           recompute_modes=modes)
     return SearchSpace(model, ClusterSpec(device_preset(draw(st.sampled_from(["h100", "a100-80g"]))), gpus), run,
                        options)
 
@@ -48,7 +58,64 @@ def test_plan_search_equals_exhaustive_enumeration_on_the_accounted_split(cap):
     model = ModelSpec(name="six", layers=6, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
     space = SearchSpace(model, ClusterSpec(device_preset("h100"), 4),
                         RunSpec(global_batch=8, seq_len=1024, memory_cap_bytes=cap, reserve_bytes=2**20),
-                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2), ("vpp", 2))))
+                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2), ("vpp", 2)), recompute_modes=CLASSIC))
     oracle, _ = assert_plan_search_matches_oracle(space, top=TOP)
     for e in oracle.strategies:
         assert [p.layers for p in e.strategy.recompute.stages or ()] in ([], [1, 2, 2, 1])
+
+
+@pytest.mark.parametrize("layers,offset,cap,modes", [(5, 0, 0, MODE_SETS[1]), (5, 1, 0, CLASSIC),
+                                                     (7, 1, 2**26, CLASSIC), (6, 2, 0, CLASSIC)])
+def test_plan_search_equals_exhaustive_enumeration_on_uneven_interleaved_partitions(layers, offset, cap, modes):
+    """Interleaving over layer counts pp x vpp does not divide (Megatron's --pipeline-model-parallel-layout): the
+    default uneven split, and with an offset every device-stage count within it, split evenly over the chunks."""
+    model = ModelSpec(name="uneven", layers=layers, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
+    space = SearchSpace(model, ClusterSpec(device_preset("h100"), 4),
+                        RunSpec(global_batch=8, seq_len=1024, memory_cap_bytes=cap, reserve_bytes=2**20),
+                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2), ("vpp", 2)), max_offset=offset,
+                                     recompute_modes=modes))
+    oracle, _ = assert_plan_search_matches_oracle(space, top=TOP)
+    assert oracle.strategies and all(e.strategy.vpp == 2 for e in oracle.strategies)
+
+
+@pytest.mark.parametrize("seq,cap,new_wins", [(4096, 0, True), (1024, 2**27, False)])
+def test_plan_search_chooses_among_schedules_as_the_exhaustive_enumeration_does(seq, cap, new_wins):
+    """Every schedule searched jointly with the per-layer plans (pp = 2: 1F1B, interleaving, ZB-H1, DualPipe,
+    DualPipe-V). At 4k tokens uncapped DualPipe wins (its smaller bubble outweighs syncing two parameter copies'
+    gradients); at 1k tokens under a tight cap interleaving with its pipeline sends hidden (Megatron's default) wins."""
+    model = ModelSpec(name="four", layers=4, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
+    space = SearchSpace(model, ClusterSpec(device_preset("h100"), 2),
+                        RunSpec(global_batch=8, seq_len=seq, memory_cap_bytes=cap, reserve_bytes=2**20),
+                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2),), schedules=tuple(SCHEDULES),
+                                     recompute_modes=CLASSIC))
+    oracle, solved = assert_plan_search_matches_oracle(space, top=TOP)
+    assert solved.proven
+    assert (oracle.strategies[0].strategy.schedule not in DEFAULT_SCHEDULES) == new_wins
+
+
+@pytest.mark.parametrize("cap", [2**26, 2**27])
+def test_plan_search_chooses_among_module_options_as_the_exhaustive_enumeration_does(cap):
+    """A MoE model's module options (layernorm, moe_act, moe) beside none and full, with MoE and dense layers on one
+    stage (the kind rule: MoE layers take the heavier options first)."""
+    model = ModelSpec(name="mixed", layers=4, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000,
+                      moe=MoESpec(experts=4, top_k=2, expert_ffn_hidden=256, first_dense_layers=1))
+    space = SearchSpace(model, ClusterSpec(device_preset("h100"), 2),
+                        RunSpec(global_batch=8, seq_len=1024, memory_cap_bytes=cap, reserve_bytes=2**20),
+                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2), ("ep", 1)),
+                                     recompute_modes=("none", "layernorm", "moe_act", "moe", "full")))
+    oracle, solved = assert_plan_search_matches_oracle(space, top=TOP)
+    assert solved.proven and oracle.strategies
+
+
+@pytest.mark.parametrize("host,offloads", [(2**40, True), (2**24, False)])
+def test_plan_search_keeps_offloaded_activations_within_the_host_memory(host, offloads):
+    """The host-memory constraint of offloaded layers, with a host link fast enough that offload beats recompute:
+    roomy, the plan offloads; at 16 MiB it cannot, and the plan search still equals the oracle."""
+    model = ModelSpec(name="four", layers=4, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
+    device = replace(device_preset("h100"), host_memory_bytes=host, host_bandwidth=5e12)
+    space = SearchSpace(model, ClusterSpec(device, 2),
+                        RunSpec(global_batch=8, seq_len=4096, memory_cap_bytes=2**27, reserve_bytes=2**20),
+                        SpaceOptions(zero_stages=(1,), fix=(("pp", 2),), recompute_modes=("none", "offload", "full")))
+    oracle, solved = assert_plan_search_matches_oracle(space, top=TOP)
+    assert solved.proven
+    assert (solved.strategies[0].memory.host_peak_bytes > 0) == offloads

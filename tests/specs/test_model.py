@@ -204,3 +204,29 @@ def test_dense_prefix_shorter_than_model():
     with pytest.raises(SpecError, match="first_dense_layers"):
         ModelSpec(name="m", layers=2, hidden=64, heads=8, ffn_hidden=128, vocab=100,
                   moe=MoESpec(experts=4, top_k=1, expert_ffn_hidden=8, first_dense_layers=2))
+
+
+# -- activations and sliding windows ------------------------------------------------------------------------------
+
+def _small(**fields) -> ModelSpec:
+    return ModelSpec(name="m", layers=6, hidden=64, heads=8, ffn_hidden=256, vocab=100, **fields)
+
+
+def test_activation_decides_the_gate_projection():
+    # gated MLPs (SwiGLU, GeGLU; Shazeer 2020) have gate, up and down: 3hF; GELU, ReLU and squared ReLU have 2hF
+    mlp = {act: _small(activation=act).dense_layer.mlp for act in ("gelu", "relu", "squared_relu", "swiglu", "geglu")}
+    assert mlp["swiglu"] == mlp["geglu"] == 3 * 64 * 256
+    assert mlp["gelu"] == mlp["relu"] == mlp["squared_relu"] == 2 * 64 * 256
+    with pytest.raises(SpecError, match="activation.*squared_relu"):
+        _small(activation="reglu")
+
+
+def test_sliding_window_layers():
+    assert _small().windowed_layers == 0
+    every_layer = _small(sliding_window=128)
+    assert every_layer.windowed_layers == 6
+    interleaved = _small(sliding_window=128, global_every=3)  # layers 2 and 5 keep full attention
+    assert [interleaved.is_windowed_layer(i) for i in range(6)] == [True, True, False, True, True, False]
+    assert interleaved.parameters == _small().parameters  # a window changes no weight
+    with pytest.raises(SpecError, match="global_every.*sliding_window"):
+        _small(global_every=2)

@@ -6,24 +6,37 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.time import layer_time
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, device_preset
 from ndcp.specs.library import load_model
-from ndcp.specs.recompute import HEAVIEST, HEAVIEST_FIRST, NO_RECOMPUTE, OPTIONS, RECOMPUTE_MODES
+from ndcp.specs.recompute import (CLASSIC_MODES, HEAVIEST, HEAVIEST_FIRST, NO_RECOMPUTE, OPTION_BY_NAME, OPTIONS,
+                                  RECOMPUTE_MODES, option_for_modules)
 
 CLUSTER = ClusterSpec(device_preset("h100"), 64)
 
 
 def test_options_are_rows_with_distinct_names_and_weights():
-    assert RECOMPUTE_MODES == ("none", "selective", "full")
-    assert len({o.weight for o in OPTIONS}) == len(OPTIONS)
+    assert RECOMPUTE_MODES[:2] == ("none", "selective") and RECOMPUTE_MODES[-1] == "full"
+    assert CLASSIC_MODES == ("none", "selective", "full")
+    assert len({o.weight for o in OPTIONS}) == len({o.label for o in OPTIONS}) == len(OPTIONS)
     assert (NO_RECOMPUTE, HEAVIEST) == ("none", "full")
-    assert HEAVIEST_FIRST == ("full", "selective", "none")
+    assert HEAVIEST_FIRST[0] == "full" and HEAVIEST_FIRST[-1] == "none"
+
+
+def test_module_options_are_megatron_module_combinations():
+    # DeepSeek-V3 technical report §3.3: RMSNorm, MLA up-projection and the SwiGLU output recomputed in backward.
+    assert option_for_modules("moe_act+layernorm+mla_up_proj") == "layernorm+mla_up_proj+moe_act"
+    assert OPTION_BY_NAME["layernorm+mla_up_proj+moe_act"].label == "ln+mla+act"
+    assert OPTION_BY_NAME["selective"].modules == ("core_attn",)
+    with pytest.raises(SpecError, match="unknown module 'attention'"):
+        option_for_modules("attention")
+    with pytest.raises(SpecError, match="not an offered combination"):
+        option_for_modules("mlp+moe")
 
 
 def test_stage_counts_by_option_name():
-    stage = StageRecompute(selective=7, full=1)
-    assert stage.counts == (0, 7, 1) and stage.layers == 8 and stage.count("full") == 1
-    assert stage.as_dict() == {"none": 0, "selective": 7, "full": 1}
+    stage = StageRecompute(selective=7, full=1, **{"layernorm+mlp": 2})
+    assert stage.layers == 10 and stage.count("full") == 1 and stage.count("layernorm+mlp") == 2
+    assert stage.as_dict() == {"none": 0, "selective": 7, "layernorm+mlp": 2, "full": 1}
     with pytest.raises(SpecError, match="recompute option"):
-        StageRecompute(offload=3)
+        StageRecompute(swap=3)
     with pytest.raises(SpecError, match="recompute.full"):
         StageRecompute(full=-1)
 
@@ -35,20 +48,61 @@ def test_per_stage_plan_json_and_summary():
                                          {"stage": 1, "layers": 3, "none": 0, "selective": 2, "full": 1}]}
 
 
+def _comparable_pairs():
+    """(lighter, heavier): the heavier recomputes a superset of the lighter's modules (full: every module)."""
+    recomputing = [o for o in OPTIONS if o.name != "offload"]  # offload re-runs nothing: it copies (test_rerun.py)
+    return [(a.name, b.name) for a in recomputing for b in recomputing
+            if a.name != b.name and set(a.modules) <= set(b.modules)]
+
+
 @settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b"]),
        kind=st.sampled_from(["dense", "moe"]), tp=st.sampled_from([1, 2, 8]), cp=st.sampled_from([1, 2]),
-       mbs=st.sampled_from([1, 2]), sp=st.booleans(), flash=st.booleans(),
+       mbs=st.sampled_from([1, 2]), sp=st.booleans(), flash=st.booleans(), fp8=st.booleans(),
        trainer=st.sampled_from(["megatron", "torchtitan"]), seq=st.sampled_from([2048, 8192]))
-def test_heavier_options_keep_no_more_and_rerun_no_less(name, kind, tp, cp, mbs, sp, flash, trainer, seq):
-    """The order the solver's bounds and the kind rule rely on (specs/recompute.py RecomputeOption.weight)."""
+def test_heavier_options_keep_no_more_and_rerun_no_less(name, kind, tp, cp, mbs, sp, flash, fp8, trainer, seq):
+    """The order the solver's bounds rely on: an option recomputing more modules keeps no more bytes and re-runs no
+    less work; none keeps the most and re-runs nothing, full keeps the least (specs/recompute.py)."""
     model = load_model(name)
     if kind == "moe" and model.moe is None:
         kind = "dense"
-    run = RunSpec(global_batch=64, seq_len=seq, flash_attention=flash, trainer=trainer)
+    run = RunSpec(global_batch=64, seq_len=seq, flash_attention=flash, trainer=trainer,
+                  precision="fp8" if fp8 else "bf16")
     sp = sp and tp > 1
-    kept = [layer_activation_bytes(model, run, kind, o, tp, cp, 1, 1, mbs, sp) for o in reversed(HEAVIEST_FIRST)]
-    rerun = [layer_time(model, CLUSTER, run, kind, o, tp, cp, 1, 1, mbs, sp).recompute for o in reversed(HEAVIEST_FIRST)]
-    assert all(a >= b for a, b in zip(kept, kept[1:])), kept
-    assert all(a <= b for a, b in zip(rerun, rerun[1:])), rerun
-    assert rerun[0] == 0.0
+    kept = {o.name: layer_activation_bytes(model, run, kind, o.name, tp, cp, 1, 1, mbs, sp) for o in OPTIONS}
+    rerun = {o.name: layer_time(model, CLUSTER, run, kind, o.name, tp, cp, 1, 1, mbs, sp).recompute for o in OPTIONS}
+    for lighter, heavier in _comparable_pairs():
+        assert kept[lighter] >= kept[heavier] * (1 - 1e-12), (lighter, heavier)
+        assert rerun[lighter] <= rerun[heavier] * (1 + 1e-12), (lighter, heavier)
+    assert rerun[NO_RECOMPUTE] == 0.0 and max(kept.values()) == kept[NO_RECOMPUTE]
+    assert min(kept.values()) == kept[HEAVIEST] == kept["offload"]
+    assert max(v for k, v in rerun.items() if k != "offload") == rerun[HEAVIEST]
+
+
+@pytest.mark.parametrize("name,kind,option,saved", [
+    # per layer, tp=8 with SP, mbs 1, seq 8192 on H100, BF16; the MiB each option saves against none
+    ("llama3-70b", "dense", "layernorm", 32.0), ("llama3-70b", "dense", "mlp", 184.0),
+    ("deepseek-v3", "moe", "layernorm+mla_up_proj+moe_act", 188.0), ("deepseek-v3", "moe", "mla_up_proj", 128.0)])
+def test_module_options_drop_the_tensors_of_their_modules(name, kind, option, saved):
+    """layernorm drops the two norm outputs (2 x 2sbh/t under SP), mlp the dense MLP's input, fc1 output and
+    activation output, mla_up_proj MLA's up-projected queries, keys and values (DeepSeek-V3: 128 heads x (192 + 192
+    + 128) / tp), moe_act the experts' activation output."""
+    model = load_model(name)
+    run = RunSpec(global_batch=64, seq_len=8192)
+    ep = 8 if kind == "moe" else 1
+    none = layer_activation_bytes(model, run, kind, "none", 8, 1, ep, 1, 1, True)
+    kept = layer_activation_bytes(model, run, kind, option, 8, 1, ep, 1, 1, True)
+    assert (none - kept) / 2**20 == pytest.approx(saved, rel=1e-3)
+
+
+def test_module_options_the_model_cannot_run_are_refused():
+    from ndcp.rules import recompute_option_refusal
+    dense, moe = load_model("llama3-70b"), load_model("deepseek-v3")
+    run = RunSpec(global_batch=64, seq_len=8192)
+    assert recompute_option_refusal(dense, run, "moe_act").message.endswith("moe_act needs moe layers")
+    assert recompute_option_refusal(dense, run, "mla_up_proj") is not None
+    assert recompute_option_refusal(moe, run, "layernorm+mla_up_proj+moe_act") is None
+    assert recompute_option_refusal(dense, RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan"),
+                                    "layernorm") is not None
+    assert recompute_option_refusal(dense, RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan"),
+                                    "selective") is None

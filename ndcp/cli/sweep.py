@@ -1,0 +1,153 @@
+"""`ndcp sweep`: a proven search per (device, GPUs, global batch, sequence length) point, turned into time to train,
+GPU-hours and cost; local worker processes or a Ray cluster; a JSONL log that --resume continues from."""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+
+from ..report.output import write_output
+from ..specs.fields import SpecError
+from ..sweep.executors import EXECUTORS, run_jobs
+from ..sweep.points import parse_counts, parse_devices, parse_gpus, parse_lengths, sweep_points
+from ..sweep.report import SweepProgress, plot_sweep, print_sweep
+from ..sweep.results import append_answers, read_answers, sweep_csv, sweep_document
+from ..sweep.solve import Job, derive
+from ..specs.units import parse_count
+from .common import (EXIT_OK, add_problem_arguments, build_problem, console, int32, positive_int, positive_seconds,
+                     subparser)
+from .outputs import add_json_argument, check_plot_path, emit_json, stdout_owners, write_plot
+from .search import build_space_options
+
+EXAMPLE = ("ndcp sweep llama3-70b --device h100 --gpus 256,512,1024 --global-batch 1024 --seq-len 8k --tokens 1T \\\n"
+           "    --price-per-gpu-hour 2.5 --jsonl sweep.jsonl\n"
+           "ndcp sweep llama3-8b --device h100,b200 --gpus 64..1024 --global-batch 512,1024 --seq-len 8k \\\n"
+           "    --tokens 15T --executor ray --ray-address auto --json sweep.json")
+
+
+def register(subparsers) -> None:
+    parser = subparser(
+        subparsers, "sweep", "time to train, GPU-hours and cost over GPU counts, batches and devices",
+        "Run one proven search (as `ndcp search`, top 1) per point of devices x GPU counts x global batches x\n"
+        "sequence lengths, and turn each best strategy into time to train --tokens, GPU-hours and cost.\n"
+        "Points run in --workers local processes (default: the cores) or on a Ray cluster (--executor ray); each\n"
+        "search uses one CP-SAT worker and --seed, so the answers equal the serial ones. --jsonl appends each\n"
+        "answer as it finishes; --resume reuses the answers already there for the same problem.",
+        EXAMPLE)
+    parser.conflict_handler = "resolve"  # the four list options below replace add_problem_arguments' single values
+    add_problem_arguments(parser)
+    group = parser.add_argument_group("sweep points (comma-separated lists; every combination is searched)")
+    group.add_argument("--device", metavar="D[,D2...]", required=True, type=_argument_type(parse_devices),
+                       help="device presets or device YAML files")
+    group.add_argument("--gpus", metavar="LIST|START..END", required=True, type=_argument_type(parse_gpus),
+                       help="GPU counts, e.g. 256,512,1024, or START..END: START doubling up to END")
+    group.add_argument("--global-batch", metavar="LIST", required=True,
+                       type=_argument_type(lambda text: parse_counts("--global-batch", text)),
+                       help="global batches in sequences, e.g. 1024,2048")
+    group.add_argument("--seq-len", metavar="LIST", required=True,
+                       type=_argument_type(lambda text: parse_lengths("--seq-len", text)),
+                       help="sequence lengths in tokens, e.g. 4096,8k")
+    group = parser.add_argument_group("training run")
+    group.add_argument("--tokens", metavar="N", required=True, type=_argument_type(parse_count),
+                       help="tokens to train on, e.g. 1T or 15T (decimal suffixes)")
+    group.add_argument("--price-per-gpu-hour", metavar="P", type=_price, help="price of one GPU-hour: adds cost")
+    group = parser.add_argument_group("search (per point)")
+    group.add_argument("--recompute", choices=("per-layer", "uniform"), default="per-layer",
+                       help="per-layer plans (default) or one recompute mode for every layer (faster)")
+    group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=60.0,
+                       help="CP-SAT time limit per point (default 60)")
+    group.add_argument("--seed", metavar="S", type=int32, default=0, help="CP-SAT random seed (default 0)")
+    group = parser.add_argument_group("executor")
+    group.add_argument("--executor", choices=EXECUTORS, default="local",
+                       help="local worker processes (default) or a Ray cluster (pip install 'ndcp[ray]')")
+    group.add_argument("--workers", metavar="N", type=positive_int, default=os.cpu_count() or 1,
+                       help="local worker processes (default: the cores, %(default)s here; 1 runs in this process)")
+    group.add_argument("--ray-address", metavar="ADDR",
+                       help="the Ray cluster to join (e.g. auto or ray://head:10001; default: start a local Ray)")
+    group = parser.add_argument_group("output")
+    add_json_argument(parser)
+    group.add_argument("--csv", metavar="PATH|-",
+                       help="also write the points as CSV; `-` writes only the CSV to stdout")
+    group.add_argument("--jsonl", metavar="PATH", help="append each point's answer to PATH as it finishes")
+    group.add_argument("--resume", action="store_true",
+                       help="reuse the answers in --jsonl PATH for the same problems; search only the rest")
+    group.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no table")
+    group.add_argument("--plot", metavar="PATH", help="plot time to train and cost against GPUs, the knee marked "
+                                                      "(.png or .svg; needs matplotlib)")
+    # The search space of each point: everything `ndcp search` searches by default.
+    parser.set_defaults(func=run, fix="", max_="", zero=(0, 1, 2, 3), sp="both", tp_cp_bound=0, max_offset=0,
+                        cp_comm=("p2p",))
+
+
+def _argument_type(parse):
+    """An argparse type from a SpecError-raising parser."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except SpecError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return convert
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1e9:
+        raise argparse.ArgumentTypeError(f"invalid price {text!r}: expected a number >= 0, e.g. 2.5")
+    return value
+
+
+def build_jobs(args: argparse.Namespace) -> list[Job]:
+    """One validated Job per point (every user error is found here, before any search starts)."""
+    points = sweep_points(args.device, args.gpus, args.global_batch, args.seq_len)
+    method = "per-layer" if args.recompute == "per-layer" else "uniform"
+    jobs = []
+    for point in points:
+        single = copy.copy(args)
+        single.device, single.gpus, single.global_batch, single.seq_len = point.key()
+        model, cluster, run_spec = build_problem(single)
+        jobs.append(Job(point, model, cluster, run_spec, build_space_options(single), method, args.time_limit,
+                        args.seed))
+    return jobs
+
+
+def run(args: argparse.Namespace) -> int:
+    json_only, csv_only = stdout_owners(args)
+    check_plot_path(args.plot)
+    if args.resume and not args.jsonl:
+        raise SpecError("--resume reads the answers of --jsonl PATH; add --jsonl PATH")
+    if args.ray_address and args.executor != "ray":
+        raise SpecError("--ray-address needs --executor ray")
+    jobs = build_jobs(args)
+    if args.jsonl:
+        append_answers(args.jsonl, [])  # an unwritable log fails now, not after the first search
+    answers = {}
+    if args.resume:
+        done = read_answers(args.jsonl)
+        answers = {i: done[job.key()] for i, job in enumerate(jobs) if job.key() in done}
+    todo = [i for i in range(len(jobs)) if i not in answers]
+    shown = not (json_only or csv_only or args.quiet)
+    if args.resume and shown:
+        print(f"ndcp: resuming: {len(answers)} of {len(jobs)} points answered in {args.jsonl}", file=sys.stderr)
+    with SweepProgress(shown, len(jobs), len(answers)) as progress:
+        for index, answer in run_jobs([jobs[i] for i in todo], args.executor, args.workers, args.ray_address):
+            answers[todo[index]] = answer
+            if args.jsonl:
+                append_answers(args.jsonl, [answer])
+            progress.advance()
+    rows = [derive(answers[i], args.tokens, args.price_per_gpu_hour) for i in range(len(jobs))]
+    priced = args.price_per_gpu_hour is not None
+    if args.plot:
+        write_plot(args.plot, lambda path: plot_sweep(rows, path, priced, f"ndcp sweep {jobs[0].model.name}"))
+    if args.csv:
+        write_output(sweep_csv(rows), args.csv, "--csv")
+    emit_json(args, sweep_document(rows, jobs[0].model.name, args.tokens, args.price_per_gpu_hour))
+    if not (json_only or csv_only or args.quiet):
+        print_sweep(console(), rows, priced)
+    return EXIT_OK
+
+
+__all__ = ["register", "run", "build_jobs", "EXAMPLE"]

@@ -1,0 +1,112 @@
+"""What Megatron-Core's recompute modules re-run in backward (specs/recompute.py MODULES; docs/formulas.md §5.2):
+seconds and executed matmul FLOPs of each forward piece, for one body layer and one micro-batch on one device.
+
+The whole-layer and attention-core pieces are priced with the layer itself (estimate/time.py); these are the module
+pieces: the two pre-norms (memory-bound), the dense MLP (its GEMMs, activation and its half of the layer's TP
+forward communication), the MoE block (router, experts and shared experts, activation, dispatch and combine), the
+experts' activation alone, and MLA's up-projections. The dense MLP's pre-norm is fused into fc1 (Transformer
+Engine LayerNormLinear), so it re-runs with the MLP and once only when `norms` also re-runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..specs.device import ClusterSpec
+from ..specs.model import ModelSpec
+from ..specs.recompute import (HOST_OFFLOAD, KEEPS_LAYER_INPUT, MLA_UP_PROJECTION, MLP_FORWARD, MOE_ACTIVATION,
+                               MOE_FORWARD, NO_RECOMPUTE, NORMS, OPTIONS)
+from ..specs.run import RunSpec
+from .compute import Gemm, memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, router_gemm, total_flops
+from .activations import layer_activation_bytes
+from .gemm import gemm_seconds
+
+MODULE_PIECES = (NORMS, MLP_FORWARD, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD)
+# What an offloaded layer keeps on the device: the option that keeps only the layer input (specs/recompute.py).
+_INPUT_ONLY = next(o.name for o in OPTIONS if o.keeps == KEEPS_LAYER_INPUT)
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What every module piece reads of its layer: sizes, degrees, and the layer's own forward communication."""
+
+    kind: str
+    tokens: float  # local tokens of the micro-batch (mbs x seq / cp)
+    tp: int
+    sp: bool
+    ep: int
+    etp: int
+    tp_forward: float  # the layer's exposed forward TP communication (two collectives: attention's and the MLP's)
+    ep_forward: float  # the layer's exposed forward dispatch + combine all-to-alls
+    cp: int
+    mbs: int
+    forward: float  # the layer's forward and backward compute, seconds (what host copies overlap with)
+    backward: float
+
+
+def _gemms_seconds(gemms: tuple[Gemm, ...], cluster: ClusterSpec, run: RunSpec, model: ModelSpec, tokens: float
+                   ) -> float:
+    """Forward seconds of weight GEMMs: FP8 under --precision fp8, except the MoE router (docs/formulas.md §3.1)."""
+    device, dtype = cluster.device, run.activation_bytes
+    router = router_gemm(model, tokens) if model.moe is not None else None
+    low = tuple(g for g in gemms if g != router)
+    kept = tuple(g for g in gemms if g == router)
+    return gemm_seconds(low, device, dtype, fp8=run.fp8) + (gemm_seconds(kept, device, dtype) if kept else 0.0)
+
+
+def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, rows: float, width: float) -> float:
+    """An MLP activation over rows x width elements: reads its input(s), writes its output."""
+    return memory_seconds(rows * width * (3 if model.gated else 2) * run.activation_bytes, cluster.device)
+
+
+def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: int) -> float:
+    rows = shape.tokens / shape.tp if shape.sp else shape.tokens
+    return memory_seconds(norms * 2 * rows * model.hidden * run.activation_bytes, cluster.device)
+
+
+def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, piece: str,
+               reruns: tuple[str, ...]) -> tuple[float, float]:
+    """(seconds, matmul FLOPs) of one module piece of `reruns` (the option's pieces, for the fused-norm rule);
+    (0, 0) when the piece does not act on this kind of layer."""
+    tokens, tp = shape.tokens, shape.tp
+    if piece == NORMS:
+        return _norm_seconds(model, cluster, run, shape, 1 if MLP_FORWARD in reruns and shape.kind == "dense"
+                             else 2), 0.0
+    if piece == MLP_FORWARD:
+        if shape.kind != "dense":
+            return 0.0, 0.0
+        gemms = mlp_gemms(model, model.ffn_hidden, tokens, tp)
+        seconds = (_gemms_seconds(gemms, cluster, run, model, tokens)
+                   + _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp)
+                   + _norm_seconds(model, cluster, run, shape, 1) + shape.tp_forward / 2)
+        return seconds, total_flops(gemms)
+    if shape.kind != "moe" and piece in (MOE_FORWARD, MOE_ACTIVATION):
+        return 0.0, 0.0
+    if piece == MOE_FORWARD:
+        m = model.moe
+        gemms = moe_gemms(model, tokens, tp, shape.ep, shape.etp)
+        width = (m.expert_ffn_hidden * m.top_k * (m.capacity_factor or 1.0) + m.shared_hidden * m.shared_experts)
+        seconds = (_gemms_seconds(gemms, cluster, run, model, tokens)
+                   + _activation_seconds(model, cluster, run, tokens, width / tp) + shape.ep_forward)
+        return seconds, total_flops(gemms)
+    if piece == MOE_ACTIVATION:
+        m = model.moe
+        width = m.expert_ffn_hidden * m.top_k * (m.capacity_factor or 1.0)
+        return _activation_seconds(model, cluster, run, tokens, width / tp), 0.0
+    if piece == MLA_UP_PROJECTION:
+        if model.mla is None:
+            return 0.0, 0.0
+        gemms = mla_up_projection_gemms(model, tokens, tp)
+        return _gemms_seconds(gemms, cluster, run, model, tokens), total_flops(gemms)
+    if piece == HOST_OFFLOAD:
+        # The activations a layer would keep, less its input, cross the host link each way: to the host while the
+        # next layer runs its forward, back while the layer after it (in backward order) runs its backward (the
+        # prefetch); only what outlasts that compute is exposed (docs/formulas.md §5.3).
+        theta = (shape.tp, shape.cp, shape.ep, shape.etp, shape.mbs, shape.sp)
+        moved = (layer_activation_bytes(model, run, shape.kind, NO_RECOMPUTE, *theta)
+                 - layer_activation_bytes(model, run, shape.kind, _INPUT_ONLY, *theta))
+        copy = moved / cluster.device.host_bandwidth
+        return max(0.0, copy - shape.forward) + max(0.0, copy - shape.backward), 0.0
+    raise ValueError(f"no time model for recompute piece {piece!r}")
+
+
+__all__ = ["LayerShape", "MODULE_PIECES", "rerun_cost"]

@@ -1,0 +1,75 @@
+"""Where sweep points run: this process (one worker), local worker processes, or a Ray cluster.
+
+Every executor calls the same `solve_job` on the same jobs, so the answers are the serial ones (each search uses
+one CP-SAT worker and a fixed seed); only the order in which points finish differs. `run_jobs` yields
+(job index, answer) as each point finishes, for the progress bar and the JSONL file.
+"""
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Iterator, Sequence
+
+from ..specs.fields import SpecError
+from .solve import Job, solve_job
+
+EXECUTORS = ("local", "ray")
+RAY_MISSING = "--executor ray needs Ray: pip install 'ndcp[ray]'"
+
+
+def run_jobs(jobs: Sequence[Job], executor: str = "local", workers: int = 1,
+             ray_address: str | None = None) -> Iterator[tuple[int, dict]]:
+    """Solve every job; yields (index in `jobs`, answer) in finishing order."""
+    if not jobs:
+        return
+    if executor == "ray":
+        yield from _ray(jobs, ray_address)
+    elif executor != "local":
+        raise SpecError(f"--executor={executor!r} is not valid; valid: {', '.join(EXECUTORS)}")
+    elif workers <= 1 or len(jobs) <= 1:
+        for index, job in enumerate(jobs):
+            yield index, solve_job(job)
+    else:
+        yield from _processes(jobs, workers)
+
+
+def _processes(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, dict]]:
+    # spawn, not fork: a clean interpreter per worker on every platform (no inherited threads or solver state)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        pending = {pool.submit(solve_job, job): index for index, job in enumerate(jobs)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=pending.get):
+                    yield pending.pop(future), future.result()
+        finally:  # interrupted (or the consumer stopped): drop the points not started yet
+            for future in pending:
+                future.cancel()
+
+
+def _ray(jobs: Sequence[Job], address: str | None) -> Iterator[tuple[int, dict]]:
+    try:
+        import ray
+    except ImportError:
+        raise SpecError(RAY_MISSING) from None
+    started_here = not ray.is_initialized()
+    if started_here:  # an address joins that cluster; none starts a local one (stopped again at the end)
+        try:
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            where = f"--ray-address {address}" if address else "--executor ray"
+            raise SpecError(f"{where}: cannot start or join Ray: {' '.join(str(error).split())[:300]}") from None
+    try:
+        remote = ray.remote(num_cpus=1)(solve_job)
+        pending = {remote.remote(job): index for index, job in enumerate(jobs)}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                yield pending.pop(ref), ray.get(ref)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+__all__ = ["run_jobs", "EXECUTORS", "RAY_MISSING"]

@@ -1,0 +1,124 @@
+"""A sweep on the terminal (the table, the progress bar with ETA on stderr) and as a plot (time to train and cost
+against GPUs, the knee marked). Numbers are the ones the searches returned; nothing is re-estimated."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..report.plots import _check_path, _matplotlib, _save
+from .results import knees, series
+
+DAY = 86400.0
+
+
+def _number(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _short(value: float | None) -> str:
+    """3 significant digits with k/M/G (the exact numbers are in --json and --csv)."""
+    if value is None:
+        return "-"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def sweep_table(rows: list[dict], priced: bool) -> Table:
+    """One row per point, the numbers (print_sweep lists each point's strategy under the table)."""
+    table = Table(title="sweep: the best proven strategy per point", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 0, 0, 1))
+    names = ("device", "GPUs", "GBS", "seq", "status", "step s", "MFU", "tok/s", "days", "GPU-h",
+             *(("cost",) if priced else ()))
+    for name in names:
+        table.add_column(name, justify="left" if name in ("device", "status") else "right", no_wrap=True)
+    for r in rows:
+        mfu = None if r.get("mfu") is None else 100 * r["mfu"]
+        days = None if r.get("time_to_train_seconds") is None else r["time_to_train_seconds"] / DAY
+        table.add_row(r["device"], str(r["gpus"]), str(r["global_batch"]), str(r["seq_len"]), r["status"],
+                      _number(r.get("step_seconds"), 2), "-" if mfu is None else f"{mfu:.1f}%",
+                      _short(r.get("tokens_per_second")), _number(days, 1), _short(r.get("gpu_hours")),
+                      *((_short(r.get("cost")),) if priced else ()))
+    return table
+
+
+def print_sweep(console: Console, rows: list[dict], priced: bool) -> None:
+    console.print(sweep_table(rows, priced))
+    for r in rows:
+        console.print(f"{r['device']} x {r['gpus']}, GBS {r['global_batch']}, seq {r['seq_len']}: "
+                      + (r.get("label") or r.get("explanation") or r["status"]))
+    for k in knees(rows):
+        console.print(f"knee of time to train ({k['device']}, GBS {k['global_batch']}, seq {k['seq_len']}): "
+                      f"{k['gpus']:,} GPUs")
+
+
+class SweepProgress:
+    """A progress bar with ETA on stderr (a terminal only; within its width), advanced once per finished point."""
+
+    def __init__(self, enabled: bool, total: int, done: int = 0):
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            self.bar = Progress(TextColumn("sweep"), BarColumn(bar_width=None), MofNCompleteColumn(),
+                                TimeElapsedColumn(),
+                                TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
+                                transient=True)
+            self.task = self.bar.add_task("sweep", total=total, completed=done)
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
+
+
+def plot_sweep(rows: list[dict], path, priced: bool, title: str = "ndcp sweep") -> Path:
+    """Left: time to train (days) against GPUs, one line per (device, batch, length), the knee circled. Right: cost
+    (or GPU-hours without a price) against GPUs."""
+    path = _check_path(path)
+    matplotlib, Figure = _matplotlib()
+    groups = series(rows)
+    if not groups:
+        raise ValueError("nothing to plot: no point of the sweep has a strategy that fits")
+    figure = Figure(figsize=(13, 5), layout="constrained")
+    left, right = figure.subplots(1, 2)
+    figure.suptitle(title)
+    knee_at = {(k["device"], k["global_batch"], k["seq_len"]): k["gpus"] for k in knees(rows)}
+    spend = "cost" if priced else "gpu_hours"
+    for key, points in groups.items():
+        label = f"{key[0]}, GBS {key[1]:,}, seq {key[2]:,}"
+        gpus = [p["gpus"] for p in points]
+        line, = left.plot(gpus, [p["time_to_train_seconds"] / DAY for p in points], marker="o", label=label)
+        right.plot(gpus, [p[spend] for p in points], marker="o", color=line.get_color(), label=label)
+        if key in knee_at:
+            at = next(p for p in points if p["gpus"] == knee_at[key])
+            left.scatter([at["gpus"]], [at["time_to_train_seconds"] / DAY], s=200, facecolors="none",
+                         edgecolors="red", linewidths=1.5, zorder=3)
+            right.scatter([at["gpus"]], [at[spend]], s=200, facecolors="none", edgecolors="red", linewidths=1.5,
+                          zorder=3)
+    left.scatter([], [], s=120, facecolors="none", edgecolors="red", label="knee")
+    for axes, ylabel in ((left, "time to train (days)"), (right, "cost" if priced else "GPU-hours")):
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("GPUs")
+        axes.set_ylabel(ylabel)
+        axes.set_ylim(0, 1.15 * max(y for line in axes.get_lines() for y in line.get_ydata()))  # from zero: a few
+        # per cent of cost looks like a few per cent
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8, loc="lower left")
+    return _save(matplotlib, figure, path, title)
+
+
+__all__ = ["sweep_table", "print_sweep", "SweepProgress", "plot_sweep"]

@@ -1,0 +1,143 @@
+"""What every trainer module shares: its capability profile, the emitted configuration, and the pinned flag facts.
+
+A trainer module (megatron.py, torchtitan.py, mindformers.py) holds one TrainerProfile (what the trainer can run, at
+a stated version), `nearest` (the strategy it runs for a plan: the plan itself when it can express it, else the
+closest one that recomputes at least as much and shards at least as much), `emit` (its launch configuration) and
+`read` (a configuration back into strategy values, for --strategy-from). Pure functions of (model, run, strategy):
+nothing here estimates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from ..estimate.layout import partition
+from ..schedules import default_schedule
+from ..specs.fields import SpecError
+from ..specs.model import ModelSpec
+from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES, recompute_option
+from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, default_partition
+from ..specs.strategy_input import resolve_layout
+
+FACTS_DIR = Path(__file__).parent / "facts"
+
+
+@dataclass(frozen=True)
+class TrainerProfile:
+    """What one trainer can run, read from its source at `version` (ndcp/trainers/facts/<name>.yaml)."""
+
+    name: str
+    version: str
+    zero_stages: tuple[int, ...]  # ZeRO stages it runs (how: `zero_how`)
+    zero_how: tuple[str, ...]  # per stage in zero_stages: the trainer's own name for it
+    recompute: str  # "uniform" (one mode, every layer), "count" (one full count per stage), "per-stage" (any plan)
+    precisions: tuple[str, ...]  # specs.run.PRECISIONS it emits
+    fp8_recipes: tuple[str, ...]  # specs.run.FP8_RECIPES it emits
+    cp_comms: tuple[str, ...]  # specs.strategy.CP_COMM_TYPES it runs
+    expert_tensor_parallel: bool  # an etp other than 1
+    layouts: str  # how it places layers: "any" (an explicit per-stage list) or "even" (layers per stage alike)
+    schedules: tuple[str, ...]  # ndcp/schedules names it runs
+
+
+def nearest_schedule(profile: TrainerProfile, strategy: Strategy, notes: list[str]) -> Strategy:
+    """The strategy on a schedule the trainer runs: its own, else the default schedule for its vpp."""
+    if strategy.schedule in profile.schedules:
+        return strategy
+    fallback = default_schedule(strategy.vpp)
+    notes.append(f"{profile.name} has no {strategy.schedule} schedule ({profile.version}): emitted {fallback}")
+    return strategy.with_(schedule=fallback)
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One trainer's configuration, the strategy it runs (None: the plan itself) and what it changed."""
+
+    text: str
+    notes: list[str] = field(default_factory=list)
+    strategy: Strategy | None = None
+
+    @property
+    def recompute(self) -> RecomputePlan | None:
+        """The recompute plan the text expresses (None: the plan's own)."""
+        return None if self.strategy is None else self.strategy.recompute
+
+
+def stage_plans(model: ModelSpec, strategy: Strategy) -> list[StageRecompute]:
+    """Recompute counts per virtual stage (uniform plans expanded to per-stage counts)."""
+    counts = partition(model, strategy)
+    return [strategy.recompute.for_stage(v, n) for v, n in enumerate(counts)]
+
+
+def used_options(plans: list[StageRecompute]) -> set[str]:
+    """The recompute options a per-stage plan runs on at least one layer, "none" left out."""
+    return {m for p in plans for m in RECOMPUTE_MODES if m != NO_RECOMPUTE and p.count(m)}
+
+
+def _modules(p: StageRecompute) -> set[str]:
+    return {name for m in RECOMPUTE_MODES if p.count(m) for name in recompute_option(m).modules}
+
+
+def covers(plan: list[StageRecompute], original: list[StageRecompute]) -> bool:
+    """Whether `plan` recomputes at least as much as `original` on every stage: at least as many fully recomputed
+    layers, at least as many layers recomputing anything, and every recompute module the original runs there."""
+    def recomputed(p: StageRecompute) -> int:
+        return p.layers - p.count(NO_RECOMPUTE)
+
+    return len(plan) == len(original) and all(
+        p.count(HEAVIEST) >= o.count(HEAVIEST) and recomputed(p) >= recomputed(o) and _modules(p) >= _modules(o)
+        for p, o in zip(plan, original))
+
+
+def uniform_cover(plans: list[StageRecompute], offered: tuple[str, ...] = RECOMPUTE_MODES) -> str:
+    """The lightest single option among `offered` whose recompute modules include every module the plan runs (full,
+    which recomputes everything, when none does)."""
+    used = used_options(plans)
+    if not used:
+        return NO_RECOMPUTE
+    wanted = {name for m in used for name in recompute_option(m).modules}
+    fits = [m for m in offered if m != NO_RECOMPUTE and set(recompute_option(m).modules) >= wanted]
+    return min(fits, key=lambda m: recompute_option(m).weight) if fits else HEAVIEST
+
+
+def with_plan(model: ModelSpec, strategy: Strategy, plans: list[StageRecompute]) -> Strategy:
+    """The strategy with this per-stage plan, written as a uniform mode when it is one."""
+    counts = partition(model, strategy)
+    for mode in RECOMPUTE_MODES:
+        if all(p.count(mode) == n for p, n in zip(plans, counts)):
+            return strategy.with_(recompute=RecomputePlan.uniform(mode))
+    return strategy.with_(recompute=RecomputePlan(mode="per-stage", stages=tuple(plans)))
+
+
+def partition_of(values: dict, model: ModelSpec) -> tuple[int, ...]:
+    """Layers per virtual stage of read strategy values: their layout keys resolved into layers_per_stage (and vpp)
+    in place, as the strategy will be built (specs.strategy_input.resolve_layout), else the default partition."""
+    values.setdefault("pp", 1)
+    resolve_layout(values, model.layers, model.mtp_depth)
+    return values.get("layers_per_stage") or default_partition(model.layers, values["pp"] * values.get("vpp", 1))
+
+
+# -- pinned flag facts -------------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def facts(trainer: str) -> dict:
+    """The pinned facts of one trainer version: its flags (or keys) with type and choices, and where they come
+    from (ndcp/trainers/facts/<trainer>.yaml)."""
+    data = yaml.safe_load((FACTS_DIR / f"{trainer}.yaml").read_text(encoding="utf-8"))
+    return data
+
+
+def unknown_flags(trainer: str, names: list[str]) -> list[str]:
+    """The names that the trainer's pinned facts do not list."""
+    known = facts(trainer)["flags"]
+    return [n for n in names if n not in known]
+
+
+def read_error(trainer: str, message: str) -> SpecError:
+    return SpecError(f"--strategy-from ({trainer}): {message}")
+
+
+__all__ = ["TrainerProfile", "Emitted", "stage_plans", "used_options", "covers", "uniform_cover", "with_plan",
+           "partition_of", "facts",
+           "unknown_flags", "read_error", "FACTS_DIR", "nearest_schedule"]

@@ -1,0 +1,350 @@
+"""Megatron-LM (pretrain_gpt.py on Megatron-Core): profile, launch arguments, and reading arguments back.
+
+Flag names, types and choices are pinned in facts/megatron.yaml (read from Megatron-LM's parse_args at the commit
+named there); tests check every emitted flag against it and scripts/check_trainers.py feeds the emitted arguments to
+Megatron-LM's own parse_args + validate_args.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from ..estimate.layout import partition
+from ..schedules import schedule_named
+from ..specs.model import ModelSpec
+from ..specs.pipeline_layout import parse_layout, megatron_layout
+from ..specs.run import RunSpec
+from ..specs.strategy import StageRecompute, Strategy, accounted_partition, cp_a2a_size
+from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, option_for_modules, recompute_option
+from .base import (Emitted, TrainerProfile, facts, nearest_schedule, partition_of, read_error, stage_plans,
+                   uniform_cover, used_options, with_plan)
+
+PROFILE = TrainerProfile(
+    name="megatron", version="Megatron-LM main (Megatron-Core 0.16+)",
+    zero_stages=(0, 1, 2, 3),
+    # ZeRO-0: DDP; 1: the distributed optimizer; 2/3: Megatron FSDP (arguments.py --data-parallel-sharding-strategy)
+    zero_how=("DDP", "--use-distributed-optimizer", "--use-megatron-fsdp optim_grads",
+              "--use-megatron-fsdp optim_grads_params"),
+    recompute="count",  # --recompute-num-layers: one count, applied to every (virtual) stage; or selective everywhere
+    precisions=("bf16", "fp16", "fp8"), fp8_recipes=("delayed", "tensorwise", "blockwise", "mxfp8"),
+    cp_comms=("p2p", "allgather", "a2a", "a2a+p2p"), expert_tensor_parallel=True,
+    layouts="any",  # --pipeline-model-parallel-layout places any per-stage partition
+    schedules=("1f1b", "interleaved"),
+)
+# Transformer Engine's FP8 recipes by ndcp's names (Megatron-LM --fp8-recipe choices, facts/megatron.yaml)
+FP8_RECIPE_FLAGS = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
+ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}  # Megatron FSDP --data-parallel-sharding-strategy
+
+
+# -- the plan Megatron runs --------------------------------------------------------------------------------------
+def _expressible(plans: list[StageRecompute], counts: tuple[int, ...]) -> tuple[list[StageRecompute], str | None]:
+    """The nearest per-stage plan Megatron runs (covering `plans`) and why it differs (None: it is the plan).
+    Megatron recomputes either one module set on every layer (--recompute-granularity selective
+    --recompute-modules), or the first N layers of every (virtual) stage fully (--recompute-method block)."""
+    used = used_options(plans)
+    if len(used) <= 1 and (not used or all(p.count(next(iter(used))) == c for p, c in zip(plans, counts))):
+        return plans, None  # one option on every layer, or none at all
+    if OFFLOAD in used:  # --offload-modules acts on every layer: offload them all (it keeps what full keeps)
+        return [StageRecompute(**{OFFLOAD: c}) for c in counts], (
+            f"Megatron offloads the same modules on every layer: the plan's {sorted(used)} per stage became "
+            "offload on every layer")
+    if HEAVIEST not in used:
+        mode = uniform_cover(plans)
+        if mode != HEAVIEST:
+            return [StageRecompute(**{mode: c}) for c in counts], (
+                f"Megatron recomputes one module set on every layer: the plan's {sorted(used)} per stage became "
+                f"{mode} on every layer")
+    n = max(p.layers - p.count(NO_RECOMPUTE) for p in plans)
+    block = [StageRecompute(**{NO_RECOMPUTE: c - min(n, c), HEAVIEST: min(n, c)}) for c in counts]
+    if block == plans:
+        return plans, None
+    return block, ("Megatron applies one --recompute-num-layers to every (virtual) stage and cannot mix full with "
+                   f"other recompute: the plan ({sorted(used)} per stage) became the first {n} layers of every stage "
+                   "fully recomputed")
+
+
+OFFLOAD = "offload"  # the activation-offload option (specs/recompute.py)
+
+
+def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
+    """The strategy Megatron runs for this plan, and what changed."""
+    notes: list[str] = []
+    s = nearest_schedule(PROFILE, strategy, notes)
+    plans, why = _expressible(stage_plans(model, s), partition(model, s))
+    if why is None:
+        return s, notes
+    return with_plan(model, s, plans), notes + [why + ", which recomputes at least as much on every stage"]
+
+
+# -- emitting ----------------------------------------------------------------------------------------------------
+def _architecture(model: ModelSpec, run: RunSpec) -> list[str]:
+    m = model
+    flags = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
+             "--num-attention-heads", str(m.heads)]
+    if m.mla is None and m.num_kv_heads != m.heads:
+        flags += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    if m.mla is None and m.head_dim and m.head_dim != m.hidden // m.heads:
+        flags += ["--kv-channels", str(m.head_dim)]
+    if m.activation == "swiglu":
+        flags.append("--swiglu")
+    flags += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",
+              "--position-embedding-type", "rope" if m.position_embedding == "rope" else "learned_absolute",
+              "--max-position-embeddings", str(max(m.max_positions, run.seq_len)),
+              "--vocab-size", str(m.vocab), "--make-vocab-size-divisible-by", "1",
+              "--attention-dropout", str(m.attention_dropout), "--hidden-dropout", str(m.hidden_dropout)]
+    if not m.tied_embeddings:
+        flags.append("--untie-embeddings-and-output-weights")
+    if not m.linear_bias:
+        flags.append("--disable-bias-linear")
+    if m.qkv_bias and not m.linear_bias:
+        flags.append("--add-qkv-bias")
+    if m.moe is not None:
+        moe = m.moe
+        flags += ["--num-experts", str(moe.experts), "--moe-router-topk", str(moe.top_k),
+                  "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden), "--moe-grouped-gemm",
+                  "--moe-token-dispatcher-type", "alltoall"]
+        if moe.shared_experts:
+            flags += ["--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_hidden)]
+        if moe.first_dense_layers or moe.layer_frequency != 1:
+            pattern = [int(m.is_moe_layer(i)) for i in range(m.layers)]
+            flags += ["--moe-layer-freq", _pattern(pattern)]
+        if moe.capacity_factor:
+            flags += ["--moe-expert-capacity-factor", str(moe.capacity_factor)]
+    if m.mla is not None:
+        mla = m.mla
+        flags += ["--multi-latent-attention", "--kv-lora-rank", str(mla.kv_lora_rank),
+                  "--qk-head-dim", str(mla.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim),
+                  "--v-head-dim", str(mla.v_head_dim)]
+        if mla.q_lora_rank:
+            flags += ["--q-lora-rank", str(mla.q_lora_rank)]
+    if m.mtp_depth:
+        flags += ["--mtp-num-layers", str(m.mtp_depth)]
+    return flags
+
+
+def _pattern(pattern: list[int]) -> str:
+    """A MoE layer pattern in Megatron's --moe-layer-freq list expression, runs written as [x]*n."""
+    runs: list[list[int]] = []
+    for x in pattern:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+
+
+def _layout(model: ModelSpec, s: Strategy) -> list[str]:
+    counts = partition(model, s)
+    if s.pp == 1:
+        return []
+    flags = []
+    if s.vpp > 1 and s.mbn % s.pp:  # Megatron's default group (pp) needs mbn a multiple of pp (docs/formulas.md §4)
+        flags += ["--microbatch-group-size-per-virtual-pipeline-stage",
+                  str(schedule_named(s.schedule).group_size(s.pp, s.mbn))]
+    if len(set(counts)) == 1:
+        return flags + (["--num-layers-per-virtual-pipeline-stage", str(counts[0])] if s.vpp > 1 else [])
+    if counts == accounted_partition(model.layers, s.virtual_stages):
+        # layers + 2 split evenly, the embedding and the loss counted as layers (Megatron-LM arguments.py; core
+        # transformer_block.py get_num_layers_to_build; docs/formulas.md §4)
+        flags += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+        return flags + (["--num-virtual-stages-per-pipeline-rank", str(s.vpp)] if s.vpp > 1 else [])
+    # Any other partition: Megatron's layout notation (docs/formulas.md §4; ndcp/specs/pipeline_layout.py)
+    return flags + ["--pipeline-model-parallel-layout", megatron_layout(counts, model.mtp_depth)]
+
+
+def _recompute(model: ModelSpec, s: Strategy) -> list[str]:
+    """Recompute flags for a plan Megatron runs (nearest() first): one option everywhere, or full block N."""
+    plans, counts = stage_plans(model, s), partition(model, s)
+    used = used_options(plans)
+    if not used:
+        return []
+    if used == {HEAVIEST} and any(p.count(HEAVIEST) != c for p, c in zip(plans, counts)):
+        n = max(p.count(HEAVIEST) for p in plans)
+        return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)]
+    (mode,) = used
+    if mode == OFFLOAD:  # Megatron-Core fine-grained activation offloading (transformer_config.py)
+        return ["--fine-grained-activation-offloading", "--offload-modules", *offload_modules(model)]
+    if mode == HEAVIEST:
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    modules = list(recompute_option(mode).modules)
+    # selective = core_attn, Megatron's default module set (transformer_config.py recompute_modules)
+    return ["--recompute-granularity", "selective"] + (["--recompute-modules", *modules]
+                                                       if modules != ["core_attn"] else [])
+
+
+def _data_parallel(run: RunSpec, s: Strategy, notes: list[str]) -> list[str]:
+    flags = ["--overlap-grad-reduce"]  # the estimate hides the gradient sync behind the backward (docs/formulas.md §7)
+    if s.zero == 1:
+        flags += ["--use-distributed-optimizer", "--overlap-param-gather"]
+    elif s.zero >= 2:
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", ZERO_SHARDING[s.zero],
+                  "--ckpt-format", "fsdp_dtensor", "--overlap-param-gather"]
+    if run.grad_sync != "trainer" or run.param_gather != "trainer":
+        notes.append(f"--grad-sync {run.grad_sync} / --param-gather {run.param_gather} have no Megatron flag: "
+                     "Megatron runs its own schedule for the ZeRO stage (plan with trainer)")
+    return flags
+
+
+def _precision(run: RunSpec, s: Strategy) -> list[str]:
+    flags = ["--fp16"] if run.precision == "fp16" else ["--bf16"]
+    if run.fp8:
+        flags += ["--fp8-format", "hybrid", "--fp8-recipe", FP8_RECIPE_FLAGS[run.fp8_recipe]]
+        if s.zero >= 1:
+            flags.append("--fp8-param-gather")  # ZeRO/FSDP gathers FP8 parameters (RunSpec.param_gather_bytes)
+    if run.optimizer_state_dtype == "bf16":
+        flags += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    return flags
+
+
+def offload_modules(model: ModelSpec) -> list[str]:
+    """Megatron's --offload-modules that move a layer's activations to the host (transformer_config.py
+    offload_modules; the input of each): the attention's, the MLP norm's, and the experts' where the model has them.
+    Megatron has no module for the dense MLP's hidden activations, which ndcp's offload option also moves."""
+    return ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"] + (
+        ["expert_fc1", "moe_act"] if model.moe is not None else [])
+
+
+def environment(s: Strategy) -> dict[str, str]:
+    """Environment variables the launch needs: one CUDA hardware queue so TP/CP communication overlaps compute in
+    issue order (Megatron-LM arguments.py asserts it for tp > 1 or cp > 1 before Blackwell); Megatron FSDP needs
+    more than one, so it is left unset there. Activation offloading with Transformer Engine >= 2.10 needs
+    NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM arguments.py validate_args)."""
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if (s.tp > 1 or s.cp > 1) and s.zero < 2 else {}
+    if s.recompute.mode == OFFLOAD or any(p.count(OFFLOAD) for p in s.recompute.stages):
+        env["NVTE_CPU_OFFLOAD_V1"] = "1"
+    return env
+
+
+def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8,
+          notes: list[str] | None = None) -> list[str]:
+    """pretrain_gpt.py arguments for the model, the strategy as given (nearest() first) and the run."""
+    s, notes = strategy, notes if notes is not None else []
+    out = _architecture(model, run)
+    out += ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
+            "--context-parallel-size", str(s.cp)]
+    if s.cp > 1:
+        out += ["--cp-comm-type", s.cp_comm]
+    if s.cp_comm == "a2a+p2p":  # a2a inside a node, p2p across (ndcp.specs.strategy.cp_a2a_size)
+        inner = cp_a2a_size(devices_per_node, s.tp, s.cp)
+        out += ["--hierarchical-context-parallel-sizes", str(inner), str(s.cp // inner)]
+    if model.moe is not None:
+        out += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
+    if s.sp:
+        out.append("--sequence-parallel")
+    out += _layout(model, s)
+    out += ["--micro-batch-size", str(s.mbs), "--global-batch-size", str(s.global_batch),
+            "--seq-length", str(run.seq_len)]
+    out += _precision(run, s) + _data_parallel(run, s, notes) + _recompute(model, s)
+    return out
+
+
+def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
+    """The environment and pretrain_gpt.py arguments that run `strategy` (or the nearest plan Megatron runs)."""
+    s, notes = nearest(model, run, strategy)
+    if run.trainer != "megatron":
+        notes.append(f"planned with {run.trainer}'s memory behaviour, not Megatron's: plan with --trainer megatron")
+    out = flags(model, run, s, devices_per_node, notes)
+    env = environment(s)
+    text = "".join(f"export {k}={v}\n" for k, v in env.items()) + _flag_lines(out)
+    return Emitted(text, notes, None if s == strategy else s)
+
+
+def _flag_lines(flags: list[str]) -> str:
+    """Flags as a shell continuation block, one option (with its values) per line."""
+    lines: list[list[str]] = []
+    for flag in flags:
+        if flag.startswith("--") or not lines:
+            lines.append([flag])
+        else:
+            lines[-1].append(flag)
+    return " \\\n".join(" ".join(shlex.quote(x) for x in line) for line in lines) + "\n"
+
+
+# -- reading (--strategy-from) -----------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    """An argparse for the pinned flags (facts/megatron.yaml), so a launch script reads as Megatron reads it."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    types = {"int": int, "float": float, "str": str}
+    for name, fact in facts("megatron")["flags"].items():
+        if fact["type"] == "flag":
+            p.add_argument(name, action="store_true")
+        else:
+            p.add_argument(name, type=types[fact["type"]], nargs=fact.get("nargs"), choices=fact.get("choices"))
+    return p
+
+
+def arguments(text: str) -> list[str]:
+    """The argument tokens of a launch script: after the training script (`... pretrain_gpt.py`) if named, else
+    from the first option; comments, line continuations and environment assignments dropped."""
+    try:
+        tokens = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as error:
+        raise read_error("megatron", f"cannot split the arguments: {error}") from None
+    scripts = [i for i, t in enumerate(tokens) if t.endswith(".py")]
+    start = scripts[-1] + 1 if scripts else next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))
+    return tokens[start:]
+
+
+def read(text: str, model: ModelSpec) -> dict:
+    """Strategy values (the --strategy keys, plus run settings) from Megatron arguments."""
+    try:
+        a, _ = _parser().parse_known_args(arguments(text))
+    except SystemExit:
+        raise read_error("megatron", "an argument has a value Megatron would refuse (facts/megatron.yaml)") from None
+    for flag, value, expected in (("--num-layers", a.num_layers, model.layers), ("--hidden-size", a.hidden_size,
+                                  model.hidden), ("--num-attention-heads", a.num_attention_heads, model.heads),
+                                  ("--num-experts", a.num_experts, model.moe.experts if model.moe else None)):
+        if value is not None and value != expected:
+            raise read_error("megatron", f"{flag} {value} does not match {model.name} ({expected})")
+    if a.micro_batch_size is None:
+        raise read_error("megatron", "--micro-batch-size is missing")
+    v = {"tp": a.tensor_model_parallel_size or 1, "pp": a.pipeline_model_parallel_size or 1,
+         "cp": a.context_parallel_size or 1, "ep": a.expert_model_parallel_size or 1, "mbs": a.micro_batch_size,
+         "sp": a.sequence_parallel, "global_batch": a.global_batch_size, "seq_len": a.seq_length}
+    v["etp"] = (a.expert_tensor_parallel_size or v["tp"]) if model.moe is not None else 1
+    if a.cp_comm_type:
+        v["cp_comm"] = a.cp_comm_type[0]
+    v["zero"] = ({"optim_grads": 2, "optim_grads_params": 3}.get(a.data_parallel_sharding_strategy, 1)
+                 if a.use_megatron_fsdp else 1 if a.use_distributed_optimizer else 0)
+    v["precision"] = "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16"
+    v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
+    _read_layout(a, v, model)
+    v["recompute"] = _read_recompute(a, partition_of(v, model))
+    return v
+
+
+def _read_layout(a: argparse.Namespace, v: dict, model: ModelSpec) -> None:
+    pp = v["pp"]
+    if a.pipeline_model_parallel_layout:
+        v["layout"] = parse_layout(a.pipeline_model_parallel_layout)
+    elif a.num_layers_per_virtual_pipeline_stage:
+        v["vpp"] = model.layers // (pp * a.num_layers_per_virtual_pipeline_stage)
+    elif a.num_virtual_stages_per_pipeline_rank:
+        v["vpp"] = a.num_virtual_stages_per_pipeline_rank
+    if a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split:
+        counts = accounted_partition(model.layers, pp * v.get("vpp", 1))
+        if counts is None:
+            raise read_error("megatron", f"{model.layers} + 2 layers do not split evenly over pp x vpp stages")
+        v["layers_per_stage"] = counts
+    if a.decoder_first_pipeline_num_layers is not None:
+        v["first_stage_layers"] = a.decoder_first_pipeline_num_layers
+    if a.decoder_last_pipeline_num_layers is not None:
+        v["last_stage_layers"] = a.decoder_last_pipeline_num_layers
+
+
+def _read_recompute(a: argparse.Namespace, counts: tuple[int, ...]):
+    """A uniform mode, or per-stage counts: block recompute runs the first N layers of every stage fully."""
+    if getattr(a, "fine_grained_activation_offloading", False):
+        return OFFLOAD
+    if a.recompute_granularity is None:
+        return "none"
+    if a.recompute_granularity == "selective":
+        modules = [m for m in (a.recompute_modules or ["core_attn"])]
+        return "selective" if modules == ["core_attn"] else option_for_modules("+".join(modules))
+    if a.recompute_method != "block":
+        return "full"  # uniform: every layer checkpointed (in groups of --recompute-num-layers)
+    n = a.recompute_num_layers or 1
+    return {"stages": [{NO_RECOMPUTE: c - min(n, c), HEAVIEST: min(n, c)} for c in counts]}
+
+
+__all__ = ["PROFILE", "nearest", "emit", "flags", "environment", "read", "arguments"]

@@ -1,0 +1,166 @@
+"""MindFormers (MindSpore Transformers 1.6): profile, YAML fragment, and reading a YAML back.
+
+Keys are pinned in facts/mindformers.yaml (read from mindformers 1.6.0's configs/ and mindformers/modules, and
+MindSpore's set_auto_parallel_context documentation for the optimizer-parallel level).
+"""
+from __future__ import annotations
+
+import yaml
+
+from ..estimate.layout import partition
+from ..specs.library import parse_yaml
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from ..specs.strategy import StageRecompute, Strategy
+from ..specs.recompute import HEAVIEST, NO_RECOMPUTE
+from .base import Emitted, TrainerProfile, nearest_schedule, read_error, stage_plans, used_options, with_plan
+
+PROFILE = TrainerProfile(
+    name="mindformers", version="MindFormers 1.6.0 on MindSpore 2.5+",
+    # parallel.enable_parallel_optimizer shards the weights and their optimizer states over data_parallel, and
+    # parallel_optimizer_config.gradient_accumulation_shard the accumulated gradients (configs/README.md): ZeRO-3
+    zero_stages=(0, 3), zero_how=("enable_parallel_optimizer off", "enable_parallel_optimizer + "
+                                  "gradient_accumulation_shard"),
+    recompute="per-stage",  # recompute_config.recompute / select_recompute: per-stage lists
+    precisions=("bf16", "fp16"), fp8_recipes=(),
+    cp_comms=("p2p", "a2a"),  # context_parallel_algo colossalai_cp (ring) / ulysses_cp (all-to-all)
+    expert_tensor_parallel=True,  # moe_config.expert_model_parallel (modules/transformer/moe.py)
+    layouts="any",  # model_config.offset per stage (per chunk with pp_interleave_num)
+    schedules=("1f1b", "interleaved"),
+)
+CP_ALGOS = {"p2p": "colossalai_cp", "a2a": "ulysses_cp"}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block-style mappings, flow-style lists of scalars (per-stage counts on one line)."""
+
+
+_Dumper.add_representer(list, lambda d, data: d.represent_sequence(
+    "tag:yaml.org,2002:seq", data, flow_style=all(not isinstance(x, (list, dict)) for x in data)))
+
+
+def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
+    notes: list[str] = []
+    s = nearest_schedule(PROFILE, strategy, notes)
+    if s.cp > 1 and s.cp_comm not in PROFILE.cp_comms:
+        notes.append(f"cp_comm={s.cp_comm} has no MindFormers context_parallel_algo: emitted colossalai_cp (p2p)")
+        s = s.with_(cp_comm="p2p")
+    if s.zero not in PROFILE.zero_stages:
+        notes.append(f"MindFormers' optimizer parallelism shards weights, gradients and optimizer states together: "
+                     f"ZeRO-{s.zero} emitted as ZeRO-3, which shards more")
+        s = s.with_zero(3)
+    plans = stage_plans(model, s)
+    modules = used_options(plans) - {"selective", HEAVIEST}
+    if modules:
+        notes.append(f"MindFormers' per-stage lists hold full and selective recompute only: layers running "
+                     f"{sorted(modules)} are recomputed fully")
+        s = with_plan(model, s, [StageRecompute(**{NO_RECOMPUTE: p.count(NO_RECOMPUTE), "selective": p.count(
+            "selective"), HEAVIEST: p.layers - p.count(NO_RECOMPUTE) - p.count("selective")}) for p in plans])
+    if run.fp8:
+        notes.append("MindFormers trains in BF16 here (no FP8 recipe): the FP8 plan's GEMMs run in BF16")
+    return s, notes
+
+
+def _per_stage(s: Strategy, values: list[int]):
+    """[pp] for vpp = 1, else [vpp][pp] (chunk-major, as MindFormers and SAPP write them)."""
+    grid = [[values[c * s.pp + st] for st in range(s.pp)] for c in range(s.vpp)]
+    return grid[0] if s.vpp == 1 else grid
+
+
+def config(model: ModelSpec, run: RunSpec, s: Strategy) -> dict:
+    """The MindFormers YAML keys for the strategy as given (nearest() first)."""
+    counts, plans = partition(model, s), stage_plans(model, s)
+    naive = model.layers // s.virtual_stages
+    parallel_config = {"data_parallel": s.dp, "model_parallel": s.tp, "pipeline_stage": s.pp,
+                       "context_parallel": s.cp, "expert_parallel": s.ep,
+                       "micro_batch_num": s.mbn if s.pp > 1 else 1, "vocab_emb_dp": False, "use_seq_parallel": s.sp}
+    if s.cp > 1:
+        parallel_config["context_parallel_algo"] = CP_ALGOS[s.cp_comm]
+    parallel = {"enable_parallel_optimizer": s.zero == 3}
+    if s.zero == 3:
+        parallel["parallel_optimizer_config"] = {"gradient_accumulation_shard": True}
+    runner_config = {"batch_size": s.mbs}
+    if s.pp == 1 and s.mbn > 1:
+        runner_config["gradient_accumulation_steps"] = s.mbn
+    out = {"parallel": parallel, "parallel_config": parallel_config, "runner_config": runner_config,
+           "model": {"model_config": {
+               "num_layers": model.layers, "seq_length": run.seq_len,
+               **({"pp_interleave_num": s.vpp} if s.vpp > 1 else {}),
+               "offset": _per_stage(s, [n - naive for n in counts])}},
+           "recompute_config": {
+               # MindFormers recomputes the first N layers of each stage; select_recompute counts SLCT + BOTH + FULL
+               # layers (docs/reference-planner.md §3.4), full wins over select.
+               "recompute": _per_stage(s, [p.count("full") for p in plans]),
+               "select_recompute": _per_stage(s, [p.count("selective") + p.count("full") for p in plans])}}
+    if model.moe is not None:
+        out["moe_config"] = {"expert_num": model.moe.experts, "num_experts_chosen": model.moe.top_k,
+                             "expert_model_parallel": s.etp}
+    return out
+
+
+def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
+    """A MindFormers YAML fragment: parallel, parallel_config, per-stage offsets and recompute lists."""
+    s, notes = nearest(model, run, strategy)
+    naive = model.layers // s.virtual_stages
+    header = (f"# MindFormers config fragment: micro batch size = runner_config.batch_size = {s.mbs}, "
+              f"global batch = {s.global_batch}\n"
+              f"# offset = layers per stage - {naive} (= floor({model.layers} / {s.virtual_stages}))"
+              + ("; lists are [chunk][stage]" if s.vpp > 1 else "") + "\n")
+    text = header + yaml.dump(config(model, run, s), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                              width=120)
+    return Emitted(text, notes, None if s == strategy else s)
+
+
+# -- reading (--strategy-from) -----------------------------------------------------------------------------------
+def _flat(value, pp: int, vpp: int, name: str) -> list[int]:
+    """A per-stage list ([pp] or [vpp][pp]) in virtual-stage order (v = chunk x pp + stage)."""
+    rows = value if vpp > 1 else [value]
+    if (not isinstance(rows, list) or len(rows) != vpp
+            or any(not isinstance(r, list) or len(r) != pp or not all(isinstance(x, int) for x in r) for r in rows)):
+        shape = f"[{vpp}][{pp}]" if vpp > 1 else f"[{pp}]"
+        raise read_error("mindformers", f"{name} must be a {shape} list of integers (pipeline_stage = {pp}"
+                         + (f", pp_interleave_num = {vpp}" if vpp > 1 else "") + ")")
+    return [x for row in rows for x in row]
+
+
+def read(text: str, model: ModelSpec) -> dict:
+    """Strategy values from a MindFormers YAML (its parallel_config, model_config and recompute_config)."""
+    data = parse_yaml(text, "--strategy-from (mindformers)")
+    if not isinstance(data, dict) or not isinstance(data.get("parallel_config"), dict):
+        raise read_error("mindformers", "expected a mapping with parallel_config")
+    pc, mc = data["parallel_config"], (data.get("model") or {}).get("model_config") or {}
+    runner, parallel = data.get("runner_config") or {}, data.get("parallel") or {}
+    if mc.get("num_layers", model.layers) != model.layers:
+        raise read_error("mindformers", f"num_layers {mc['num_layers']} does not match {model.name} ({model.layers})")
+    pp, vpp = pc.get("pipeline_stage", 1), mc.get("pp_interleave_num", 1)
+    v = {"dp": pc.get("data_parallel", 1), "tp": pc.get("model_parallel", 1), "pp": pp, "vpp": vpp,
+         "cp": pc.get("context_parallel", 1), "ep": pc.get("expert_parallel", 1) if model.moe else 1,
+         "etp": ((data.get("moe_config") or {}).get("expert_model_parallel") or pc.get("model_parallel", 1))
+         if model.moe else 1, "sp": bool(pc.get("use_seq_parallel", False)), "mbs": runner.get("batch_size", 1),
+         "mbn": pc.get("micro_batch_num", 1) if pp > 1 else runner.get("gradient_accumulation_steps", 1),
+         "seq_len": mc.get("seq_length")}
+    algo = pc.get("context_parallel_algo", "colossalai_cp")
+    v["cp_comm"] = {a: c for c, a in CP_ALGOS.items()}.get(algo, "p2p") if v["cp"] > 1 else "p2p"
+    v["zero"] = 3 if parallel.get("enable_parallel_optimizer") else 0
+    naive = model.layers // (pp * vpp)
+    offset = mc.get("offset", 0)
+    offsets = _flat(offset, pp, vpp, "offset") if isinstance(offset, list) else [offset] * (pp * vpp)
+    counts = [naive + o for o in offsets]
+    if sum(counts) != model.layers:  # MindFormers gives the remainder to... nothing: offsets must place it
+        raise read_error("mindformers", f"offsets place {sum(counts)} of {model.layers} layers")
+    v["layers_per_stage"] = tuple(counts)
+    rc = data.get("recompute_config") or {}
+    full = _flat(rc["recompute"], pp, vpp, "recompute") if isinstance(rc.get("recompute"), list) else \
+        [n if rc.get("recompute") else 0 for n in counts]
+    select = _flat(rc["select_recompute"], pp, vpp, "select_recompute") \
+        if isinstance(rc.get("select_recompute"), list) else [n if rc.get("select_recompute") else 0 for n in counts]
+    stages = []
+    for i, (n, f, sel) in enumerate(zip(counts, full, select)):
+        f, sel = min(f, n), min(max(sel, f), n)
+        stages.append(StageRecompute(none=n - sel, selective=sel - f, full=f))
+    v["recompute"] = {"stages": [{"none": p.count("none"), "selective": p.count("selective"),
+                                  "full": p.count("full")} for p in stages]}
+    return v
+
+
+__all__ = ["PROFILE", "nearest", "emit", "config", "read"]

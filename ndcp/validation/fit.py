@@ -1,0 +1,219 @@
+"""Fitting device parameters to measured runs: `ndcp calibrate` and `scripts/calibrate.py` (docs/calibration.md §8).
+
+The objective is the MFU error in points of each run `ndcp validate` compares (ndcp.validation.compare), estimated
+through that same path with candidate parameter values put on the run's device. Two fits share the runs, the error
+cache and the cross-validation:
+
+- `fit_device` (`ndcp calibrate`): the efficiency knobs of one device (FITTABLE: the GEMM ceiling, the fused
+  attention forward and backward efficiencies, and the scale-up / scale-out link efficiencies as fractions of the
+  datasheet bandwidths) by bounded least squares on the MFU errors: Levenberg-Marquardt (Marquardt 1963; Nocedal &
+  Wright, Numerical Optimization, 2nd ed., §10.3) with forward-difference Jacobians and every step projected onto
+  the bounds.
+- `grid_minimum` (`scripts/calibrate.py`): one GEMM ceiling per GPU generation, the exact minimum of the mean
+  |MFU error| over a grid (steps of 0.01, then 0.005 around the best; ties to the smaller value).
+
+Cross-validation is leave-one-source-out: runs are grouped by publication, the id prefix before the first "_"
+(narayanan2021, mcore, dgxc, ...); each group is held out in turn, the parameters fitted on the others and the
+held-out runs estimated with them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..specs.device import ClusterSpec, DeviceSpec
+from ..specs.fields import SpecError
+from .compare import _compare
+from .runs import MeasuredRun, SkipRun, read_rows
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A fitted device field: bounds on the fitted value; `relative`: the value is a fraction of the start device's
+    field (a link efficiency: achieved / datasheet bandwidth), else the field itself. `spread`: how far from the
+    start value one MFU point of misfit is worth (the prior's scale, below)."""
+
+    field: str
+    low: float
+    high: float
+    spread: float
+    relative: bool = False
+
+
+# Bounds: wide around the published efficiencies; links may run at 30-100 % of the datasheet. Prior (docs/
+# calibration.md §8): each parameter also pays ((value - start) / spread)^2, as one more residual, i.e. ridge
+# regression towards the start device (Tikhonov; Hastie, Tibshirani & Friedman, Elements of Statistical Learning,
+# 2nd ed., §3.4.1). Without it the attention and link knobs, which few runs constrain, run to their bounds and the
+# leave-one-source-out error more than doubles (docs/calibration.md §8).
+FITTABLE = {p.field: p for p in (
+    Parameter("compute_efficiency", 0.30, 0.95, spread=0.05),
+    Parameter("flash_forward_efficiency", 0.20, 0.90, spread=0.05),
+    Parameter("flash_backward_efficiency", 0.20, 0.90, spread=0.05),
+    Parameter("intra_node_bandwidth", 0.30, 1.00, spread=0.2, relative=True),
+    Parameter("inter_node_bandwidth", 0.30, 1.00, spread=0.2, relative=True),
+)}
+# Fitted unless --parameters says otherwise: the compute knobs. The links are fitted on request: on the H100 runs
+# they raise the leave-one-source-out error (docs/calibration.md §8) and make the fit ~15x slower.
+DEFAULT_PARAMETERS = ("compute_efficiency", "flash_forward_efficiency", "flash_backward_efficiency")
+
+
+def source(row: MeasuredRun) -> str:
+    """The publication a run comes from: its id before the first "_"."""
+    return row.id.split("_", 1)[0]
+
+
+def load_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: True) -> list[MeasuredRun]:
+    """The runs of `path` that `ndcp validate` compares on MFU and `keep` accepts. FP8 runs are compared, never
+    fitted: their ceiling is assumed (docs/formulas.md §3.1)."""
+    rows = []
+    for _, build in read_rows(Path(path)):
+        try:
+            row = build()
+        except (SkipRun, SpecError, ValueError, TypeError, KeyError):
+            continue
+        if row.run.fp8 or not keep(row):
+            continue
+        if _compare(row).mfu_error_points is not None:
+            rows.append(row)
+    return rows
+
+
+class Errors:
+    """The MFU error (points) of each run with some device fields replaced, each (run, values) computed once."""
+
+    def __init__(self, rows: list[MeasuredRun]):
+        self.rows, self.cache = rows, {}
+
+    def __call__(self, i: int, values: dict[str, float]) -> float:
+        key = (i, tuple(sorted(values.items())))
+        if key not in self.cache:
+            row = self.rows[i]
+            device = replace(row.cluster.device, **values)
+            self.cache[key] = _compare(replace(row, cluster=ClusterSpec(device, row.cluster.count))).mfu_error_points
+        return self.cache[key]
+
+
+def statistics(values: Sequence[float]) -> dict:
+    values = [abs(v) for v in values]
+    return {"runs": len(values), "mean": sum(values) / len(values) if values else None,
+            "max": max(values) if values else None}
+
+
+def leave_one_source_out(errors: Errors, runs: list[int], fit: Callable[[list[int]], dict],
+                         evaluate: Callable[[dict, list[int]], dict[str, float]]) -> dict:
+    """Each source held out in turn: `fit` on the other runs, `evaluate` (run id -> error) on the held-out ones.
+    Returns the held-out statistics and the folds (sorted by source)."""
+    folds, held_out = [], {}
+    for name in sorted({source(errors.rows[i]) for i in runs}):
+        test = [i for i in runs if source(errors.rows[i]) == name]
+        parameters = fit([i for i in runs if i not in test])
+        fold_errors = evaluate(parameters, test)
+        held_out.update(fold_errors)
+        folds.append({"source": name, "parameters": parameters, "errors": fold_errors,
+                      **statistics(list(fold_errors.values()))})
+    return {**statistics(list(held_out.values())), "folds": folds}
+
+
+# -- the script's fit: a grid minimum of the mean |error| ----------------------------------------------------------
+COARSE = tuple(round(0.50 + 0.01 * i, 3) for i in range(46))  # 0.50 ... 0.95
+FINE_STEP = 0.005
+
+
+def grid_minimum(cost: Callable[[float], float], coarse: Sequence[float] = COARSE, fine_step: float = FINE_STEP
+                 ) -> float:
+    """The value of `coarse` minimising `cost`, then refined by +-`fine_step` (ties to the smaller value)."""
+    best = min((cost(c), c) for c in coarse)
+    around = (round(best[1] - fine_step, 3), round(best[1] + fine_step, 3))
+    return min([best] + [(cost(c), c) for c in around if 0.0 < c <= 1.0])[1]
+
+
+# -- `ndcp calibrate`'s fit: bounded least squares ------------------------------------------------------------------
+def bounded_least_squares(residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, low: np.ndarray,
+                          high: np.ndarray, max_iterations: int = 60, step: float = 1e-3) -> np.ndarray:
+    """argmin ||residuals(x)||^2 over low <= x <= high: Levenberg-Marquardt with forward differences (stepping
+    inward at an upper bound), each trial point projected onto the box. Deterministic; stops when a step no
+    longer lowers the sum of squares by 1e-9 relative or moves x by under 1e-7."""
+    x = np.clip(np.asarray(x0, dtype=float), low, high)
+    r = residuals(x)
+    cost, damping = float(r @ r), 1e-3
+    for _ in range(max_iterations):
+        jacobian = np.empty((r.size, x.size))
+        for k in range(x.size):
+            h = step if x[k] + step <= high[k] else -step
+            moved = x.copy()
+            moved[k] += h
+            jacobian[:, k] = (residuals(moved) - r) / h
+        normal, gradient = jacobian.T @ jacobian, jacobian.T @ r
+        improved = False
+        while damping < 1e10:
+            scaled = normal + damping * (np.diag(np.diag(normal)) + 1e-12 * np.eye(x.size))
+            trial = np.clip(x - np.linalg.lstsq(scaled, gradient, rcond=None)[0], low, high)
+            trial_r = residuals(trial)
+            trial_cost = float(trial_r @ trial_r)
+            if trial_cost < cost:
+                moved_by, gain = float(np.max(np.abs(trial - x))), (cost - trial_cost) / max(cost, 1e-30)
+                x, r, cost, damping, improved = trial, trial_r, trial_cost, max(damping / 3, 1e-9), True
+                break
+            damping *= 4
+        if not improved or gain < 1e-9 or moved_by < 1e-7:
+            break
+    return x
+
+
+def _device_values(start: DeviceSpec, names: Sequence[str], x: np.ndarray) -> dict[str, float]:
+    """Device field values for the fitted vector (relative parameters times the start device's field)."""
+    return {n: float(v) * getattr(start, n) if FITTABLE[n].relative else float(v) for n, v in zip(names, x)}
+
+
+def _start_vector(start: DeviceSpec, names: Sequence[str]) -> np.ndarray:
+    return np.array([1.0 if FITTABLE[n].relative else getattr(start, n) for n in names])
+
+
+def fit_device(errors: Errors, runs: list[int], start: DeviceSpec, names: Sequence[str] = DEFAULT_PARAMETERS
+               ) -> dict[str, float]:
+    """The device field values minimising the sum of squared MFU errors over `runs` plus the prior, within
+    FITTABLE's bounds, from `start`'s values."""
+    low = np.array([FITTABLE[n].low for n in names])
+    high = np.array([FITTABLE[n].high for n in names])
+    x0, spread = _start_vector(start, names), np.array([FITTABLE[n].spread for n in names])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        values = _device_values(start, names, np.round(x, 9))  # rounded: the error cache's keys repeat
+        return np.concatenate([[errors(i, values) for i in runs], (x - x0) / spread])
+
+    return _device_values(start, names, np.round(bounded_least_squares(residuals, x0, low, high), 9))
+
+
+def calibrate_device(path: Path, start: DeviceSpec, names: Sequence[str] = DEFAULT_PARAMETERS) -> dict:
+    """Fit `start`'s parameters on the runs of `path` on that device (by name): the fitted values, in-sample and
+    leave-one-source-out errors, and the start values' errors for comparison. The fit minimises squared errors
+    (plus the prior), so its sum of squares is at most the start's; the mean |error| usually drops too."""
+    unknown = [n for n in names if n not in FITTABLE]
+    if unknown or not names:
+        raise SpecError(f"--parameters={','.join(names)} is not valid; valid: {', '.join(FITTABLE)}")
+    errors = Errors(load_runs(path, lambda row: row.cluster.device.name == start.name))
+    if not errors.rows:
+        raise SpecError(f"{path}: no run on device {start.name!r} is compared on MFU (FP8 runs are not fitted); "
+                        "the runs' gpu must name this device")
+    runs = list(range(len(errors.rows)))
+
+    def fit(subset: list[int]) -> dict:
+        return fit_device(errors, subset, start, names) if subset else {n: getattr(start, n) for n in names}
+
+    def evaluate(values: dict, subset: list[int]) -> dict[str, float]:
+        return {errors.rows[i].id: errors(i, values) for i in subset}
+
+    parameters = fit(runs)
+    start_values = {n: getattr(start, n) for n in names}
+    fitted, unfitted = evaluate(parameters, runs), evaluate(start_values, runs)
+    return {"device": replace(start, **parameters, calibrated=True), "parameters": parameters,
+            "in_sample": {**statistics(list(fitted.values())), "errors": fitted},
+            "start": {**statistics(list(unfitted.values())), "parameters": start_values, "errors": unfitted},
+            "leave_one_source_out": leave_one_source_out(errors, runs, fit, evaluate)}
+
+
+__all__ = ["Parameter", "FITTABLE", "DEFAULT_PARAMETERS", "source", "load_runs", "Errors", "statistics",
+           "leave_one_source_out", "grid_minimum", "bounded_least_squares", "fit_device", "calibrate_device"]

@@ -1,0 +1,59 @@
+"""Values as measured-run files write them: nulls in their spellings, numbers, MFU as a fraction or a percentage,
+booleans, and the file's text (every read error the user's to fix)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..specs.fields import SpecError
+from ..specs.strategy_input import ON_WORDS
+
+
+def is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in ("", "null", "none", "unknown"))
+
+
+def as_number(value: Any) -> float | None:
+    return None if is_null(value) else float(value)
+
+
+def as_fraction(value: Any, field: str) -> float | None:
+    """MFU as a fraction from "0.45", "45%" or 45 (a bare number above 1 is a percentage: MFU cannot exceed 1)."""
+    if is_null(value):
+        return None
+    text = str(value).strip()
+    try:
+        number = float(text.removesuffix("%"))
+    except ValueError:
+        number = float("nan")  # refused below, with what is expected
+    fraction = number / 100 if text.endswith("%") or number > 1 else number
+    if not 0 < fraction <= 1:
+        raise SpecError(f"{field}={value!r}: expected a fraction in (0, 1], e.g. 0.45, or a percentage, e.g. 45%")
+    return fraction
+
+
+def int_or(value: Any, default: int, label: str, notes: list[str]) -> int:
+    if is_null(value):
+        notes.append(f"{label} {default}")
+        return default
+    return int(value)
+
+
+def as_bool(value: Any) -> bool | None:
+    if is_null(value):
+        return None
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ON_WORDS + ("y",)  # the words --strategy takes for on (sp=on)
+
+
+def read_text(path: Path) -> str:
+    """The file's text; missing, a directory, unreadable or not UTF-8: the user's to fix (exit 2)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not UTF-8 text"
+        raise SpecError(f"{path}: cannot read the measured runs: {reason}; give a runs YAML or CSV file") from None
+
+
+__all__ = ["is_null", "as_number", "as_fraction", "int_or", "as_bool", "read_text"]

@@ -1,0 +1,75 @@
+"""What recompute modules re-run and what activation offload exposes (estimate/rerun.py, docs/formulas.md §5.2-5.3)."""
+from dataclasses import replace
+
+import pytest
+
+from ndcp.estimate.activations import layer_activation_bytes, recompute_workspace_bytes
+from ndcp.estimate.compute import mla_up_projection_gemms, mlp_gemms, total_flops
+from ndcp.estimate.memory import estimate_memory
+from ndcp.estimate.time import estimate_time, layer_time
+from ndcp.specs import ClusterSpec, RunSpec, Strategy, device_preset
+from ndcp.specs.library import load_model
+from ndcp.specs.recompute import RecomputePlan
+
+H100 = device_preset("h100")
+RUN = RunSpec(global_batch=128, seq_len=8192)
+THETA = (8, 1, 1, 1, 1, True)  # tp, cp, ep, etp, mbs, sp
+
+
+def test_module_reruns_count_their_gemm_flops():
+    llama, deepseek = load_model("llama3-70b"), load_model("deepseek-v3")
+    cluster = ClusterSpec(H100, 64)
+    tokens = 8192
+    none = layer_time(llama, cluster, RUN, "dense", "none", *THETA).flops
+    mlp = layer_time(llama, cluster, RUN, "dense", "mlp", *THETA).flops
+    assert mlp - none == pytest.approx(total_flops(mlp_gemms(llama, llama.ffn_hidden, tokens, 8)))
+    up = layer_time(deepseek, cluster, RUN, "moe", "mla_up_proj", 8, 1, 8, 1, 1, True).flops
+    base = layer_time(deepseek, cluster, RUN, "moe", "none", 8, 1, 8, 1, 1, True).flops
+    assert up - base == pytest.approx(total_flops(mla_up_projection_gemms(deepseek, tokens, 8)))
+
+
+def test_layernorm_recompute_is_memory_bound_and_cheap():
+    llama = load_model("llama3-70b")
+    t = layer_time(llama, ClusterSpec(H100, 64), RUN, "dense", "layernorm", *THETA)
+    # two norms, read + write T x h / t under SP, at HBM bandwidth: 2 x 2 x 8192 x 8192 / 8 x 2 bytes / 3.35 TB/s
+    assert t.recompute == pytest.approx(2 * 2 * 8192 * 8192 / 8 * 2 / 3.35e12)
+
+
+def test_offload_exposes_only_the_copy_that_outlasts_compute():
+    llama = load_model("llama3-70b")
+    cluster = ClusterSpec(H100, 64)
+    moved = (layer_activation_bytes(llama, RUN, "dense", "none", *THETA)
+             - layer_activation_bytes(llama, RUN, "dense", "offload", *THETA))
+    plain = layer_time(llama, cluster, RUN, "dense", "none", *THETA)
+    offload = layer_time(llama, cluster, RUN, "dense", "offload", *THETA)
+    copy = moved / H100.host_bandwidth
+    assert offload.recompute == pytest.approx(max(0, copy - plain.forward) + max(0, copy - plain.backward))
+    # a host link 10x faster hides the copies entirely (NVLink-C2C class)
+    fast = ClusterSpec(replace(H100, host_bandwidth=520e9), 64)
+    assert layer_time(llama, fast, RUN, "dense", "offload", *THETA).recompute == 0.0
+    # two layers' worth on the device while one runs its backward (its own and the prefetched next one)
+    assert recompute_workspace_bytes(llama, RUN, "dense", "offload", *THETA) == pytest.approx(2 * moved)
+
+
+def test_offload_lowers_peak_memory_and_costs_time_by_the_host_link():
+    llama = load_model("llama3-70b")
+    cluster = ClusterSpec(H100, 64)
+    base = Strategy(tp=8, pp=4, dp=2, mbs=1, mbn=64, zero=1, sp=True)
+    kept, offloaded = base, base.with_(recompute=RecomputePlan.uniform("offload"))
+    full = base.with_(recompute=RecomputePlan.uniform("full"))
+    peaks = [estimate_memory(llama, cluster, RUN, s).peak_bytes for s in (kept, offloaded, full)]
+    steps = [estimate_time(llama, cluster, RUN, s).step_seconds for s in (kept, offloaded, full)]
+    assert peaks[1] < 0.6 * peaks[0]
+    assert steps[0] < steps[1] < steps[2]  # cheaper than re-running the forward, dearer than keeping it
+    slow = ClusterSpec(replace(H100, host_bandwidth=26e9), 64)  # PCIe Gen4
+    assert estimate_time(llama, slow, RUN, offloaded).step_seconds > steps[1]
+
+
+def test_offloaded_activations_must_fit_the_host_memory():
+    llama = load_model("llama3-70b")
+    strategy = Strategy(tp=8, pp=4, dp=2, mbs=1, mbn=64, zero=1, sp=True, recompute=RecomputePlan.uniform("offload"))
+    roomy = estimate_memory(llama, ClusterSpec(H100, 64), RUN, strategy)
+    # stage 0 holds 4 micro-batches (1F1B, pp 4) of 20 layers, each moving 252.25 MiB: 19.7 GiB of host memory
+    assert roomy.host_peak_bytes == pytest.approx(4 * 20 * 252.25 * 2**20, rel=1e-3) and roomy.fits
+    tight = estimate_memory(llama, ClusterSpec(replace(H100, host_memory_bytes=16 * 2**30), 64), RUN, strategy)
+    assert not tight.fits and tight.peak_bytes == roomy.peak_bytes

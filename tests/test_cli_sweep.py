@@ -1,0 +1,83 @@
+"""`ndcp sweep`: the JSON contract, cost = price x GPU-hours, the JSONL log and --resume, and its user errors."""
+import json
+
+import pytest
+
+from ndcp.sweep import solve as solve_module
+from tests.cli_helpers import assert_one_line_error, run
+
+SWEEP = ["sweep", "tiny", "--device", "h100", "--gpus", "2..8", "--global-batch", "16,32", "--seq-len", "512",
+         "--tokens", "1B", "--recompute", "uniform", "--workers", "1"]
+
+
+def test_json_points_carry_the_contract_keys_and_cost_is_price_times_gpu_hours(capsys):
+    code, out, err = run(capsys, *SWEEP, "--price-per-gpu-hour", "2.5", "--json", "-")
+    assert code == 0 and err == ""
+    points = json.loads(out)["points"]
+    assert [(p["gpus"], p["global_batch"]) for p in points] == [(2, 16), (2, 32), (4, 16), (4, 32), (8, 16), (8, 32)]
+    for p in points:
+        assert p["status"] == "optimal" and p["device"] == "h100" and p["seq_len"] == 512
+        assert p["tokens_per_second"] == pytest.approx(p["global_batch"] * 512 / p["step_seconds"])
+        assert p["gpu_hours"] == pytest.approx(p["gpus"] * p["time_to_train_seconds"] / 3600)
+        assert p["cost"] == pytest.approx(2.5 * p["gpu_hours"])
+        assert 0 < p["mfu"] < 1 and "tp=" in p["strategy"]
+
+
+def test_table_csv_and_quiet(tmp_path, capsys):
+    code, out, _ = run(capsys, *SWEEP, "--csv", tmp_path / "s.csv")
+    assert code == 0 and "GPU-h" in out and "h100 x 8, GBS 32, seq 512: tp" in out
+    assert (tmp_path / "s.csv").read_text().splitlines()[0].startswith("device,gpus,global_batch,seq_len,status")
+    assert run(capsys, *SWEEP, "--quiet")[1] == ""
+
+
+def test_resume_searches_only_the_points_not_in_the_log(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "sweep.jsonl"
+    code, first, _ = run(capsys, *SWEEP, "--gpus", "2,4", "--jsonl", log, "--json", "-")
+    assert code == 0 and len(log.read_text().splitlines()) == 4
+    solved = []
+    original = solve_module.solve_job
+    monkeypatch.setattr("ndcp.sweep.executors.solve_job", lambda job: solved.append(job.point) or original(job))
+    code, second, _ = run(capsys, *SWEEP, "--jsonl", log, "--resume", "--json", "-")
+    assert code == 0 and [p.gpus for p in solved] == [8, 8]  # only the new points
+    assert len(log.read_text().splitlines()) == 6
+    def answers(doc):
+        return [{k: v for k, v in p.items() if k != "solve_seconds"} for p in json.loads(doc)["points"]]
+    assert answers(second)[:4] == answers(first)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--resume"], ("--resume", "--jsonl")),
+    (["--gpus", "8..2"], ("--gpus", "START <= END")),
+    (["--device", "h100,tpu9"], ("tpu9", "not known")),
+    (["--seq-len", "8q"], ("--seq-len", "8q")),
+    (["--tokens", "lots"], ("--tokens", "lots")),
+    (["--ray-address", "auto"], ("--ray-address", "--executor ray")),
+    (["--price-per-gpu-hour", "-1"], ("price",)),
+    (["--plot", "x.pdf"], (".png or .svg",)),
+    (["--jsonl", "/nonexistent/dir/sweep.jsonl"], ("--jsonl", "cannot write")),
+    (["--device", "h100,,b200"], ("--device", "h100,b200,my-h100.yaml")),
+])
+def test_user_errors_are_one_line(capsys, extra, words):
+    assert_one_line_error(*run(capsys, *SWEEP, *extra), *words)
+
+
+def test_ray_missing_is_one_line(capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    assert_one_line_error(*run(capsys, *SWEEP, "--executor", "ray"), "pip install 'ndcp[ray]'")
+
+
+def test_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    code, _, err = run(capsys, *SWEEP, "--quiet", "--plot", tmp_path / "sweep.svg")
+    assert code == 0 and "wrote the plot" in err
+    assert "time to train (days)" in (tmp_path / "sweep.svg").read_text()
+
+
+def test_a_device_file_is_a_point_named_by_its_device(tmp_path, capsys):
+    path = tmp_path / "slow.yaml"
+    path.write_text("base: h100\ncompute_efficiency: 0.5\n")
+    code, out, _ = run(capsys, *SWEEP, "--gpus", "8", "--global-batch", "16", "--device", f"h100,{path}", "--json", "-")
+    fast, slow = json.loads(out)["points"]
+    assert code == 0 and (fast["device"], slow["device"]) == ("h100", "slow")
+    assert slow["step_seconds"] > fast["step_seconds"]

@@ -1,0 +1,80 @@
+"""What each trainer can run (its profile) and the nearest plan it runs for one it cannot express: never less
+recompute or sharding than planned, and the search under --trainer takes only what the trainer runs."""
+import pytest
+
+from ndcp.rules import strategy_refusal
+from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, StageRecompute, Strategy, device_preset
+from ndcp.specs.library import load_model
+from ndcp.trainers import PROFILES, covers, emit, nearest, stage_plans
+from ndcp.trainers.megatron import environment
+
+LLAMA = load_model("llama3-70b")
+TINY_MOE = load_model("tiny-moe")
+RUN = RunSpec(global_batch=128, seq_len=8192)
+TITAN = RunSpec(global_batch=128, seq_len=8192, trainer="torchtitan")
+
+
+def per_stage(*stages: dict) -> RecomputePlan:
+    return RecomputePlan(mode="per-stage", stages=tuple(StageRecompute(**s) for s in stages))
+
+
+MIXED = per_stage({"none": 18, "full": 2}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 19, "full": 1})
+MODULES = per_stage({"none": 10, "layernorm": 10}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 20})
+PLANS = [MIXED, MODULES, per_stage(*({"none": 20 - v, "selective": v} for v in range(4))),
+         per_stage(*({"none": 20 - v, "full": v} for v in range(4)))]
+
+
+@pytest.mark.parametrize("kind", ["megatron", "torchtitan", "mindformers"])
+@pytest.mark.parametrize("plan", PLANS)
+def test_the_nearest_plan_recomputes_at_least_as_much_on_every_stage(kind, plan):
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=plan)
+    ran, notes = nearest(kind, LLAMA, RUN, strategy)
+    assert covers(stage_plans(LLAMA, ran), stage_plans(LLAMA, strategy))
+    assert (ran.recompute == plan) == (not any("recompute" in n for n in notes))
+
+
+def test_megatron_runs_one_full_count_per_stage_or_one_module_set_everywhere():
+    block = per_stage(*({"none": 18, "full": 2} for _ in range(4)))
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, sp=True, recompute=block)
+    assert nearest("megatron", LLAMA, RUN, strategy) == (strategy, [])
+    ran, _ = nearest("megatron", LLAMA, RUN, strategy.with_(recompute=MIXED))
+    assert [p.count("full") for p in stage_plans(LLAMA, ran)] == [5, 5, 5, 5]  # max recomputed layers per stage
+    ran, _ = nearest("megatron", LLAMA, RUN, strategy.with_(recompute=per_stage(
+        {"none": 20}, {"none": 18, "selective": 2}, {"none": 20}, {"none": 20})))
+    assert ran.recompute == RecomputePlan.uniform("selective")  # core_attn on every layer
+    assert "--recompute-modules layernorm" in emit("megatron", LLAMA, RUN, strategy.with_(
+        recompute=RecomputePlan.uniform("layernorm"))).text
+
+
+def test_torchtitan_runs_fsdp_or_plain_ddp_and_no_expert_tensor_parallelism():
+    ran, notes = nearest("torchtitan", LLAMA, TITAN, Strategy(dp=16, tp=8, mbs=1, mbn=8, zero=1, sp=True))
+    assert ran.zero == 3 and "FSDP2" in notes[0]
+    ddp = Strategy(dp=128, mbs=1, mbn=1, zero=0)
+    assert nearest("torchtitan", LLAMA, TITAN, ddp) == (ddp, [])
+    ran, _ = nearest("torchtitan", TINY_MOE, TITAN, Strategy(dp=4, tp=2, ep=4, etp=2, mbs=1, mbn=32, zero=3))
+    assert ran.etp == 1
+
+
+def test_megatron_fsdp_and_the_cuda_queue_setting():
+    fsdp = Strategy(dp=16, tp=8, mbs=1, mbn=8, zero=3, sp=True)
+    text = emit("megatron", LLAMA, RUN, fsdp).text
+    assert "--use-megatron-fsdp" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
+    assert "--ckpt-format fsdp_dtensor" in text and "--overlap-param-gather" in text
+    assert environment(fsdp) == {}  # Megatron FSDP needs more than one hardware queue
+    assert environment(fsdp.with_zero(1)) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert environment(Strategy(dp=128, mbs=1, mbn=1)) == {}
+
+
+def test_under_torchtitan_the_rules_and_the_search_take_what_it_runs():
+    cluster = ClusterSpec(device_preset("h100"), 8)
+    run = RunSpec(global_batch=32, seq_len=2048, trainer="torchtitan")
+    refusal = strategy_refusal(TINY_MOE, cluster, run, Strategy(dp=4, tp=2, mbs=1, mbn=8, zero=1, sp=True))
+    assert refusal.rule == "trainer_zero"
+    refusal = strategy_refusal(TINY_MOE, cluster, run, Strategy(dp=4, tp=2, ep=4, etp=2, mbs=1, mbn=8, zero=3))
+    assert refusal.rule == "trainer_etp"
+    assert strategy_refusal(TINY_MOE, cluster, run, Strategy(dp=8, mbs=1, mbn=4, zero=0)) is None
+    space = SearchSpace(TINY_MOE, cluster, run, SpaceOptions())
+    assert space.inner_choices(2)[0] == [3]
+    assert all(layout.etp == 1 for layout, _, _ in space.walk().batches)
+    assert PROFILES["megatron"].zero_stages == (0, 1, 2, 3)
