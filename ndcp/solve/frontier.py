@@ -1,6 +1,6 @@
 """The memory-time frontier of one strategy: for a sweep of memory caps, the fastest per-stage recompute plan (and
-layer partition) that fits, degrees, SP and ZeRO stage fixed, solved exactly by recompute.PlanModel and verified with
-the full estimators.
+layer partition) that fits, degrees, SP and ZeRO stage fixed, solved by recompute.PlanModel (within its GAP_LIMIT)
+and verified with the full estimators.
 
 The plan model's coefficients are rounded down, so a solution may be over the cap once priced in full: it is then
 excluded (a no-good cut) and the model solved again. Each point is reported with its verified peak and step time.
