@@ -101,8 +101,9 @@ def main() -> None:
         solves.append(d)
         ratios.append(d / u)
         proven_in.append(d if default["proven"] else None)
-        same = "-" if not (steps(default) and steps(uniform)) else (
-            "yes" if steps(default)[0] == steps(uniform)[0] else f"{100 * (steps(default)[0] / steps(uniform)[0] - 1):+.2f}%")
+        d_best, u_best = (steps(default) or [None])[0], (steps(uniform) or [None])[0]
+        same = ("-" if None in (d_best, u_best) else "yes" if d_best == u_best
+                else f"{100 * (d_best / u_best - 1):+.2f}%")
         cells = [*map(str, case[:5]), case[5] or "-", f"{default['space']['size']:,}", f"{d:.3f}",
                  f"{default['wall']:.2f}", default["status"], f"{u:.3f}", f"{uniform['wall']:.2f}", uniform["status"],
                  f"{d / u:.2f}", same]
@@ -115,7 +116,8 @@ def main() -> None:
                 cells += ["-", "-"]
         print_row(cells, args.markdown, header=False)
     proven = [s for s in proven_in if s is not None]
-    print(f"\ndefault search: proven on {len(proven)} of {len(solves)} cases, median solve {statistics.median(solves):.3f} s, "
+    print(f"\ndefault search: proven on {len(proven)} of {len(solves)} cases, "
+          f"median solve {statistics.median(solves):.3f} s, "
           f"max {max(solves):.3f} s; median default/uniform ratio {statistics.median(ratios):.2f} "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f}); load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 

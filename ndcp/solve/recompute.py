@@ -220,7 +220,7 @@ class PlanModel:
         # tens of milliseconds to prove sub-models where several ZeRO stages' DP exposures nearly tie.
         solver.parameters.linearization_level = 2
         # Light presolve, no probing or symmetry detection: measured on the plan sub-models of Llama-3-70B and
-        # Mixtral-8x7B on 64 H100 (152 models), the same optima 1.2-1.6x faster; these small models gain nothing from them.
+        # Mixtral-8x7B on 64 H100 (152 models), the same optima 1.2-1.6x faster.
         solver.parameters.max_presolve_iterations = 1
         solver.parameters.cp_model_probing_level = 0
         solver.parameters.symmetry_level = 0
