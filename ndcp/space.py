@@ -130,12 +130,19 @@ class SearchSpace:
         return kept
 
     def inner_choices(self, tp: int) -> tuple[list[int], list[bool], list[str]]:
-        """ZeRO stages, SP settings (SP only with tp > 1) and recompute modes searched for a layout."""
+        """ZeRO stages, SP settings (SP only with tp > 1) and recompute modes searched for a layout (they depend on
+        tp only through SP: computed once per space for tp = 1 and tp > 1, as the walk asks for every item)."""
+        return self._inner_choices[tp > 1]
+
+    @cached_property
+    def _inner_choices(self) -> dict[bool, tuple[list[int], list[bool], list[str]]]:
         trainer = trainer_zero_stages(self.run)  # the stages the run's trainer runs (ndcp/trainers profiles)
         zero = [z for z in self.options.zero_stages if self._allowed("zero", z) and z in trainer]
         sp_fixed = self.options.fixed("sp")
-        sp = [s for s in self.options.sp_choices if sp_allowed(s, tp) and (sp_fixed is None or int(s) == sp_fixed)]
-        return zero, sp, self._recompute_modes
+        return {split: (zero, [s for s in self.options.sp_choices
+                               if sp_allowed(s, 2 if split else 1) and (sp_fixed is None or int(s) == sp_fixed)],
+                        self._recompute_modes)
+                for split in (False, True)}
 
     @cached_property
     def _recompute_modes(self) -> list[str]:
