@@ -4,14 +4,17 @@ import pytest
 from ndcp.solve.certificate import cpsat_search
 from ndcp.solve.exhaustive import exhaustive_search
 from ndcp.solve.search import METHODS, SearchOptions, search, search_method
-from ndcp.space import SearchSpace
+from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
 
 
 @pytest.fixture(scope="module")
 def space():
-    return SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512))
+    # none/selective/full: the per-layer oracle prices every per-stage split of the options (with all 7 of tiny's it
+    # takes minutes; the dispatch is what is tested here)
+    return SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512),
+                       SpaceOptions(recompute_modes=("none", "selective", "full")))
 
 
 def ranking(result):
