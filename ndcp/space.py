@@ -218,6 +218,7 @@ class SearchSpace:
         ep_refusal = {ep: first_refusal(problem, "ep", {**known, "ep": ep}) for ep in eps}
         etp_refusal = {(ep, etp): first_refusal(problem, "etp", {**known, "ep": ep, "etp": etp})
                        for ep in eps for etp in etps}  # ep_ranks: folded onto the stage's tp*cp*dp ranks
+        layouts: dict[tuple, Layout] = {}
         for mbs in self._domain("mbs", divisors(self.run.global_batch // dp), refused):
             mbn = self.run.global_batch // (dp * mbs)
             if not self._allowed("mbn", mbn):
@@ -246,8 +247,10 @@ class SearchSpace:
                                 refused[refusal.rule] += 1
                                 continue
                             for cp_comm in comms:
-                                out.batches.append((Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm, schedule), mbs,
-                                                    mbn))
+                                key = (ep, etp, vpp, cp_comm, schedule)  # one Layout per key across the mbs values
+                                if key not in layouts:
+                                    layouts[key] = Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm, schedule)
+                                out.batches.append((layouts[key], mbs, mbn))
 
     def candidates(self, walk: SpaceWalk | None = None) -> Iterator[Strategy]:
         """Every valid strategy: each (layout, mbs, mbn) times the inner ZeRO x SP x recompute choices."""
