@@ -221,14 +221,18 @@ def split_fixed_cp_comm(text: str, searched: tuple[str, ...]) -> tuple[str, tupl
     return ",".join(rest), (pinned,)
 
 
+# The uniform-plan method searching the same space as each per-layer one (ndcp.solve.search.METHODS).
+UNIFORM_OF = {"per-layer": "uniform", "exhaustive per-layer": "exhaustive"}
+
+
 def trainer_method(args: argparse.Namespace, method: str) -> str:
     """Under an explicit --trainer whose recompute is one option on every layer (torchtitan; Megatron, whose block
     count per stage is not searched), per-layer plans it cannot express are not searched: the uniform method is."""
     trainer = getattr(args, "trainer", None)
-    if trainer and "per-layer" in method and PROFILES[trainer].recompute != "per-stage":
+    if trainer and method in UNIFORM_OF and PROFILES[trainer].recompute != "per-stage":
         print(f"ndcp: note: --trainer {trainer} runs one recompute option on every layer: searching those (uniform "
               "plans); drop --trainer to plan per stage (--emit then shows what the trainer runs)", file=sys.stderr)
-        return method.replace(" per-layer", "").replace("per-layer", "uniform")
+        return UNIFORM_OF[method]
     return method
 
 

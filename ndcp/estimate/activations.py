@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from ..specs.encoder import encoder_run, image_side
 from ..specs.model import ModelSpec
-from ..specs.recompute import KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
+from ..specs.recompute import HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 from ..specs.run import RunSpec
 from .trainers import trainer_profile
 from .fp8 import linear_input_bytes
@@ -213,6 +213,16 @@ def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: s
     keep = layer_activation_bytes(model, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
     return recompute_option(mode).buffers * (keep - layer_activation_bytes(model, run, kind, mode, tp, cp, ep, etp,
                                                                            mbs, sp))
+
+
+def offloaded_layer_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int, ep: int, etp: int,
+                          mbs: int, sp: bool) -> float:
+    """Bytes one layer under `mode` moves to the host per micro-batch: what it would keep, less what it keeps on the
+    device (0 unless the option offloads; docs/formulas.md §5.3)."""
+    if HOST_OFFLOAD not in recompute_option(mode).reruns:
+        return 0.0
+    return (layer_activation_bytes(model, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
+            - layer_activation_bytes(model, run, kind, mode, tp, cp, ep, etp, mbs, sp))
 
 
 @lru_cache(maxsize=16384)

@@ -71,6 +71,13 @@ def mla_up_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[G
             Gemm(tokens, m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim) / tp))
 
 
+def fp8_gemms(model: ModelSpec, kind: str, gemms: tuple[Gemm, ...], tokens: float) -> tuple[Gemm, ...]:
+    """The weight GEMMs of a layer of `kind` that run in FP8 under --precision fp8: all but the MoE router, which
+    stays in BF16 (docs/formulas.md §3.1)."""
+    router = router_gemm(model, tokens) if kind == "moe" else None
+    return tuple(g for g in gemms if g != router)
+
+
 def mlp_gemms(model: ModelSpec, ffn: int, tokens: float, tp: int, count: float = 1.0) -> tuple[Gemm, ...]:
     """One MLP of width ffn: gated = gate and up (h->2F) then down (F->h); else up (h->F) then down."""
     up = (2 if model.gated else 1) * ffn / tp

@@ -30,7 +30,9 @@ import math
 from functools import lru_cache
 
 from ..specs.device import DeviceSpec
-from .compute import FLASH_BACKWARD_RATIO, Gemm
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from .compute import FLASH_BACKWARD_RATIO, Gemm, fp8_gemms
 
 K_SLICE = 64  # K depth of one main-loop step of 16-bit CUTLASS tiles (128 x 256 x 64): the least a split-K part runs
 UNFUSED_BACKWARD_RATIO = 2.0  # unfused core backward: the input gradients of both batched GEMMs (no weights)
@@ -79,6 +81,18 @@ def gemm_seconds(gemms: "tuple[Gemm, ...] | list[Gemm]", device: DeviceSpec, dty
     """A third of the forward, input-gradient and weight-gradient time of a set of weight GEMMs (module docstring):
     what estimate/time.py charges per pass; `fp8`: all three GEMMs in FP8 (Transformer Engine)."""
     return sum(sum(training_gemm_seconds(g, device, dtype_bytes, fp8)) for g in gemms) / 3.0
+
+
+def weight_gemm_seconds(model: ModelSpec, kind: str, gemms: "tuple[Gemm, ...]", tokens: float, device: DeviceSpec,
+                        run: RunSpec) -> float:
+    """gemm_seconds of a layer's weight GEMMs at the run's precision: in FP8 under --precision fp8 but the MoE router
+    (compute.fp8_gemms), else all at the activation dtype."""
+    dtype = run.activation_bytes
+    if not run.fp8:
+        return gemm_seconds(gemms, device, dtype)
+    low = fp8_gemms(model, kind, gemms, tokens)
+    kept = tuple(g for g in gemms if g not in low)
+    return gemm_seconds(low, device, dtype, fp8=True) + (gemm_seconds(kept, device, dtype) if kept else 0.0)
 
 
 def gemm_efficiency(g: Gemm, device: DeviceSpec, dtype_bytes: int) -> float:

@@ -17,9 +17,10 @@ from functools import lru_cache
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
+from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
-from .activations import head_activation_bytes, layer_activation_bytes, recompute_workspace_bytes
+from .activations import (head_activation_bytes, layer_activation_bytes, offloaded_layer_bytes,
+                          recompute_workspace_bytes)
 from .layout import StageLayout, stage_layouts, stage_mode_counts
 from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
 from .trainers import data_parallel_sync, trainer_profile
@@ -195,14 +196,6 @@ def host_offload_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     in_flight = layout.in_flight_chunks / strategy.vpp
     return sum(n * in_flight * offloaded_layer_bytes(model, run, kind, mode, *_theta(strategy))
                for (kind, mode), n in counts.items())
-
-
-def offloaded_layer_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, *theta) -> float:
-    """Bytes one layer under `mode` moves to the host per micro-batch (0 unless the option offloads)."""
-    if HOST_OFFLOAD not in recompute_option(mode).reruns:
-        return 0.0
-    return (layer_activation_bytes(model, run, kind, NO_RECOMPUTE, *theta)
-            - layer_activation_bytes(model, run, kind, mode, *theta))
 
 
 def stage_memory(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> StageMemory:

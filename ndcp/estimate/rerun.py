@@ -13,16 +13,13 @@ from dataclasses import dataclass
 
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.recompute import (HOST_OFFLOAD, KEEPS_LAYER_INPUT, MLA_UP_PROJECTION, MLP_FORWARD, MOE_ACTIVATION,
-                               MOE_FORWARD, NO_RECOMPUTE, NORMS, OPTIONS)
+from ..specs.recompute import HOST_OFFLOAD, MLA_UP_PROJECTION, MLP_FORWARD, MOE_ACTIVATION, MOE_FORWARD, NORMS
 from ..specs.run import RunSpec
-from .compute import Gemm, memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, router_gemm, total_flops
-from .activations import layer_activation_bytes
-from .gemm import gemm_seconds
+from .activations import offloaded_layer_bytes
+from .compute import memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, total_flops
+from .gemm import weight_gemm_seconds
 
 MODULE_PIECES = (NORMS, MLP_FORWARD, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD)
-# What an offloaded layer keeps on the device: the option that keeps only the layer input (specs/recompute.py).
-_INPUT_ONLY = next(o.name for o in OPTIONS if o.keeps == KEEPS_LAYER_INPUT)
 
 
 @dataclass(frozen=True)
@@ -30,6 +27,7 @@ class LayerShape:
     """What every module piece reads of its layer: sizes, degrees, and the layer's own forward communication."""
 
     kind: str
+    mode: str  # the layer's recompute option
     tokens: float  # local tokens of the micro-batch (mbs x seq / cp)
     tp: int
     sp: bool
@@ -41,16 +39,6 @@ class LayerShape:
     mbs: int
     forward: float  # the layer's forward and backward compute, seconds (what host copies overlap with)
     backward: float
-
-
-def _gemms_seconds(gemms: tuple[Gemm, ...], cluster: ClusterSpec, run: RunSpec, model: ModelSpec, tokens: float
-                   ) -> float:
-    """Forward seconds of weight GEMMs: FP8 under --precision fp8, except the MoE router (docs/formulas.md §3.1)."""
-    device, dtype = cluster.device, run.activation_bytes
-    router = router_gemm(model, tokens) if model.moe is not None else None
-    low = tuple(g for g in gemms if g != router)
-    kept = tuple(g for g in gemms if g == router)
-    return gemm_seconds(low, device, dtype, fp8=run.fp8) + (gemm_seconds(kept, device, dtype) if kept else 0.0)
 
 
 def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, rows: float, width: float) -> float:
@@ -75,7 +63,7 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         if shape.kind != "dense":
             return 0.0, 0.0
         gemms = mlp_gemms(model, model.ffn_hidden, tokens, tp)
-        seconds = (_gemms_seconds(gemms, cluster, run, model, tokens)
+        seconds = (weight_gemm_seconds(model, shape.kind, gemms, tokens, cluster.device, run)
                    + _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp)
                    + _norm_seconds(model, cluster, run, shape, 1) + shape.tp_forward / 2)
         return seconds, total_flops(gemms)
@@ -85,7 +73,7 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         m = model.moe
         gemms = moe_gemms(model, tokens, tp, shape.ep, shape.etp)
         width = (m.expert_ffn_hidden * m.top_k * (m.capacity_factor or 1.0) + m.shared_hidden * m.shared_experts)
-        seconds = (_gemms_seconds(gemms, cluster, run, model, tokens)
+        seconds = (weight_gemm_seconds(model, shape.kind, gemms, tokens, cluster.device, run)
                    + _activation_seconds(model, cluster, run, tokens, width / tp) + shape.ep_forward)
         return seconds, total_flops(gemms)
     if piece == MOE_ACTIVATION:
@@ -96,14 +84,13 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         if model.mla is None:
             return 0.0, 0.0
         gemms = mla_up_projection_gemms(model, tokens, tp)
-        return _gemms_seconds(gemms, cluster, run, model, tokens), total_flops(gemms)
+        return weight_gemm_seconds(model, shape.kind, gemms, tokens, cluster.device, run), total_flops(gemms)
     if piece == HOST_OFFLOAD:
         # The activations a layer would keep, less its input, cross the host link each way: to the host while the
         # next layer runs its forward, back while the layer after it (in backward order) runs its backward (the
         # prefetch); only what outlasts that compute is exposed (docs/formulas.md §5.3).
-        theta = (shape.tp, shape.cp, shape.ep, shape.etp, shape.mbs, shape.sp)
-        moved = (layer_activation_bytes(model, run, shape.kind, NO_RECOMPUTE, *theta)
-                 - layer_activation_bytes(model, run, shape.kind, _INPUT_ONLY, *theta))
+        moved = offloaded_layer_bytes(model, run, shape.kind, shape.mode, shape.tp, shape.cp, shape.ep, shape.etp,
+                                      shape.mbs, shape.sp)
         copy = moved / cluster.device.host_bandwidth
         return max(0.0, copy - shape.forward) + max(0.0, copy - shape.backward), 0.0
     raise ValueError(f"no time model for recompute piece {piece!r}")

@@ -19,12 +19,12 @@ from . import communication as comm
 # cp_bytes: the context-parallel byte counts, read from here by tests/estimate/test_cp_comm.py
 from .communication import cp_bytes, cp_comm_seconds  # noqa: F401
 from ..specs.encoder import encoder_run, image_side
-from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, encoder_gemms, layer_gemms,
-                      memory_seconds, model_flops_per_step, mtp_projection_gemm, output_layer_gemm, router_gemm,
+from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, encoder_gemms, fp8_gemms,
+                      layer_gemms, memory_seconds, model_flops_per_step, mtp_projection_gemm, output_layer_gemm,
                       total_flops)
 from .data_parallel import Windows, data_parallel_seconds
 from .fp8 import cast_bytes_per_element
-from .gemm import attention_core_seconds, gemm_seconds
+from .gemm import attention_core_seconds, gemm_seconds, weight_gemm_seconds
 from .layout import stage_mode_counts
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
 from .overlap import HIDDEN_KEYS, NO_OVERLAP, ep_overlapped, layer_overlaps, strategy_overlaps, tp_overlapped
@@ -137,13 +137,10 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     tokens, keys = mbs * run.seq_len / cp, run.seq_len
     flash = run.flash_attention
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
-    linear = gemm_seconds(gemms, device, dtype)
+    linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
     cast_forward = cast_backward = 0.0
     if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
-        router = router_gemm(model, tokens) if kind == "moe" else None
-        low = tuple(g for g in gemms if g != router)
-        linear = gemm_seconds(low, device, dtype, fp8=True) + (gemm_seconds((router,), device, dtype) if router
-                                                                 else 0.0)
+        low = fp8_gemms(model, kind, gemms, tokens)
         per_element = cast_bytes_per_element(run, device)
         cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
         cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
@@ -173,7 +170,8 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     reruns = recompute_option(mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
     for piece in reruns:
         if piece in MODULE_PIECES:  # Megatron-Core recompute modules (estimate/rerun.py)
-            shape = LayerShape(kind, tokens, tp, sp, ep, etp, tp_forward, ep_forward, cp, mbs, forward, backward)
+            shape = LayerShape(kind, mode, tokens, tp, sp, ep, etp, tp_forward, ep_forward, cp, mbs, forward,
+                               backward)
             seconds, flops = rerun_cost(model, cluster, run, shape, piece, reruns)
             recompute += seconds
             executed += flops

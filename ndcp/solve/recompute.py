@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ..estimate.activations import recompute_workspace_bytes
+from ..estimate.activations import offloaded_layer_bytes, recompute_workspace_bytes
 from ..estimate.layout import (LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts, stage_layouts,
                                stage_mode_counts)
-from ..estimate.memory import (model_state_bytes, offloaded_layer_bytes, parts_total, resident_layer_bytes,
-                               stage_dynamic_bytes, stage_static_bytes)
+from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
+                               stage_static_bytes)
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.overlap import hidden_comms
