@@ -182,6 +182,9 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--optimizer-state-dtype", choices=OPTIMIZER_STATE_DTYPES, default="fp32",
                        help="dtype of Adam's two moments (default fp32; bf16: Megatron's precision-aware optimizer, "
                             "fp32 master weights kept)")
+    group.add_argument("--activation-func-fp8-input-store", action="store_true",
+                       help="keep the MLP activation's input (SwiGLU's gate and up) in FP8 for backward, as "
+                            "Megatron's flag of that name and DeepSeek-V3 do")
     group.add_argument("--grad-dtype", choices=("fp32", "bf16"), default="fp32",
                        help="gradient buffer dtype (default fp32)")
     group.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
@@ -241,7 +244,8 @@ def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, Run
                   trainer=args.trainer or file_trainer(getattr(args, "strategy_from", None)) or "megatron",
                   grad_sync=args.grad_sync, param_gather=args.param_gather,
                   mfu_convention=args.mfu_convention, fp8_recipe=args.fp8_recipe or "delayed",
-                  optimizer_state_dtype=args.optimizer_state_dtype, overlap=str(args.overlap).strip().lower(),
+                  optimizer_state_dtype=args.optimizer_state_dtype,
+                  activation_func_fp8_input_store=args.activation_func_fp8_input_store, overlap=str(args.overlap).strip().lower(),
                   images_per_sample=args.images_per_sample, image_size=args.image_size)
     if args.fp8_recipe is not None and not run.fp8:
         raise SpecError(f"--fp8-recipe={args.fp8_recipe} needs --precision fp8 (got --precision {args.precision})")

@@ -77,7 +77,9 @@ def _mlp_inventory(model: ModelSpec, run: RunSpec, tokens: int, ffn: int, shard:
     """MLP of width ffn: fc1's output (GeLU: ffn; SwiGLU: gate and up, 2 x ffn) and the activation's output, fc2's
     input (FP8 under fp8); `prefix` names them (mlp, shared, expert: the recompute modules drop them by name)."""
     fc1 = 2 * ffn if model.gated else ffn
-    return [Tensor(f"{prefix}_fc1_output", run.activation_bytes * fc1 * tokens, shard),
+    # the activation's input in FP8 with Megatron's --activation-func-fp8-input-store (fused_bias_swiglu.py)
+    fc1_bytes = 1 if run.activation_func_fp8_input_store else run.activation_bytes
+    return [Tensor(f"{prefix}_fc1_output", fc1_bytes * fc1 * tokens, shard),
             Tensor(f"{prefix}_act_output", linear_input_bytes(run) * ffn * tokens, shard)]
 
 
@@ -95,10 +97,12 @@ def _mlp_block_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool,
         # Tokens each rank routes: its sequence shard (SP splits it by tp); balanced routing gives every EP rank the
         # same number of token copies, top_k per token, padded to the capacity factor when one is set.
         routed = tokens / (tp if sp else 1) * m.top_k * (m.capacity_factor or 1.0)
+        # No expert output is kept: Megatron-Core applies the routing probabilities inside the experts' activation
+        # (experts.py, weighted_bias_swiglu_impl with permuted_probs) and unpermutes without them, so the combine
+        # saves nothing for backward (docs/formulas.md §5).
         items += [Tensor("router_logits", FP32 * tokens * m.experts, "seq"),
                   Tensor("expert_input", F8 * routed * etp * h, "expert"),
-                  *_mlp_inventory(model, run, routed, m.expert_ffn_hidden, "expert", "expert"),
-                  Tensor("expert_output", B * routed * h, "expert")]
+                  *_mlp_inventory(model, run, routed, m.expert_ffn_hidden, "expert", "expert")]
         if m.shared_experts:
             items += _mlp_inventory(model, run, tokens, m.shared_experts * m.shared_hidden, "tp", "shared")
     if model.hidden_dropout > 0:

@@ -9,8 +9,8 @@ GEMMs, and the FP8 copies it keeps.
   precision as well; those are not modelled: every body layer runs FP8).
 - Each FP8 GEMM first casts its operands (memory-bound, at HBM bandwidth): the forward casts its input and its
   weight, the backward casts the output gradient. CAST_BYTES: HBM bytes per cast element for each recipe.
-- Memory: FP8 weight copies of the linear weights (FP8_WEIGHT_COPY_BYTES per parameter) next to the BF16
-  parameters, and the linear-layer inputs saved for the backward in FP8 (estimate/activations.py).
+- Memory: FP8 weight copies of the linear weights next to the BF16 parameters (in their place under
+  `--fp8-param-gather`, ZeRO >= 1), and the linear-layer inputs saved for the backward in FP8 (estimate/activations.py).
 """
 from __future__ import annotations
 
@@ -50,17 +50,19 @@ def cast_bytes_per_element(run: RunSpec, device: DeviceSpec) -> float:
     return CAST_BYTES[run.fp8_recipe] + (TRANSPOSE_BYTES if per_tensor and not device.mxfp8 else 0.0)
 
 
-def weight_copy_bytes_per_parameter(run: RunSpec) -> float:
-    """Bytes per linear-layer parameter of the FP8 weight copies Transformer Engine keeps besides the BF16 weight:
-    one FP8 copy plus its transpose for a per-tensor recipe (Hopper's TN-only FP8 GEMMs), or the row-wise and
-    column-wise copies and block scales of a block recipe (0 without fp8). The memory estimators take no device, so
-    a per-tensor recipe on Blackwell (no transpose needed) is charged the Hopper layout: 1 byte per linear
-    parameter too many there."""
+def weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
+    """Bytes per linear-layer parameter the FP8 weights add to (or, negative, take from) the BF16 weight the
+    parameter memory counts: one FP8 copy plus its transpose for a per-tensor recipe (Hopper's TN-only FP8 GEMMs),
+    or the row-wise and column-wise copies and block scales of a block recipe (0 without fp8). Under a distributed
+    optimizer or FSDP (ZeRO >= 1) Megatron runs `--fp8-param-gather` (ndcp emits it; the gathers move FP8): the
+    compute weight is the FP8 one and no BF16 weight is kept (Megatron-LM DistributedDataParallelConfig
+    .fp8_param_gather: "keep the compute param in fp8 (do not use any other intermediate dtype)"). The memory
+    estimators take no device, so a per-tensor recipe on Blackwell (no transpose needed) is charged the Hopper
+    layout: 1 byte per linear parameter too many there."""
     if not run.fp8 or run.trainer == "torchtitan":  # torchao Float8Linear casts per GEMM and keeps no copy
         return 0.0
-    if run.fp8_recipe in PER_TENSOR_RECIPES:
-        return 1.0 + TRANSPOSE_BYTES
-    return CAST_BYTES[run.fp8_recipe] - 2.0  # row-wise + column-wise copies and their scales
+    copies = 1.0 + TRANSPOSE_BYTES if run.fp8_recipe in PER_TENSOR_RECIPES else CAST_BYTES[run.fp8_recipe] - 2.0
+    return copies - (run.param_bytes if zero >= 1 else 0.0)
 
 
 def linear_input_bytes(run: RunSpec) -> int:

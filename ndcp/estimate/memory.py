@@ -58,8 +58,9 @@ def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters)
     dense = state_bytes_per_param(run, strategy.zero, strategy.dp * strategy.cp)
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
     out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
-    # fp8: Transformer Engine's FP8 weight copies (and transposes) of the linear layers, unsharded (docs/formulas.md §3.1)
-    out["parameters"] += weight_copy_bytes_per_parameter(run) * params.linear
+    # fp8: Transformer Engine's FP8 weight copies (and transposes) of the linear layers, unsharded, next to the BF16
+    # weights or in their place under --fp8-param-gather (docs/formulas.md §3.1)
+    out["parameters"] += weight_copy_bytes_per_parameter(run, strategy.zero) * params.linear
     sync = data_parallel_sync(run, strategy.zero, strategy.pp)
     if sync.gathered_parameters:
         out["parameters"] += run.param_bytes * (params.dense + params.expert)

@@ -83,6 +83,7 @@ def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
         "mfu_convention": run.mfu_convention,
         **run_settings(run),
         "optimizer_state_dtype": run.optimizer_state_dtype,
+        "activation_func_fp8_input_store": run.activation_func_fp8_input_store,
         "images_per_sample": run.images_per_sample,
         "image_size": run.image_size or None,  # None: the vision encoder's own
         "memory_cap_bytes": int(run.memory_cap_bytes) or None,

@@ -24,8 +24,9 @@ from functools import lru_cache
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
-from ..estimate.memory import (host_offload_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
-                               stage_static_bytes)
+from ..estimate.memory import (host_offload_bytes, model_state_bytes, parts_total, resident_layer_bytes,
+                               stage_dynamic_bytes, stage_static_bytes)
+from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
 from ..estimate.overlap import hidden_comms
 from ..estimate.time import (layer_time, overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds,
@@ -207,6 +208,25 @@ def _static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | No
     return min(parts_total(stage_static_bytes(space.model, space.run, s, at)) for s in strategies)
 
 
+@lru_cache(maxsize=65536)
+def layer_static_bytes(space: SearchSpace, layout: Layout, zero: int) -> float:
+    """Model-state bytes one body layer adds to a stage under a ZeRO stage (the static memory's slope in the
+    stage's layer count; single-kind models, where uneven partitions are searched)."""
+    model = space.model
+    layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
+    experts = layer.experts / (layout.ep * layout.etp)
+    one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms, experts, 1,
+                                (layer.attention + layer.mlp) / layout.tp + experts)
+    return sum(model_state_bytes(space.run, layout.strategy(1, 1, zero, False, NO_RECOMPUTE), one_layer).values())
+
+
+def _least_static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | None, fewer: int) -> float:
+    """_static_bytes of a stage holding `fewer` layers less than its default (an uneven partition's lightest)."""
+    _, zeros = inner_choices(space)
+    return min(_static_bytes(space, layout, stage, z) - fewer * layer_static_bytes(space, layout, z)
+               for z in (zeros if zero is None else (zero,)))
+
+
 def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     """Bytes every strategy of this item needs at least: on each constrained stage, the smallest static part over
     ZeRO stages plus the smallest dynamic part (full recompute, best SP)."""
@@ -220,11 +240,17 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     # it, each searched option is tried
     lightest = [HEAVIEST] if HEAVIEST in modes else sorted(modes)
     sps = sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)})
+    offsets = space.partition_offset(layout)
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
-        static = _static_bytes(space, layout, stage)
+        # an uneven partition may leave the stage `fewer` layers (single-kind models: one kind to take them from)
+        counts = {k: n for k, n in kind_counts(model, layouts[stage]).items() if n}
+        least = {k: max(1, n - offsets) for k, n in counts.items()}
+        fewer = sum(counts.values()) - sum(least.values())
+        static = _least_static_bytes(space, layout, stage, None, fewer)
         dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, mode),
-                                                      layouts[stage])) for sp in sps for mode in lightest)
+                                                      layouts[stage], {(k, mode): n for k, n in least.items()}))
+                      for sp in sps for mode in lightest)
         worst = max(worst, static + dynamic)
     return worst
 
@@ -298,7 +324,9 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     for s in sorted(set(role_stages(base.pp))):
         stage = layouts[s]
         counts = {k: n for k, n in kind_counts(model, stage).items() if n}
+        fewer = 0
         if offsets:
+            fewer = sum(counts.values()) - sum(max(1, n - offsets) for n in counts.values())
             counts = {k: max(1, n - offsets) for k, n in counts.items()}
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
                      for m in modes + (NO_RECOMPUTE,)}
@@ -307,7 +335,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         most = sum(n * max(per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)] for m in modes)
                    for k, n in counts.items())
         for z in [z for z in out if out[z] is not None]:
-            excess = _static_bytes(space, layout, s, z) + plain
+            excess = _least_static_bytes(space, layout, s, z, fewer) + plain
             if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
                 excess += min((recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
                                for m in modes if m != NO_RECOMPUTE), default=0.0)

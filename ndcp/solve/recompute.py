@@ -24,15 +24,13 @@ from ortools.sat.python import cp_model
 from ..estimate.activations import offloaded_layer_bytes, recompute_workspace_bytes
 from ..estimate.layout import (LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts, stage_layouts,
                                stage_mode_counts)
-from ..estimate.memory import (model_state_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
-                               stage_static_bytes)
-from ..estimate.parameters import StageParameters
+from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.overlap import hidden_comms
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
-from .coefficients import item_lower_bound
+from .coefficients import item_lower_bound, layer_static_bytes
 from .interrupt import solve as interruptible
 from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan, StageRecompute
 from ..specs.pipeline_layout import split_device_stages
@@ -133,11 +131,7 @@ class PlanModel:
         self.fixed = [parts_total(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={})) for s in range(pp)]
         self.static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]))
                         for s in range(pp)] for z in zeros]
-        layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
-        one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms,
-                                    layer.experts / (layout.ep * layout.etp), 1,
-                                    (layer.attention + layer.mlp) / layout.tp + layer.experts / (layout.ep * layout.etp))
-        self.static_per_layer = [sum(model_state_bytes(run, base.with_zero(z), one_layer).values()) for z in zeros]
+        self.static_per_layer = [layer_static_bytes(space, layout, z) for z in zeros]
         # Data-parallel terms per ZeRO stage and stage: (windows: (seconds, count, pass), last bucket, optimizer).
         # With uneven partitions a stage may hold default +- offset layers: take each term at its smallest (fewest
         # layers; the last bucket's share at the most layers).

@@ -44,7 +44,7 @@ MODULES: dict[str, RecomputeModule] = {m.name: m for m in (
     RecomputeModule("mlp", ("mlp_input", "mlp_fc1_output", "mlp_act_output"), MLP_FORWARD, "dense", "mlp"),
     RecomputeModule("moe_act", ("expert_act_output",), MOE_ACTIVATION, "moe", "act"),
     RecomputeModule("moe", ("router_logits", "expert_input", "expert_fc1_output", "expert_act_output",
-                            "expert_output", "shared_fc1_output", "shared_act_output"), MOE_FORWARD, "moe", "moe"),
+                            "shared_fc1_output", "shared_act_output"), MOE_FORWARD, "moe", "moe"),
 )}
 
 

@@ -63,6 +63,9 @@ class RunSpec:
     headroom_fraction: float = 0.0  # fraction of the capacity kept free: a stage may use capacity x (1 - f)
     fp8_recipe: str = "delayed"  # one of FP8_RECIPES; used only when precision == "fp8"
     optimizer_state_dtype: str = "fp32"  # one of OPTIMIZER_STATE_DTYPES: dtype of Adam's two moments
+    # The MLP activation's input (fc1's output: SwiGLU's gate and up) kept in FP8 for backward (Megatron's
+    # --activation-func-fp8-input-store; DeepSeek-V3 §3.3.2 caches the SwiGLU inputs in FP8), any precision.
+    activation_func_fp8_input_store: bool = False
     # Multimodal runs (docs/models.md §5): images per sequence through the model's vision encoder, each
     # image_size x image_size pixels (0 = the encoder's own size); their tokens are part of seq_len.
     images_per_sample: int = 0
@@ -79,6 +82,7 @@ class RunSpec:
         one_of("grad_dtype", self.grad_dtype, GRAD_DTYPES)
         one_of("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         one_of("optimizer_state_dtype", self.optimizer_state_dtype, OPTIMIZER_STATE_DTYPES)
+        one_of("activation_func_fp8_input_store", self.activation_func_fp8_input_store, (False, True))
         one_of("optimizer", self.optimizer, ("adam",))
         one_of("trainer", self.trainer, TRAINERS)
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)

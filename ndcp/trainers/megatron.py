@@ -235,6 +235,9 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: 
     out += ["--micro-batch-size", str(s.mbs), "--global-batch-size", str(s.global_batch),
             "--seq-length", str(run.seq_len)]
     out += _precision(run, s) + _data_parallel(run, s, notes) + _recompute(model, s)
+    if run.activation_func_fp8_input_store:  # a TransformerConfig field Megatron-LM keeps off its command line
+        notes.append("--activation-func-fp8-input-store has no Megatron-LM flag: set TransformerConfig."
+                     "activation_func_fp8_input_store=True in the model provider")
     return out
 
 

@@ -93,15 +93,20 @@ def test_recipe_cast_costs_order_and_blackwell_needs_no_transpose():
 
 
 def test_fp8_weight_copies_and_fp8_linear_inputs():
-    strategy = Strategy(dp=8)
+    strategy = Strategy(dp=8, zero=0)
     params = stage_parameters(LLAMA, strategy)[0]
     assert 0 < params.linear < params.dense
     bf16, fp8 = model_state_bytes(BF16, strategy, params), model_state_bytes(FP8, strategy, params)
-    assert weight_copy_bytes_per_parameter(FP8) == 2.0  # FP8 copy + transpose (Hopper layout)
+    assert weight_copy_bytes_per_parameter(FP8, 0) == 2.0  # FP8 copy + transpose (Hopper layout)
     assert fp8["parameters"] - bf16["parameters"] == pytest.approx(2.0 * params.linear)
     assert fp8["gradients"] == bf16["gradients"] and fp8["optimizer_states"] == bf16["optimizer_states"]
+    # --fp8-param-gather (ZeRO >= 1): the FP8 copy and transpose replace the BF16 linear weight
+    sharded = strategy.with_zero(1)
+    assert weight_copy_bytes_per_parameter(FP8, 1) == 0.0
+    assert (model_state_bytes(FP8, sharded, params)["parameters"]
+            == pytest.approx(model_state_bytes(BF16, sharded, params)["parameters"]))
     torchtitan = replace(FP8, trainer="torchtitan")
-    assert weight_copy_bytes_per_parameter(torchtitan) == 0.0
+    assert weight_copy_bytes_per_parameter(torchtitan, 0) == weight_copy_bytes_per_parameter(torchtitan, 3) == 0.0
     # the QKV, output-projection, FC1 and FC2 inputs are saved in FP8: one byte less each
     s, h = FP8.seq_len, LLAMA.hidden
     saved = (layer_activation_bytes(LLAMA, BF16, "dense", "none", 1, 1, 1, 1, 1, False)
@@ -110,6 +115,17 @@ def test_fp8_weight_copies_and_fp8_linear_inputs():
     # full recompute keeps the BF16 layer input either way
     assert layer_activation_bytes(LLAMA, FP8, "dense", "full", 1, 1, 1, 1, 1, False) == pytest.approx(
         layer_activation_bytes(LLAMA, BF16, "dense", "full", 1, 1, 1, 1, 1, False))
+
+
+def test_the_activation_input_stored_in_fp8_halves_fc1_outputs():
+    # Megatron's activation_func_fp8_input_store (DeepSeek-V3 §3.3.2: SwiGLU inputs cached in FP8): fc1's output,
+    # gate and up (2 x ffn per token), 1 byte instead of 2; in BF16 runs too
+    s, f = BF16.seq_len, LLAMA.ffn_hidden
+    for run in (BF16, FP8):
+        stored = replace(run, activation_func_fp8_input_store=True)
+        saved = (layer_activation_bytes(LLAMA, run, "dense", "none", 1, 1, 1, 1, 1, False)
+                 - layer_activation_bytes(LLAMA, stored, "dense", "none", 1, 1, 1, 1, 1, False))
+        assert saved == pytest.approx(s * 2 * f)
 
 
 def test_bf16_optimizer_states_and_fp8_parameter_gathers():

@@ -1,12 +1,19 @@
 """The bounds the searches prune with are valid: no strategy of an item is faster than the item's bound, and no
 strategy that fits is faster than its memory-aware bound (the proofs rest on this)."""
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 
 from ndcp.solve.coefficients import (item_data_parallel_floor, item_lower_bound, item_memory_lower_bound,
                                      item_plan_lower_bound, item_plan_lower_bounds)
+from ndcp.solve.exhaustive import _partitions
 from ndcp.solve.result import evaluate
+from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
 
+from .oracle import assert_plan_search_matches_oracle
 from .test_cpsat_vs_oracle import problems
+from .test_plans_vs_oracle import small_problems
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -35,3 +42,39 @@ def test_item_bounds_never_exceed_the_full_estimators(space):
         per_sp = item_plan_lower_bounds(space, item)
         for sp in {e.strategy.sp for e in fitting}:
             assert per_sp[sp] <= min(e.step_seconds for e in fitting if e.strategy.sp == sp) * (1 + 1e-9)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(space=small_problems())
+def test_item_bounds_hold_for_uneven_partitions(space):
+    # with partition offsets a stage may hold fewer layers than its default, and so fewer model states: the memory
+    # bounds must count the lightest partition, not the default one
+    space = replace(space, options=replace(space.options, max_offset=1))
+    walk = space.walk()
+    for layout, mbs, mbn in walk.batches:
+        item = (layout, mbs, mbn)
+        zeros, sps, modes = space.inner_choices(layout.tp)
+        partitions = _partitions(space.model.layers, layout.pp, layout.vpp, space.partition_offset(layout))
+        evaluated = [evaluate(space, replace(layout.strategy(mbs, mbn, z, sp, mode), layers_per_stage=partition))
+                     for partition in partitions for z in zeros for sp in sps for mode in modes]
+        fitting = [e for e in evaluated if e.fits]
+        if not fitting:
+            continue
+        assert item_memory_lower_bound(space, item) <= min(e.memory.peak_bytes for e in fitting)
+        per_sp = item_plan_lower_bounds(space, item)
+        for sp in {e.strategy.sp for e in fitting}:
+            assert per_sp[sp] <= min(e.step_seconds for e in fitting if e.strategy.sp == sp) * (1 + 1e-9)
+
+
+def test_a_lighter_first_stage_fits_where_the_default_partition_does_not():
+    # Found by CI (hypothesis): 3 layers on pp=2 under a 128 MiB cap fit only as 2 + 1 layers; the memory bound
+    # once took the default partition's model states and proved the item could not fit.
+    model = ModelSpec(name="small", layers=3, hidden=256, heads=4, kv_heads=1, ffn_hidden=1024, vocab=1000,
+                      activation="gelu")
+    cluster = ClusterSpec(device_preset("h100"), 2).with_overrides(devices_per_node=1, inter_node_bandwidth=1e9)
+    run = RunSpec(global_batch=2, seq_len=4096, memory_cap_bytes=2**27, reserve_bytes=2**20, trainer="torchtitan")
+    options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
+                           recompute_modes=("none", "layernorm", "mlp", "full"), max_offset=1)
+    oracle, solved = assert_plan_search_matches_oracle(SearchSpace(model, cluster, run, options), top=2)
+    assert solved.status == "optimal"
+    assert solved.strategies[0].strategy.layers_per_stage == (2, 1)

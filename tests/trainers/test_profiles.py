@@ -1,5 +1,7 @@
 """What each trainer can run (its profile) and the nearest plan it runs for one it cannot express: never less
 recompute or sharding than planned, and the search under --trainer takes only what the trainer runs."""
+from dataclasses import replace
+
 import pytest
 
 from ndcp.rules import strategy_refusal
@@ -54,6 +56,14 @@ def test_torchtitan_runs_fsdp_or_plain_ddp_and_no_expert_tensor_parallelism():
     assert nearest("torchtitan", LLAMA, TITAN, ddp) == (ddp, [])
     ran, _ = nearest("torchtitan", TINY_MOE, TITAN, Strategy(dp=4, tp=2, ep=4, etp=2, mbs=1, mbn=32, zero=3))
     assert ran.etp == 1
+
+
+def test_a_setting_megatron_keeps_off_its_command_line_is_a_note_not_a_flag():
+    # activation_func_fp8_input_store is a TransformerConfig field Megatron-LM excludes from its argument parser
+    run = replace(RUN, activation_func_fp8_input_store=True)
+    emitted = emit("megatron", LLAMA, run, Strategy(dp=16, tp=8, mbs=1, mbn=8, zero=1, sp=True))
+    assert not any("fp8-input-store" in line for line in emitted.text.splitlines() if not line.startswith("#"))
+    assert any("TransformerConfig.activation_func_fp8_input_store" in n for n in emitted.notes)
 
 
 def test_megatron_fsdp_and_the_cuda_queue_setting():
