@@ -9,7 +9,7 @@ from pathlib import Path
 from ..report.output import write_output
 from ..specs.device import device_yaml, load_device
 from ..specs.fields import SpecError
-from ..validation.fit import DEFAULT_PARAMETERS, FITTABLE, calibrate_device
+from ..validation.fittable import DEFAULT_PARAMETERS, FITTABLE
 from .common import EXIT_OK, console, subparser
 from .outputs import add_json_argument, emit_json
 
@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     runs = Path(args.runs).expanduser()
     if not runs.is_file():
         raise SpecError(f"{args.runs}: no such runs file" if not runs.exists() else f"{args.runs}: not a file")
+    from ..validation.fit import calibrate_device  # numpy: imported only for this command
+
     result = calibrate_device(runs, start, args.parameters)
     name = args.name or Path(args.output).stem
     ins, cv = result["in_sample"], result["leave_one_source_out"]
