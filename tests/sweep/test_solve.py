@@ -42,3 +42,12 @@ def test_local_worker_processes_give_the_serial_answers():
 def test_unknown_executor_is_a_spec_error():
     with pytest.raises(SpecError, match="--executor='slurm' is not valid; valid: local, ray"):
         list(run_jobs([job(8)], "slurm"))
+
+
+def test_workers_start_with_the_likely_longest_points():
+    # larger models first, then more GPUs (list scheduling, longest first); ties keep the given order
+    from ndcp.sweep.executors import _longest_first
+    small, large = job(8), Job(SweepPoint("h100", 8, 16, 512), load_model("llama3-8b"),
+                               ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512),
+                               SpaceOptions(), "uniform")
+    assert _longest_first([small, job(16), large, job(16)]) == [2, 1, 3, 0]
