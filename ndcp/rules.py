@@ -237,6 +237,26 @@ def _trainer_zero(p: Problem, d: dict) -> Refusal | None:
                                                                                  profile.zero_how))))
 
 
+def optimizer_offload_zero(run: RunSpec) -> tuple[int, ...]:
+    """The ZeRO stages under which the run's trainer keeps the optimizer on the host (none: it cannot). Megatron-LM
+    refuses the offload with FP8 parameter gathers (ZeRO >= 1 under fp8) unless the recipe is delayed scaling
+    (arguments.py validate_args)."""
+    stages = PROFILES[run.trainer].optimizer_offload_zero
+    if run.trainer == "megatron" and run.fp8 and run.fp8_recipe != "delayed":
+        return tuple(z for z in stages if z == 0)
+    return stages
+
+
+def _optimizer_offload(p: Problem, d: dict) -> Refusal | None:
+    stages = optimizer_offload_zero(p.run)
+    return _refuse("optimizer_offload", "zero" if stages else "optimizer_offload",
+                   not d.get("optimizer_offload") or d["zero"] in stages, lambda: (
+        f"{p.run.trainer} offloads the optimizer (--optimizer-cpu-offload) only with ZeRO "
+        f"{', '.join(map(str, stages))}" + (" under this FP8 recipe (with FP8 parameter gathers it needs delayed "
+                                             "scaling)" if p.run.fp8 and 1 not in stages else "") if stages else
+        f"{p.run.trainer} has no optimizer offload ({_profile(p).version}); plan with --trainer megatron"))
+
+
 # In the walk's loop order (TP -> PP -> CP -> CP_COMM -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains
 # satisfy by construction (devices, batch_split, ep_experts, etp_tp, moe_dims: dp and mbn are derived, ep and etp range
 # over divisors) are checked on whole strategies only; they are listed at the level where they would apply.
@@ -263,6 +283,8 @@ RULEBOOK: tuple[Rule, ...] = (
          _partition),
     Rule("trainer_etp", "the trainer runs expert tensor parallelism (torchtitan 0.3: etp = 1)", "etp", _trainer_etp),
     Rule("trainer_cp_comm", "the trainer runs this CP communication type", "cp_comm", _trainer_cp_comm),
+    Rule("optimizer_offload", "the trainer offloads the optimizer under this ZeRO stage", "strategy",
+         _optimizer_offload),
     Rule("trainer_zero", "the trainer runs this ZeRO stage with these degrees (ndcp/trainers profiles)", "strategy",
          _trainer_zero),
     Rule("recompute_stages", "a per-stage recompute plan covers each stage's layers", "strategy", _recompute_stages),
@@ -298,7 +320,7 @@ def strategy_degrees(strategy: Strategy) -> dict:
     s = strategy
     return {"tp": s.tp, "pp": s.pp, "cp": s.cp, "dp": s.dp, "ep": s.ep, "etp": s.etp, "vpp": s.vpp, "mbs": s.mbs,
             "mbn": s.mbn, "sp": s.sp, "schedule": s.schedule, "layers_per_stage": s.layers_per_stage,
-            "recompute": s.recompute, "cp_comm": s.cp_comm, "zero": s.zero}
+            "recompute": s.recompute, "cp_comm": s.cp_comm, "zero": s.zero, "optimizer_offload": s.optimizer_offload}
 
 
 def strategy_refusal(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> Refusal | None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator
 
-from .rules import Problem, first_refusal, recompute_option_refusal, sp_allowed, trainer_zero_stages
+from .rules import (Problem, first_refusal, optimizer_offload_zero, recompute_option_refusal, sp_allowed,
+                    trainer_zero_stages)
 from .schedules import SCHEDULES, default_schedule, schedule_named
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
@@ -42,6 +43,9 @@ class SpaceOptions:
     # each extra type adds the cp > 1 candidates again (measured 2-3x the search time, `ndcp search --cp-comm`).
     cp_comms: tuple[str, ...] = ("p2p",)
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES  # pipeline schedules searched (each where its rules allow)
+    # optimizer offload settings searched (True: the optimizer on the host, where the trainer runs it). Default off:
+    # it doubles the batch items, and it pays only when the device memory binds.
+    optimizer_offloads: tuple[bool, ...] = (False,)
 
     def __post_init__(self):
         for name, value in self.fix + self.max:
@@ -53,6 +57,8 @@ class SpaceOptions:
             raise SpecError(f"max_offset={self.max_offset} is not valid; expected an integer >= 0")
         if not self.cp_comms or any(c not in CP_COMM_TYPES for c in self.cp_comms):
             raise SpecError(f"cp_comm={','.join(self.cp_comms)} is not valid; valid: {', '.join(CP_COMM_TYPES)}")
+        if not self.optimizer_offloads or any(not isinstance(x, bool) for x in self.optimizer_offloads):
+            raise SpecError(f"optimizer_offloads={self.optimizer_offloads} is not valid; expected true and/or false")
         if not self.schedules or any(x not in SCHEDULES for x in self.schedules):
             raise SpecError(f"schedule={','.join(self.schedules)} is not valid; valid: {', '.join(SCHEDULES)}")
 
@@ -76,6 +82,7 @@ class Layout:
     vpp: int
     cp_comm: str = "p2p"  # searched when cp > 1 (walk: the cp_comm level's rules)
     schedule: str = ""  # the pipeline schedule; "" = the default for vpp
+    optimizer_offload: bool = False  # optimizer states and step on the host (searched when asked: SpaceOptions)
 
     def __post_init__(self):
         if not self.schedule:
@@ -86,7 +93,7 @@ class Layout:
         return Strategy.trusted(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp,
                                 vpp=self.vpp, mbs=mbs, mbn=mbn, zero=zero, sp=sp,
                                 schedule=self.schedule, recompute=_UNIFORM[recompute],
-                                layers_per_stage=(), cp_comm=self.cp_comm)
+                                layers_per_stage=(), cp_comm=self.cp_comm, optimizer_offload=self.optimizer_offload)
 
 
 @dataclass
@@ -133,6 +140,16 @@ class SearchSpace:
         """ZeRO stages, SP settings (SP only with tp > 1) and recompute modes searched for a layout (they depend on
         tp only through SP: computed once per space for tp = 1 and tp > 1, as the walk asks for every item)."""
         return self._inner_choices[tp > 1]
+
+    def zero_stages(self, layout: Layout) -> list[int]:
+        """The searched ZeRO stages of a layout: inner_choices' own, those the trainer offloads the optimizer under
+        when the layout offloads it (rule `optimizer_offload`)."""
+        zeros = self.inner_choices(layout.tp)[0]
+        return [z for z in zeros if z in self._offload_zeros] if layout.optimizer_offload else zeros
+
+    @cached_property
+    def _offload_zeros(self) -> tuple[int, ...]:
+        return optimizer_offload_zero(self.run)
 
     @cached_property
     def _inner_choices(self) -> dict[bool, tuple[list[int], list[bool], list[str]]]:
@@ -219,6 +236,7 @@ class SearchSpace:
         etp_refusal = {(ep, etp): first_refusal(problem, "etp", {**known, "ep": ep, "etp": etp})
                        for ep in eps for etp in etps}  # ep_ranks: folded onto the stage's tp*cp*dp ranks
         layouts: dict[tuple, Layout] = {}
+        offloads = self._optimizer_offloads(tp, refused)
         for mbs in self._domain("mbs", divisors(self.run.global_batch // dp), refused):
             mbn = self.run.global_batch // (dp * mbs)
             if not self._allowed("mbn", mbn):
@@ -247,16 +265,30 @@ class SearchSpace:
                                 refused[refusal.rule] += 1
                                 continue
                             for cp_comm in comms:
-                                key = (ep, etp, vpp, cp_comm, schedule)  # one Layout per key across the mbs values
-                                if key not in layouts:
-                                    layouts[key] = Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm, schedule)
-                                out.batches.append((layouts[key], mbs, mbn))
+                                for offload in offloads:
+                                    # one Layout per key across the mbs values
+                                    key = (ep, etp, vpp, cp_comm, schedule, offload)
+                                    if key not in layouts:
+                                        layouts[key] = Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm, schedule,
+                                                              offload)
+                                    out.batches.append((layouts[key], mbs, mbn))
+
+    def _optimizer_offloads(self, tp: int, refused: Counter) -> list[bool]:
+        """The optimizer offload settings searched: offload where the trainer runs it under a searched ZeRO stage
+        (rule `optimizer_offload`; refused once per (tp, pp, cp) otherwise)."""
+        out = []
+        for offload in self.options.optimizer_offloads:
+            if offload and not set(self._offload_zeros) & set(self.inner_choices(tp)[0]):
+                refused["optimizer_offload"] += 1
+            else:
+                out.append(offload)
+        return out
 
     def candidates(self, walk: SpaceWalk | None = None) -> Iterator[Strategy]:
         """Every valid strategy: each (layout, mbs, mbn) times the inner ZeRO x SP x recompute choices."""
         for layout, mbs, mbn in (walk or self.walk()).batches:
-            zeros, sps, modes = self.inner_choices(layout.tp)
-            for zero in zeros:
+            _, sps, modes = self.inner_choices(layout.tp)
+            for zero in self.zero_stages(layout):
                 for sp in sps:
                     for mode in modes:
                         yield layout.strategy(mbs, mbn, zero, sp, mode)
@@ -264,8 +296,8 @@ class SearchSpace:
     def size(self, walk: SpaceWalk) -> int:
         total = 0
         for layout, _, _ in walk.batches:
-            zeros, sps, modes = self.inner_choices(layout.tp)
-            total += len(zeros) * len(sps) * len(modes)
+            _, sps, modes = self.inner_choices(layout.tp)
+            total += len(self.zero_stages(layout)) * len(sps) * len(modes)
         return total
 
 

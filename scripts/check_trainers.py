@@ -58,6 +58,9 @@ MATRIX = [
     ("70B ZeRO-2 (Megatron FSDP), recompute modules layernorm+mlp", "megatron",
      "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
      "--strategy tp=8,mbs=1,zero=2,sp=on,recompute=layernorm+mlp"),
+    ("70B optimizer offload, 64 H100", "megatron",
+     "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
+     "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,offload=optimizer"),
     ("70B activation offload, 64 H100", "megatron",
      "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
      "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,offload=activations"),

@@ -63,8 +63,10 @@ def test_recompute_modules_and_offload_keys(capsys):
     assert s["recompute"] == "offload"
     code, out, err = run(capsys, *LLAMA_405B, "--strategy", "tp=8,pp=16,recompute_modules=moe_act")
     assert_one_line_error(code, out, err, "moe_act needs moe layers")
-    code, out, err = run(capsys, *LLAMA_405B, "--strategy", "tp=8,pp=16,offload=optimizer")
-    assert_one_line_error(code, out, err, "not modelled yet")
+    s = _strategy(capsys, *LLAMA_405B, "--strategy", "tp=8,pp=16,zero=1,offload=activations+optimizer")
+    assert s["recompute"] == "offload" and s["optimizer_offload"] is True
+    code, out, err = run(capsys, *LLAMA_405B, "--strategy", "tp=8,pp=16,offload=optimizer,optimizer_offload=off")
+    assert_one_line_error(code, out, err, "disagree")
     code, out, err = run(capsys, *LLAMA_405B, "--trainer", "torchtitan", "--strategy", "tp=8,pp=16,zero=3,recompute=layernorm")
     assert_one_line_error(code, out, err, "Megatron-Core's")
 

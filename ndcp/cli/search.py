@@ -67,6 +67,9 @@ def register(subparsers) -> None:
                        help="pipeline schedules to search, jointly with everything else: all, or a comma-separated "
                             f"list of {', '.join(SCHEDULES)} (default {','.join(DEFAULT_SCHEDULES)}: what Megatron-LM "
                             "and torchtitan run out of the box)")
+    group.add_argument("--optimizer-offload", choices=("off", "on", "both"), default="off",
+                       help="optimizer states and step on the host (Megatron --optimizer-cpu-offload; ZeRO 0/1): "
+                            "off (default), on, or both searched jointly (twice the candidates)")
     group.add_argument("--cp-comm", metavar="TYPES", type=cp_comm_types, default=("p2p",),
                        help="context-parallel communication types to search when cp > 1, comma-separated from "
                             f"{', '.join(CP_COMM_TYPES)}, or all (default p2p: each extra type adds as many cp > 1 "
@@ -261,12 +264,18 @@ def build_space_options(args: argparse.Namespace) -> SpaceOptions:
     sp_choices = {"on": (True,), "off": (False,), "both": (False, True)}[args.sp]
     if "sp" in fixed and bool(fixed["sp"]) not in sp_choices:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
+    offload = getattr(args, "optimizer_offload", "off")
+    trainer = getattr(args, "trainer", None) or "megatron"
+    if offload == "on" and not PROFILES[trainer].optimizer_offload_zero:
+        raise SpecError(f"--optimizer-offload on: {trainer} has no optimizer offload ({PROFILES[trainer].version}); "
+                        "plan with --trainer megatron")
     recompute = (RECOMPUTE_MODES if args.recompute in ("uniform", "per-layer", "greedy")
                  else CLASSIC_MODES if args.recompute == "classic" else (args.recompute,))
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
                         sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound, max_offset=args.max_offset,
                         cp_comms=cp_comms,
-                        schedules=trainer_schedules(args, getattr(args, "schedules", DEFAULT_SCHEDULES)))
+                        schedules=trainer_schedules(args, getattr(args, "schedules", DEFAULT_SCHEDULES)),
+                        optimizer_offloads={"off": (False,), "on": (True,), "both": (False, True)}[offload])
 
 
 def run(args: argparse.Namespace) -> int:

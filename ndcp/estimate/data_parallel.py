@@ -11,13 +11,13 @@ from typing import NamedTuple
 from functools import lru_cache
 
 from ..schedules import default_schedule
-from ..specs.device import ClusterSpec
+from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import memory_seconds
-from .parameters import expert_data_parallel, stage_parameters
+from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
 from .trainers import data_parallel_sync
 
 # A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the
@@ -69,6 +69,26 @@ def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
     return 2 * (run.param_bytes + run.optimizer_state_bytes) + 2 * run.grad_bytes
 
 
+# Host-side optimizer (Megatron HybridDeviceOptimizer, offload fraction 1, param_update_in_fp32): the host keeps FP32
+# master weights, the moments and an FP32 copy of the gradients; it sends FP32 parameters back.
+HOST_GRAD_BYTES = 4
+HOST_PARAM_BYTES = 4
+
+
+def host_optimizer_bytes_per_parameter(run: RunSpec) -> float:
+    """Host memory per local (sharded) parameter with the optimizer offloaded: its states and the gradient copy."""
+    return run.optimizer_state_bytes + HOST_GRAD_BYTES
+
+
+def host_optimizer_seconds(run: RunSpec, device: DeviceSpec, sharded: float) -> float:
+    """The optimizer step on the host for `sharded` local parameters (docs/formulas.md §6.1): gradients down the
+    host link, Adam over the host copies at the host memory bandwidth (read and write the states, read the
+    gradient), parameters back up; one after the other (Megatron's default, --overlap-cpu-optimizer-d2h-h2d off)."""
+    link = sharded * (run.grad_bytes + HOST_PARAM_BYTES) / device.host_bandwidth
+    adam = sharded * (2 * run.optimizer_state_bytes + HOST_GRAD_BYTES) / device.host_memory_bandwidth
+    return link + adam
+
+
 def _collectives(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n: int,
                  span: int) -> tuple[float, float]:
     """(gradient sync, parameter gather) of `params` local parameters over an n-rank data-parallel group, seconds
@@ -92,17 +112,18 @@ def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
     and how ZeRO shards them, so it is cached on those fields."""
     s = strategy
     return _data_parallel_terms(model, cluster, run, s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp,
-                                s.zero, s.schedule)
+                                s.zero, s.schedule, s.optimizer_offload)
 
 
 @lru_cache(maxsize=65536)
 def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int,
                          layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
-                         zero: int, schedule: str = "") -> tuple[DataParallelTerms, ...]:
+                         zero: int, schedule: str = "", optimizer_offload: bool = False
+                         ) -> tuple[DataParallelTerms, ...]:
     # the schedule places parameters (a mirrored one holds two stages' worth: their gradients sync too)
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
                          schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
-                         layers_per_stage=layers_per_stage)
+                         layers_per_stage=layers_per_stage, cp_comm="p2p", optimizer_offload=optimizer_offload)
     sync = data_parallel_sync(run, zero, pp)
     dense_group = s.dp * s.cp
     dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
@@ -113,13 +134,14 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
         dense = _collectives(cluster, run, zero, params.dense, dense_group, dense_span)
         expert = _collectives(cluster, run, zero, params.expert, edp, expert_span)
         gradients, gather = dense[0] + expert[0], dense[1] + expert[1]
-        sharded = params.dense / dense_group + params.expert / edp if zero >= 1 else params.dense + params.expert
+        sharded = optimizer_shard(s, params)
         out.append(DataParallelTerms(
             gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
             backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
             gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
             last_bucket=1.0 / max(params.layers, 1),
-            optimizer=memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device)))
+            optimizer=(host_optimizer_seconds(run, cluster.device, sharded) if optimizer_offload
+                       else memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device))))
     return tuple(out)
 
 

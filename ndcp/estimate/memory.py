@@ -24,8 +24,9 @@ from .activations import (head_activation_bytes, layer_activation_bytes, offload
 from .layout import StageLayout, stage_layouts, stage_mode_counts
 from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
 from .trainers import data_parallel_sync, trainer_profile
+from .data_parallel import host_optimizer_bytes_per_parameter
 from .fp8 import weight_copy_bytes_per_parameter
-from .parameters import StageParameters, expert_data_parallel, stage_parameters
+from .parameters import StageParameters, expert_data_parallel, optimizer_shard, stage_parameters
 
 
 def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, float]:
@@ -66,7 +67,18 @@ def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters)
         out["parameters"] += run.param_bytes * (params.dense + params.expert)
     if sync.full_grad_buffer:
         out["gradients"] += run.grad_bytes * (params.dense + params.expert)
+    if strategy.optimizer_offload:  # master weights and moments live on the host (host_optimizer_bytes)
+        out["optimizer_states"] = 0.0
     return out
+
+
+def host_optimizer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> float:
+    """Host memory the offloaded optimizer of one device stage takes: the states and gradient copy of its optimizer
+    shard (docs/formulas.md §6.1); 0 without optimizer offload."""
+    if not strategy.optimizer_offload:
+        return 0.0
+    params = stage_parameters(model, strategy)[layout.stage]
+    return optimizer_shard(strategy, params) * host_optimizer_bytes_per_parameter(run)
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class StageMemory:
     layers: int
     in_flight: float  # micro-batches (in units of the whole stage) whose activations are resident
     parts: dict[str, int]
-    host_bytes: int = 0  # offloaded activations in host memory at the stage's peak
+    host_bytes: int = 0  # offloaded activations and optimizer states in host memory at the stage's peak
 
     @property
     def total_bytes(self) -> int:
@@ -200,10 +212,11 @@ def host_offload_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
 
 
 def stage_memory(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> StageMemory:
-    """All parts of one device stage's peak, and the host memory its offloaded activations take."""
+    """All parts of one device stage's peak, and the host memory its offloaded activations and optimizer take."""
     parts = {**stage_static_bytes(model, run, strategy, layout), **stage_dynamic_bytes(model, run, strategy, layout)}
+    host = host_offload_bytes(model, run, strategy, layout) + host_optimizer_bytes(model, run, strategy, layout)
     return StageMemory(layout.stage, layout.layers, layout.in_flight_chunks / strategy.vpp,
-                       {k: int(v) for k, v in parts.items()}, int(host_offload_bytes(model, run, strategy, layout)))
+                       {k: int(v) for k, v in parts.items()}, int(host))
 
 
 def _comm_buffer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) -> float:
@@ -252,4 +265,5 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
 
 
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",
+           "host_optimizer_bytes",
            "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes", "parts_total"]

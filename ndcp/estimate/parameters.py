@@ -24,6 +24,14 @@ def expert_data_parallel(strategy: Strategy) -> int:
     return max(1, strategy.dp * strategy.cp * strategy.tp // (strategy.ep * strategy.etp))
 
 
+def optimizer_shard(strategy: Strategy, params: StageParameters) -> float:
+    """Parameters whose optimizer step this device runs: with ZeRO >= 1 its shard (dense over the DP x CP ranks,
+    experts over the expert-data-parallel ranks), else every parameter of its stage."""
+    if strategy.zero == 0:
+        return params.dense + params.expert
+    return params.dense / (strategy.dp * strategy.cp) + params.expert / expert_data_parallel(strategy)
+
+
 def _encoder_parameters(model: ModelSpec, tp: int) -> tuple[float, float]:
     """(all, linear-layer) parameters of the vision encoder and projector on one device of the embedding stage
     (docs/models.md §5): linear layers split over TP as the language model's, patch embedding, positions and norms

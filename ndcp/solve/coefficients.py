@@ -24,8 +24,8 @@ from functools import lru_cache
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
-from ..estimate.memory import (host_offload_bytes, model_state_bytes, parts_total, resident_layer_bytes,
-                               stage_dynamic_bytes, stage_static_bytes)
+from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
+                               resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
 from ..estimate.overlap import hidden_comms
@@ -47,6 +47,7 @@ class ItemTable:
     time: tuple[tuple[float, ...], ...]  # [j][z] seconds: pipeline + data-parallel exposure + optimizer
     dynamic: tuple[tuple[float, ...], ...]  # [j][role] bytes
     static: tuple[tuple[float, ...], ...]  # [z][role] bytes
+    zero_allowed: tuple[bool, ...]  # [z]: the layout runs it (space.zero_stages), its host optimizer states fit
 
 
 def role_stages(pp: int) -> tuple[int, int, int]:
@@ -287,7 +288,12 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
         dynamic.append(tuple(parts_total(stage_dynamic_bytes(model, run, strategy, r)) for r in roles))
     static = [tuple(parts_total(stage_static_bytes(model, run, reference.with_zero(z), r)) for r in roles)
               for z in zeros]
-    return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static))
+    # an offloaded optimizer must fit the host memory on every stage (the offloaded activations beside it are left
+    # to verification: the model stays a relaxation)
+    runs = space.zero_stages(layout)
+    zero_allowed = tuple(z in runs and all(host_optimizer_bytes(model, run, reference.with_zero(z), r)
+                                           <= cluster.device.host_memory_bytes for r in layouts) for z in zeros)
+    return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static), zero_allowed)
 
 
 def _data_parallel_floors(space: SearchSpace, item: Item, sp: bool, zeros) -> list[float]:

@@ -66,13 +66,15 @@ class StrategyModel:
         self.tables[i] = {
             (j, z): (_floor(table.time[j][z], TIME_UNIT),
                      tuple(_floor(d, MIB) + _floor(st, MIB) for d, st in zip(table.dynamic[j], table.static[z])))
-            for j, ok in enumerate(table.allowed) if ok for z in range(len(table.static))}
+            for j, ok in enumerate(table.allowed) if ok for z, zero_ok in enumerate(table.zero_allowed) if zero_ok}
+        if not self.tables[i]:  # no inner choice can run (the host memory, or no ZeRO stage the layout allows)
+            self.drop(i)
 
     def objective(self, i: int, j: int, z: int) -> int:
         return self.tables[i][(j, z)][0]
 
     def max_objective(self) -> int:
-        expanded = [max(t for t, _ in table.values()) for table in self.tables.values()]
+        expanded = [max(t for t, _ in table.values()) for table in self.tables.values() if table]
         return max(expanded + [b for b in self.bounds if b is not None])
 
     def _rest(self) -> tuple[int, int] | None:

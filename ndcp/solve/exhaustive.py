@@ -72,7 +72,8 @@ def _plan_candidates(space: SearchSpace, walk):
     groups, total = [], 0
     for layout, mbs, mbn in walk.batches:
         offset = space.partition_offset(layout)
-        zeros, sps, modes = space.inner_choices(layout.tp)
+        _, sps, modes = space.inner_choices(layout.tp)
+        zeros = space.zero_stages(layout)
         for partition in _partitions(model.layers, layout.pp, layout.vpp, offset) if offset else [()]:
             counts = partition or default_partition(model.layers, layout.pp * layout.vpp)
             stage_layers = [sum(counts[s::layout.pp]) for s in range(layout.pp)]

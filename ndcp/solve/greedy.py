@@ -91,8 +91,8 @@ def greedy_search(space: SearchSpace, top: int = 10, progress=None, time_limit: 
     misses: list[Evaluated] = []
     candidates = []
     for layout, mbs, mbn in walk.batches:
-        zeros, sps, _ = space.inner_choices(layout.tp)
-        candidates += [(layout, mbs, mbn, sp, zero) for sp in sps for zero in zeros]
+        _, sps, _ = space.inner_choices(layout.tp)
+        candidates += [(layout, mbs, mbn, sp, zero) for sp in sps for zero in space.zero_stages(layout)]
     stopped = False
     for count, (layout, mbs, mbn, sp, zero) in enumerate(candidates, 1):
         if time_limit is not None and time.perf_counter() - start > time_limit:

@@ -86,7 +86,8 @@ def explain_memory(space: SearchSpace, walk, result: SearchResult) -> None:
     bounds = [item_memory_lower_bound(space, item) for item in items]
     least = min(range(len(items)), key=lambda i: (bounds[i], i))
     layout, mbs, mbn = items[least]
-    inner, zeros = inner_choices(space)
-    lightest = [layout.strategy(mbs, mbn, z, sp, mode) for sp, mode in inner if sp_allowed(sp, layout.tp) for z in zeros]
+    inner, _ = inner_choices(space)
+    lightest = [layout.strategy(mbs, mbn, z, sp, mode) for sp, mode in inner if sp_allowed(sp, layout.tp)
+                for z in space.zero_stages(layout)]
     evaluated = min((evaluate(space, s) for s in lightest), key=lambda e: (e.memory.peak_bytes, e.strategy.key()))
     result.explanation = explain_infeasible(space, walk, evaluated, int(bounds[least]))

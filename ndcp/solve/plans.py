@@ -8,7 +8,6 @@ import time
 from dataclasses import replace
 
 from ..space import SearchSpace
-from .coefficients import inner_choices
 from .context import SearchContext, with_max_offset
 from .items import READY, ItemBounds, bounded_items, explain_memory, unsolved
 from .recompute import PLAN_TOLERANCE, PlanModel, PlanTimeout
@@ -71,7 +70,6 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
     # Items wait in a queue ordered by their bound: an item reaching the front below level READY gets its next,
     # tighter bound (`ItemBounds.tighten`) and is queued again; reaching the front at READY, its plans are solved.
     queue = bounds.queue()
-    _, zeros = inner_choices(space)
     # the least bound of any item not yet visited (kept up to date by the loop)
     next_bound = queue[0][0] if queue else float("inf")
     try:
@@ -89,7 +87,8 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
             layout, mbs, mbn = items[i]
             # an SP setting whose plan bound cannot beat the K-th best (or that cannot fit) needs no sub-model
             for sp in (s for s, b in sorted(bounds.per_sp[i].items()) if b <= verifier.kth() * (1 + TIE)):
-                plan = PlanModel(space, layout, mbs, mbn, sp, tuple(space.inner_choices(layout.tp)[2]), zeros)
+                plan = PlanModel(space, layout, mbs, mbn, sp, tuple(space.inner_choices(layout.tp)[2]),
+                                 tuple(space.zero_stages(layout)))
                 verifier.solve(plan, _degree_key(plan.base), (), next_bound)
             result.expanded += 1
             if ctx.progress is not None:
@@ -109,7 +108,7 @@ def _degree_key(strategy) -> tuple:
     """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry (the
     schedule is part of the item, as the exhaustive oracle ranks it)."""
     s = strategy
-    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm, s.schedule)
+    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm, s.schedule, s.optimizer_offload)
 
 
 class _PlanVerifier:

@@ -24,7 +24,8 @@ from ortools.sat.python import cp_model
 from ..estimate.activations import offloaded_layer_bytes, recompute_workspace_bytes
 from ..estimate.layout import (LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts, stage_layouts,
                                stage_mode_counts)
-from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
+from ..estimate.memory import (host_optimizer_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
+                               stage_static_bytes)
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.overlap import hidden_comms
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_fill
@@ -127,23 +128,31 @@ class PlanModel:
         # host memory of offloaded layers per (kind, mode), per stage (its in-flight micro-batches)
         self.host = [{(k, m): offloaded_layer_bytes(model, run, k, m, *theta) * self.layouts[s].in_flight_chunks
                       / layout.vpp for k in present for m in modes} for s in range(pp)]
-        self.host_capacity = cluster.device.host_memory_bytes
+        # host memory left for them: the capacity less an offloaded optimizer's states (its lightest ZeRO stage; with
+        # uneven partitions none, as a stage may hold fewer layers: the model stays a relaxation)
+        self.host_room = [cluster.device.host_memory_bytes - (0.0 if self.offset else min(
+            host_optimizer_bytes(model, run, base.with_zero(z), self.layouts[s]) for z in zeros)) for s in range(pp)]
         self.fixed = [parts_total(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={})) for s in range(pp)]
         self.static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]))
                         for s in range(pp)] for z in zeros]
         self.static_per_layer = [layer_static_bytes(space, layout, z) for z in zeros]
-        # Data-parallel terms per ZeRO stage and stage: (windows: (seconds, count, pass), last bucket, optimizer).
-        # With uneven partitions a stage may hold default +- offset layers: take each term at its smallest (fewest
-        # layers; the last bucket's share at the most layers).
-        low = tuple(max(layout.vpp, d - self.offset) for d in self.default)  # a layer per chunk
+        # Data-parallel terms per ZeRO stage and stage: (windows: (seconds, count, pass), last bucket, optimizer, and
+        # per layer: the windows' seconds and the optimizer's). A stage's collectives and optimizer step are affine in
+        # its layers (one kind of layer, where uneven partitions are searched): the terms at its fewest layers and
+        # the slope to its most; the last bucket's share at the most layers. Fixed partition: slopes 0.
+        self.low = tuple(max(layout.vpp, d - self.offset) for d in self.default)  # a layer per chunk
         high = tuple(d + self.offset for d in self.default)
         self.dp_terms = []
         for z in zeros:
-            fewest = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=split_device_stages(low, layout.vpp))
-                                         if self.offset else base.with_zero(z))
-            most = data_parallel_terms(model, cluster, run, base.with_(zero=z, layers_per_stage=split_device_stages(high, layout.vpp))
-                                       if self.offset else base.with_zero(z))
-            self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer) for t, m in zip(fewest, most)])
+            fewest = data_parallel_terms(model, cluster, run, base.with_(
+                zero=z, layers_per_stage=split_device_stages(self.low, layout.vpp)) if self.offset else base.with_zero(z))
+            most = data_parallel_terms(model, cluster, run, base.with_(
+                zero=z, layers_per_stage=split_device_stages(high, layout.vpp)) if self.offset else base.with_zero(z))
+            self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer,
+                                   tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(t.windows(mbn),
+                                                                                            m.windows(mbn))),
+                                   _slope(t.optimizer, m.optimizer, lo, hi))
+                                  for t, m, lo, hi in zip(fewest, most, self.low, high)])
         # Per pass ("forward", "backward"): each layer's and each stage's extra work's wall time (the DP windows)
         self.window = {"forward": {key: t.forward_window for key, t in times.items()},
                        "backward": {key: t.backward_window for key, t in times.items()}}
@@ -267,7 +276,7 @@ class PlanModel:
             m.add(memory <= cap)
             host = [(_floor(self.host[s][key], BYTE), var) for key, var in n.items() if self.host[s][key] > 0]
             if host:  # offloaded activations within the host memory (floored: the model stays a relaxation)
-                m.add(sum(c * v for c, v in host) <= self.host_capacity // BYTE)
+                m.add(sum(c * v for c, v in host) <= int(self.host_room[s] // BYTE))
             busy = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
             t = m.new_int_var(0, UPPER, f"t{s}")
             m.add(t == busy + _floor(self.extra_time[s], self.unit))
@@ -286,7 +295,7 @@ class PlanModel:
                 m.add(var != value).only_enforce_if(d)
                 differs.append(d)
             m.add_bool_or(differs)
-        exposed, optimizer = self._data_parallel(m, z, counts)
+        exposed, optimizer = self._data_parallel(m, z, counts, sizes)
         # the schedule's pipeline as its linear form, plus the DP terms (all times the form's divisor)
         line = self.linear
         objective = (line.slowest_weight * slowest + line.sum_weight * sum(fills)
@@ -317,28 +326,33 @@ class PlanModel:
         return PlanSolution(self._plan(stages, layers, zero), bound, status == cp_model.OPTIMAL,
                             tuple(solver.value(v) for v in decisions), rounding)
 
-    def _data_parallel(self, m, z, counts):
+    def _data_parallel(self, m, z, counts, sizes):
         """Exposed DP sync and optimizer step (estimate.data_parallel.DataParallelTerms.exposed), linear in the
         counts. A window (DataParallelTerms.windows) is the stage's forward or backward wall time per micro-batch, each
         coefficient rounded up; per ZeRO choice z_k and kind of window an integer e >= z_k x floor(seconds) - window
         and e >= z_k x floor(seconds x last bucket) (no constraint unless z_k = 1, as z is exactly one), and the
-        stage's exposure = sum count x e: exposure is never overestimated."""
+        stage's exposure = sum count x e: exposure is never overestimated. With the stage's layer count L a variable
+        (uneven partitions), seconds = floor(at its fewest layers) + floor(per layer) x (L - fewest), enforced when
+        z_k = 1: each part rounded down, so still never above the estimators."""
         exposed = m.new_int_var(0, UPPER, "dp_exposed")
         optimizer = m.new_int_var(0, UPPER, "optimizer")
         for s, n in enumerate(counts):
             window = {which: sum(_ceil(self.window[which][key], self.unit) * var for key, var in n.items())
                       + _ceil(self.extra_window[which][s], self.unit) for which in ("forward", "backward")}
+            extra = 0 if isinstance(sizes[s], int) else sizes[s] - self.low[s]  # layers above the fewest
             stage = []
             for k, zk in enumerate(z):
-                windows, last, opt = self.dp_terms[k][s]
-                m.add(optimizer >= _floor(opt, self.unit) * zk)
-                for i, (seconds, count, which) in enumerate(windows):
-                    if count == 0 or _floor(seconds, self.unit) == 0:
+                windows, last, opt, slopes, opt_slope = self.dp_terms[k][s]
+                m.add(optimizer >= _floor(opt, self.unit) + _floor(opt_slope, self.unit) * extra).only_enforce_if(zk)
+                for i, ((seconds, count, which), slope) in enumerate(zip(windows, slopes)):
+                    at_fewest = _floor(seconds, self.unit)
+                    top = max(at_fewest, at_fewest + _floor(slope, self.unit) * self.offset * 2)
+                    if count == 0 or top == 0:
                         continue
                     # never more than the collective itself (window >= 0, last bucket <= 1): a tight domain, and
                     # measured, CP-SAT 9.15's presolve wrongly proved some models infeasible with [0, UPPER] here
-                    e = m.new_int_var(0, _floor(seconds, self.unit), f"dp{s}_{k}_{i}")
-                    m.add(e >= _floor(seconds, self.unit) * zk - window[which])
+                    e = m.new_int_var(0, top, f"dp{s}_{k}_{i}")
+                    m.add(e >= at_fewest + _floor(slope, self.unit) * extra - window[which]).only_enforce_if(zk)
                     m.add(e >= _floor(seconds * last, self.unit) * zk)
                     stage.append(count * e)
             m.add(exposed >= sum(stage))
@@ -346,9 +360,11 @@ class PlanModel:
 
     def _data_parallel_rounding(self, per_stage: int) -> float:
         """Units the DP terms of _data_parallel can lie below the estimators: per window, under 1 for the floored
-        seconds and under one per layer and extra term for the window's rounding; 1 for the optimizer."""
-        return max(sum(count for _, count, _ in windows) * (1 + per_stage) + 1
-                   for terms in self.dp_terms for windows, _, _ in terms)
+        seconds, under one per layer above the fewest for the floored slope, and under one per layer and extra term
+        for the window's rounding; the same but the window's for the optimizer."""
+        slope = 2 * self.offset  # layers above a stage's fewest, at most
+        return max(sum(count for _, count, _ in windows) * (1 + slope + per_stage) + 1 + slope
+                   for terms in self.dp_terms for windows, _, _, _, _ in terms)
 
     def _plan(self, stages: list[dict[str, int]], layers: list[int], zero: int) -> Strategy:
         """The strategy carrying the per-virtual-stage plan, the partition (if changed) and the ZeRO stage."""
@@ -357,6 +373,11 @@ class PlanModel:
         chunk_layers = partition or default_partition(self.space.model.layers, pp * vpp)
         recompute = plan_from_stage_totals(self.space.model, stages, chunk_layers, pp, uneven=bool(partition))
         return self.base.with_(zero=zero, recompute=recompute, layers_per_stage=partition)
+
+
+def _slope(at_fewest: float, at_most: float, fewest: int, most: int) -> float:
+    """Seconds per layer between a stage's fewest and most layers (0 when they are equal)."""
+    return (at_most - at_fewest) / (most - fewest) if most > fewest else 0.0
 
 
 def plan_from_stage_totals(model: ModelSpec, stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int,

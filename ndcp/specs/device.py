@@ -54,8 +54,13 @@ class DeviceSpec:
     # Host link per device, one way, achievable (activation and optimizer offload, estimate/rerun.py): PCIe Gen5 x16
     # 63 GB/s raw, ~52 GB/s in pinned copies (docs/formulas.md §5.3); Gen4 half of it; NVLink-C2C (GH200) 450 GB/s.
     host_bandwidth: float = 52e9
-    # Host memory per device for offloaded activations: DGX H100 2 TB over 8 GPUs (DGX A100: 1 TB over 8)
+    # Host memory per device for offloaded activations and optimizer states: DGX H100 2 TB over 8 GPUs (DGX A100:
+    # 1 TB over 8)
     host_memory_bytes: int = 256 * 2**30
+    # Host memory bandwidth per device (the host-side optimizer step, estimate/data_parallel.py): DGX H100, two Xeon
+    # 8480C with 8 DDR5-4800 channels each (38.4 GB/s per channel): 614.4 GB/s over 8 GPUs; DGX A100, two EPYC 7742
+    # with 8 DDR4-3200 channels each: 409.6 GB/s over 8. Datasheet peaks: the step is priced no slower than this.
+    host_memory_bandwidth: float = 76.8e9
 
     def utilisation_peak(self, fp8: bool) -> float:
         """The peak MFU and HFU are measured against: the FP8 dense peak for FP8 runs (NVIDIA dgxc-benchmarking's
@@ -78,6 +83,7 @@ class DeviceSpec:
         finite_number("fp8_peak_flops", self.fp8_peak_flops, 0.0)
         finite_number("host_bandwidth", self.host_bandwidth, 0.0, low_open=True)
         positive_int("host_memory_bytes", self.host_memory_bytes, 1 << 60)
+        finite_number("host_memory_bandwidth", self.host_memory_bandwidth, 0.0, low_open=True)
 
 
 def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per_node=8, **extra) -> DeviceSpec:
@@ -97,7 +103,7 @@ HOPPER_GEMM_EFFICIENCY = 0.68  # fitted: H100/H200/H800 GEMM ceiling, fraction o
 AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.73, flash_backward_efficiency=0.63, unfused_attention_efficiency=0.324,
               calibrated=True, host_bandwidth=26e9,  # PCIe Gen4 x16
-              host_memory_bytes=128 * 2**30)
+              host_memory_bytes=128 * 2**30, host_memory_bandwidth=51.2e9)
 # H100/H200/H800 SXM: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper; H200 and H800 are the same
 # GH100 SXM part); fused attention as cuDNN runs it in Transformer Engine: FlashAttention-3 paper (Shah et al. 2024)
 # §4.1, H100, head dim 128, 4k tokens: cuDNN causal forward 518 and backward 499 TFLOP/s of 989.

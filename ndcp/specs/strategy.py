@@ -66,6 +66,9 @@ class Strategy:
     recompute: RecomputePlan = field(default_factory=RecomputePlan)
     layers_per_stage: tuple[int, ...] = ()  # per virtual stage, in model order; () = the default partition
     cp_comm: str = "p2p"  # context-parallel attention communication (Megatron --cp-comm-type), see CP_COMM_TYPES
+    # optimizer states (master weights, moments) in host memory, the optimizer step on the host (Megatron
+    # --optimizer-cpu-offload; docs/formulas.md §6.1)
+    optimizer_offload: bool = False
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn"):
@@ -76,6 +79,7 @@ class Strategy:
         require(isinstance(self.schedule, str) and bool(self.schedule), "schedule", self.schedule,
                 "a schedule name")
         require(self.cp_comm in CP_COMM_TYPES, "cp_comm", self.cp_comm, "valid: " + ", ".join(CP_COMM_TYPES))
+        require(isinstance(self.optimizer_offload, bool), "optimizer_offload", self.optimizer_offload, "true or false")
         for i, n in enumerate(self.layers_per_stage):
             non_negative_int(f"layers_per_stage[{i}]", n)  # a chunk may hold only the embedding or the loss
         if self.layers_per_stage:
@@ -125,7 +129,8 @@ class Strategy:
         """The JSON `strategy` object (the recompute plan as a mode string or per-stage counts)."""
         recompute = self.recompute.as_json()
         out = {k: getattr(self, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero", "sp")}
-        out.update(recompute=recompute, schedule=self.schedule, cp_comm=self.cp_comm)
+        out.update(recompute=recompute, schedule=self.schedule, cp_comm=self.cp_comm,
+                   optimizer_offload=self.optimizer_offload)
         if self.layers_per_stage:
             out["layers_per_stage"] = list(self.layers_per_stage)
         return out
@@ -133,7 +138,7 @@ class Strategy:
     def key(self) -> tuple:
         """A hashable identity used to deduplicate and order strategies deterministically."""
         return (self.tp, self.pp, self.cp, self.ep, self.etp, self.vpp, self.dp, self.mbs, self.mbn, self.zero,
-                self.sp, self.schedule, self.recompute.key(), self.layers_per_stage, self.cp_comm)
+                self.sp, self.schedule, self.recompute.key(), self.layers_per_stage, self.cp_comm, self.optimizer_offload)
 
 
 __all__ = ["accounted_partition", "default_partition", "Strategy", "CP_COMM_TYPES", "cp_a2a_size",

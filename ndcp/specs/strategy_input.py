@@ -52,8 +52,8 @@ STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "
 # Pipeline layout keys (specs/pipeline_layout.py), resolved into layers_per_stage by resolve_layout.
 LAYOUT_KEYS = ("layout", "first_stage_layers", "last_stage_layers")
 OFFLOAD_CHOICES = ("none", "activations", "optimizer", "activations+optimizer")
-STRATEGY_KEYS = (STRATEGY_INT_KEYS + ("sp", "recompute", "recompute_modules", "offload", "schedule", "cp_comm")
-                 + LAYOUT_KEYS)
+STRATEGY_KEYS = (STRATEGY_INT_KEYS + ("sp", "recompute", "recompute_modules", "offload", "optimizer_offload",
+                                     "schedule", "cp_comm") + LAYOUT_KEYS)
 FILE_ONLY_KEYS = ("layers_per_stage",)
 # Run settings the JSON strategy objects report (report/jsonout.py run_settings): accepted back so that a reported
 # strategy round-trips, and checked against the run's own --precision / --fp8-recipe (cli/common.py build_strategy).
@@ -83,9 +83,9 @@ def _strategy_value(key: str, value: Any) -> Any:
             raise SpecError(f"{key}={number} is not valid; {valid}")
         return number
     if not isinstance(value, (str, int, float, dict, list, tuple)) or (
-            key in ("sp", "schedule", "cp_comm") and not isinstance(value, (str, int))):
+            key in ("sp", "optimizer_offload", "schedule", "cp_comm") and not isinstance(value, (str, int))):
         raise SpecError(f"{key}={show(value)} is not valid")  # before str(value): a YAML alias bomb must not print
-    if key == "sp":
+    if key in ("sp", "optimizer_offload"):  # optimizer_offload: as the JSON strategy reports it
         if isinstance(value, bool):
             return value
         word = str(value).strip().lower()
@@ -93,7 +93,7 @@ def _strategy_value(key: str, value: Any) -> Any:
             return True
         if word in OFF_WORDS:
             return False
-        raise SpecError(f"sp={show(value)} is not valid; valid: on, off, true, false, 1, 0")
+        raise SpecError(f"{key}={show(value)} is not valid; valid: on, off, true, false, 1, 0")
     if key == "schedule":
         return str(value).strip().lower()  # which schedules exist is the rulebook's `schedule` rule
     if key == "cp_comm":
@@ -102,8 +102,6 @@ def _strategy_value(key: str, value: Any) -> Any:
         word = str(value).strip().lower()
         if word not in OFFLOAD_CHOICES:
             raise SpecError(f"offload={show(value)} is not valid; valid: {', '.join(OFFLOAD_CHOICES)}")
-        if "optimizer" in word:  # honest refusal: the host-side optimizer step is not modelled
-            raise SpecError(f"offload={word}: optimizer offload is not modelled yet; offload=activations is")
         return word
     if key == "recompute_modules":  # Megatron's module names joined by "+": the option made of them
         return option_for_modules(value)
@@ -189,8 +187,14 @@ def load_strategy_file(path: str) -> dict[str, Any]:
 
 def resolve_recompute_modules(v: dict[str, Any]) -> None:
     """`recompute_modules=a+b` names the recompute option in place, `offload=activations` the offload option for every
-    layer (a per-stage plan mixes it with others); SpecError when `recompute=` says another."""
-    if v.pop("offload", "none") == "activations":
+    layer (a per-stage plan mixes it with others), `offload=optimizer` the optimizer on the host; SpecError when
+    `recompute=` or `optimizer_offload=` says another."""
+    offload = v.pop("offload", "none")
+    if "optimizer" in offload:
+        if v.get("optimizer_offload") is False:
+            raise SpecError(f"offload={offload} and optimizer_offload=off disagree: give one of them")
+        v["optimizer_offload"] = True
+    if "activations" in offload:
         if v.get("recompute", "offload") not in ("offload",) or "recompute_modules" in v:
             raise SpecError("offload=activations puts every layer's activations in host memory: drop recompute=, or "
                             "mix recompute=offload with other options per stage in --strategy-file")

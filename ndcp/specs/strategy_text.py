@@ -10,10 +10,11 @@ from typing import Sequence
 from .strategy import Strategy
 
 # The search report's degrees (ndcp search --quiet, nearest misses, ndcp recompute's header): the default.
-SEARCH_FIELDS = ("tp", "pp", "cp", "cp_comm", "dp", "ep", "etp", "vpp", "schedule", "mbs", "mbn", "zero", "sp",
-                 "recompute")
+SEARCH_FIELDS = ("tp", "pp", "cp", "cp_comm", "dp", "ep", "etp", "vpp", "schedule", "mbs", "mbn", "zero",
+                 "optimizer_offload", "sp", "recompute")
 # Plot labels: strategy_text(s, PLOT_FIELDS, compact=True, experts_if_used=True, above_one=("vpp",)).
-PLOT_FIELDS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "schedule", "mbs", "zero", "sp", "recompute")
+PLOT_FIELDS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "schedule", "mbs", "zero", "optimizer_offload", "sp",
+               "recompute")
 # The schedules vpp alone implies (ndcp.schedules.default_schedule): not shown; any other one is.
 _IMPLIED_SCHEDULES = ("1f1b", "interleaved")
 # Infeasibility explanations (solve/explain.py): strategy_text(s, EXPLAIN_FIELDS).
@@ -53,6 +54,8 @@ def _word(s: Strategy, name: str, compact: bool) -> str:
         return f"sp={'on' if s.sp else 'off'}"
     if name == "schedule":
         return "" if s.schedule in _IMPLIED_SCHEDULES else (s.schedule if compact else f"schedule={s.schedule}")
+    if name == "optimizer_offload":  # only when on: `offload=optimizer`, as --strategy takes it
+        return "" if not s.optimizer_offload else ("opt-host" if compact else "offload=optimizer")
     if name == "cp_comm":  # only where context parallelism runs
         return "" if s.cp <= 1 else f"cp_comm={s.cp_comm}"
     value = getattr(s, name)

@@ -40,6 +40,7 @@ class TrainerProfile:
     expert_tensor_parallel: bool  # an etp other than 1
     layouts: str  # how it places layers: "any" (an explicit per-stage list) or "even" (layers per stage alike)
     schedules: tuple[str, ...]  # ndcp/schedules names it runs
+    optimizer_offload_zero: tuple[int, ...] = ()  # ZeRO stages under which it keeps the optimizer on the host
 
 
 def nearest_schedule(profile: TrainerProfile, strategy: Strategy, notes: list[str]) -> Strategy:
@@ -49,6 +50,17 @@ def nearest_schedule(profile: TrainerProfile, strategy: Strategy, notes: list[st
     fallback = default_schedule(strategy.vpp)
     notes.append(f"{profile.name} has no {strategy.schedule} schedule ({profile.version}): emitted {fallback}")
     return strategy.with_(schedule=fallback)
+
+
+def nearest_optimizer_offload(profile: TrainerProfile, strategy: Strategy, notes: list[str]) -> Strategy:
+    """The strategy with its optimizer on the device when the trainer cannot keep it on the host at its ZeRO
+    stage (the device then holds the optimizer states: more memory than planned)."""
+    if not strategy.optimizer_offload or strategy.zero in profile.optimizer_offload_zero:
+        return strategy
+    notes.append(f"{profile.name} has no optimizer offload" + (f" with ZeRO-{strategy.zero}" if
+                 profile.optimizer_offload_zero else "") + ": emitted the optimizer on the device, which needs "
+                 "more device memory than planned")
+    return strategy.with_(optimizer_offload=False)
 
 
 @dataclass(frozen=True)

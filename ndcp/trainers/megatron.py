@@ -16,8 +16,8 @@ from ..specs.pipeline_layout import parse_layout, megatron_layout
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy, accounted_partition, cp_a2a_size
 from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, option_for_modules, recompute_option
-from .base import (Emitted, TrainerProfile, facts, nearest_schedule, partition_of, read_error, stage_plans,
-                   uniform_cover, used_options, with_plan)
+from .base import (Emitted, TrainerProfile, facts, nearest_optimizer_offload, nearest_schedule, partition_of,
+                   read_error, stage_plans, uniform_cover, used_options, with_plan)
 
 PROFILE = TrainerProfile(
     name="megatron", version="Megatron-LM main (Megatron-Core 0.16+)",
@@ -30,6 +30,9 @@ PROFILE = TrainerProfile(
     cp_comms=("p2p", "allgather", "a2a", "a2a+p2p"), expert_tensor_parallel=True,
     layouts="any",  # --pipeline-model-parallel-layout places any per-stage partition
     schedules=("1f1b", "interleaved"),
+    # --optimizer-cpu-offload (HybridDeviceOptimizer) under DDP or the distributed optimizer; Megatron FSDP refuses
+    # it (megatron/core/optimizer/fully_sharded_optimizer.py: "does not currently support optimizer CPU offload")
+    optimizer_offload_zero=(0, 1),
 )
 # Transformer Engine's FP8 recipes by ndcp's names (Megatron-LM --fp8-recipe choices, facts/megatron.yaml)
 FP8_RECIPE_FLAGS = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
@@ -69,7 +72,7 @@ OFFLOAD = "offload"  # the activation-offload option (specs/recompute.py)
 def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     """The strategy Megatron runs for this plan, and what changed."""
     notes: list[str] = []
-    s = nearest_schedule(PROFILE, strategy, notes)
+    s = nearest_optimizer_offload(PROFILE, nearest_schedule(PROFILE, strategy, notes), notes)
     plans, why = _expressible(stage_plans(model, s), partition(model, s))
     if why is None:
         return s, notes
@@ -193,6 +196,10 @@ def _precision(run: RunSpec, s: Strategy) -> list[str]:
             flags.append("--fp8-param-gather")  # ZeRO/FSDP gathers FP8 parameters (RunSpec.param_gather_bytes)
     if run.optimizer_state_dtype == "bf16":
         flags += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    if s.optimizer_offload:  # HybridDeviceOptimizer, all of it on the host; it needs the precision-aware optimizer
+        flags += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0"]
+        if run.optimizer_state_dtype != "bf16":
+            flags.append("--use-precision-aware-optimizer")
     return flags
 
 
@@ -309,6 +316,12 @@ def read(text: str, model: ModelSpec) -> dict:
         v["cp_comm"] = a.cp_comm_type[0]
     v["zero"] = ({"optim_grads": 2, "optim_grads_params": 3}.get(a.data_parallel_sharding_strategy, 1)
                  if a.use_megatron_fsdp else 1 if a.use_distributed_optimizer else 0)
+    if a.optimizer_cpu_offload:
+        fraction = 1.0 if a.optimizer_offload_fraction is None else a.optimizer_offload_fraction
+        if fraction != 1.0:
+            raise read_error("megatron", f"--optimizer-offload-fraction {fraction:g}: ndcp plans the whole optimizer on "
+                                         "the host or none of it (1.0)")
+        v["optimizer_offload"] = True
     v["precision"] = "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16"
     v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
     _read_layout(a, v, model)

@@ -13,7 +13,8 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
 from ..specs.recompute import HEAVIEST, NO_RECOMPUTE
-from .base import Emitted, TrainerProfile, nearest_schedule, read_error, stage_plans, used_options, with_plan
+from .base import (Emitted, TrainerProfile, nearest_optimizer_offload, nearest_schedule, read_error, stage_plans,
+                   used_options, with_plan)
 
 PROFILE = TrainerProfile(
     name="mindformers", version="MindFormers 1.6.0 on MindSpore 2.5+",
@@ -41,7 +42,7 @@ _Dumper.add_representer(list, lambda d, data: d.represent_sequence(
 
 def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     notes: list[str] = []
-    s = nearest_schedule(PROFILE, strategy, notes)
+    s = nearest_optimizer_offload(PROFILE, nearest_schedule(PROFILE, strategy, notes), notes)
     if s.cp > 1 and s.cp_comm not in PROFILE.cp_comms:
         notes.append(f"cp_comm={s.cp_comm} has no MindFormers context_parallel_algo: emitted colossalai_cp (p2p)")
         s = s.with_(cp_comm="p2p")

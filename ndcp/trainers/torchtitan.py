@@ -14,8 +14,8 @@ from ..schedules import SCHEDULES, schedule_named
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
-from .base import (Emitted, TrainerProfile, facts, nearest_schedule, partition_of, read_error, stage_plans,
-                   uniform_cover, with_plan)
+from .base import (Emitted, TrainerProfile, facts, nearest_optimizer_offload, nearest_schedule, partition_of,
+                   read_error, stage_plans, uniform_cover, with_plan)
 
 PROFILE = TrainerProfile(
     name="torchtitan", version="torchtitan 0.3.0",
@@ -46,7 +46,7 @@ def runs_ddp(strategy: Strategy) -> bool:
 def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     """The strategy torchtitan runs for this plan, and what changed."""
     notes: list[str] = []
-    s = nearest_schedule(PROFILE, strategy, notes)
+    s = nearest_optimizer_offload(PROFILE, nearest_schedule(PROFILE, strategy, notes), notes)
     if s.zero not in PROFILE.zero_stages or (s.zero == 0 and not runs_ddp(s)):
         notes.append(f"torchtitan has no ZeRO-{s.zero} here (DDP only without TP/PP/CP/EP, else FSDP2): "
                      "emitted FSDP2 (ZeRO-3), which shards more")

@@ -23,12 +23,12 @@ def test_item_bounds_never_exceed_the_full_estimators(space):
     by_item: dict = {}
     for strategy in space.candidates(walk):
         key = (strategy.tp, strategy.pp, strategy.cp, strategy.dp, strategy.ep, strategy.etp, strategy.vpp,
-               strategy.mbs, strategy.cp_comm, strategy.schedule)
+               strategy.mbs, strategy.cp_comm, strategy.schedule, strategy.optimizer_offload)
         by_item.setdefault(key, []).append(evaluate(space, strategy))
     for layout, mbs, mbn in walk.batches:
         item = (layout, mbs, mbn)
         evaluated = by_item[(layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp, layout.vpp, mbs,
-                             layout.cp_comm, layout.schedule)]
+                             layout.cp_comm, layout.schedule, layout.optimizer_offload)]
         fastest = min(e.step_seconds for e in evaluated)
         assert item_lower_bound(space, item) + item_data_parallel_floor(space, item) <= fastest * (1 + 1e-9)
         fitting = [e for e in evaluated if e.fits]

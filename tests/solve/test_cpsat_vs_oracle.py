@@ -47,7 +47,10 @@ def problems(draw):
                   overlap=draw(st.sampled_from(OVERLAP_SETTINGS)))
     # the default schedules, or every schedule searched jointly (zero-bubble and DualPipe too)
     schedules = draw(st.sampled_from([DEFAULT_SCHEDULES, tuple(SCHEDULES)]))
-    return SearchSpace(model, ClusterSpec(device, gpus), run, SpaceOptions(zero_stages=(1, 3), schedules=schedules))
+    # optimizer offload searched too (its layouts run ZeRO 0/1 only: ZeRO-3 drops out of those items)
+    offloads = draw(st.sampled_from([(False,), (False, True)]))
+    return SearchSpace(model, ClusterSpec(device, gpus), run, SpaceOptions(zero_stages=(1, 3), schedules=schedules,
+                                                                          optimizer_offloads=offloads))
 
 
 def _times(result):

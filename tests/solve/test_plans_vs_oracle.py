@@ -34,7 +34,7 @@ def small_problems(draw):
     # enumeration of every per-stage split within seconds)
     modes = draw(st.sampled_from(MODE_SETS))
     options = SpaceOptions(zero_stages=(1, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)), schedules=schedules,
-                           recompute_modes=modes)
+                           recompute_modes=modes, optimizer_offloads=draw(st.sampled_from([(False,), (False, True)])))
     return SearchSpace(model, ClusterSpec(device_preset(draw(st.sampled_from(["h100", "a100-80g"]))), gpus), run,
                        options)
 

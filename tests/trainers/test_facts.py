@@ -13,6 +13,8 @@ SELECTIVE, FULL = RecomputePlan.uniform("selective"), RecomputePlan.uniform("ful
 BLOCK = RecomputePlan(mode="per-stage", stages=(StageRecompute(none=38, full=2), StageRecompute(none=39, full=1)))
 CASES = [  # (model, run, strategy): dense, uneven, MoE with folding, MLA + MTP, per-stage, FP8, CP, each ZeRO stage
     ("llama3-70b", RunSpec(global_batch=1024, seq_len=8192), Strategy(dp=64, tp=8, mbs=2, mbn=8, zero=2, sp=True)),
+    ("llama3-70b", RunSpec(global_batch=1024, seq_len=8192),
+     Strategy(dp=64, tp=8, mbs=2, mbn=8, zero=1, sp=True, optimizer_offload=True)),
     ("llama3-70b", RunSpec(global_batch=128, seq_len=8192, precision="fp8", fp8_recipe="blockwise",
                            optimizer_state_dtype="bf16"),
      Strategy(dp=4, tp=8, pp=2, mbs=1, mbn=32, zero=1, sp=True, recompute=BLOCK)),

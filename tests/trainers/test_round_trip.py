@@ -52,6 +52,11 @@ MEGATRON_CASES = [  # (model, gpus, run, strategy)
      Strategy(dp=4, tp=4, pp=4, mbs=1, mbn=32, sp=True, recompute=SELECTIVE)),
     (LLAMA70, 128, RunSpec(global_batch=128, seq_len=32768),
      Strategy(dp=8, tp=4, cp=4, cp_comm="a2a+p2p", mbs=1, mbn=16, zero=3, sp=True, recompute=FULL)),
+    # the optimizer on the host (--optimizer-cpu-offload), under ZeRO-1 and plain DDP
+    (LLAMA70, 64, RunSpec(global_batch=128, seq_len=8192),
+     Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=SELECTIVE, optimizer_offload=True)),
+    (LLAMA70, 64, RunSpec(global_batch=128, seq_len=8192, optimizer_state_dtype="bf16"),
+     Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=0, sp=True, recompute=FULL, optimizer_offload=True)),
     # activation offload (--fine-grained-activation-offloading) and a recompute-module combination
     (LLAMA70, 64, RunSpec(global_batch=128, seq_len=8192),
      Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=RecomputePlan.uniform("offload"))),
