@@ -60,6 +60,10 @@ def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) 
         d, g = model.dim_per_head, model.num_kv_heads
         items += [Tensor("query", B * tokens * a * d, "tp"), Tensor("key", B * tokens * g * d, "tp"),
                   Tensor("value", B * tokens * g * d, "tp"), Tensor("out_proj_input", F8 * tokens * a * d, "tp")]
+    if F8 < B:  # FP8: the core's BF16 output, which fused attention saves for its backward, besides the FP8 copy the
+        # output projection saves (in BF16 the two are one tensor; Transformer Engine FusedAttnFunc saves `out`)
+        v = model.mla.v_head_dim if model.mla is not None else model.dim_per_head
+        items.append(Tensor("attention_output", B * tokens * a * v, "core"))
     scores = a * tokens * seq  # local queries x all keys, per micro-batch (tokens already includes mbs)
     if run.flash_attention:
         items.append(Tensor("softmax_stats", FP32 * a * tokens, "core"))  # logsumexp kept by flash attention

@@ -107,11 +107,17 @@ def test_fp8_weight_copies_and_fp8_linear_inputs():
             == pytest.approx(model_state_bytes(BF16, sharded, params)["parameters"]))
     torchtitan = replace(FP8, trainer="torchtitan")
     assert weight_copy_bytes_per_parameter(torchtitan, 0) == weight_copy_bytes_per_parameter(torchtitan, 3) == 0.0
-    # the QKV, output-projection, FC1 and FC2 inputs are saved in FP8: one byte less each
-    s, h = FP8.seq_len, LLAMA.hidden
+    # the QKV, output-projection, FC1 and FC2 inputs are saved in FP8: one byte less each; but the attention core's
+    # output, which in BF16 is the output projection's input itself, is kept in BF16 for the fused attention's
+    # backward beside the projection's FP8 copy: 2 bytes more
+    s, h, attention = FP8.seq_len, LLAMA.hidden, LLAMA.heads * LLAMA.dim_per_head
     saved = (layer_activation_bytes(LLAMA, BF16, "dense", "none", 1, 1, 1, 1, 1, False)
              - layer_activation_bytes(LLAMA, FP8, "dense", "none", 1, 1, 1, 1, 1, False))
-    assert saved == pytest.approx(s * (h + LLAMA.heads * LLAMA.dim_per_head + h + LLAMA.ffn_hidden))
+    assert saved == pytest.approx(s * (h + attention + h + LLAMA.ffn_hidden) - 2 * s * attention)
+    # recomputing the attention core (selective) drops that BF16 output again
+    selective = (layer_activation_bytes(LLAMA, BF16, "dense", "selective", 1, 1, 1, 1, 1, False)
+                 - layer_activation_bytes(LLAMA, FP8, "dense", "selective", 1, 1, 1, 1, 1, False))
+    assert selective == pytest.approx(s * (h + attention + h + LLAMA.ffn_hidden))
     # full recompute keeps the BF16 layer input either way
     assert layer_activation_bytes(LLAMA, FP8, "dense", "full", 1, 1, 1, 1, 1, False) == pytest.approx(
         layer_activation_bytes(LLAMA, BF16, "dense", "full", 1, 1, 1, 1, 1, False))

@@ -143,14 +143,15 @@ def test_megatron_te_llama_layer_inventory():
 def test_megatron_moe_layer_keeps_no_expert_output():
     # DeepSeek-V3 MoE layer, tp 1, mbs 1, seq 4096, FP8 linear inputs, layernorm + mla_up_proj recomputed. Kept:
     # residuals 2 x 2sh; q latent 2s(1536 + 1536) (down-projection and its norm); kv latent 2s(512 + 512 + 64)
-    # (down-projection, its norm, rope key); attention output s*128*128 (FP8); softmax statistics 4s*128; router
+    # (down-projection, its norm, rope key); attention output 2s*128*128 for the fused attention's backward and its
+    # FP8 copy s*128*128 for the output projection's; softmax statistics 4s*128; router
     # logits 4s*256; 8 routed copies: input 8sh (FP8), fc1 output 8s*2*2*2048, SwiGLU output 8s*2048 (FP8); shared
     # expert fc1 2s*2*2048 and output s*2048 (FP8). The probabilities are applied inside the experts' SwiGLU, so
     # the combine keeps nothing (Megatron-LM moe/experts.py weighted_bias_swiglu_impl; docs/formulas.md §5).
     model = load_model("deepseek-v3")
     run = RunSpec(global_batch=8, seq_len=4096, precision="fp8")
     s, h = 4096, model.hidden
-    expected = (2 * 2 * s * h + 2 * s * (1536 + 1536) + 2 * s * (512 + 512 + 64) + s * 128 * 128 + 4 * s * 128
+    expected = (2 * 2 * s * h + 2 * s * (1536 + 1536) + 2 * s * (512 + 512 + 64) + 3 * s * 128 * 128 + 4 * s * 128
                 + 4 * s * 256 + 8 * s * h + 8 * s * 2 * 2 * 2048 + 8 * s * 2048 + 2 * s * 2 * 2048 + s * 2048)
     kept = layer_activation_bytes(model, run, "moe", "layernorm+mla_up_proj", 1, 1, 64, 1, 1, False)
     assert kept == pytest.approx(expected, rel=1e-9)
