@@ -51,12 +51,13 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
                      f"ZeRO-{s.zero} emitted as ZeRO-3, which shards more")
         s = s.with_zero(3)
     plans = stage_plans(model, s)
-    modules = used_options(plans) - {"selective", HEAVIEST}
-    if modules:
-        notes.append(f"MindFormers' per-stage lists hold full and selective recompute only: layers running "
-                     f"{sorted(modules)} are recomputed fully")
-        s = with_plan(model, s, [StageRecompute(**{NO_RECOMPUTE: p.count(NO_RECOMPUTE), "selective": p.count(
-            "selective"), HEAVIEST: p.layers - p.count(NO_RECOMPUTE) - p.count("selective")}) for p in plans])
+    partial = used_options(plans) - {HEAVIEST}
+    if partial:  # MindFormers' select sets recompute other tensors than any of ndcp's partial options
+        notes.append(f"MindFormers' select_recompute re-runs the SwiGLU activation (feed_forward.mul, .silu) and "
+                     f"select_comm_recompute the norms, not the tensors ndcp's {sorted(partial)} drop: those layers "
+                     "are recomputed fully (recompute), which recomputes at least as much")
+        s = with_plan(model, s, [StageRecompute(**{NO_RECOMPUTE: p.count(NO_RECOMPUTE),
+                                                   HEAVIEST: p.layers - p.count(NO_RECOMPUTE)}) for p in plans])
     if run.fp8:
         notes.append("MindFormers trains in BF16 here (no FP8 recipe): the FP8 plan's GEMMs run in BF16")
     return s, notes
@@ -89,10 +90,11 @@ def config(model: ModelSpec, run: RunSpec, s: Strategy) -> dict:
                **({"pp_interleave_num": s.vpp} if s.vpp > 1 else {}),
                "offset": _per_stage(s, [n - naive for n in counts])}},
            "recompute_config": {
-               # MindFormers recomputes the first N layers of each stage; select_recompute counts SLCT + BOTH + FULL
-               # layers (docs/reference-planner.md §3.4), full wins over select.
+               # MindFormers recomputes the first N layers of each stage fully (nearest leaves only full and none);
+               # its select sets (mindformers models/utils.py default_patterns: the SwiGLU activation, the norms)
+               # are not ndcp options, so none is asked for
                "recompute": _per_stage(s, [p.count("full") for p in plans]),
-               "select_recompute": _per_stage(s, [p.count("selective") + p.count("full") for p in plans])}}
+               "select_recompute": False}}
     if model.moe is not None:
         out["moe_config"] = {"expert_num": model.moe.experts, "num_experts_chosen": model.moe.top_k,
                              "expert_model_parallel": s.etp}
@@ -153,14 +155,10 @@ def read(text: str, model: ModelSpec) -> dict:
     rc = data.get("recompute_config") or {}
     full = _flat(rc["recompute"], pp, vpp, "recompute") if isinstance(rc.get("recompute"), list) else \
         [n if rc.get("recompute") else 0 for n in counts]
-    select = _flat(rc["select_recompute"], pp, vpp, "select_recompute") \
-        if isinstance(rc.get("select_recompute"), list) else [n if rc.get("select_recompute") else 0 for n in counts]
-    stages = []
-    for i, (n, f, sel) in enumerate(zip(counts, full, select)):
-        f, sel = min(f, n), min(max(sel, f), n)
-        stages.append(StageRecompute(none=n - sel, selective=sel - f, full=f))
-    v["recompute"] = {"stages": [{"none": p.count("none"), "selective": p.count("selective"),
-                                  "full": p.count("full")} for p in stages]}
+    # select_recompute / select_comm_recompute re-run the SwiGLU activation and the norms, which no ndcp option
+    # is: those layers read as keeping everything (the memory estimate errs high, never low)
+    stages = [StageRecompute(none=n - min(f, n), full=min(f, n)) for n, f in zip(counts, full)]
+    v["recompute"] = {"stages": [{"none": p.count("none"), "full": p.count("full")} for p in stages]}
     return v
 
 
