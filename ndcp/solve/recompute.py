@@ -343,7 +343,11 @@ class PlanModel:
             stage = []
             for k, zk in enumerate(z):
                 windows, last, opt, slopes, opt_slope = self.dp_terms[k][s]
-                m.add(optimizer >= _floor(opt, self.unit) + _floor(opt_slope, self.unit) * extra).only_enforce_if(zk)
+                if isinstance(extra, int):  # a fixed partition: linear in z_k (a tighter LP than an enforced one)
+                    m.add(optimizer >= _floor(opt, self.unit) * zk)
+                else:
+                    m.add(optimizer >= _floor(opt, self.unit) + _floor(opt_slope, self.unit) * extra
+                          ).only_enforce_if(zk)
                 for i, ((seconds, count, which), slope) in enumerate(zip(windows, slopes)):
                     at_fewest = _floor(seconds, self.unit)
                     top = max(at_fewest, at_fewest + _floor(slope, self.unit) * self.offset * 2)
@@ -352,7 +356,10 @@ class PlanModel:
                     # never more than the collective itself (window >= 0, last bucket <= 1): a tight domain, and
                     # measured, CP-SAT 9.15's presolve wrongly proved some models infeasible with [0, UPPER] here
                     e = m.new_int_var(0, top, f"dp{s}_{k}_{i}")
-                    m.add(e >= at_fewest + _floor(slope, self.unit) * extra - window[which]).only_enforce_if(zk)
+                    if isinstance(extra, int):
+                        m.add(e >= at_fewest * zk - window[which])
+                    else:
+                        m.add(e >= at_fewest + _floor(slope, self.unit) * extra - window[which]).only_enforce_if(zk)
                     m.add(e >= _floor(seconds * last, self.unit) * zk)
                     stage.append(count * e)
             m.add(exposed >= sum(stage))
