@@ -14,6 +14,20 @@ from .hf_config import HFConfig, activation, fit_moe_layers, head_dim, windows
 Builder = Callable[[HFConfig], dict[str, Any]]
 
 
+def _rope_fields(cfg: HFConfig, positions_default: int, tied_default: bool, norm: str) -> dict[str, Any]:
+    """Positions (RoPE, max_position_embeddings), tied embeddings, the norm and attention dropout, as the
+    Llama-family, Falcon and DeepSeek configs name them."""
+    return {
+        "max_positions": cfg.take("max_positions", "max_position_embeddings",
+                                  cfg.int("max_position_embeddings", positions_default)),
+        "position_embedding": "rope",
+        "tied_embeddings": cfg.take("tied_embeddings", "tie_word_embeddings",
+                                    cfg.bool("tie_word_embeddings", tied_default)),
+        "norm": norm,
+        "attention_dropout": cfg.take("attention_dropout", "attention_dropout", cfg.number("attention_dropout", 0.0)),
+    }
+
+
 def _llama_like(cfg: HFConfig, positions_default: int, *, act_key: str = "hidden_act", gated: bool = True,
                 act_default: str = "silu", tied_default: bool = False, norm: str = "rmsnorm",
                 window_every: int = 0) -> dict[str, Any]:
@@ -30,13 +44,7 @@ def _llama_like(cfg: HFConfig, positions_default: int, *, act_key: str = "hidden
         "ffn_hidden": cfg.take("ffn_hidden", "intermediate_size", cfg.int("intermediate_size")),
         "vocab": cfg.take("vocab", "vocab_size", cfg.int("vocab_size")),
         "activation": activation(cfg, act_key, act_default, gated),
-        "max_positions": cfg.take("max_positions", "max_position_embeddings",
-                                  cfg.int("max_position_embeddings", positions_default)),
-        "position_embedding": "rope",
-        "tied_embeddings": cfg.take("tied_embeddings", "tie_word_embeddings",
-                                    cfg.bool("tie_word_embeddings", tied_default)),
-        "norm": norm,
-        "attention_dropout": cfg.take("attention_dropout", "attention_dropout", cfg.number("attention_dropout", 0.0)),
+        **_rope_fields(cfg, positions_default, tied_default, norm),
         **windows(cfg, layers, window_every),
     }
 
@@ -190,13 +198,8 @@ def falcon(cfg: HFConfig) -> dict[str, Any]:
         "ffn_hidden": cfg.take("ffn_hidden", "ffn_hidden_size", cfg.int("ffn_hidden_size", 4 * hidden)),
         "vocab": cfg.take("vocab", "vocab_size", cfg.int("vocab_size")),
         "activation": activation(cfg, "activation", "gelu", gated=False),
-        "max_positions": cfg.take("max_positions", "max_position_embeddings",
-                                  cfg.int("max_position_embeddings", 2048)),
-        "position_embedding": "rope",
-        "tied_embeddings": cfg.take("tied_embeddings", "tie_word_embeddings", cfg.bool("tie_word_embeddings", True)),
-        "norm": "layernorm",
+        **_rope_fields(cfg, 2048, True, "layernorm"),
         "linear_bias": cfg.take("linear_bias", "bias", cfg.bool("bias", False)),
-        "attention_dropout": cfg.take("attention_dropout", "attention_dropout", cfg.number("attention_dropout", 0.0)),
         "hidden_dropout": cfg.take("hidden_dropout", "hidden_dropout", cfg.number("hidden_dropout", 0.0)),
     }
 
@@ -228,12 +231,7 @@ def deepseek(cfg: HFConfig) -> dict[str, Any]:
         "ffn_hidden": cfg.take("ffn_hidden", "intermediate_size", cfg.int("intermediate_size")),
         "vocab": cfg.take("vocab", "vocab_size", cfg.int("vocab_size")),
         "activation": activation(cfg, "hidden_act", "silu", gated=True),
-        "max_positions": cfg.take("max_positions", "max_position_embeddings",
-                                  cfg.int("max_position_embeddings", 4096)),
-        "position_embedding": "rope",
-        "tied_embeddings": cfg.take("tied_embeddings", "tie_word_embeddings", cfg.bool("tie_word_embeddings", False)),
-        "norm": "rmsnorm",
-        "attention_dropout": cfg.take("attention_dropout", "attention_dropout", cfg.number("attention_dropout", 0.0)),
+        **_rope_fields(cfg, 4096, False, "rmsnorm"),
         "mtp_depth": cfg.take("mtp_depth", "num_nextn_predict_layers", cfg.int("num_nextn_predict_layers", 0)),
         "mla": {
             "q_lora_rank": cfg.take("mla.q_lora_rank", "q_lora_rank", cfg.int("q_lora_rank", 0)),
