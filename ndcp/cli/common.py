@@ -245,7 +245,8 @@ def build_problem(args: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, Run
                   grad_sync=args.grad_sync, param_gather=args.param_gather,
                   mfu_convention=args.mfu_convention, fp8_recipe=args.fp8_recipe or "delayed",
                   optimizer_state_dtype=args.optimizer_state_dtype,
-                  activation_func_fp8_input_store=args.activation_func_fp8_input_store, overlap=str(args.overlap).strip().lower(),
+                  activation_func_fp8_input_store=args.activation_func_fp8_input_store,
+                  overlap=str(args.overlap).strip().lower(),
                   images_per_sample=args.images_per_sample, image_size=args.image_size)
     if args.fp8_recipe is not None and not run.fp8:
         raise SpecError(f"--fp8-recipe={args.fp8_recipe} needs --precision fp8 (got --precision {args.precision})")

@@ -251,6 +251,9 @@ def trainer_schedules(args: argparse.Namespace, schedules: tuple[str, ...]) -> t
     return runs
 
 
+ON_OFF_BOTH = {"on": (True,), "off": (False,), "both": (False, True)}  # --sp, --optimizer-offload: values searched
+
+
 def build_space_options(args: argparse.Namespace) -> SpaceOptions:
     """SpaceOptions from the search arguments. Raises SpecError for contradictions."""
     fix_text, cp_comms = split_fixed_cp_comm(args.fix, args.cp_comm)
@@ -261,7 +264,7 @@ def build_space_options(args: argparse.Namespace) -> SpaceOptions:
     if "zero" in fixed and fixed["zero"] not in args.zero:
         raise SpecError(f"--fix zero={fixed['zero']} is not among the searched stages --zero "
                         f"{','.join(map(str, args.zero))}")
-    sp_choices = {"on": (True,), "off": (False,), "both": (False, True)}[args.sp]
+    sp_choices = ON_OFF_BOTH[args.sp]
     if "sp" in fixed and bool(fixed["sp"]) not in sp_choices:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
     offload = getattr(args, "optimizer_offload", "off")
@@ -275,7 +278,7 @@ def build_space_options(args: argparse.Namespace) -> SpaceOptions:
                         sp_choices=sp_choices, tp_cp_bound=args.tp_cp_bound, max_offset=args.max_offset,
                         cp_comms=cp_comms,
                         schedules=trainer_schedules(args, getattr(args, "schedules", DEFAULT_SCHEDULES)),
-                        optimizer_offloads={"off": (False,), "on": (True,), "both": (False, True)}[offload])
+                        optimizer_offloads=ON_OFF_BOTH[offload])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -221,6 +221,14 @@ def layer_static_bytes(space: SearchSpace, layout: Layout, zero: int) -> float:
     return sum(model_state_bytes(space.run, layout.strategy(1, 1, zero, False, NO_RECOMPUTE), one_layer).values())
 
 
+def _fewest_layers(model, stage, offsets: int) -> tuple[dict[str, int], int]:
+    """(body layers per kind, layers fewer than the default) of a stage holding as few layers as partition offsets
+    allow: at least one per kind (single-kind models, where uneven partitions are searched)."""
+    counts = {k: n for k, n in kind_counts(model, stage).items() if n}
+    least = {k: max(1, n - offsets) for k, n in counts.items()}
+    return least, sum(counts.values()) - sum(least.values())
+
+
 def _least_static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | None, fewer: int) -> float:
     """_static_bytes of a stage holding `fewer` layers less than its default (an uneven partition's lightest)."""
     _, zeros = inner_choices(space)
@@ -244,10 +252,7 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
     offsets = space.partition_offset(layout)
     worst = 0.0
     for stage in sorted(set(role_stages(layout.pp))):
-        # an uneven partition may leave the stage `fewer` layers (single-kind models: one kind to take them from)
-        counts = {k: n for k, n in kind_counts(model, layouts[stage]).items() if n}
-        least = {k: max(1, n - offsets) for k, n in counts.items()}
-        fewer = sum(counts.values()) - sum(least.values())
+        least, fewer = _fewest_layers(model, layouts[stage], offsets)
         static = _least_static_bytes(space, layout, stage, None, fewer)
         dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, mode),
                                                       layouts[stage], {(k, mode): n for k, n in least.items()}))
@@ -329,11 +334,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     out = {z: {} for z in zeros}
     for s in sorted(set(role_stages(base.pp))):
         stage = layouts[s]
-        counts = {k: n for k, n in kind_counts(model, stage).items() if n}
-        fewer = 0
-        if offsets:
-            fewer = sum(counts.values()) - sum(max(1, n - offsets) for n in counts.values())
-            counts = {k: max(1, n - offsets) for k, n in counts.items()}
+        counts, fewer = _fewest_layers(model, stage, offsets)
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
                      for m in modes + (NO_RECOMPUTE,)}
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))

@@ -144,10 +144,9 @@ class PlanModel:
         high = tuple(d + self.offset for d in self.default)
         self.dp_terms = []
         for z in zeros:
-            fewest = data_parallel_terms(model, cluster, run, base.with_(
-                zero=z, layers_per_stage=split_device_stages(self.low, layout.vpp)) if self.offset else base.with_zero(z))
-            most = data_parallel_terms(model, cluster, run, base.with_(
-                zero=z, layers_per_stage=split_device_stages(high, layout.vpp)) if self.offset else base.with_zero(z))
+            fewest, most = (data_parallel_terms(model, cluster, run, base.with_(
+                zero=z, layers_per_stage=split_device_stages(counts, layout.vpp)) if self.offset else base.with_zero(z))
+                for counts in (self.low, high))
             self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer,
                                    tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(t.windows(mbn),
                                                                                             m.windows(mbn))),

@@ -138,7 +138,8 @@ class Strategy:
     def key(self) -> tuple:
         """A hashable identity used to deduplicate and order strategies deterministically."""
         return (self.tp, self.pp, self.cp, self.ep, self.etp, self.vpp, self.dp, self.mbs, self.mbn, self.zero,
-                self.sp, self.schedule, self.recompute.key(), self.layers_per_stage, self.cp_comm, self.optimizer_offload)
+                self.sp, self.schedule, self.recompute.key(), self.layers_per_stage, self.cp_comm,
+                self.optimizer_offload)
 
 
 __all__ = ["accounted_partition", "default_partition", "Strategy", "CP_COMM_TYPES", "cp_a2a_size",
