@@ -19,7 +19,7 @@ from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
 from .specs.model import ModelSpec
 from .specs.run import RunSpec
-from .specs.recompute import CLASSIC_MODES, MODULES, RECOMPUTE_MODES, modules_without_layers, recompute_option
+from .specs.recompute import MODULES, RECOMPUTE_MODES, modules_without_layers, recompute_option
 from .specs.strategy import Strategy, cp_a2a_size, default_partition
 from .trainers import PROFILES
 
@@ -185,17 +185,18 @@ def _recompute_stages(p: Problem, d: dict) -> Refusal | None:
 
 
 def recompute_option_refusal(model: ModelSpec, run: RunSpec, mode: str) -> Refusal | None:
-    """A recompute option the model and trainer can run: module options (Megatron-Core --recompute-modules) need
-    the layers their modules act on, and they and activation offloading need a trainer that has them (Megatron)."""
+    """A recompute option the model and trainer can run: module options need the layers their modules act on, and
+    every option needs a trainer that runs it (ndcp/trainers profiles: TrainerProfile.recompute_options)."""
     option = recompute_option(mode)
     idle = modules_without_layers(option, model.moe is None or model.dense_layers > 0, model.moe is not None,
                                   model.mla is not None)
     if idle:
         return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: "
                        + ", ".join(f"{n} needs {MODULES[n].needs} layers" for n in idle))
-    if option.name not in CLASSIC_MODES and run.trainer != "megatron":
-        return Refusal("recompute_modules", "recompute", f"{mode} is Megatron-Core's (recompute modules, activation "
-                                                         f"offloading); {run.trainer} runs none, selective or full")
+    profile = PROFILES[run.trainer]
+    if option.name not in profile.recompute_options:
+        return Refusal("recompute_modules", "recompute", f"{run.trainer} does not run recompute={mode} ({option.source}"
+                       f"); {run.trainer} ({profile.version}) runs {', '.join(profile.recompute_options)}")
     return None
 
 

@@ -81,3 +81,23 @@ def test_strategy_from_an_unreadable_or_foreign_file_is_one_error_line(capsys, t
     code = main(["estimate", *TINY, "--strategy-from", str(path)])
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "cannot tell the trainer" in err
+
+
+def test_search_under_mindformers_plans_its_select_set_and_reads_it_back(capsys, tmp_path):
+    """Under a tight cap MindFormers' winner recomputes the dense SwiGLU activation (select_recompute) on most
+    layers; the YAML it emits counts full + select layers per stage, and reads back as the same estimate."""
+    args = ["llama3-8b", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "8192",
+            "--memory-cap", "24GiB"]
+    path = tmp_path / "mf.yaml"
+    out, _ = run(capsys, "search", *args, "--trainer", "mindformers", "-q", "--emit", "mindformers",
+                 "--emit-file", str(path))
+    assert out.startswith("optimal: ") and "mact" in out and "/0s/" in out  # no selective: MindFormers has none
+    counts = {code: int(n) for n, code in (
+        (part[:len(part) - len(part.lstrip("0123456789"))], part.lstrip("0123456789"))
+        for part in out.split("per-stage ")[1].split(";")[0].split("/"))}
+    rc = yaml.safe_load(path.read_text())["recompute_config"]
+    assert sum(rc["recompute"]) == counts["f"] and sum(rc["select_recompute"]) == counts["f"] + counts["mact"]
+    got, _ = run(capsys, "estimate", *args, "--strategy-from", str(path), "-q")
+    assert got.split(": ", 1)[1] == out.split(": ", 1)[1].split("; proven")[0] + "\n"
+    megatron, _ = run(capsys, "search", *args, "--trainer", "megatron", "-q")
+    assert "mact" not in megatron

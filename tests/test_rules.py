@@ -135,3 +135,20 @@ def test_learned_positions_bound_the_sequence_rope_does_not(capsys):
     check_positions(load_model("gpt3-175b"), RunSpec(global_batch=8, seq_len=2048))  # at the bound: fine
     llama = load_model("llama3-8b")  # RoPE: training past max_positions is context extension
     check_positions(llama, RunSpec(global_batch=8, seq_len=4 * llama.max_positions))
+
+
+@pytest.mark.parametrize("trainer,mode,refused", [
+    ("mindformers", "mlp_act", False), ("megatron", "mlp_act", True), ("torchtitan", "mlp_act", True),
+    ("mindformers", "selective", True), ("mindformers", "layernorm", True), ("megatron", "layernorm", False)])
+def test_a_strategy_runs_only_its_trainers_recompute_options(trainer, mode, refused):
+    """The trainer profiles name the recompute options each trainer runs (ndcp/trainers); the rule names the field,
+    the value and the trainer's options."""
+    cluster, run_spec = ClusterSpec(H100, 8), RunSpec(global_batch=8, seq_len=2048, trainer=trainer)
+    strategy = Strategy(dp=1, tp=8, mbn=8, zero=3, sp=True, recompute=RecomputePlan.uniform(mode))
+    if not refused:
+        check_strategy(LLAMA, cluster, run_spec, strategy)
+        return
+    valid = r".*runs (none, selective, full|none, mlp_act, full|none, selective, layernorm)"
+    with pytest.raises(SpecError, match=rf"recompute={mode} is not valid: {trainer} does not run recompute={mode}"
+                                        + valid):
+        check_strategy(LLAMA, cluster, run_spec, strategy)

@@ -192,7 +192,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--trainer", choices=TRAINERS, default=None,
                        help="whose memory behaviour to model (default megatron: Megatron-Core + Transformer Engine, "
                             "or the trainer of --strategy-from's file; torchtitan: FSDP2 states, op-level selective "
-                            "AC, eager autograd)")
+                            "AC, eager autograd; mindformers: Megatron's memory behaviour, not verified, and its "
+                            "recompute options: none, select_recompute (mlp_act), full)")
     group.add_argument("--grad-sync", choices=GRAD_SYNCS, default="trainer",
                        help="when gradients are reduced over data-parallel ranks: microbatch (after every "
                             "micro-batch's backward; ZeRO-2/3 reduce-scatter straight into the shard), step (accumulated "

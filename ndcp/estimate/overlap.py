@@ -26,8 +26,8 @@ NO_OVERLAP: frozenset = frozenset()
 HIDDEN_KEYS = ("tp_comm", "ep_comm", "pp_comm")  # TimeEstimate.hidden, the JSON `hidden_comm`
 # What each trainer overlaps by default: Megatron-LM the pipeline sends when interleaving
 # (--overlap-p2p-communication defaults on; --tp-comm-overlap and --overlap-moe-expert-parallel-comm default off);
-# torchtitan's pipelining runs its sends blocking.
-TRAINER_OVERLAPS = {"megatron": frozenset({"p2p"}), "torchtitan": NO_OVERLAP}
+# torchtitan's pipelining runs its sends blocking; MindFormers as Megatron's, not verified (estimate/trainers.py).
+TRAINER_OVERLAPS = {"megatron": frozenset({"p2p"}), "torchtitan": NO_OVERLAP, "mindformers": frozenset({"p2p"})}
 
 
 def requested(run: RunSpec) -> frozenset:

@@ -1,11 +1,13 @@
-"""What Megatron-Core's recompute modules re-run in backward (specs/recompute.py MODULES; docs/formulas.md §5.2):
+"""What the recompute modules re-run in backward (specs/recompute.py MODULES: Megatron-Core's, docs/formulas.md §5.2,
+and MindFormers' select set, §5.4):
 seconds and executed matmul FLOPs of each forward piece, for one body layer and one micro-batch on one device.
 
 The whole-layer and attention-core pieces are priced with the layer itself (estimate/time.py); these are the module
 pieces: the two pre-norms (memory-bound), the dense MLP (its GEMMs, activation and its half of the layer's TP
 forward communication), the MoE block (router, experts and shared experts, activation, dispatch and combine), the
-experts' activation alone, and MLA's up-projections. The dense MLP's pre-norm is fused into fc1 (Transformer
-Engine LayerNormLinear), so it re-runs with the MLP and once only when `norms` also re-runs.
+experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The dense MLP's pre-norm is
+fused into fc1 (Transformer Engine LayerNormLinear), so it re-runs with the MLP and once only when `norms` also
+re-runs.
 """
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ from dataclasses import dataclass
 
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.recompute import HOST_OFFLOAD, MLA_UP_PROJECTION, MLP_FORWARD, MOE_ACTIVATION, MOE_FORWARD, NORMS
+from ..specs.recompute import (HOST_OFFLOAD, MLA_UP_PROJECTION, MLP_ACTIVATION, MLP_FORWARD, MOE_ACTIVATION,
+                               MOE_FORWARD, NORMS)
 from ..specs.run import RunSpec
 from .activations import offloaded_layer_bytes
 from .compute import memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, total_flops
 from .gemm import weight_gemm_seconds
 
-MODULE_PIECES = (NORMS, MLP_FORWARD, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD)
+MODULE_PIECES = (NORMS, MLP_FORWARD, MLP_ACTIVATION, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,10 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
                    + _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp)
                    + _norm_seconds(model, cluster, run, shape, 1) + shape.tp_forward / 2)
         return seconds, total_flops(gemms)
+    if piece == MLP_ACTIVATION:  # elementwise, as the experts' activation below: memory-bound, no matmul FLOPs
+        if shape.kind != "dense" or MLP_FORWARD in reruns:  # the whole MLP re-runs it already
+            return 0.0, 0.0
+        return _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp), 0.0
     if shape.kind != "moe" and piece in (MOE_FORWARD, MOE_ACTIVATION):
         return 0.0, 0.0
     if piece == MOE_FORWARD:

@@ -59,7 +59,26 @@ TORCHTITAN = TrainerProfile(
     op_level_inventory=True,  # parallelize_llama._apply_ac_to_transformer_block
     fp32_logit_copies=3,  # log_softmax output, nll_loss gradient, log_softmax input gradient
 )
-PROFILES: dict[str, TrainerProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN)}
+# MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or
+# MindSpore source or measured; each is Megatron's, not verified, so its memory and time estimates are Megatron's
+# except for what the recompute options drop and re-run (specs/recompute.py: its select set, read from
+# mindformers/models/utils.py LayerSetting). What is known to differ is stated where it applies.
+MINDFORMERS = TrainerProfile(
+    name="mindformers", version="MindFormers 1.6.0 on MindSpore 2.5+ (facts as Megatron's, not verified)",
+    # as Megatron's, not verified: MindFormers configs keep param_init_type float32 with a bf16 compute_dtype, and
+    # how MindSpore's optimizer parallelism stores the parameters it shards was not read
+    fp32_sharded_parameters=False,
+    grad_sync_per_step=(0, 1),  # as Megatron's, not verified (gradient_accumulation_shard under ZeRO-3 not priced)
+    zero3_gather="forward-backward",  # as Megatron's, not verified
+    pipeline_holds_step=False,  # as Megatron's, not verified
+    keeps_root_gathered=False,  # as Megatron's, not verified
+    # as Megatron's Transformer Engine inventory, not verified: MindSpore's autograd on LlamaFeedForward keeps the
+    # SiLU output as well as the gate, up and product (one more ffn-wide tensor than Megatron's fused SwiGLU), and
+    # without select_comm_recompute the all-gathered norm output under sequence parallelism; both are left out
+    op_level_inventory=False,
+    fp32_logit_copies=1,  # as Megatron's, not verified
+)
+PROFILES: dict[str, TrainerProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, MINDFORMERS)}
 assert set(PROFILES) == set(TRAINERS), "every trainer name of specs.run.TRAINERS needs a profile"
 
 
@@ -93,5 +112,5 @@ def data_parallel_sync(run: RunSpec, zero: int, pp: int) -> DataParallelSync:
                             zero >= 3 and gather != "forward-backward")
 
 
-__all__ = ["TrainerProfile", "PROFILES", "trainer_profile", "MEGATRON", "TORCHTITAN", "DataParallelSync",
+__all__ = ["TrainerProfile", "PROFILES", "trainer_profile", "MEGATRON", "TORCHTITAN", "MINDFORMERS", "DataParallelSync",
            "data_parallel_sync"]

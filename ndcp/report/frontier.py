@@ -164,7 +164,7 @@ def render_frontier(console, model, result: Frontier, degrees: str) -> None:
         if not all(p.proven for p in result.points):
             console.print("* the plan model stopped at its time limit: fastest found, not proven")
         codes = ("n none, s selective, f full, o offloaded to host; ln layernorm, mla mla_up_proj, act moe_act, mlp, "
-                 "moe: Megatron recompute modules, + combined")
+                 "moe: Megatron recompute modules, + combined; mact MindFormers' select_recompute)")
         plan = (f"per stage: its layers = how many run each recompute mode ({codes})" if layout == "per stage" else
                 f"plan: layers per recompute mode over all stages ({codes}; layers per stage when uneven; --json or "
                 "--csv has each stage)")

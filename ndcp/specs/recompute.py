@@ -21,20 +21,23 @@ NORMS = "norms"  # the layer's two pre-norms
 MLP_FORWARD = "mlp_forward"  # the dense MLP (its fused pre-norm, fc1, activation, fc2) with its TP communication
 MOE_FORWARD = "moe_forward"  # the MoE block: router, dispatch and combine all-to-alls, experts, shared experts
 MOE_ACTIVATION = "moe_activation"  # the routed experts' activation function (SwiGLU)
+MLP_ACTIVATION = "mlp_activation"  # the dense MLP's activation function (SwiGLU: SiLU and the gate product)
 MLA_UP_PROJECTION = "mla_up_projection"  # MLA's query and key/value up-projections of the latents
 HOST_OFFLOAD = "host_offload"  # not a re-run: the layer's activations copied to host memory and back
 
 
 @dataclass(frozen=True)
 class RecomputeModule:
-    """One of Megatron-Core's --recompute-modules (transformer_config.py, core_r0.14; docs/formulas.md §5.2): the
-    stored tensors it discards (activation inventory names) and the forward piece it re-runs in backward."""
+    """One op-level recompute piece: one of Megatron-Core's --recompute-modules (transformer_config.py, core_r0.14;
+    docs/formulas.md §5.2) or MindFormers' select_recompute set (§5.4): the stored tensors it discards (activation
+    inventory names) and the forward piece it re-runs in backward."""
 
     name: str
     drops: tuple[str, ...]
     reruns: str
     needs: str  # "" (any layer), "dense" (dense MLP layers), "moe" (MoE layers) or "mla" (MLA attention)
     code: str  # short label in plan summaries
+    part_of: str = ""  # a module that drops and re-runs all this one does (and more): it covers this one
 
 
 MODULES: dict[str, RecomputeModule] = {m.name: m for m in (
@@ -45,7 +48,17 @@ MODULES: dict[str, RecomputeModule] = {m.name: m for m in (
     RecomputeModule("moe_act", ("expert_act_output",), MOE_ACTIVATION, "moe", "act"),
     RecomputeModule("moe", ("router_logits", "expert_input", "expert_fc1_output", "expert_act_output",
                             "shared_fc1_output", "shared_act_output"), MOE_FORWARD, "moe", "moe"),
+    # MindFormers' select_recompute: mindformers/models/utils.py LayerSetting.__init__ default_patterns
+    # (feed_forward\.mul, feed_forward\.w1\.activation\.silu; mindformers 1.6.0 fd4deebc) re-runs the dense SwiGLU's
+    # SiLU and its product with the up projection (models/llama/llama_layer.py LlamaFeedForward.construct): the
+    # product (fc2's input) is not kept. The dense counterpart of moe_act; Megatron's mlp module re-runs it too.
+    RecomputeModule("mlp_act", ("mlp_act_output",), MLP_ACTIVATION, "dense", "mact", part_of="mlp"),
 )}
+
+
+def modules_cover(modules: tuple[str, ...] | set[str], wanted: tuple[str, ...] | set[str]) -> bool:
+    """Whether recomputing `modules` recomputes at least every module of `wanted` (itself or one it is part of)."""
+    return all(n in modules or (MODULES[n].part_of and MODULES[n].part_of in modules) for n in wanted)
 
 
 @dataclass(frozen=True)
@@ -70,19 +83,27 @@ class RecomputeOption:
         return self.code or self.name
 
 
-def _modules_option(names: tuple[str, ...], weight: int) -> RecomputeOption:
+def _modules_option(names: tuple[str, ...], weight: int, source: str = "") -> RecomputeOption:
     modules = [MODULES[n] for n in names]
     return RecomputeOption("+".join(names), KEEPS_ALL, tuple(d for m in modules for d in m.drops),
                            tuple(m.reruns for m in modules), weight,
-                           "Megatron-Core --recompute-granularity selective --recompute-modules " + " ".join(names),
-                           names, "+".join(m.code for m in modules))
+                           source or "Megatron-Core --recompute-granularity selective --recompute-modules "
+                           + " ".join(names), names, "+".join(m.code for m in modules))
 
 
-# Module combinations offered (rows; weight = the kind rule's order): the single modules and the combinations
-# published runs use, e.g. DeepSeek-V3 §3.3 (RMSNorm, MLA up-projection and the SwiGLU output recomputed).
+# Megatron-Core's module combinations offered (rows; weight = the kind rule's order): the single modules and the
+# combinations published runs use, e.g. DeepSeek-V3 §3.3 (RMSNorm, MLA up-projection and the SwiGLU output
+# recomputed).
 MODULE_COMBINATIONS = (("layernorm",), ("mla_up_proj",), ("layernorm", "mla_up_proj"), ("moe_act",),
                        ("layernorm", "moe_act"), ("layernorm", "mla_up_proj", "moe_act"), ("mlp",),
                        ("layernorm", "mlp"), ("moe",), ("layernorm", "moe"))
+MEGATRON_MODULE_OPTIONS = tuple("+".join(names) for names in MODULE_COMBINATIONS)
+# MindFormers' op-level select sets (recompute_config.select_recompute; docs/formulas.md §5.4). Its
+# select_comm_recompute (`.*\.norm`) is no row: mindformers/models/utils.py LayerSetting.set_pattern_recompute only
+# marks the norm primitive recompute_comm_op (MindSpore then recomputes the redistribution communication next to it,
+# not the norm), and the tensor that saves (the all-gathered norm output under sequence parallelism) is not in the
+# activation inventory, which already keeps the norm outputs sequence-sharded as Transformer Engine does.
+MINDFORMERS_SELECT = "mlp_act"
 
 OPTIONS: tuple[RecomputeOption, ...] = (
     RecomputeOption("none", KEEPS_ALL, (), (), 0, "no recompute", (), "n"),
@@ -90,18 +111,21 @@ OPTIONS: tuple[RecomputeOption, ...] = (
                     "Korthikanti et al. 2022 §5, selective activation recomputation (docs/formulas.md §5); "
                     "Megatron-Core --recompute-modules core_attn", ("core_attn",), "s"),
     *(_modules_option(names, 2 + i) for i, names in enumerate(MODULE_COMBINATIONS)),
+    _modules_option((MINDFORMERS_SELECT,), 2 + len(MODULE_COMBINATIONS),
+                    "MindFormers recompute_config.select_recompute with its default patterns (mindformers/models/"
+                    "utils.py LayerSetting.__init__ default_patterns; docs/formulas.md §5.4)"),
     # Activations in host memory: kept on the device is the layer input; the rest goes to the host in forward and
     # comes back in backward, the next layer's prefetched while this one runs (two layers' worth on the device).
-    RecomputeOption("offload", KEEPS_LAYER_INPUT, (), (HOST_OFFLOAD,), 2 + len(MODULE_COMBINATIONS),
+    RecomputeOption("offload", KEEPS_LAYER_INPUT, (), (HOST_OFFLOAD,), 3 + len(MODULE_COMBINATIONS),
                     "activation offloading to host memory: Megatron-Core fine-grained activation offloading; "
                     "MindFormers swap (docs/formulas.md §5.3)", (), "o", 2),
-    RecomputeOption("full", KEEPS_LAYER_INPUT, (), (LAYER_FORWARD,), 3 + len(MODULE_COMBINATIONS),
+    RecomputeOption("full", KEEPS_LAYER_INPUT, (), (LAYER_FORWARD,), 4 + len(MODULE_COMBINATIONS),
                     "Chen et al. 2016, checkpointing every layer; Megatron --recompute-granularity full",
                     tuple(MODULES), "f"),
 )
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 RECOMPUTE_MODES = tuple(o.name for o in OPTIONS)  # model order: lightest first
-CLASSIC_MODES = ("none", "selective", "full")  # the three options every trainer runs (and summaries always show)
+CLASSIC_MODES = ("none", "selective", "full")  # Korthikanti's three options (summaries always show them)
 HEAVIEST_FIRST = tuple(o.name for o in sorted(OPTIONS, key=lambda o: -o.weight))
 NO_RECOMPUTE = HEAVIEST_FIRST[-1]  # weight 0, keeps everything: the plan every layer starts from
 HEAVIEST = HEAVIEST_FIRST[0]  # keeps the least and re-runs the most (bounds in solve/ rely on it)

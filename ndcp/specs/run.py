@@ -14,8 +14,9 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 OPTIMIZER_STATE_DTYPES = ("fp32", "bf16")  # Adam moments; bf16 = Megatron's precision-aware optimizer
 # Whose memory behaviour the estimate models (estimate/activations.py, estimate/memory.py): Megatron-Core with
 # Transformer Engine (Korthikanti's selective recompute, distributed optimizer), or torchtitan (FSDP2, op-level
-# selective activation checkpointing, eager PyTorch autograd).
-TRAINERS = ("megatron", "torchtitan")  # each has a profile in estimate/trainers.py
+# selective activation checkpointing, eager PyTorch autograd), or MindFormers (Megatron's memory behaviour, not
+# verified, with its own recompute options: estimate/trainers.py MINDFORMERS).
+TRAINERS = ("megatron", "torchtitan", "mindformers")  # each has a profile in estimate/trainers.py
 # When data-parallel collectives run (estimate/trainers.py data_parallel_sync; docs/formulas.md §7): "trainer" takes
 # the trainer's own default for the strategy's ZeRO stage and pipeline.
 GRAD_SYNCS = ("trainer", "microbatch", "step")

@@ -48,8 +48,8 @@ def detect(text: str) -> str:
 
 
 def file_trainer(path: str | None) -> str | None:
-    """The trainer whose memory behaviour a --strategy-from file's run has (megatron, torchtitan), or None when the
-    file is absent, unreadable or from a trainer ndcp plans for as Megatron (MindFormers): read_values reports why."""
+    """The trainer of a --strategy-from file (megatron, torchtitan, mindformers: its run's memory behaviour and
+    recompute options), or None when the file is absent or unreadable: read_values reports why."""
     if not path:
         return None
     try:

@@ -18,7 +18,7 @@ from ..estimate.layout import partition
 from ..schedules import default_schedule
 from ..specs.fields import SpecError
 from ..specs.model import ModelSpec
-from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES, recompute_option
+from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES, modules_cover, recompute_option
 from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, default_partition
 from ..specs.strategy_input import resolve_layout
 
@@ -34,6 +34,9 @@ class TrainerProfile:
     zero_stages: tuple[int, ...]  # ZeRO stages it runs (how: `zero_how`)
     zero_how: tuple[str, ...]  # per stage in zero_stages: the trainer's own name for it
     recompute: str  # "uniform" (one mode, every layer), "count" (one full count per stage), "per-stage" (any plan)
+    # The recompute options (specs/recompute.py OPTIONS) it runs on a layer; the search offers it these only
+    # (rules.recompute_option_refusal), and `nearest` turns any other into one of them that covers it.
+    recompute_options: tuple[str, ...]
     precisions: tuple[str, ...]  # specs.run.PRECISIONS it emits
     fp8_recipes: tuple[str, ...]  # specs.run.FP8_RECIPES it emits
     cp_comms: tuple[str, ...]  # specs.strategy.CP_COMM_TYPES it runs
@@ -99,18 +102,19 @@ def covers(plan: list[StageRecompute], original: list[StageRecompute]) -> bool:
         return p.layers - p.count(NO_RECOMPUTE)
 
     return len(plan) == len(original) and all(
-        p.count(HEAVIEST) >= o.count(HEAVIEST) and recomputed(p) >= recomputed(o) and _modules(p) >= _modules(o)
+        p.count(HEAVIEST) >= o.count(HEAVIEST) and recomputed(p) >= recomputed(o)
+        and modules_cover(_modules(p), _modules(o))
         for p, o in zip(plan, original))
 
 
 def uniform_cover(plans: list[StageRecompute], offered: tuple[str, ...] = RECOMPUTE_MODES) -> str:
-    """The lightest single option among `offered` whose recompute modules include every module the plan runs (full,
+    """The lightest single option among `offered` whose recompute modules cover every module the plan runs (full,
     which recomputes everything, when none does)."""
     used = used_options(plans)
     if not used:
         return NO_RECOMPUTE
     wanted = {name for m in used for name in recompute_option(m).modules}
-    fits = [m for m in offered if m != NO_RECOMPUTE and set(recompute_option(m).modules) >= wanted]
+    fits = [m for m in offered if m != NO_RECOMPUTE and modules_cover(recompute_option(m).modules, wanted)]
     return min(fits, key=lambda m: recompute_option(m).weight) if fits else HEAVIEST
 
 

@@ -15,7 +15,8 @@ from ..specs.model import ModelSpec
 from ..specs.pipeline_layout import parse_layout, megatron_layout
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy, accounted_partition, cp_a2a_size
-from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, option_for_modules, recompute_option
+from ..specs.recompute import (CLASSIC_MODES, HEAVIEST, MEGATRON_MODULE_OPTIONS, NO_RECOMPUTE, option_for_modules,
+                               recompute_option)
 from .base import (Emitted, TrainerProfile, facts, nearest_optimizer_offload, nearest_schedule, partition_of,
                    read_error, stage_plans, uniform_cover, used_options, with_plan)
 
@@ -26,6 +27,9 @@ PROFILE = TrainerProfile(
     zero_how=("DDP", "--use-distributed-optimizer", "--use-megatron-fsdp optim_grads",
               "--use-megatron-fsdp optim_grads_params"),
     recompute="count",  # --recompute-num-layers: one count, applied to every (virtual) stage; or selective everywhere
+    # --recompute-granularity full/selective, --recompute-modules (transformer_config.py recompute_modules) and
+    # --fine-grained-activation-offloading (the offload option)
+    recompute_options=CLASSIC_MODES + MEGATRON_MODULE_OPTIONS + ("offload",),
     precisions=("bf16", "fp16", "fp8"), fp8_recipes=("delayed", "tensorwise", "blockwise", "mxfp8"),
     cp_comms=("p2p", "allgather", "a2a", "a2a+p2p"), expert_tensor_parallel=True,
     layouts="any",  # --pipeline-model-parallel-layout places any per-stage partition
@@ -45,14 +49,16 @@ def _expressible(plans: list[StageRecompute], counts: tuple[int, ...]) -> tuple[
     Megatron recomputes either one module set on every layer (--recompute-granularity selective
     --recompute-modules), or the first N layers of every (virtual) stage fully (--recompute-method block)."""
     used = used_options(plans)
-    if len(used) <= 1 and (not used or all(p.count(next(iter(used))) == c for p, c in zip(plans, counts))):
+    foreign = used - set(PROFILE.recompute_options)  # e.g. MindFormers' select set: covered below
+    if len(used) <= 1 and not foreign and (not used or all(p.count(next(iter(used))) == c
+                                                           for p, c in zip(plans, counts))):
         return plans, None  # one option on every layer, or none at all
     if OFFLOAD in used:  # --offload-modules acts on every layer: offload them all (it keeps what full keeps)
         return [StageRecompute(**{OFFLOAD: c}) for c in counts], (
             f"Megatron offloads the same modules on every layer: the plan's {sorted(used)} per stage became "
             "offload on every layer")
     if HEAVIEST not in used:
-        mode = uniform_cover(plans)
+        mode = uniform_cover(plans, PROFILE.recompute_options)
         if mode != HEAVIEST:
             return [StageRecompute(**{mode: c}) for c in counts], (
                 f"Megatron recomputes one module set on every layer: the plan's {sorted(used)} per stage became "

@@ -12,7 +12,7 @@ from ..specs.library import parse_yaml
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
-from ..specs.recompute import HEAVIEST, NO_RECOMPUTE
+from ..specs.recompute import HEAVIEST, MINDFORMERS_SELECT, NO_RECOMPUTE
 from .base import (Emitted, TrainerProfile, nearest_optimizer_offload, nearest_schedule, read_error, stage_plans,
                    used_options, with_plan)
 
@@ -23,6 +23,10 @@ PROFILE = TrainerProfile(
     zero_stages=(0, 3), zero_how=("enable_parallel_optimizer off", "enable_parallel_optimizer + "
                                   "gradient_accumulation_shard"),
     recompute="per-stage",  # recompute_config.recompute / select_recompute: per-stage lists
+    # recompute_config.recompute (the whole layer) and select_recompute with its default patterns (the dense SwiGLU
+    # activation: specs/recompute.py mlp_act), each on the first N layers of a stage (mindformers/models/utils.py
+    # LayerSetting.set, _check_layer_rule, _set_select_recompute)
+    recompute_options=(NO_RECOMPUTE, MINDFORMERS_SELECT, HEAVIEST),
     precisions=("bf16", "fp16"), fp8_recipes=(),
     cp_comms=("p2p", "a2a"),  # context_parallel_algo colossalai_cp (ring) / ulysses_cp (all-to-all)
     expert_tensor_parallel=True,  # moe_config.expert_model_parallel (modules/transformer/moe.py)
@@ -30,6 +34,9 @@ PROFILE = TrainerProfile(
     schedules=("1f1b", "interleaved"),
 )
 CP_ALGOS = {"p2p": "colossalai_cp", "a2a": "ulysses_cp"}
+# The select_recompute pattern whose output is what mlp_act drops (mindformers/models/utils.py LayerSetting
+# default_patterns; as a YAML key, single-quoted, e.g. research/qwen2_5/finetune_qwen2.5_72B_32K.yaml)
+SELECT_PATTERN = r"feed_forward\.mul"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -51,13 +58,14 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
                      f"ZeRO-{s.zero} emitted as ZeRO-3, which shards more")
         s = s.with_zero(3)
     plans = stage_plans(model, s)
-    partial = used_options(plans) - {HEAVIEST}
-    if partial:  # MindFormers' select sets recompute other tensors than any of ndcp's partial options
-        notes.append(f"MindFormers' select_recompute re-runs the SwiGLU activation (feed_forward.mul, .silu) and "
-                     f"select_comm_recompute the norms, not the tensors ndcp's {sorted(partial)} drop: those layers "
-                     "are recomputed fully (recompute), which recomputes at least as much")
-        s = with_plan(model, s, [StageRecompute(**{NO_RECOMPUTE: p.count(NO_RECOMPUTE),
-                                                   HEAVIEST: p.layers - p.count(NO_RECOMPUTE)}) for p in plans])
+    foreign = used_options(plans) - set(PROFILE.recompute_options)
+    if foreign:  # e.g. Korthikanti's selective (the attention core) or Megatron's recompute modules
+        notes.append(f"MindFormers recomputes a layer fully (recompute) or its SwiGLU activation (select_recompute: "
+                     f"feed_forward.mul, .silu), not as ndcp's {sorted(foreign)} do: those layers are recomputed "
+                     "fully, which recomputes at least as much")
+        s = with_plan(model, s, [StageRecompute(**{
+            NO_RECOMPUTE: p.count(NO_RECOMPUTE), MINDFORMERS_SELECT: p.count(MINDFORMERS_SELECT),
+            HEAVIEST: p.layers - p.count(NO_RECOMPUTE) - p.count(MINDFORMERS_SELECT)}) for p in plans])
     if run.fp8:
         notes.append("MindFormers trains in BF16 here (no FP8 recipe): the FP8 plan's GEMMs run in BF16")
     return s, notes
@@ -89,12 +97,15 @@ def config(model: ModelSpec, run: RunSpec, s: Strategy) -> dict:
                "num_layers": model.layers, "seq_length": run.seq_len,
                **({"pp_interleave_num": s.vpp} if s.vpp > 1 else {}),
                "offset": _per_stage(s, [n - naive for n in counts])}},
+           # MindFormers recomputes the first `recompute` layers of each stage fully and applies select_recompute
+           # to the first `select_recompute` layers that are not (mindformers/models/utils.py LayerSetting.set,
+           # _check_layer_rule, _set_select_recompute): the select lists count full + select layers, as the
+           # reference planner writes them (docs/reference-planner.md §3.4). select_comm_recompute (`.*\\.norm`:
+           # the communication next to the norms) is no ndcp option (specs/recompute.py MINDFORMERS_SELECT)
            "recompute_config": {
-               # MindFormers recomputes the first N layers of each stage fully (nearest leaves only full and none);
-               # its select sets (mindformers models/utils.py default_patterns: the SwiGLU activation, the norms)
-               # are not ndcp options, so none is asked for
-               "recompute": _per_stage(s, [p.count("full") for p in plans]),
-               "select_recompute": False}}
+               "recompute": _per_stage(s, [p.count(HEAVIEST) for p in plans]),
+               "select_recompute": _per_stage(s, [p.count(HEAVIEST) + p.count(MINDFORMERS_SELECT) for p in plans]),
+               "select_comm_recompute": False}}
     if model.moe is not None:
         out["moe_config"] = {"expert_num": model.moe.experts, "num_experts_chosen": model.moe.top_k,
                              "expert_model_parallel": s.etp}
@@ -126,6 +137,46 @@ def _flat(value, pp: int, vpp: int, name: str) -> list[int]:
     return [x for row in rows for x in row]
 
 
+def _select_value(value):
+    """The layers select_recompute covers for the pattern ndcp's mlp_act stands for: a bool or count lists apply to
+    the default patterns; a list of patterns to every layer; a {pattern: bool or counts} mapping by its
+    feed_forward\\.mul entry (the product, fc2's input: the tensor mlp_act drops), other patterns read as keeping
+    (mindformers/models/utils.py LayerSetting._format_recompute_dict)."""
+    if isinstance(value, dict):
+        return value.get(SELECT_PATTERN, False)
+    if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+        return SELECT_PATTERN in value
+    return value
+
+
+def _covered(value, counts: list[int], pp: int, vpp: int, name: str) -> list[int]:
+    """The first-N layer counts per virtual stage (v = chunk x pp + stage) of a recompute_config entry, read as
+    mindformers/models/utils.py LayerSetting._format_recompute_list reads it: a bool (every layer, or none); [pp]
+    counts or bools per stage, spread over the chunks one layer at a time (_alloc_recompute_layer); or [chunk][stage]
+    counts or bools, each capped at the chunk's layers."""
+    grid = [counts[c * pp:(c + 1) * pp] for c in range(vpp)]
+    if isinstance(value, bool):
+        return [n if value else 0 for n in counts]
+    ok = isinstance(value, list) and all(isinstance(x, int) and (x is True or x is False or x >= 0) for x in value)
+    if ok and len(value) == pp:
+        out = [[0] * pp for _ in range(vpp)]
+        for j, x in enumerate(value):
+            left = min(sum(row[j] for row in grid) if x is True else int(x), sum(row[j] for row in grid))
+            while left:
+                for c in range(vpp):
+                    if left and out[c][j] < grid[c][j]:
+                        out[c][j], left = out[c][j] + 1, left - 1
+        return [x for row in out for x in row]
+    rows = value if isinstance(value, list) and len(value) == vpp else None
+    if rows is None or any(not isinstance(r, list) or len(r) != pp
+                           or any(not isinstance(x, int) or (x is not True and x is not False and x < 0) for x in r)
+                           for r in rows):
+        raise read_error("mindformers", f"recompute_config.{name} must be a bool, a [{pp}] list or a [{vpp}][{pp}] "
+                         f"list of non-negative integers or bools (pipeline_stage = {pp}, pp_interleave_num = {vpp}); "
+                         f"got {value!r}")
+    return [grid[c][j] if x is True else min(int(x), grid[c][j]) for c, r in enumerate(rows) for j, x in enumerate(r)]
+
+
 def read(text: str, model: ModelSpec) -> dict:
     """Strategy values from a MindFormers YAML (its parallel_config, model_config and recompute_config)."""
     data = parse_yaml(text, "--strategy-from (mindformers)")
@@ -153,12 +204,17 @@ def read(text: str, model: ModelSpec) -> dict:
         raise read_error("mindformers", f"offsets place {sum(counts)} of {model.layers} layers")
     v["layers_per_stage"] = tuple(counts)
     rc = data.get("recompute_config") or {}
-    full = _flat(rc["recompute"], pp, vpp, "recompute") if isinstance(rc.get("recompute"), list) else \
-        [n if rc.get("recompute") else 0 for n in counts]
-    # select_recompute / select_comm_recompute re-run the SwiGLU activation and the norms, which no ndcp option
-    # is: those layers read as keeping everything (the memory estimate errs high, never low)
-    stages = [StageRecompute(none=n - min(f, n), full=min(f, n)) for n, f in zip(counts, full)]
-    v["recompute"] = {"stages": [{"none": p.count("none"), "full": p.count("full")} for p in stages]}
+    full = _covered(rc.get("recompute", False), counts, pp, vpp, "recompute")
+    select = _covered(_select_value(rc.get("select_recompute", False)), counts, pp, vpp, "select_recompute")
+    if model.moe is not None and model.dense_layers == 0:
+        select = [0] * len(counts)  # no dense SwiGLU for the select set to act on (mlp_act needs dense layers)
+    # select_comm_recompute (the communication next to the norms) is no ndcp option and is not read: the activation
+    # inventory keeps the norm outputs sequence-sharded either way (docs/formulas.md §5.4, not verified)
+    stages = []
+    for n, f, a in zip(counts, full, select):
+        f, a = min(f, n), min(max(a, f), n) - min(f, n)  # full wins over select on the first layers
+        stages.append({NO_RECOMPUTE: n - f - a, MINDFORMERS_SELECT: a, HEAVIEST: f})
+    v["recompute"] = {"stages": stages}
     return v
 
 

@@ -17,12 +17,15 @@ from ..specs.strategy import StageRecompute, Strategy
 from .base import (Emitted, TrainerProfile, facts, nearest_optimizer_offload, nearest_schedule, partition_of,
                    read_error, stage_plans, uniform_cover, with_plan)
 
+AC_MODES = {"none": "none", "selective": "selective", "full": "full"}  # ndcp mode -> activation-checkpoint:<mode>
+
 PROFILE = TrainerProfile(
     name="torchtitan", version="torchtitan 0.3.0",
     # FSDP2 (ZeRO-3: data_parallel_shard_degree = dp); DDP (ZeRO-0) only without TP, PP, CP or EP: torchtitan
     # applies DDP only when no other parallelism is on (parallelize_llama: `elif parallel_dims.dp_replicate_enabled`)
     zero_stages=(0, 3), zero_how=("DDP (data parallel only)", "FSDP2 (fully_shard)"),
     recompute="uniform",  # activation-checkpoint:none|selective|full on every transformer block
+    recompute_options=tuple(AC_MODES),  # activation-checkpoint:<mode>
     # FP8 is a model converter in a registry config (llama3_8b_mxfp8, deepseek_v3_671b_float8; they need torchao and
     # an FP8 GPU to build), not a command-line option: ndcp emits BF16 configs
     precisions=("bf16",), fp8_recipes=(),
@@ -34,7 +37,6 @@ PROFILE = TrainerProfile(
 # llama3_405b is not here: it converts the linear layers to Float8 (an FP8 plan ndcp does not emit for torchtitan).
 CONFIGS = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
            "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b")}
-AC_MODES = {"none": "none", "selective": "selective", "full": "full"}  # ndcp mode -> activation-checkpoint:<mode>
 
 
 def runs_ddp(strategy: Strategy) -> bool:

@@ -162,8 +162,8 @@ def _recompute(value: Any, narayanan_basis: bool, notes: list[str]) -> str:
 
 def _least_recompute_that_fits(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
                                notes: list[str]) -> Strategy:
-    """Unknown recompute: the lightest of none, selective, full (CLASSIC_MODES: what every trainer runs) whose
-    estimated peak fits the device and that the rulebook allows; the heaviest when none fits."""
+    """Unknown recompute: the lightest of none, selective, full (CLASSIC_MODES) whose estimated peak fits the device
+    and that the rulebook allows (the run's trainer runs it); the heaviest when none fits."""
     for mode in CLASSIC_MODES:
         candidate = strategy.with_(recompute=RecomputePlan.uniform(mode))
         try:

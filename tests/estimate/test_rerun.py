@@ -73,3 +73,43 @@ def test_offloaded_activations_must_fit_the_host_memory():
     assert roomy.host_peak_bytes == pytest.approx(4 * 20 * 252.25 * 2**20, rel=1e-3) and roomy.fits
     tight = estimate_memory(llama, ClusterSpec(replace(H100, host_memory_bytes=16 * 2**30), 64), RUN, strategy)
     assert not tight.fits and tight.peak_bytes == roomy.peak_bytes
+
+
+@pytest.mark.parametrize("trainer", ["megatron", "mindformers"])
+def test_the_mlp_activation_rerun_is_the_dense_counterpart_of_moe_act(trainer):
+    """MindFormers' select set (mlp_act) re-runs the dense SwiGLU, elementwise: read gate and up, write the product
+    (3 x s x ffn / t x 2 bytes at HBM bandwidth), no matmul FLOPs, nothing on a MoE layer; it saves the product's
+    bytes (estimate/activations.py mlp_act_output) and never more than full recompute."""
+    llama = load_model("llama3-70b")
+    cluster = ClusterSpec(H100, 64)
+    run = replace(RUN, trainer=trainer)
+    none = layer_time(llama, cluster, run, "dense", "none", *THETA)
+    act = layer_time(llama, cluster, run, "dense", "mlp_act", *THETA)
+    assert act.recompute == pytest.approx(3 * 8192 * llama.ffn_hidden / 8 * 2 / 3.35e12)
+    assert act.flops == none.flops and act.forward == none.forward
+    saved = (layer_activation_bytes(llama, run, "dense", "none", *THETA)
+             - layer_activation_bytes(llama, run, "dense", "mlp_act", *THETA))
+    assert saved == 2 * 8192 * llama.ffn_hidden / 8
+    full_saved = (layer_activation_bytes(llama, run, "dense", "none", *THETA)
+                  - layer_activation_bytes(llama, run, "dense", "full", *THETA))
+    assert 0 < saved < full_saved
+    mlp = layer_time(llama, cluster, run, "dense", "mlp", *THETA)
+    assert act.recompute < mlp.recompute < layer_time(llama, cluster, run, "dense", "full", *THETA).recompute
+    deepseek = load_model("deepseek-v3")
+    moe = (8, 1, 8, 1, 1, True)
+    assert layer_time(deepseek, cluster, run, "moe", "mlp_act", *moe).recompute == 0.0
+    assert (layer_activation_bytes(deepseek, run, "moe", "mlp_act", *moe)
+            == layer_activation_bytes(deepseek, run, "moe", "none", *moe))
+
+
+def test_a_mindformers_plan_with_the_select_set_estimates_between_none_and_full():
+    llama = load_model("llama3-8b")
+    cluster = ClusterSpec(H100, 8)
+    run = RunSpec(global_batch=32, seq_len=8192, trainer="mindformers")
+    base = Strategy(dp=1, tp=2, cp=4, mbs=1, mbn=32, zero=3, sp=True)
+    peaks, steps = [], []
+    for mode in ("none", "mlp_act", "full"):
+        s = base.with_(recompute=RecomputePlan.uniform(mode))
+        peaks.append(estimate_memory(llama, cluster, run, s).peak_bytes)
+        steps.append(estimate_time(llama, cluster, run, s).step_seconds)
+    assert peaks[0] > peaks[1] > peaks[2] and steps[0] < steps[1] < steps[2]

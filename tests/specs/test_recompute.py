@@ -6,8 +6,9 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.time import layer_time
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, device_preset
 from ndcp.specs.library import load_model
-from ndcp.specs.recompute import (CLASSIC_MODES, HEAVIEST, HEAVIEST_FIRST, NO_RECOMPUTE, OPTION_BY_NAME, OPTIONS,
-                                  RECOMPUTE_MODES, option_for_modules)
+from ndcp.estimate.activations import layer_inventory
+from ndcp.specs.recompute import (CLASSIC_MODES, HEAVIEST, HEAVIEST_FIRST, MLP_ACTIVATION, MODULES, NO_RECOMPUTE,
+                                  OPTION_BY_NAME, OPTIONS, RECOMPUTE_MODES, modules_cover, option_for_modules)
 
 CLUSTER = ClusterSpec(device_preset("h100"), 64)
 
@@ -49,17 +50,24 @@ def test_per_stage_plan_json_and_summary():
 
 
 def _comparable_pairs():
-    """(lighter, heavier): the heavier recomputes a superset of the lighter's modules (full: every module)."""
+    """(lighter, heavier): the heavier recomputes a superset of the lighter's modules, a module counting as the one
+    it is part of (mlp_act: mlp; full: every module)."""
     recomputing = [o for o in OPTIONS if o.name != "offload"]  # offload re-runs nothing: it copies (test_rerun.py)
     return [(a.name, b.name) for a in recomputing for b in recomputing
-            if a.name != b.name and set(a.modules) <= set(b.modules)]
+            if a.name != b.name and modules_cover(b.modules, a.modules)]
+
+
+def test_mlp_act_is_covered_by_the_dense_mlp_module_and_full():
+    pairs = _comparable_pairs()
+    assert {("mlp_act", "mlp"), ("mlp_act", "layernorm+mlp"), ("mlp_act", "full")} <= set(pairs)
+    assert ("mlp", "mlp_act") not in pairs and ("moe_act", "mlp_act") not in pairs
 
 
 @settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b"]),
        kind=st.sampled_from(["dense", "moe"]), tp=st.sampled_from([1, 2, 8]), cp=st.sampled_from([1, 2]),
        mbs=st.sampled_from([1, 2]), sp=st.booleans(), flash=st.booleans(), fp8=st.booleans(),
-       trainer=st.sampled_from(["megatron", "torchtitan"]), seq=st.sampled_from([2048, 8192]))
+       trainer=st.sampled_from(["megatron", "torchtitan", "mindformers"]), seq=st.sampled_from([2048, 8192]))
 def test_heavier_options_keep_no_more_and_rerun_no_less(name, kind, tp, cp, mbs, sp, flash, fp8, trainer, seq):
     """The order the solver's bounds rely on: an option recomputing more modules keeps no more bytes and re-runs no
     less work; none keeps the most and re-runs nothing, full keeps the least (specs/recompute.py)."""
@@ -82,11 +90,15 @@ def test_heavier_options_keep_no_more_and_rerun_no_less(name, kind, tp, cp, mbs,
 @pytest.mark.parametrize("name,kind,option,saved", [
     # per layer, tp=8 with SP, mbs 1, seq 8192 on H100, BF16; the MiB each option saves against none
     ("llama3-70b", "dense", "layernorm", 32.0), ("llama3-70b", "dense", "mlp", 184.0),
-    ("deepseek-v3", "moe", "layernorm+mla_up_proj+moe_act", 188.0), ("deepseek-v3", "moe", "mla_up_proj", 128.0)])
+    ("deepseek-v3", "moe", "layernorm+mla_up_proj+moe_act", 188.0), ("deepseek-v3", "moe", "mla_up_proj", 128.0),
+    # MindFormers' select set: the SwiGLU product, ffn x s x b / t x 2 bytes = 28672 x 8192 / 8 x 2 = 56 MiB
+    ("llama3-70b", "dense", "mlp_act", 56.0), ("deepseek-v3", "dense", "mlp_act", 18432 * 8192 / 8 * 2 / 2**20),
+    ("deepseek-v3", "moe", "mlp_act", 0.0)])
 def test_module_options_drop_the_tensors_of_their_modules(name, kind, option, saved):
     """layernorm drops the two norm outputs (2 x 2sbh/t under SP), mlp the dense MLP's input, fc1 output and
-    activation output, mla_up_proj MLA's up-projected queries, keys and values (DeepSeek-V3: 128 heads x (192 + 192
-    + 128) / tp), moe_act the experts' activation output."""
+    activation output, mlp_act only the activation output (nothing on a MoE layer), mla_up_proj MLA's up-projected
+    queries, keys and values (DeepSeek-V3: 128 heads x (192 + 192 + 128) / tp), moe_act the experts' activation
+    output."""
     model = load_model(name)
     run = RunSpec(global_batch=64, seq_len=8192)
     ep = 8 if kind == "moe" else 1
@@ -106,3 +118,32 @@ def test_module_options_the_model_cannot_run_are_refused():
                                     "layernorm") is not None
     assert recompute_option_refusal(dense, RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan"),
                                     "selective") is None
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_the_mindformers_select_row_drops_inventory_tensors_and_reruns_the_activation(kind):
+    """mlp_act (MindFormers' select_recompute default patterns: feed_forward.mul and the SiLU) drops tensors of the
+    activation inventory, all of them the dense MLP's activation output, and re-runs only the activation."""
+    option, module = OPTION_BY_NAME["mlp_act"], MODULES["mlp_act"]
+    assert option.modules == ("mlp_act",) and option.reruns == (MLP_ACTIVATION,) and option.label == "mact"
+    assert "mindformers/models/utils.py" in option.source and module.needs == "dense" and module.part_of == "mlp"
+    model = load_model("deepseek-v3")
+    names = {t.name for t in layer_inventory(model, RunSpec(global_batch=8, seq_len=4096), kind == "moe", 8, 1, 1, 1,
+                                             True)}
+    assert (set(option.drops) <= names) == (kind == "dense")  # a MoE layer has no dense MLP: nothing to drop
+    assert set(option.drops) < set(OPTION_BY_NAME["mlp"].drops)
+    assert option_for_modules("mlp_act") == "mlp_act"
+
+
+def test_the_select_option_is_offered_to_mindformers_only():
+    from ndcp.rules import recompute_option_refusal
+    dense, moe_only, deepseek = load_model("llama3-70b"), load_model("mixtral-8x7b"), load_model("deepseek-v3")
+    runs = {t: RunSpec(global_batch=64, seq_len=8192, trainer=t) for t in ("megatron", "torchtitan", "mindformers")}
+    assert recompute_option_refusal(dense, runs["mindformers"], "mlp_act") is None
+    assert recompute_option_refusal(deepseek, runs["mindformers"], "mlp_act") is None  # its first 3 layers are dense
+    assert "mlp_act needs dense layers" in recompute_option_refusal(moe_only, runs["mindformers"], "mlp_act").message
+    for trainer in ("megatron", "torchtitan"):
+        refusal = recompute_option_refusal(dense, runs[trainer], "mlp_act")
+        assert f"{trainer} does not run recompute=mlp_act (MindFormers" in refusal.message
+    for mode in ("selective", "layernorm", "offload"):  # MindFormers runs none, its select set, full
+        assert "runs none, mlp_act, full" in recompute_option_refusal(dense, runs["mindformers"], mode).message

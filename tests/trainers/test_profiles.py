@@ -23,8 +23,10 @@ def per_stage(*stages: dict) -> RecomputePlan:
 
 MIXED = per_stage({"none": 18, "full": 2}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 19, "full": 1})
 MODULES = per_stage({"none": 10, "layernorm": 10}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 20})
-PLANS = [MIXED, MODULES, per_stage(*({"none": 20 - v, "selective": v} for v in range(4))),
-         per_stage(*({"none": 20 - v, "full": v} for v in range(4)))]
+SELECT = per_stage({"none": 16, "mlp_act": 4}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 19, "full": 1})
+PLANS = [MIXED, MODULES, SELECT, per_stage(*({"none": 20 - v, "selective": v} for v in range(4))),
+         per_stage(*({"none": 20 - v, "full": v} for v in range(4))),
+         per_stage(*({"none": 20 - v, "mlp_act": v} for v in range(4)))]
 
 
 @pytest.mark.parametrize("kind", ["megatron", "torchtitan", "mindformers"])
@@ -88,3 +90,35 @@ def test_under_torchtitan_the_rules_and_the_search_take_what_it_runs():
     assert space.inner_choices(2)[0] == [3]
     assert all(layout.etp == 1 for layout, _, _ in space.walk().batches)
     assert PROFILES["megatron"].zero_stages == (0, 1, 2, 3)
+
+
+def test_each_trainer_names_the_recompute_options_it_runs():
+    from ndcp.specs.recompute import OPTION_BY_NAME
+    assert set(PROFILES["torchtitan"].recompute_options) == {"none", "selective", "full"}
+    assert PROFILES["mindformers"].recompute_options == ("none", "mlp_act", "full")
+    megatron = set(PROFILES["megatron"].recompute_options)
+    assert {"selective", "layernorm", "moe_act", "mlp", "offload", "full"} <= megatron and "mlp_act" not in megatron
+    assert all(o in OPTION_BY_NAME for p in PROFILES.values() for o in p.recompute_options)
+
+
+def test_a_select_plan_runs_as_the_lightest_option_covering_it():
+    """Megatron re-runs the SwiGLU activation only inside its mlp module (the whole dense MLP); torchtitan only in a
+    fully recomputed block."""
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=3, sp=True, recompute=RecomputePlan.uniform("mlp_act"))
+    assert nearest("mindformers", LLAMA, RUN, strategy) == (strategy, [])
+    ran, notes = nearest("megatron", LLAMA, RUN, strategy)
+    assert ran.recompute == RecomputePlan.uniform("mlp") and "mlp on every layer" in notes[-1]
+    assert "--recompute-modules mlp" in emit("megatron", LLAMA, RUN, strategy).text
+    ran, _ = nearest("torchtitan", LLAMA, TITAN, strategy)
+    assert ran.recompute == RecomputePlan.uniform("full")
+
+
+def test_the_search_offers_each_trainer_its_own_recompute_options():
+    from ndcp.specs.recompute import RECOMPUTE_MODES
+    cluster = ClusterSpec(device_preset("h100"), 64)
+    offered = {t: SearchSpace(LLAMA, cluster, replace(RUN, trainer=t), SpaceOptions(recompute_modes=RECOMPUTE_MODES)
+                              )._recompute_modes for t in ("megatron", "torchtitan", "mindformers")}
+    assert offered["mindformers"] == ["none", "mlp_act", "full"]
+    assert offered["torchtitan"] == ["none", "selective", "full"]
+    assert "mlp_act" not in offered["megatron"] and {"selective", "layernorm", "mlp", "offload"} <= set(
+        offered["megatron"])

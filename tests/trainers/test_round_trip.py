@@ -131,3 +131,79 @@ def test_a_file_for_another_batch_or_model_is_refused(tmp_path):
     path.write_text("echo hello\n")
     with pytest.raises(SpecError, match="cannot tell the trainer"):
         read_values(str(path), LLAMA70, run)
+
+
+MF_RUN = RunSpec(global_batch=128, seq_len=8192, trainer="mindformers")
+MF_SELECT = RecomputePlan(mode="per-stage", stages=tuple(  # pp=4, vpp=2 over 80 layers: 10 per virtual stage
+    StageRecompute(none=10 - v % 4 - v % 3, mlp_act=v % 4, full=v % 3) for v in range(8)))
+
+
+@pytest.mark.parametrize("strategy", [
+    Strategy(dp=2, tp=8, pp=4, vpp=2, schedule="interleaved", mbs=1, mbn=64, zero=3, sp=True, recompute=MF_SELECT),
+    Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=0, sp=True, recompute=RecomputePlan.uniform("mlp_act")),
+])
+def test_mindformers_select_recompute_lists_read_back_as_the_plan(tmp_path, strategy):
+    """MindFormers runs the plan's select layers (mlp_act) as written: select_recompute counts full + select layers
+    per [chunk][stage] (full wins on the first layers: mindformers/models/utils.py LayerSetting.set)."""
+    import yaml
+    text = emit("mindformers", LLAMA70, MF_RUN, strategy).text
+    rc = yaml.safe_load(text)["recompute_config"]
+    plans = stage_plans(LLAMA70, strategy)
+    flat = (lambda x: [n for row in x for n in row]) if strategy.vpp > 1 else list
+    assert flat(rc["recompute"]) == [p.count("full") for p in plans]
+    assert flat(rc["select_recompute"]) == [p.count("full") + p.count("mlp_act") for p in plans]
+    assert rc["select_comm_recompute"] is False
+    cluster, ran, back = round_trip(tmp_path, "mindformers", LLAMA70, 64, MF_RUN, strategy)
+    assert ran == strategy and back == strategy
+    same_estimate(LLAMA70, cluster, MF_RUN, ran, back)
+
+
+def test_mindformers_runs_selective_layers_fully_and_keeps_its_select_layers():
+    plan = RecomputePlan(mode="per-stage", stages=tuple(
+        StageRecompute(none=15, selective=2, mlp_act=3) for _ in range(4)))
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=3, sp=True, recompute=plan)
+    ran, notes = nearest("mindformers", LLAMA70, MF_RUN, strategy)
+    assert [(p.count("none"), p.count("mlp_act"), p.count("full")) for p in stage_plans(LLAMA70, ran)] == [
+        (15, 3, 2)] * 4
+    assert any("['selective']" in n and "recomputed fully" in n for n in notes)
+
+
+def _mf_yaml(tmp_path, recompute_config: str, pp=2, vpp=1) -> str:
+    path = tmp_path / "mf.yaml"
+    path.write_text(f"parallel_config: {{data_parallel: 4, model_parallel: 8, pipeline_stage: {pp}, "
+                    f"micro_batch_num: 32}}\nrunner_config: {{batch_size: 1}}\n"
+                    f"model: {{model_config: {{num_layers: 80, pp_interleave_num: {vpp}}}}}\n"
+                    f"recompute_config:\n{recompute_config}")
+    return str(path)
+
+
+@pytest.mark.parametrize("config,vpp,expected", [
+    # (none, mlp_act, full) per virtual stage, as mindformers/models/utils.py LayerSetting reads the lists
+    ("  recompute: [2, 1]\n  select_recompute: [5, 0]\n", 1, [(35, 3, 2), (39, 0, 1)]),
+    ("  recompute: False\n  select_recompute: True\n", 1, [(0, 40, 0), (0, 40, 0)]),
+    # a [stage] list with pp_interleave_num: spread over the chunks one layer at a time (_alloc_recompute_layer)
+    ("  select_recompute: [3, 100]\n", 2, [(18, 2, 0), (0, 20, 0), (19, 1, 0), (0, 20, 0)]),
+    ("  recompute: [[1, 0], [0, 2]]\n  select_recompute: [[true, 0], [4, 1]]\n", 2,
+     [(0, 19, 1), (20, 0, 0), (16, 4, 0), (18, 0, 2)]),
+    # pattern mappings: feed_forward\.mul (the product mlp_act drops) decides; other patterns read as keeping
+    ("  select_recompute:\n    'feed_forward\\.mul': [4, 0]\n    'feed_forward\\.w1\\.activation\\.silu': True\n", 1,
+     [(36, 4, 0), (40, 0, 0)]),
+    ("  select_recompute: ['feed_forward\\.mul']\n  select_comm_recompute: [40, 40]\n", 1, [(0, 40, 0), (0, 40, 0)]),
+    ("  select_recompute:\n    'attention\\.flash_attention': True\n", 1, [(40, 0, 0), (40, 0, 0)]),
+])
+def test_mindformers_recompute_lists_read_as_mindformers_reads_them(tmp_path, config, vpp, expected):
+    run = RunSpec(global_batch=128, seq_len=8192)
+    values = read_values(_mf_yaml(tmp_path, config, vpp=vpp), LLAMA70, run)
+    stages = [values["recompute"]] * len(expected) if isinstance(values["recompute"], str) else None
+    if stages:  # one option on every layer reads as the uniform mode
+        assert all(n == (40 // vpp if m == values["recompute"] else 0)
+                   for (a, b, c) in expected for m, n in zip(("none", "mlp_act", "full"), (a, b, c)))
+        return
+    assert [(s["none"], s["mlp_act"], s["full"]) for s in values["recompute"]["stages"]] == expected
+
+
+@pytest.mark.parametrize("config", ["  select_recompute: [1, 2, 3]\n", "  select_recompute: [-1, 0]\n",
+                                    "  recompute: [[1, 0], [0, 0]]\n", "  select_recompute: 'yes'\n"])
+def test_a_malformed_mindformers_recompute_list_is_refused(tmp_path, config):
+    with pytest.raises(SpecError, match=r"recompute_config\.(select_)?recompute must be a bool, a \[2\] list"):
+        read_values(_mf_yaml(tmp_path, config), LLAMA70, RunSpec(global_batch=128, seq_len=8192))
