@@ -34,10 +34,13 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", workers: int = 1,
 
 
 def _longest_first(jobs: Sequence[Job]) -> list[int]:
-    """Job indices, the likely longest first (larger models, then more GPUs): workers that pick the next job as they
-    finish end close together (longest-processing-time-first list scheduling, Graham 1969), instead of one finishing
-    the largest point alone. The answers do not depend on the order."""
-    return sorted(range(len(jobs)), key=lambda i: (-jobs[i].model.parameters, -jobs[i].cluster.count, i))
+    """Job indices, the likely longest first: workers that pick the next job as they finish then end close together
+    (longest-processing-time-first list scheduling, Graham 1969) instead of one finishing a long point alone. A
+    search is longer the tighter memory is (more recompute plans to solve and prove) and the more micro-batch splits
+    its batch allows, so: more model parameters per GPU first, then more tokens per step. The answers do not depend
+    on the order."""
+    return sorted(range(len(jobs)), key=lambda i: (-jobs[i].model.parameters / jobs[i].cluster.count,
+                                                   -jobs[i].run.global_batch * jobs[i].run.seq_len, i))
 
 
 def _processes(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, dict]]:

@@ -45,9 +45,10 @@ def test_unknown_executor_is_a_spec_error():
 
 
 def test_workers_start_with_the_likely_longest_points():
-    # larger models first, then more GPUs (list scheduling, longest first); ties keep the given order
+    # tighter memory first (more parameters per GPU), then more tokens per step (list scheduling, longest first);
+    # ties keep the given order
     from ndcp.sweep.executors import _longest_first
-    small, large = job(8), Job(SweepPoint("h100", 8, 16, 512), load_model("llama3-8b"),
-                               ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512),
-                               SpaceOptions(), "uniform")
-    assert _longest_first([small, job(16), large, job(16)]) == [2, 1, 3, 0]
+    large = Job(SweepPoint("h100", 8, 16, 512), load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 8),
+                RunSpec(global_batch=16, seq_len=512), SpaceOptions(), "uniform")
+    jobs = [job(16), job(8), large, job(16, batch=32), job(8)]
+    assert _longest_first(jobs) == [2, 1, 4, 3, 0]
