@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..estimate.activations import recompute_workspace_bytes
+from ..estimate.activations import offloaded_layer_bytes, recompute_workspace_bytes
 from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
                                resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes)
@@ -320,12 +320,38 @@ def _widest(space: SearchSpace, layout: Layout) -> tuple[str, ...]:
                  if recompute_option(m).keeps == KEEPS_LAYER_INPUT) or (HEAVIEST,)
 
 
+def host_bytes_per_layer(space: SearchSpace, base, stage, kind: str, mode: str) -> float:
+    """Host memory one body layer of (kind, mode) takes on a stage: what it offloads per micro-batch times the
+    micro-batches in flight (0 unless the option offloads)."""
+    theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
+    return offloaded_layer_bytes(space.model, space.run, kind, mode, *theta) * stage.in_flight_chunks / base.vpp
+
+
+def host_room(space: SearchSpace, base, stage, zeros) -> float:
+    """Host memory left for offloaded activations on a stage: the host memory less an offloaded optimizer's states
+    at the lightest of `zeros` (none given: no states, as with uneven partitions, where a stage may hold fewer layers:
+    the room is never underestimated)."""
+    states = min((host_optimizer_bytes(space.model, space.run, base.with_zero(z), stage) for z in zeros), default=0.0)
+    return space.cluster.device.host_memory_bytes - states
+
+
+@dataclass(frozen=True)
+class _Shed:
+    """What one constrained stage must shed under one ZeRO stage (see _bytes_to_shed)."""
+
+    excess: float  # bytes recompute must save
+    counts: dict  # body layers per kind
+    per_layer: dict  # resident bytes per (kind, mode)
+    offloading: tuple[str, ...]  # the modes that put activations on the host
+    offload_layers: int  # the most layers the host memory holds offloaded
+
+
 def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros) -> dict:
-    """Per ZeRO stage of `zeros` (None: the lightest) whose memory can fit at all, per constrained stage: (bytes
-    recompute must save, body layers per kind, resident bytes per (kind, mode)); a ZeRO stage is left out when even
-    full recompute of every layer cannot fit. Memory with no recompute is counted in whole bytes as reported, plus
-    the smallest recompute workspace once anything recomputes; with offsets (single-kind models) the stage may hold
-    as few as default - offset layers."""
+    """Per ZeRO stage of `zeros` (None: the lightest) whose memory can fit at all, per constrained stage: a _Shed; a
+    ZeRO stage is left out when even the heaviest recompute of every layer (offload only on as many layers as the
+    host memory holds) cannot fit. Memory with no recompute is counted in whole bytes as reported, plus the smallest
+    recompute workspace once anything recomputes; with offsets (single-kind models) the stage may hold as few as
+    default - offset layers."""
     model, run = space.model, space.run
     capacity = run.capacity(space.cluster.device.memory_bytes)
     theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
@@ -337,26 +363,70 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         counts, fewer = _fewest_layers(model, stage, offsets)
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
                      for m in modes + (NO_RECOMPUTE,)}
+        host = {(k, m): host_bytes_per_layer(space, base, stage, k, m) for k in counts for m in modes}
+        offloading = tuple(m for m in modes if any(host[(k, m)] > 0 for k in counts))
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
         plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
-        most = sum(n * max(per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)] for m in modes)
-                   for k, n in counts.items())
+        saves = {key: per_layer[(key[0], NO_RECOMPUTE)] - b for key, b in per_layer.items()}
+        rest = {k: max(saves[(k, m)] for m in modes if m not in offloading) for k in counts}
+        gain = max((saves[(k, m)] - rest[k] for k in counts for m in offloading), default=0.0)
+        least_host = min((host[(k, m)] for k in counts for m in offloading), default=0.0)
         for z in [z for z in out if out[z] is not None]:
+            room = host_room(space, base, stage, () if z is None else (z,))
+            held = int(min(sum(counts.values()), max(0.0, room) // least_host)) if least_host > 0 else 0
             excess = _least_static_bytes(space, layout, s, z, fewer) + plain
             if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
                 excess += min((recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
                                for m in modes if m != NO_RECOMPUTE), default=0.0)
-            out[z] = None if excess > most else {**out[z], s: (excess, counts, per_layer)}
+            # the most recompute can save: each layer its best option, offload on at most `held` layers
+            most = sum(n * rest[k] for k, n in counts.items()) + held * max(0.0, gain)
+            out[z] = None if excess > most else {**out[z], s: _Shed(excess, counts, per_layer, offloading, held)}
     return {z: shed for z, shed in out.items() if shed is not None}
 
 
-def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, float]]) -> float:
+def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, float]],
+                         capped: tuple[float, float, float] | None = None) -> float:
     """The least seconds `layers` layers can add to save `shed` bytes, each layer taking one option of `points`
     (bytes saved, seconds added; any kind): layers x env(shed / layers), env the lower convex envelope of the points
     and (0, 0) -- a lower bound, as sum_l cost_l >= sum_l env(save_l) >= layers x env(mean save) (env is convex and,
-    with costs >= 0, non-decreasing); the LP relaxation of the multiple-choice knapsack."""
+    with costs >= 0, non-decreasing); the LP relaxation of the multiple-choice knapsack.
+
+    `capped` = (bytes saved, seconds added, most layers): one more option that at most that many layers may take
+    (activation offload, bounded by the host memory). With t layers taking it, the others are the problem above for
+    layers - t layers and shed - t x saved bytes: a function of t that is convex (the perspective of a convex function
+    on an affine path) and linear between the t at which the mean save the others need crosses a vertex of env
+    (where it reaches 0 or env's last vertex, the t that can shed enough end). Its least value over the t that can
+    shed enough lies at one of those t or at an end, and all of them are tried: the exact LP bound."""
     if shed <= 0 or layers <= 0:
         return 0.0
+    hull = _envelope(points)
+    if capped is None or capped[2] <= 0 or capped[0] <= 0:
+        return _floor_on(hull, shed, layers)
+    saved, cost, most = capped
+    top = min(float(layers), float(most))
+    trials = {0.0, top}
+    for x, _ in hull:  # (shed - t saved) / (layers - t) = x
+        if saved != x:
+            t = (shed - x * layers) / (saved - x)
+            if 0.0 < t < top:
+                trials.add(t)
+    reach = hull[-1][0]  # the most any other option saves per layer
+
+    def others(t: float) -> float | None:
+        left, rest = shed - t * saved, layers - t
+        if left <= 0:
+            return 0.0
+        if rest <= 0 or left > reach * rest * (1 + 1e-12):
+            return None  # the other layers cannot shed what is left
+        return _floor_on(hull, left, rest)
+
+    costs = [t * max(0.0, cost) + rest for t in sorted(trials) if (rest := others(t)) is not None]
+    # no t sheds enough: the memory test refuses the item; the floor without the cap is never above the others
+    return min(costs) if costs else _floor_on(_envelope(points + [(saved, cost)]), shed, layers)
+
+
+def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lower convex envelope of (0, 0) and the points that save bytes (costs floored at 0), left to right."""
     hull = [(0.0, 0.0)]
     cheapest: dict[float, float] = {}
     for x, y in points:
@@ -367,11 +437,19 @@ def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, flo
                                   <= (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0])):
             hull.pop()  # hull[-1] lies on or above the segment from hull[-2] to (x, y)
         hull.append((x, y))
+    return hull
+
+
+def _floor_on(hull: list[tuple[float, float]], shed: float, layers: float) -> float:
+    """layers x env(shed / layers) on an envelope; past its last vertex (more than any option saves: the memory test
+    refuses it) its last cost, never below."""
+    if shed <= 0:
+        return 0.0
     need = shed / layers
     for (x0, y0), (x1, y1) in zip(hull, hull[1:]):
         if need <= x1:
             return layers * (y0 + (y1 - y0) * (need - x0) / (x1 - x0))
-    return layers * hull[-1][1]  # more than any option saves: the memory test refuses it; never below this
+    return layers * hull[-1][1]
 
 
 def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
@@ -413,10 +491,17 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
                  for k in kinds for m in modes + (NO_RECOMPUTE,)}
         for zero, shed in sheds.items():
             slowest, extra_sum = (stage_sum / layout.pp if offsets else max(plain)), 0.0
-            for s, (excess, counts, per_layer) in shed.items():
-                points = [(per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)], times[(k, m)] - times[(k, NO_RECOMPUTE)])
-                          for k in counts for m in modes]
-                extra = recompute_cost_floor(max(0.0, excess), sum(counts.values()), points)
+            for s, stage in shed.items():
+                counts, per_layer = stage.counts, stage.per_layer
+                point = {(k, m): (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)],
+                                  times[(k, m)] - times[(k, NO_RECOMPUTE)]) for k in counts for m in modes}
+                # offload within the host memory: on at most offload_layers layers, with the best saving and the
+                # least time of any offloading (kind, mode) (a relaxation of each layer's own)
+                offload = [p for (_, m), p in point.items() if m in stage.offloading]
+                capped = (max(x for x, _ in offload), min(y for _, y in offload),
+                          stage.offload_layers) if offload else None
+                extra = recompute_cost_floor(max(0.0, stage.excess), sum(counts.values()),
+                                             [p for (_, m), p in point.items() if m not in stage.offloading], capped)
                 if offsets:
                     plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
                                   + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp,

@@ -21,17 +21,16 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ..estimate.activations import offloaded_layer_bytes, recompute_workspace_bytes
+from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import (LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts, stage_layouts,
                                stage_mode_counts)
-from ..estimate.memory import (host_optimizer_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes,
-                               stage_static_bytes)
+from ..estimate.memory import parts_total, resident_layer_bytes, stage_dynamic_bytes, stage_static_bytes
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.overlap import hidden_comms
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
-from .coefficients import item_lower_bound, layer_static_bytes
+from .coefficients import host_bytes_per_layer, host_room, item_lower_bound, layer_static_bytes
 from .interrupt import solve as interruptible
 from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan, StageRecompute
 from ..specs.pipeline_layout import split_device_stages
@@ -128,12 +127,11 @@ class PlanModel:
                           for k in present for m in modes} for s in range(pp)]
         self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
         # host memory of offloaded layers per (kind, mode), per stage (its in-flight micro-batches)
-        self.host = [{(k, m): offloaded_layer_bytes(model, run, k, m, *theta) * self.layouts[s].in_flight_chunks
-                      / layout.vpp for k in present for m in modes} for s in range(pp)]
+        self.host = [{(k, m): host_bytes_per_layer(space, base, self.layouts[s], k, m) for k in present for m in modes}
+                     for s in range(pp)]
         # host memory left for them: the capacity less an offloaded optimizer's states (its lightest ZeRO stage; with
         # uneven partitions none, as a stage may hold fewer layers: the model stays a relaxation)
-        self.host_room = [cluster.device.host_memory_bytes - (0.0 if self.offset else min(
-            host_optimizer_bytes(model, run, base.with_zero(z), self.layouts[s]) for z in zeros)) for s in range(pp)]
+        self.host_room = [host_room(space, base, self.layouts[s], () if self.offset else zeros) for s in range(pp)]
         self.fixed = [parts_total(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={})) for s in range(pp)]
         self.static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]))
                         for s in range(pp)] for z in zeros]

@@ -35,8 +35,10 @@ def small_problems(draw):
     modes = draw(st.sampled_from(MODE_SETS))
     options = SpaceOptions(zero_stages=(1, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)), schedules=schedules,
                            recompute_modes=modes, optimizer_offloads=draw(st.sampled_from([(False,), (False, True)])))
-    return SearchSpace(model, ClusterSpec(device_preset(draw(st.sampled_from(["h100", "a100-80g"]))), gpus), run,
-                       options)
+    # the preset's host memory, or so little that it holds only some offloaded layers (the bounds cap offload)
+    device = device_preset(draw(st.sampled_from(["h100", "a100-80g"])))
+    device = replace(device, host_memory_bytes=draw(st.sampled_from([device.host_memory_bytes, 2**28, 2**30])))
+    return SearchSpace(model, ClusterSpec(device, gpus), run, options)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
