@@ -6,8 +6,8 @@ import heapq
 
 from ..rules import sp_allowed
 from ..space import SearchSpace
-from .coefficients import (inner_choices, item_data_parallel_floor, item_lower_bounds, item_memory_lower_bound,
-                           item_plan_lower_bounds)
+from .coefficients import inner_choices, item_data_parallel_floor, item_lower_bounds, item_memory_lower_bound
+from .plan_bounds import item_plan_lower_bounds
 from .context import SearchContext
 from .explain import explain_infeasible
 from .result import SearchResult, evaluate, finish

@@ -30,7 +30,8 @@ from ..estimate.overlap import hidden_comms
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
-from .coefficients import host_bytes_per_layer, host_room, item_lower_bound, layer_static_bytes
+from .coefficients import item_lower_bound, layer_static_bytes
+from .plan_bounds import host_bytes_per_layer, host_room
 from .interrupt import solve as interruptible
 from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan, StageRecompute
 from ..specs.pipeline_layout import split_device_stages

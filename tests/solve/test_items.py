@@ -3,9 +3,10 @@ the per-layer search reuses the uniform search's tightening instead of repeating
 from collections import Counter
 from dataclasses import replace
 
-from ndcp.solve import coefficients, items
+from ndcp.solve import items, plan_bounds
 from ndcp.solve.certificate import plan_search
-from ndcp.solve.coefficients import item_lower_bounds, item_plan_lower_bound
+from ndcp.solve.coefficients import item_lower_bounds
+from ndcp.solve.plan_bounds import item_plan_lower_bound
 from ndcp.solve.items import READY, ItemBounds
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
@@ -38,7 +39,7 @@ def test_levels_tighten_in_order_and_record_the_bound_per_sp_setting():
 
 def _plan_bounds_per_item(monkeypatch, searched: SearchSpace) -> Counter:
     calls = Counter()
-    original = coefficients.item_plan_lower_bounds
+    original = plan_bounds.item_plan_lower_bounds
 
     def counted(space, item):
         calls[(space.options.max_offset, item)] += 1

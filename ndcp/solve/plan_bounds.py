@@ -1,0 +1,296 @@
+"""Level 2 of the item bounds (docs/solver.md §4): memory-aware lower bounds for per-layer plans (uniform ones
+included), per batch item and SP setting. The constrained stages must shed the bytes above the capacity by recompute
+or offload (`_bytes_to_shed`), which costs at least the multiple-choice knapsack's LP value (`recompute_cost_floor`,
+offload within the host memory); with the partition fixed, each ZeRO stage's data-parallel exposure is bounded
+together with the recompute that widens its overlap windows. Never above the full estimators (tests/solve/
+test_bounds.py checks them against the estimators and the oracle)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..estimate.activations import offloaded_layer_bytes, recompute_workspace_bytes
+from ..estimate.data_parallel import Windows, data_parallel_terms
+from ..estimate.layout import stage_layouts
+from ..estimate.memory import host_optimizer_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes
+from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_times
+from ..rules import sp_allowed
+from ..space import Layout, SearchSpace
+from ..specs.recompute import NO_RECOMPUTE
+from .coefficients import (Item, fewest_layers, inner_choices, least_static_bytes, overlaps, pipeline_bound,
+                           role_stages)
+
+
+def host_bytes_per_layer(space: SearchSpace, base, stage, kind: str, mode: str) -> float:
+    """Host memory one body layer of (kind, mode) takes on a stage: what it offloads per micro-batch times the
+    micro-batches in flight (0 unless the option offloads)."""
+    theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
+    return offloaded_layer_bytes(space.model, space.run, kind, mode, *theta) * stage.in_flight_chunks / base.vpp
+
+
+def host_room(space: SearchSpace, base, stage, zeros) -> float:
+    """Host memory left for offloaded activations on a stage: the host memory less an offloaded optimizer's states
+    at the lightest of `zeros` (none given: no states, as with uneven partitions, where a stage may hold fewer layers:
+    the room is never underestimated)."""
+    states = min((host_optimizer_bytes(space.model, space.run, base.with_zero(z), stage) for z in zeros), default=0.0)
+    return space.cluster.device.host_memory_bytes - states
+
+
+@dataclass(frozen=True)
+class _Shed:
+    """What one constrained stage must shed under one ZeRO stage (see _bytes_to_shed)."""
+
+    excess: float  # bytes recompute must save
+    counts: dict  # body layers per kind
+    per_layer: dict  # resident bytes per (kind, mode)
+    offloading: tuple[str, ...]  # the modes that put activations on the host
+    offload_layers: int  # the most layers the host memory holds offloaded
+
+
+def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros) -> dict:
+    """Per ZeRO stage of `zeros` (None: the lightest) whose memory can fit at all, per constrained stage: a _Shed; a
+    ZeRO stage is left out when even the heaviest recompute of every layer (offload only on as many layers as the
+    host memory holds) cannot fit. Memory with no recompute is counted in whole bytes as reported, plus the smallest
+    recompute workspace once anything recomputes; with offsets (single-kind models) the stage may hold as few as
+    default - offset layers."""
+    model, run = space.model, space.run
+    capacity = run.capacity(space.cluster.device.memory_bytes)
+    theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
+    layouts = stage_layouts(model, base)
+    modes = tuple(space.inner_choices(base.tp)[2])
+    out = {z: {} for z in zeros}
+    for s in sorted(set(role_stages(base.pp))):
+        stage = layouts[s]
+        counts, fewer = fewest_layers(model, stage, offsets)
+        per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
+                     for m in modes + (NO_RECOMPUTE,)}
+        host = {(k, m): host_bytes_per_layer(space, base, stage, k, m) for k in counts for m in modes}
+        offloading = tuple(m for m in modes if any(host[(k, m)] > 0 for k in counts))
+        fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
+        plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
+        saves = {key: per_layer[(key[0], NO_RECOMPUTE)] - b for key, b in per_layer.items()}
+        rest = {k: max(saves[(k, m)] for m in modes if m not in offloading) for k in counts}
+        gain = max((saves[(k, m)] - rest[k] for k in counts for m in offloading), default=0.0)
+        least_host = min((host[(k, m)] for k in counts for m in offloading), default=0.0)
+        for z in [z for z in out if out[z] is not None]:
+            room = host_room(space, base, stage, () if z is None else (z,))
+            held = int(min(sum(counts.values()), max(0.0, room) // least_host)) if least_host > 0 else 0
+            excess = least_static_bytes(space, layout, s, z, fewer) + plain
+            if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
+                excess += min((recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
+                               for m in modes if m != NO_RECOMPUTE), default=0.0)
+            # the most recompute can save: each layer its best option, offload on at most `held` layers
+            most = sum(n * rest[k] for k, n in counts.items()) + held * max(0.0, gain)
+            out[z] = None if excess > most else {**out[z], s: _Shed(excess, counts, per_layer, offloading, held)}
+    return {z: shed for z, shed in out.items() if shed is not None}
+
+
+def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, float]],
+                         capped: tuple[float, float, float] | None = None) -> float:
+    """The least seconds `layers` layers can add to save `shed` bytes, each layer taking one option of `points`
+    (bytes saved, seconds added; any kind): layers x env(shed / layers), env the lower convex envelope of the points
+    and (0, 0) -- a lower bound, as sum_l cost_l >= sum_l env(save_l) >= layers x env(mean save) (env is convex and,
+    with costs >= 0, non-decreasing); the LP relaxation of the multiple-choice knapsack.
+
+    `capped` = (bytes saved, seconds added, most layers): one more option that at most that many layers may take
+    (activation offload, bounded by the host memory). With t layers taking it, the others are the problem above for
+    layers - t layers and shed - t x saved bytes: a function of t that is convex (the perspective of a convex function
+    on an affine path) and linear between the t at which the mean save the others need crosses a vertex of env
+    (where it reaches 0 or env's last vertex, the t that can shed enough end). Its least value over the t that can
+    shed enough lies at one of those t or at an end, and all of them are tried: the exact LP bound."""
+    if shed <= 0 or layers <= 0:
+        return 0.0
+    hull = _envelope(points)
+    if capped is None or capped[2] <= 0 or capped[0] <= 0:
+        return _floor_on(hull, shed, layers)
+    saved, cost, most = capped
+    top = min(float(layers), float(most))
+    trials = {0.0, top}
+    for x, _ in hull:  # (shed - t saved) / (layers - t) = x
+        if saved != x:
+            t = (shed - x * layers) / (saved - x)
+            if 0.0 < t < top:
+                trials.add(t)
+    reach = hull[-1][0]  # the most any other option saves per layer
+
+    def others(t: float) -> float | None:
+        left, rest = shed - t * saved, layers - t
+        if left <= 0:
+            return 0.0
+        if rest <= 0 or left > reach * rest * (1 + 1e-12):
+            return None  # the other layers cannot shed what is left
+        return _floor_on(hull, left, rest)
+
+    costs = [t * max(0.0, cost) + rest for t in sorted(trials) if (rest := others(t)) is not None]
+    # no t sheds enough: the memory test refuses the item; the floor without the cap is never above the others
+    return min(costs) if costs else _floor_on(_envelope(points + [(saved, cost)]), shed, layers)
+
+
+def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lower convex envelope of (0, 0) and the points that save bytes (costs floored at 0), left to right."""
+    hull = [(0.0, 0.0)]
+    cheapest: dict[float, float] = {}
+    for x, y in points:
+        if x > 0:
+            cheapest[x] = min(cheapest.get(x, y), max(0.0, y))
+    for x, y in sorted(cheapest.items()):
+        while len(hull) >= 2 and ((hull[-1][0] - hull[-2][0]) * (y - hull[-2][1])
+                                  <= (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0])):
+            hull.pop()  # hull[-1] lies on or above the segment from hull[-2] to (x, y)
+        hull.append((x, y))
+    return hull
+
+
+def _floor_on(hull: list[tuple[float, float]], shed: float, layers: float) -> float:
+    """layers x env(shed / layers) on an envelope; past its last vertex (more than any option saves: the memory test
+    refuses it) its last cost, never below."""
+    if shed <= 0:
+        return 0.0
+    need = shed / layers
+    for (x0, y0), (x1, y1) in zip(hull, hull[1:]):
+        if need <= x1:
+            return layers * (y0 + (y1 - y0) * (need - x0) / (x1 - x0))
+    return layers * hull[-1][1]
+
+
+def item_plan_lower_bound(space: SearchSpace, item: Item) -> float | None:
+    """item_plan_lower_bounds' least bound over SP settings, or None when no plan of the item can fit."""
+    return min(item_plan_lower_bounds(space, item).values(), default=None)
+
+
+def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
+    """A tighter bound for per-layer plans (uniform ones included), per SP setting; a setting is left out when no
+    plan of the item with it can fit.
+
+    Pipeline: with the partition fixed (space.partition_offset 0) every stage's time with no recompute is
+    exact and recompute only adds to it; otherwise stages are taken as balanced. Memory: the first, second and last
+    stages must shed `_bytes_to_shed` bytes by recompute, which costs at least that many bytes times the cheapest
+    seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least that much
+    longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition fixed, per ZeRO
+    stage (its memory decides the recompute, its sync the exposure), the pipeline and the exposure bounded together
+    through each constrained stage (_Stretch); else nothing, and the lightest ZeRO stage's memory."""
+    model, cluster, run = space.model, space.cluster, space.run
+    layout, mbs, mbn = item
+    inner, zeros = inner_choices(space)
+    modes = tuple(space.inner_choices(layout.tp)[2])
+    offsets = space.partition_offset(layout)
+    best = {}
+    for sp in sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)}):
+        base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
+        # memory first: most items that fail, fail here
+        sheds = _bytes_to_shed(space, layout, base, offsets, [None] if offsets else zeros)
+        if not sheds:
+            continue
+        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+        p2p = p2p_per_microbatch(model, cluster, run, base)
+        plain_times = stage_times(model, cluster, run, base)
+        plain = [t.total + p2p for t in plain_times]
+        stage_sum = sum(plain)
+        hidden = overlaps(space, layout, sp)
+        kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+        layer = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm, hidden)
+                 for k in kinds for m in modes + (NO_RECOMPUTE,)}
+        times = {key: t.total for key, t in layer.items()}
+        growth = {} if offsets else {s: _Growth.of(stage.counts, layer) for s, stage in next(iter(sheds.values())).items()}
+        for zero, shed in sheds.items():
+            slowest, extra_sum, extras = (stage_sum / layout.pp if offsets else max(plain)), 0.0, {}
+            for s, stage in shed.items():
+                counts, per_layer = stage.counts, stage.per_layer
+                point = {(k, m): (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)],
+                                  times[(k, m)] - times[(k, NO_RECOMPUTE)]) for k in counts for m in modes}
+                # offload within the host memory: on at most offload_layers layers, with the best saving and the
+                # least time of any offloading (kind, mode) (a relaxation of each layer's own)
+                offload = [p for (_, m), p in point.items() if m in stage.offloading]
+                capped = (max(x for x, _ in offload), min(y for _, y in offload),
+                          stage.offload_layers) if offload else None
+                extra = recompute_cost_floor(max(0.0, stage.excess), sum(counts.values()),
+                                             [p for (_, m), p in point.items() if m not in stage.offloading], capped)
+                if offsets:
+                    plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
+                                  + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp,
+                                                layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp,
+                                                cp_comm=layout.cp_comm, hidden=hidden).total)
+                else:
+                    plain_time = plain[s]
+                slowest = max(slowest, plain_time + extra)
+                extra_sum += extra
+                extras[s] = extra
+            total = stage_sum + extra_sum
+            bound = pipeline_bound(layout, total, max(slowest, total / layout.pp), mbn)
+            if not offsets:
+                terms = data_parallel_terms(model, cluster, run, base.with_zero(zero))
+                stretch = _Stretch(layout, mbn, plain, [plain[s] + extras.get(s, 0.0) for s in range(layout.pp)],
+                                   terms, max(t.optimizer for t in terms))
+                bound = max(bound, *(stretch.bound(s, extras[s], plain_times[s], growth[s]) for s in shed))
+            best[sp] = min(best.get(sp, bound), bound)
+    return best
+
+
+# Where _Stretch evaluates a stage's added time, as fractions of its range above the least: fine near the least
+# (where the optimum usually lies), coarser above.
+STRETCH_STEPS = (0.0,) + tuple(2.0 ** -i for i in range(9, -1, -1))
+
+
+@dataclass(frozen=True)
+class _Growth:
+    """How far recompute can stretch one stage (per micro-batch, seconds): the most time all its layers can add,
+    and per overlap window (forward, backward) the most it can grow and what the other window can shrink."""
+
+    top: float
+    widest: tuple[float, float]
+    slack: tuple[float, float]
+
+    @staticmethod
+    def of(counts: dict, layer: dict) -> "_Growth":
+        most, shrink = {}, {}
+        for k in counts:
+            none = layer[(k, NO_RECOMPUTE)]
+            deltas = [(t.total - none.total, t.forward_window - none.forward_window,
+                       t.backward_window - none.backward_window) for (kind, _), t in layer.items() if kind == k]
+            most[k] = [max(0.0, *(d[i] for d in deltas)) for i in range(3)]
+            shrink[k] = [max(0.0, *(-d[i] for d in deltas)) for i in (1, 2)]
+        total = lambda values, i: sum(n * values[k][i] for k, n in counts.items())  # noqa: E731
+        # forward window: at most T plus what the backward windows can shrink; backward the same the other way
+        return _Growth(total(most, 0), (total(most, 1), total(most, 2)), (total(shrink, 1), total(shrink, 0)))
+
+    def windows(self, plain, added: float) -> Windows:
+        return Windows(plain.forward_window + min(self.widest[0], added + self.slack[0]),
+                       plain.backward_window + min(self.widest[1], added + self.slack[1]))
+
+
+@dataclass(frozen=True)
+class _Stretch:
+    """Pipeline and data-parallel exposure bounded together, through one constrained stage s (partition fixed, one
+    ZeRO stage): recompute that adds T seconds to s's micro-batch also widens its overlap windows, so it hides more
+    of its data-parallel sync, yet by no more than T (a layer's time is its forward plus backward window, so what one
+    window gains beyond T the other loses) plus what the other window can shrink, and never beyond every layer at its
+    widest (_Growth). With T in [a, b] the step is at least pipeline(a) + exposure(windows at b) + optimizer: the
+    pipeline only grows with T and the exposure only shrinks, so the least over a partition of T's range is a lower
+    bound of every plan (the other stages at their own least added time, the worst stage's exposure at least s's)."""
+
+    layout: Layout
+    mbn: int
+    plain: list  # per stage: a micro-batch's seconds with no recompute
+    least: list  # per stage: plain plus the least recompute time its memory needs
+    terms: tuple  # per stage: DataParallelTerms of the ZeRO stage
+    optimizer: float
+
+    def bound(self, s: int, extra: float, plain_time, growth: _Growth) -> float:
+        others = [t for i, t in enumerate(self.least) if i != s]
+        rest, slowest = sum(others), max(others, default=0.0)
+        pp, terms = self.layout.pp, self.terms[s]
+
+        def pipeline(added: float) -> float:
+            total = rest + self.plain[s] + added
+            return pipeline_bound(self.layout, total, max(slowest, self.plain[s] + added, total / pp), self.mbn)
+
+        top = max(extra, growth.top)
+        least = terms.exposed(growth.windows(plain_time, top), self.mbn)
+        best = pipeline(extra) + terms.exposed(growth.windows(plain_time, extra), self.mbn)
+        if best > pipeline(extra) + least:  # recompute can hide some of the sync: try wider windows
+            steps = [extra + (top - extra) * f for f in STRETCH_STEPS]
+            for a, b in zip(steps, steps[1:]):
+                floor = pipeline(a)
+                if floor + least >= best:  # the pipeline only grows from here
+                    break
+                best = min(best, floor + terms.exposed(growth.windows(plain_time, b), self.mbn))
+        return best + self.optimizer
