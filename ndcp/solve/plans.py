@@ -33,16 +33,19 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     if bounds is None:
         return result
     verifier = _PlanVerifier(ctx)
-    # Uniform plans are per-layer plans too: the proven uniform top K seeds the incumbents, so the answer is never
-    # slower than the best uniform plan and most items are cut by their bounds at once. With the partition fixed the
-    # two searches bound items alike: the items the uniform search tightened keep their bounds (and those proven not
-    # to fit stay out).
+    # Uniform plans are per-layer plans too: the proven uniform top K, and every other uniform strategy it verified,
+    # seed the incumbents, so the answer is never slower than the best uniform plan and most items are cut by their
+    # bounds at once (the uniform top K often shares degrees, which rank once here: the others give the K-th best
+    # sooner). With the partition fixed the two searches bound items alike: the items the uniform search tightened
+    # keep their bounds (and those proven not to fit stay out).
     items = ItemBounds(ctx.space, walk.batches, bounds)
     shared = with_max_offset(ctx.space, 0) is ctx.space
+    seeds: list[Evaluated] = []
     uniform = uniform_search(replace(ctx, deadline=ctx.start + time_limit / 2, progress=None), walk,
                              unsolved("cp-sat", result.space_size, walk),
-                             items if shared else ItemBounds(with_max_offset(ctx.space, 0), walk.batches, bounds))
-    verifier.add_verified(uniform.strategies)
+                             items if shared else ItemBounds(with_max_offset(ctx.space, 0), walk.batches, bounds),
+                             seeds)
+    verifier.add_verified(seeds)
     # Ctrl-C during the uniform search stops this one too
     next_bound, interrupted = _visit(ctx, items, verifier, result, uniform.interrupted)
     ranked = verifier.ranked()
@@ -62,13 +65,20 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     return finish(result, ctx.start, ranked, verifier.misses, ctx.top, verifier.seconds)
 
 
+# Queue levels past READY: an item's plan sub-model for one SP setting, waiting at that setting's own bound.
+SOLVE_SP = {False: READY + 1, True: READY + 2}
+
+
 def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, result: SearchResult,
            interrupted: bool) -> tuple[float, bool]:
     """Visit the items in bound order, solving each one's plan sub-models, until the certificate holds, the time
     runs out or Ctrl-C: (the least bound of any item not yet visited, interrupted)."""
     space, items = ctx.space, bounds.items
     # Items wait in a queue ordered by their bound: an item reaching the front below level READY gets its next,
-    # tighter bound (`ItemBounds.tighten`) and is queued again; reaching the front at READY, its plans are solved.
+    # tighter bound (`ItemBounds.tighten`) and is queued again; reaching the front at READY, each of its SP settings
+    # is queued at its own bound, and reaching the front, that setting's plan sub-model is solved. A setting whose
+    # bound is higher waits: by then the K-th best usually cuts it off (Llama-3.1-405B on 131,072 H100: the first
+    # items' SP-off sub-models took 0.3-0.7 s each, solved before any cutoff existed).
     queue = bounds.queue()
     # the least bound of any item not yet visited (kept up to date by the loop)
     next_bound = queue[0][0] if queue else float("inf")
@@ -84,13 +94,18 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
                 if tighter is not None:
                     heapq.heappush(queue, (tighter, i, level + 1))
                 continue
+            if level == READY:  # each SP setting waits at its own bound (one that cannot fit is not queued)
+                for sp, b in bounds.per_sp[i].items():
+                    heapq.heappush(queue, (b, i, SOLVE_SP[sp]))
+                result.expanded += 1
+                continue
             layout, mbs, mbn = items[i]
-            # an SP setting whose plan bound cannot beat the K-th best (or that cannot fit) needs no sub-model
-            for sp in (s for s, b in sorted(bounds.per_sp[i].items()) if b <= verifier.kth() * (1 + TIE)):
+            # an SP setting whose plan bound cannot beat the K-th best needs no sub-model
+            if next_bound <= verifier.kth() * (1 + TIE):
+                sp = level == SOLVE_SP[True]
                 plan = PlanModel(space, layout, mbs, mbn, sp, tuple(space.inner_choices(layout.tp)[2]),
                                  tuple(space.zero_stages(layout)))
                 verifier.solve(plan, _degree_key(plan.base), (), next_bound)
-            result.expanded += 1
             if ctx.progress is not None:
                 best = verifier.ranked()[0].step_seconds if verifier.best else None
                 ctx.progress(Progress("solving per-stage recompute plans", ctx.elapsed(), best,

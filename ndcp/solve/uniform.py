@@ -36,10 +36,17 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     return uniform_search(ctx, walk, result, ItemBounds(ctx.space, walk.batches, bounds))
 
 
-def uniform_search(ctx: SearchContext, walk, result: SearchResult, bounds: ItemBounds) -> SearchResult:
+def uniform_search(ctx: SearchContext, walk, result: SearchResult, bounds: ItemBounds,
+                   verified: list[Evaluated] | None = None) -> SearchResult:
     """cpsat_search once its items are bounded (plan_search hands over its own bounds: any valid bound will do;
-    `bounds` is tightened in place, its space with no partition offsets)."""
-    return _UniformSearch(replace(ctx, space=with_max_offset(ctx.space, 0)), walk, result, bounds).run()
+    `bounds` is tightened in place, its space with no partition offsets). `verified`, when given, receives every
+    fitting strategy the search verified, its top K and beyond."""
+    search = _UniformSearch(replace(ctx, space=with_max_offset(ctx.space, 0)), walk, result, bounds)
+    try:
+        return search.run()
+    finally:
+        if verified is not None:
+            verified.extend(search.verifier.fitting)
 
 
 class _UniformSearch:
