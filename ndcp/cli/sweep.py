@@ -132,8 +132,9 @@ def run(args: argparse.Namespace) -> int:
     shown = not (json_only or csv_only or args.quiet)
     if args.resume and shown:
         print(f"ndcp: resuming: {len(answers)} of {len(jobs)} points answered in {args.jsonl}", file=sys.stderr)
+    running = run_jobs([jobs[i] for i in todo], args.executor, args.workers, args.ray_address)  # workers start now
     with SweepProgress(shown, len(jobs), len(answers)) as progress:
-        for index, answer in run_jobs([jobs[i] for i in todo], args.executor, args.workers, args.ray_address):
+        for index, answer in running:
             answers[todo[index]] = answer
             if args.jsonl:
                 append_answers(args.jsonl, [answer])

@@ -1,4 +1,8 @@
 """A sweep point is an independent proven search: the answer equals `ndcp search`'s, whichever executor runs it."""
+import subprocess
+import sys
+import threading
+
 import pytest
 
 from ndcp.space import SearchSpace, SpaceOptions
@@ -52,3 +56,21 @@ def test_workers_start_with_the_likely_longest_points():
                 RunSpec(global_batch=16, seq_len=512), SpaceOptions(), "uniform")
     jobs = [job(16), job(8), large, job(16, batch=32), job(8)]
     assert _longest_first(jobs) == [2, 1, 4, 3, 0]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers fork on Linux only")
+def test_workers_fork_only_from_a_single_threaded_parent():
+    # forked workers inherit the parent's imports (a fresh, single-threaded process forks); a parent with other
+    # threads spawns them instead (a thread's locks would be copied held into the fork)
+    from ndcp.sweep.executors import _worker_context
+    fresh = subprocess.run([sys.executable, "-c", "from ndcp.sweep.executors import _worker_context; "
+                            "print(_worker_context().get_start_method())"], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "fork"
+    stop = threading.Event()
+    extra = threading.Thread(target=stop.wait, daemon=True)
+    extra.start()
+    try:
+        assert _worker_context().get_start_method() == "spawn"
+    finally:
+        stop.set()
+        extra.join()
