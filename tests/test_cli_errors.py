@@ -129,3 +129,13 @@ def test_an_unproven_per_layer_top_k_names_top_1():
     assert "--top 1" in unproven_hint(per_layer)
     uniform = SimpleNamespace(method="cp-sat", strategies=[1, 2])
     assert "--top 1" not in unproven_hint(uniform) and "--time-limit" in unproven_hint(uniform)
+
+
+@pytest.mark.parametrize("mode, trainer, words", [
+    ("mlp_act", "megatron", ["megatron does not run recompute=mlp_act", "runs none, selective, full"]),
+    ("moe_act", "megatron", ["moe_act does not apply to tiny", "needs moe layers"]),
+    ("layernorm", "torchtitan", ["torchtitan does not run recompute=layernorm"])])
+def test_a_recompute_option_the_model_or_trainer_cannot_run_is_named(capsys, mode, trainer, words):
+    # not an empty search blaming an unrelated rule: the option's own refusal
+    code, out, err = run(capsys, "search", *TINY, "--recompute", mode, "--trainer", trainer)
+    assert_one_line_error(code, out, err, f"--recompute {mode}", *words)

@@ -11,7 +11,7 @@ from ..report.jsonout import search_document
 from ..report.plots import plot_search
 from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
-from ..rules import Problem, first_refusal, refusal_error
+from ..rules import Problem, first_refusal, recompute_option_refusal, refusal_error
 from ..schedules import SCHEDULES
 from ..trainers import PROFILES
 from ..space import DEFAULT_SCHEDULES, DIMENSIONS, SearchSpace, SpaceOptions
@@ -176,6 +176,16 @@ def check_bounds_agree(fixed: dict, bounds: dict) -> None:
                         "allow tp > 1")
 
 
+def check_recompute_runs(space: SearchSpace) -> None:
+    """A --recompute MODE the model or the trainer cannot run is a usage error that says why, not an empty search
+    (the space drops the options rules.recompute_option_refusal refuses; with one option asked, nothing is left)."""
+    if space.inner_choices(1)[2]:
+        return
+    modes = space.options.recompute_modes
+    refusal = next(r for r in (recompute_option_refusal(space.model, space.run, m) for m in modes) if r)
+    raise SpecError(f"--recompute {','.join(modes)}: {refusal.message}")
+
+
 def check_fixed_values(space: SearchSpace) -> None:
     """Each --fix degree must be one that some valid strategy takes, as `ndcp estimate` checks its strategy: tp by
     the rulebook's message, the others against the values the unpinned space walks (valid values listed); and
@@ -290,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
     check_max_offset(args.max_offset, model)
     args.fix = pinned_by_file(args, model, run_spec)
     space = SearchSpace(model, cluster, run_spec, build_space_options(args))
+    check_recompute_runs(space)
     check_fixed_values(space)
     json_only, csv_only = stdout_owners(args)
     greedy = args.recompute == "greedy"
