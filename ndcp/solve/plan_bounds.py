@@ -190,7 +190,9 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
         layer = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm, hidden)
                  for k in kinds for m in modes + (NO_RECOMPUTE,)}
         times = {key: t.total for key, t in layer.items()}
-        growth = {} if offsets else {s: _Growth.of(stage.counts, layer) for s, stage in next(iter(sheds.values())).items()}
+        # every ZeRO stage that can fit sheds on the same constrained stages, with the same layers
+        constrained = next(iter(sheds.values()))
+        growth = {} if offsets else {s: _Growth.of(stage.counts, layer) for s, stage in constrained.items()}
         for zero, shed in sheds.items():
             slowest, extra_sum, extras = (stage_sum / layout.pp if offsets else max(plain)), 0.0, {}
             for s, stage in shed.items():
