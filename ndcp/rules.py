@@ -223,10 +223,11 @@ def _trainer_cp_comm(p: Problem, d: dict) -> Refusal | None:
 
 
 def trainer_zero_stages(run: RunSpec) -> tuple[int, ...]:
-    """The ZeRO stages the run's trainer runs whatever the degrees (the search's choices): torchtitan runs DDP
-    (ZeRO-0) only without TP, PP, CP and EP, so a search under it takes FSDP (ZeRO-3) alone."""
+    """The ZeRO stages the run's trainer runs whatever the degrees (the search's choices): not those it runs only
+    with data parallelism alone (TrainerProfile.zero_dp_alone: torchtitan's DDP, so a search under it takes FSDP,
+    ZeRO-3, alone)."""
     profile = PROFILES[run.trainer]
-    return (3,) if run.trainer == "torchtitan" else profile.zero_stages
+    return tuple(z for z in profile.zero_stages if z not in profile.zero_dp_alone)
 
 
 def _trainer_zero(p: Problem, d: dict) -> Refusal | None:
@@ -239,13 +240,13 @@ def _trainer_zero(p: Problem, d: dict) -> Refusal | None:
 
 
 def optimizer_offload_zero(run: RunSpec) -> tuple[int, ...]:
-    """The ZeRO stages under which the run's trainer keeps the optimizer on the host (none: it cannot). Megatron-LM
-    refuses the offload with FP8 parameter gathers (ZeRO >= 1 under fp8) unless the recipe is delayed scaling
-    (arguments.py validate_args)."""
-    stages = PROFILES[run.trainer].optimizer_offload_zero
-    if run.trainer == "megatron" and run.fp8 and run.fp8_recipe != "delayed":
-        return tuple(z for z in stages if z == 0)
-    return stages
+    """The ZeRO stages under which the run's trainer keeps the optimizer on the host (none: it cannot). Beside FP8
+    parameter gathers (ZeRO >= 1 under fp8) only under the recipes its profile names (Megatron-LM: delayed scaling,
+    arguments.py validate_args)."""
+    profile = PROFILES[run.trainer]
+    if run.fp8 and run.fp8_recipe not in profile.optimizer_offload_fp8_recipes:
+        return tuple(z for z in profile.optimizer_offload_zero if z == 0)
+    return profile.optimizer_offload_zero
 
 
 def _optimizer_offload(p: Problem, d: dict) -> Refusal | None:

@@ -44,6 +44,12 @@ class TrainerProfile:
     layouts: str  # how it places layers: "any" (an explicit per-stage list) or "even" (layers per stage alike)
     schedules: tuple[str, ...]  # ndcp/schedules names it runs
     optimizer_offload_zero: tuple[int, ...] = ()  # ZeRO stages under which it keeps the optimizer on the host
+    # ZeRO stages of zero_stages it runs only with data parallelism alone (no TP, PP, CP or EP): a search takes the
+    # others (rules.trainer_zero_stages)
+    zero_dp_alone: tuple[int, ...] = ()
+    # FP8 recipes under which it keeps the optimizer on the host beside FP8 parameter gathers (ZeRO >= 1 under FP8);
+    # under the others only ZeRO-0 offloads (rules.optimizer_offload_zero)
+    optimizer_offload_fp8_recipes: tuple[str, ...] = ()
 
 
 def nearest_schedule(profile: TrainerProfile, strategy: Strategy, notes: list[str]) -> Strategy:

@@ -37,6 +37,8 @@ PROFILE = TrainerProfile(
     # --optimizer-cpu-offload (HybridDeviceOptimizer) under DDP or the distributed optimizer; Megatron FSDP refuses
     # it (megatron/core/optimizer/fully_sharded_optimizer.py: "does not currently support optimizer CPU offload")
     optimizer_offload_zero=(0, 1),
+    # arguments.py validate_args refuses --optimizer-cpu-offload with --fp8-param-gather unless the recipe is delayed
+    optimizer_offload_fp8_recipes=("delayed",),
 )
 # Transformer Engine's FP8 recipes by ndcp's names (Megatron-LM --fp8-recipe choices, facts/megatron.yaml)
 FP8_RECIPE_FLAGS = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}

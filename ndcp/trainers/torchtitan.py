@@ -32,6 +32,7 @@ PROFILE = TrainerProfile(
     cp_comms=("p2p",), expert_tensor_parallel=False,  # no expert TP degree in 0.3: EP borrows from FSDP and TP
     layouts="any",  # --parallelism.module-fqns-per-model-part places any partition
     schedules=tuple(n for n, s in SCHEDULES.items() if "torchtitan" in s.trainer_names),
+    zero_dp_alone=(0,),  # DDP only without TP, PP, CP or EP (above)
 )
 # ndcp model -> torchtitan 0.3 registry module and config (models/*/config_registry.py; facts/torchtitan.yaml).
 # llama3_405b is not here: it converts the linear layers to Float8 (an FP8 plan ndcp does not emit for torchtitan).
