@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimate.activations import offloaded_layer_bytes, recompute_workspace_bytes
+from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.data_parallel import Windows, data_parallel_terms
 from ..estimate.layout import stage_layouts
-from ..estimate.memory import host_optimizer_bytes, parts_total, resident_layer_bytes, stage_dynamic_bytes
+from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, parts_total, resident_layer_bytes,
+                               stage_dynamic_bytes)
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_times
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
@@ -21,10 +22,9 @@ from .coefficients import (Item, fewest_layers, inner_choices, least_static_byte
 
 
 def host_bytes_per_layer(space: SearchSpace, base, stage, kind: str, mode: str) -> float:
-    """Host memory one body layer of (kind, mode) takes on a stage: what it offloads per micro-batch times the
-    micro-batches in flight (0 unless the option offloads)."""
-    theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
-    return offloaded_layer_bytes(space.model, space.run, kind, mode, *theta) * stage.in_flight_chunks / base.vpp
+    """Host memory one body layer of (kind, mode) takes on a stage (the estimator's host_offload_bytes of that one
+    layer: what it offloads per micro-batch times the micro-batches in flight; 0 unless the option offloads)."""
+    return host_offload_bytes(space.model, space.run, base, stage, {(kind, mode): 1})
 
 
 def host_room(space: SearchSpace, base, stage, zeros) -> float:
