@@ -71,13 +71,15 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         rest = {k: max(saves[(k, m)] for m in modes if m not in offloading) for k in counts}
         gain = max((saves[(k, m)] - rest[k] for k in counts for m in offloading), default=0.0)
         least_host = min((host[(k, m)] for k in counts for m in offloading), default=0.0)
+        # once any layer recomputes, its backward rematerialises at least this much
+        workspace = min((recompute_workspace_bytes(model, run, k, m, *theta) for k in counts for m in modes
+                         if m != NO_RECOMPUTE), default=0.0)
         for z in [z for z in out if out[z] is not None]:
             room = host_room(space, base, stage, () if z is None else (z,))
             held = int(min(sum(counts.values()), max(0.0, room) // least_host)) if least_host > 0 else 0
             excess = least_static_bytes(space, layout, s, z, fewer) + plain
-            if excess > 0:  # some layer must recompute, and its backward rematerialises at least this much
-                excess += min((recompute_workspace_bytes(model, run, k, m, *theta) for k in counts
-                               for m in modes if m != NO_RECOMPUTE), default=0.0)
+            if excess > 0:  # some layer must recompute
+                excess += workspace
             # the most recompute can save: each layer its best option, offload on at most `held` layers
             most = sum(n * rest[k] for k, n in counts.items()) + held * max(0.0, gain)
             out[z] = None if excess > most else {**out[z], s: _Shed(excess, counts, per_layer, offloading, held)}
