@@ -121,6 +121,27 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, 
                        layer_overlaps(hidden, kind, mode))
 
 
+@lru_cache(maxsize=65536)
+def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int, ep: int,
+                   etp: int, mbs: int) -> tuple[float, ...]:
+    """The GEMM work of one body layer for one micro-batch, shared by its SP, overlap and cp_comm variants: seconds
+    of the weight GEMMs (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and
+    backward seconds, and the core's FLOPs."""
+    device = cluster.device
+    tokens = mbs * run.seq_len / cp
+    gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
+    linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
+    cast_forward = cast_backward = 0.0
+    if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
+        low = fp8_gemms(model, kind, gemms, tokens)
+        per_element = cast_bytes_per_element(run, device)
+        cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
+        cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
+    core_flops = attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
+    core, core_backward = attention_core_seconds(core_flops, device, run.flash_attention)
+    return linear, total_flops(gemms), cast_forward, cast_backward, core, core_backward, core_flops
+
+
 @lru_cache(maxsize=131072)
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
                 ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
@@ -136,17 +157,8 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     device, dtype = cluster.device, run.activation_bytes
     tokens, keys = mbs * run.seq_len / cp, run.seq_len
     flash = run.flash_attention
-    gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
-    linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
-    cast_forward = cast_backward = 0.0
-    if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
-        low = fp8_gemms(model, kind, gemms, tokens)
-        per_element = cast_bytes_per_element(run, device)
-        cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
-        cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
-    core_flops = attention_core_flops(model, tokens, keys, tp, causal=flash)
-    core, core_backward = attention_core_seconds(core_flops, device, flash)
-    linear_flops = total_flops(gemms)
+    linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops = _layer_compute(
+        model, cluster, run, kind, tp, cp, ep, etp, mbs)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)

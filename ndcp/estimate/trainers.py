@@ -35,6 +35,9 @@ class TrainerProfile:
     op_level_inventory: bool
     # fp32 copies of the logits alive at the start of backward (the loss path, estimate/activations.py).
     fp32_logit_copies: int
+    # FP8 training keeps FP8 copies of the linear weights next to (or, with --fp8-param-gather, instead of) the
+    # 16-bit ones (estimate/fp8.py weight_copy_bytes_per_parameter); False: the weights are cast per GEMM.
+    fp8_weight_copies: bool = True
 
 
 MEGATRON = TrainerProfile(
@@ -58,6 +61,7 @@ TORCHTITAN = TrainerProfile(
     keeps_root_gathered=True,  # fully_shard: the root's reshard_after_forward is False
     op_level_inventory=True,  # parallelize_llama._apply_ac_to_transformer_block
     fp32_logit_copies=3,  # log_softmax output, nll_loss gradient, log_softmax input gradient
+    fp8_weight_copies=False,  # torchao Float8Linear casts the weight per GEMM and keeps no copy
 )
 # MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or
 # MindSpore source or measured; each is Megatron's, not verified, so its memory and time estimates are Megatron's
@@ -77,6 +81,7 @@ MINDFORMERS = TrainerProfile(
     # without select_comm_recompute the all-gathered norm output under sequence parallelism; both are left out
     op_level_inventory=False,
     fp32_logit_copies=1,  # as Megatron's, not verified
+    fp8_weight_copies=True,  # as Megatron's, not verified
 )
 PROFILES: dict[str, TrainerProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, MINDFORMERS)}
 assert set(PROFILES) == set(TRAINERS), "every trainer name of specs.run.TRAINERS needs a profile"

@@ -6,7 +6,9 @@ together with the recompute that widens its overlap windows. Never above the ful
 test_bounds.py checks them against the estimators and the oracle)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.data_parallel import Windows, data_parallel_terms
@@ -16,7 +18,7 @@ from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, parts_t
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_times
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
-from ..specs.recompute import NO_RECOMPUTE
+from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
 from .coefficients import (Item, fewest_layers, inner_choices, least_static_bytes, overlaps, pipeline_bound,
                            role_stages)
 
@@ -57,23 +59,22 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
     layouts = stage_layouts(model, base)
     modes = tuple(space.inner_choices(base.tp)[2])
+    offloads = tuple(m for m in modes if HOST_OFFLOAD in recompute_option(m).reruns)  # the others take no host memory
     out = {z: {} for z in zeros}
     for s in sorted(set(role_stages(base.pp))):
         stage = layouts[s]
         counts, fewer = fewest_layers(model, stage, offsets)
         per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
                      for m in modes + (NO_RECOMPUTE,)}
-        host = {(k, m): host_bytes_per_layer(space, base, stage, k, m) for k in counts for m in modes}
-        offloading = tuple(m for m in modes if any(host[(k, m)] > 0 for k in counts))
+        host = {(k, m): host_bytes_per_layer(space, base, stage, k, m) for k in counts for m in offloads}
+        offloading = tuple(m for m in offloads if any(host[(k, m)] > 0 for k in counts))
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
         plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
         saves = {key: per_layer[(key[0], NO_RECOMPUTE)] - b for key, b in per_layer.items()}
         rest = {k: max(saves[(k, m)] for m in modes if m not in offloading) for k in counts}
         gain = max((saves[(k, m)] - rest[k] for k in counts for m in offloading), default=0.0)
         least_host = min((host[(k, m)] for k in counts for m in offloading), default=0.0)
-        # once any layer recomputes, its backward rematerialises at least this much
-        workspace = min((recompute_workspace_bytes(model, run, k, m, *theta) for k in counts for m in modes
-                         if m != NO_RECOMPUTE), default=0.0)
+        workspace = _least_workspace(model, run, tuple(counts), modes, theta)
         for z in [z for z in out if out[z] is not None]:
             room = host_room(space, base, stage, () if z is None else (z,))
             held = int(min(sum(counts.values()), max(0.0, room) // least_host)) if least_host > 0 else 0
@@ -86,8 +87,37 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     return {z: shed for z, shed in out.items() if shed is not None}
 
 
+@lru_cache(maxsize=16384)
+def _least_workspace(model, run, kinds: tuple[str, ...], modes: tuple[str, ...], theta: tuple) -> float:
+    """Once any layer recomputes, its backward rematerialises at least this much (the least recompute workspace of
+    any kind and recomputing mode)."""
+    return min((recompute_workspace_bytes(model, run, k, m, *theta) for k in kinds for m in modes
+                if m != NO_RECOMPUTE), default=0.0)
+
+
+@dataclass(frozen=True)
+class _StageOptions:
+    """One constrained stage's recompute options as (bytes saved, seconds added) per layer, whatever the ZeRO stage:
+    the points of the options that keep activations on the device and their envelope, and the best saving and least
+    time of any offloading (kind, mode), or None."""
+
+    points: list
+    hull: list
+    offload: tuple[float, float] | None
+
+    @staticmethod
+    def of(stage: _Shed, times: dict, modes: tuple[str, ...]) -> "_StageOptions":
+        none = NO_RECOMPUTE
+        point = {(k, m): (stage.per_layer[(k, none)] - stage.per_layer[(k, m)], times[(k, m)] - times[(k, none)])
+                 for k in stage.counts for m in modes}
+        points = [p for (_, m), p in point.items() if m not in stage.offloading]
+        offload = [p for (_, m), p in point.items() if m in stage.offloading]
+        best = (max(x for x, _ in offload), min(y for _, y in offload)) if offload else None
+        return _StageOptions(points, _envelope(points), best)
+
+
 def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, float]],
-                         capped: tuple[float, float, float] | None = None) -> float:
+                         capped: tuple[float, float, float] | None = None, hull: list | None = None) -> float:
     """The least seconds `layers` layers can add to save `shed` bytes, each layer taking one option of `points`
     (bytes saved, seconds added; any kind): layers x env(shed / layers), env the lower convex envelope of the points
     and (0, 0) -- a lower bound, as sum_l cost_l >= sum_l env(save_l) >= layers x env(mean save) (env is convex and,
@@ -101,7 +131,7 @@ def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, flo
     shed enough lies at one of those t or at an end, and all of them are tried: the exact LP bound."""
     if shed <= 0 or layers <= 0:
         return 0.0
-    hull = _envelope(points)
+    hull = hull or _envelope(points)  # `hull`: the envelope of `points`, when the caller has it
     if capped is None or capped[2] <= 0 or capped[0] <= 0:
         return _floor_on(hull, shed, layers)
     saved, cost, most = capped
@@ -188,26 +218,22 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
         plain = [t.total + p2p for t in plain_times]
         stage_sum = sum(plain)
         hidden = overlaps(space, layout, sp)
-        kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-        layer = {(k, m): layer_time(model, cluster, run, k, m, *theta, layout.cp_comm, hidden)
-                 for k in kinds for m in modes + (NO_RECOMPUTE,)}
-        times = {key: t.total for key, t in layer.items()}
+        times = {key: t.total for key, t in _layer_times(model, cluster, run, modes, theta, layout.cp_comm,
+                                                          hidden).items()}
         # every ZeRO stage that can fit sheds on the same constrained stages, with the same layers
         constrained = next(iter(sheds.values()))
-        growth = {} if offsets else {s: _Growth.of(stage.counts, layer) for s, stage in constrained.items()}
+        growth = {} if offsets else {s: _growth(model, cluster, run, modes, theta, layout.cp_comm, hidden,
+                                                tuple(stage.counts.items())) for s, stage in constrained.items()}
+        options = {s: _StageOptions.of(stage, times, modes) for s, stage in constrained.items()}
         for zero, shed in sheds.items():
             slowest, extra_sum, extras = (stage_sum / layout.pp if offsets else max(plain)), 0.0, {}
             for s, stage in shed.items():
-                counts, per_layer = stage.counts, stage.per_layer
-                point = {(k, m): (per_layer[(k, NO_RECOMPUTE)] - per_layer[(k, m)],
-                                  times[(k, m)] - times[(k, NO_RECOMPUTE)]) for k in counts for m in modes}
+                counts, option = stage.counts, options[s]
                 # offload within the host memory: on at most offload_layers layers, with the best saving and the
                 # least time of any offloading (kind, mode) (a relaxation of each layer's own)
-                offload = [p for (_, m), p in point.items() if m in stage.offloading]
-                capped = (max(x for x, _ in offload), min(y for _, y in offload),
-                          stage.offload_layers) if offload else None
-                extra = recompute_cost_floor(max(0.0, stage.excess), sum(counts.values()),
-                                             [p for (_, m), p in point.items() if m not in stage.offloading], capped)
+                capped = (*option.offload, stage.offload_layers) if option.offload else None
+                extra = recompute_cost_floor(max(0.0, stage.excess), sum(counts.values()), option.points, capped,
+                                             option.hull)
                 if offsets:
                     plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
                                   + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp,
@@ -220,13 +246,32 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
                 extras[s] = extra
             total = stage_sum + extra_sum
             bound = pipeline_bound(layout, total, max(slowest, total / layout.pp), mbn)
-            if not offsets:
+            found = best.get(sp, math.inf)  # the least over ZeRO stages so far: a bound above it changes nothing
+            if not offsets and bound < found:
                 terms = data_parallel_terms(model, cluster, run, base.with_zero(zero))
                 stretch = _Stretch(layout, mbn, plain, [plain[s] + extras.get(s, 0.0) for s in range(layout.pp)],
                                    terms, max(t.optimizer for t in terms))
-                bound = max(bound, *(stretch.bound(s, extras[s], plain_times[s], growth[s]) for s in shed))
-            best[sp] = min(best.get(sp, bound), bound)
+                for s in shed:
+                    bound = stretch.bound(s, extras[s], plain_times[s], growth[s], bound)
+                    if bound >= found:
+                        break
+            best[sp] = min(found, bound)
     return best
+
+
+@lru_cache(maxsize=16384)
+def _layer_times(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_comm: str, hidden: frozenset) -> dict:
+    """LayerTime per (kind, mode) of the model's body layer kinds, no recompute included (shared: not to be changed)."""
+    kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+    return {(k, m): layer_time(model, cluster, run, k, m, *theta, cp_comm, hidden)
+            for k in kinds for m in modes + (NO_RECOMPUTE,)}
+
+
+@lru_cache(maxsize=16384)
+def _growth(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_comm: str, hidden: frozenset,
+            counts: tuple[tuple[str, int], ...]) -> "_Growth":
+    """_Growth of a stage holding `counts` layers per kind, shared by the items with the same layer times."""
+    return _Growth.of(dict(counts), _layer_times(model, cluster, run, modes, theta, cp_comm, hidden))
 
 
 # Where _Stretch evaluates a stage's added time, as fractions of its range above the least: fine near the least
@@ -278,7 +323,9 @@ class _Stretch:
     terms: tuple  # per stage: DataParallelTerms of the ZeRO stage
     optimizer: float
 
-    def bound(self, s: int, extra: float, plain_time, growth: _Growth) -> float:
+    def bound(self, s: int, extra: float, plain_time, growth: _Growth, known: float) -> float:
+        """The larger of `known` (a bound found otherwise) and this one through stage s; stops as soon as this one
+        cannot be the larger."""
         others = [t for i, t in enumerate(self.least) if i != s]
         rest, slowest = sum(others), max(others, default=0.0)
         pp, terms = self.layout.pp, self.terms[s]
@@ -287,14 +334,19 @@ class _Stretch:
             total = rest + self.plain[s] + added
             return pipeline_bound(self.layout, total, max(slowest, self.plain[s] + added, total / pp), self.mbn)
 
+        start = pipeline(extra)
+        best = start + terms.exposed(growth.windows(plain_time, extra), self.mbn)
+        if best + self.optimizer <= known:
+            return known
         top = max(extra, growth.top)
         least = terms.exposed(growth.windows(plain_time, top), self.mbn)
-        best = pipeline(extra) + terms.exposed(growth.windows(plain_time, extra), self.mbn)
-        if best > pipeline(extra) + least:  # recompute can hide some of the sync: try wider windows
+        if best > start + least:  # recompute can hide some of the sync: try wider windows
             steps = [extra + (top - extra) * f for f in STRETCH_STEPS]
             for a, b in zip(steps, steps[1:]):
-                floor = pipeline(a)
+                floor = start if a == extra else pipeline(a)
                 if floor + least >= best:  # the pipeline only grows from here
                     break
                 best = min(best, floor + terms.exposed(growth.windows(plain_time, b), self.mbn))
-        return best + self.optimizer
+                if best + self.optimizer <= known:  # the known bound is the larger whatever comes next
+                    break
+        return max(best + self.optimizer, known)
