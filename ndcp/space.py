@@ -294,10 +294,17 @@ class SearchSpace:
                         yield layout.strategy(mbs, mbn, zero, sp, mode)
 
     def size(self, walk: SpaceWalk) -> int:
-        total = 0
+        """The number of valid strategies: each batch item times its inner choices (which depend on the layout only
+        through tp > 1 and optimizer offload, so items are counted by those two)."""
+        counts, layouts = Counter(), {}
         for layout, _, _ in walk.batches:
+            key = (layout.tp > 1, layout.optimizer_offload)
+            counts[key] += 1
+            layouts.setdefault(key, layout)
+        total = 0
+        for key, layout in layouts.items():
             _, sps, modes = self.inner_choices(layout.tp)
-            total += len(self.zero_stages(layout)) * len(sps) * len(modes)
+            total += counts[key] * len(self.zero_stages(layout)) * len(sps) * len(modes)
         return total
 
 
