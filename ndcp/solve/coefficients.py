@@ -138,14 +138,14 @@ def item_lower_bounds(space: SearchSpace, items, check=None, fixed_partition: bo
     """Seconds no strategy of each item can beat: no recompute, the best SP, no DP exposure or optimizer time, and
     stages balanced unless the partition is fixed (space.partition_offset, or `fixed_partition`: the bound of the
     default partition's plans only) (docs/solver.md §3.3). Cheap: the per-layer terms are shared across items.
-    `check()` is called every 256 items (the caller's deadline or interrupt)."""
+    `check(n)` is called every 256 items, n = items bounded so far (the caller's deadline, interrupt or progress)."""
     inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
     memo: dict = {}
     bounds = []
     for n, (layout, mbs, mbn) in enumerate(items):
         if check is not None and n % 256 == 0:
-            check()
+            check(n)
         fixed = fixed_partition or not space.options.max_offset or not space.partition_offset(layout)
         bounds.append(min(pipeline_bound(layout, *_pipeline_no_recompute(space, layout, mbs, sp, fixed, memo), mbn)
                           for sp in sps if sp_allowed(sp, layout.tp)))

@@ -10,7 +10,7 @@ from .coefficients import inner_choices, item_data_parallel_floor, item_lower_bo
 from .plan_bounds import item_plan_lower_bounds
 from .context import SearchContext
 from .explain import explain_infeasible
-from .result import SearchResult, evaluate, finish
+from .result import Progress, SearchResult, evaluate, finish
 
 READY = 2  # bound levels: 0 cheap pipeline bound, 1 + DP floor, 2 memory-aware plan bound (then expand or solve)
 
@@ -31,9 +31,11 @@ def bounded_items(ctx: SearchContext, method: str):
         result.explanation = explain_infeasible(space, walk, None)
         return walk, finish(result, ctx.start), None
 
-    def check() -> None:
+    def check(done: int) -> None:
         if ctx.expired():
             raise TimeoutError
+        if ctx.progress is not None:
+            ctx.progress(Progress(f"bounding batch items {done:,}/{len(walk.batches):,}", ctx.elapsed(), None, None))
 
     try:
         bounds = item_lower_bounds(space, walk.batches, check)

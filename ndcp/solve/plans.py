@@ -41,7 +41,7 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     items = ItemBounds(ctx.space, walk.batches, bounds)
     shared = with_max_offset(ctx.space, 0) is ctx.space
     seeds: list[Evaluated] = []
-    uniform = uniform_search(replace(ctx, deadline=ctx.start + time_limit / 2, progress=None), walk,
+    uniform = uniform_search(replace(ctx, deadline=ctx.start + time_limit / 2, progress=_first(progress)), walk,
                              unsolved("cp-sat", result.space_size, walk),
                              items if shared else ItemBounds(with_max_offset(ctx.space, 0), walk.batches, bounds),
                              seeds)
@@ -63,6 +63,14 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     if result.status == "infeasible":
         explain_memory(ctx.space, walk, result)
     return finish(result, ctx.start, ranked, verifier.misses, ctx.top, verifier.seconds)
+
+
+def _first(progress):
+    """The uniform search's progress reports, shown as this search's first phase: its incumbents are per-layer plans
+    too, its bounds are not (a per-layer plan can be faster), so they are left out."""
+    if progress is None:
+        return None
+    return lambda p: progress(replace(p, phase=f"uniform first: {p.phase}", lower_bound_seconds=None))
 
 
 # Queue levels past READY: an item's plan sub-model for one SP setting, waiting at that setting's own bound.

@@ -149,6 +149,9 @@ class _UniformSearch:
         return self._finish()
 
 
+PROGRESS_EVERY = 64  # tightened bounds between progress reports (each takes up to a few ms)
+
+
 class _Expander:
     """Gives items exact coefficients, least lower bound first. An item reaching the front below level READY gets
     its next, tighter bound (`tighten`; the memory-aware ones are valid for uniform plans too) and waits again with
@@ -156,11 +159,12 @@ class _Expander:
     expanded."""
 
     def __init__(self, ctx: SearchContext, items, model: StrategyModel, bounds: ItemBounds):
-        self.space, self.items, self.model, self.deadline = ctx.space, items, model, ctx.deadline
+        self.ctx, self.space, self.items, self.model, self.deadline = ctx, ctx.space, items, model, ctx.deadline
         self.bounds = bounds  # each item's current bound in seconds and level (the model holds it in units)
         self.queue = [(model.bounds[i], i, level) for _, i, level in bounds.queue()]
         heapq.heapify(self.queue)
         self.next = 0  # items expanded
+        self.tightened = 0  # bounds tightened
 
     def _front(self) -> int | None:
         """The least bound of an item still waiting (tightened ones included), or None."""
@@ -176,6 +180,10 @@ class _Expander:
             else:
                 self.model.bounds[i] = max(bound, int(tighter / TIME_UNIT))
                 heapq.heappush(self.queue, (self.model.bounds[i], i, level + 1))
+            self.tightened += 1
+            if self.ctx.progress is not None and self.tightened % PROGRESS_EVERY == 0:
+                self.ctx.progress(Progress(f"{self.tightened:,} bounds tightened", self.ctx.elapsed(),
+                                           None, None))
             return False
         self.model.expand(i, expand_item(self.space, self.items[i]))
         self.next += 1

@@ -1,6 +1,7 @@
 """`search(space, method, options)` runs the method's search function with the options."""
 import pytest
 
+from ndcp.solve import uniform
 from ndcp.solve.certificate import cpsat_search
 from ndcp.solve.exhaustive import exhaustive_search
 from ndcp.solve.search import METHODS, SearchOptions, search, search_method
@@ -43,6 +44,19 @@ def test_progress_callback_is_passed_on(space):
     seen = []
     search(space, "exhaustive", SearchOptions(top=1, progress=seen.append))
     assert seen
+
+
+def test_the_default_search_reports_each_phase(space, monkeypatch):
+    """Long searches spend most of their time bounding items: the live line says so, and what the uniform search run
+    first reports carries no bound (its bounds do not hold for per-layer plans)."""
+    monkeypatch.setattr(uniform, "PROGRESS_EVERY", 1)
+    seen = []
+    search(space, "per-layer", SearchOptions(top=3, progress=seen.append))
+    assert seen[0].phase.startswith("bounding batch items 0/")
+    first = [p for p in seen if p.phase.startswith("uniform first: ")]
+    assert any(p.phase.endswith("bounds tightened") for p in first)
+    assert first and all(p.lower_bound_seconds is None for p in first)
+    assert any(p.phase == "solving per-stage recompute plans" for p in seen)
 
 
 def test_unknown_method(space):
