@@ -261,7 +261,8 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
 
 @lru_cache(maxsize=16384)
 def _layer_times(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_comm: str, hidden: frozenset) -> dict:
-    """LayerTime per (kind, mode) of the model's body layer kinds, no recompute included (shared: not to be changed)."""
+    """LayerTime per (kind, mode) of the model's body layer kinds, the no-recompute mode among them (a cached dict:
+    callers must not change it)."""
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     return {(k, m): layer_time(model, cluster, run, k, m, *theta, cp_comm, hidden)
             for k in kinds for m in modes + (NO_RECOMPUTE,)}
