@@ -102,6 +102,7 @@ class SpaceWalk:
 
     batches: list[tuple[Layout, int, int]] = field(default_factory=list)
     refused: Counter = field(default_factory=Counter)
+    complete: bool = True  # False: the walk stopped early (SearchSpace.walk's `expired`)
 
 
 @dataclass(frozen=True)
@@ -171,9 +172,11 @@ class SearchSpace:
         fixed, bound = self.options.fixed(name), self.options.bound(name)
         return (fixed is None or value == fixed) and (bound is None or value <= bound)
 
-    def walk(self) -> SpaceWalk:
+    def walk(self, expired=None) -> SpaceWalk:
         """Every valid (layout, mbs, mbn), in the reference planner's loop order, with refusals counted by rule
-        (ndcp.rules: each rule applied at the level where the degrees it reads are chosen) or by restriction."""
+        (ndcp.rules: each rule applied at the level where the degrees it reads are chosen) or by restriction.
+        `expired()`, when given, is asked before each (tp, pp, cp) and stops the walk when true: the walk so far,
+        marked incomplete (a search's time limit; DeepSeek-V3 on 16,384 GPUs walks for about a second)."""
         m, run, n = self.model, self.run, self.cluster.count
         problem = Problem(m, self.cluster, run)
         out = SpaceWalk()
@@ -206,6 +209,9 @@ class SearchSpace:
                     known = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
                     if self._refused(problem, "dp", known, refused):
                         continue
+                    if expired is not None and expired():
+                        out.complete = False
+                        return out
                     self._walk_batch(out, problem, known, comms)
         return out
 

@@ -48,3 +48,19 @@ def test_global_batch_that_cannot_be_split_leaves_an_empty_space():
 
 def test_moe_dimensions_pinned_on_dense_models():
     assert {c.ep for c in space().candidates()} == {1}
+
+
+def test_a_walk_told_time_is_up_stops_with_what_it_reached():
+    s = space(gpus=32)
+    full = s.walk()
+    asked = []
+
+    def expired() -> bool:  # time runs out at the third (tp, pp, cp) the walk reaches
+        asked.append(1)
+        return len(asked) > 2
+
+    partial = s.walk(expired)
+    assert full.complete and not partial.complete
+    assert 0 < len(partial.batches) < len(full.batches)
+    assert partial.batches == full.batches[:len(partial.batches)]
+    assert s.walk(lambda: False).batches == full.batches

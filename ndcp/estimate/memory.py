@@ -165,6 +165,38 @@ def resident_layer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, lay
     return activations + fragmentation_bytes(activations)
 
 
+def resident_layer_table(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                         keys: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], float]:
+    """resident_layer_bytes of each (kind, mode) of `keys` on this stage, the same numbers at a fraction of the
+    cost: the per-micro-batch bytes are shared by every stage and strategy with the same degrees."""
+    in_flight = layout.in_flight_chunks / strategy.vpp
+    out = {}
+    for key, per_microbatch in _layer_activation_table(model, run, keys, _theta(strategy)).items():
+        activations = in_flight * per_microbatch
+        out[key] = activations + fragmentation_bytes(activations)
+    return out
+
+
+def host_offload_table(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                       keys: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], float]:
+    """host_offload_bytes of one body layer of each (kind, mode) of `keys` on this stage (same numbers, shared
+    per-micro-batch bytes as resident_layer_table)."""
+    in_flight = layout.in_flight_chunks / strategy.vpp
+    return {key: in_flight * moved for key, moved in _offloaded_layer_table(model, run, keys, _theta(strategy)).items()}
+
+
+@lru_cache(maxsize=16384)
+def _layer_activation_table(model: ModelSpec, run: RunSpec, keys: tuple, theta: tuple) -> dict:
+    """layer_activation_bytes per (kind, mode) of `keys` (a cached dict: callers must not change it)."""
+    return {(k, m): layer_activation_bytes(model, run, k, m, *theta) for k, m in keys}
+
+
+@lru_cache(maxsize=16384)
+def _offloaded_layer_table(model: ModelSpec, run: RunSpec, keys: tuple, theta: tuple) -> dict:
+    """offloaded_layer_bytes per (kind, mode) of `keys` (a cached dict: callers must not change it)."""
+    return {(k, m): offloaded_layer_bytes(model, run, k, m, *theta) for k, m in keys}
+
+
 def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
                         counts: dict[tuple[str, str], int] | None = None) -> dict[str, float]:
     """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
@@ -266,4 +298,5 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
 
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",
            "host_optimizer_bytes",
-           "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes", "parts_total"]
+           "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes", "resident_layer_table",
+           "host_offload_table", "parts_total"]

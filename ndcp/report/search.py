@@ -91,7 +91,8 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
     refused = sum(result.refused.values())
     rows = [("searched", ", ".join(searched) + (f"; {' and '.join(derived)} follow" if derived else "")),
             ("pinned", ", ".join(pinned) or "nothing"),
-            ("space", f"{result.space_size:,} valid strategies"
+            ("space", ("" if result.space_complete else "at least (the walk stopped at the time limit) ")
+                      + f"{result.space_size:,} valid strategies"
                       + (" with uniform recompute (per-stage plans on top)" if result.method == "cp-sat per-layer" else "")
                       + f"; {refused:,} values refused by the rules; {bound}")]
     return rows

@@ -197,14 +197,15 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
     return best
 
 
-@lru_cache(maxsize=65536)
-def _static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | None = None) -> int:
-    """A stage's static bytes (model states, ZeRO-3 buffers) under one ZeRO stage, or None: its lightest one. They
-    depend only on the layout, so items sharing it share this."""
+@lru_cache(maxsize=16384)
+def _role_static_bytes(space: SearchSpace, layout: Layout) -> dict[int, dict[int, int]]:
+    """Static bytes (model states, ZeRO-3 buffers) of each constrained stage (role_stages) per ZeRO stage the space
+    searches. They depend only on the layout, so items sharing it share these."""
     _, zeros = inner_choices(space)
-    strategies = [layout.strategy(1, 1, z, False, NO_RECOMPUTE) for z in (zeros if zero is None else (zero,))]
-    at = stage_layouts(space.model, strategies[0])[stage]
-    return min(parts_total(stage_static_bytes(space.model, space.run, s, at)) for s in strategies)
+    strategies = {z: layout.strategy(1, 1, z, False, NO_RECOMPUTE) for z in zeros}
+    stages = stage_layouts(space.model, strategies[zeros[0]])
+    return {s: {z: parts_total(stage_static_bytes(space.model, space.run, strategy, stages[s]))
+                for z, strategy in strategies.items()} for s in set(role_stages(layout.pp))}
 
 
 @lru_cache(maxsize=65536)
@@ -228,10 +229,13 @@ def fewest_layers(model, stage, offsets: int) -> tuple[dict[str, int], int]:
 
 
 def least_static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | None, fewer: int) -> float:
-    """_static_bytes of a stage holding `fewer` layers less than its default (an uneven partition's lightest)."""
-    _, zeros = inner_choices(space)
-    return min(_static_bytes(space, layout, stage, z) - fewer * layer_static_bytes(space, layout, z)
-               for z in (zeros if zero is None else (zero,)))
+    """The static bytes of a constrained stage (one of role_stages) under ZeRO stage `zero` (None: its lightest),
+    holding `fewer` layers less than its default (an uneven partition's lightest)."""
+    statics = _role_static_bytes(space, layout)[stage]
+    zeros = statics if zero is None else (zero,)
+    if not fewer:
+        return float(min(statics[z] for z in zeros))
+    return min(statics[z] - fewer * layer_static_bytes(space, layout, z) for z in zeros)
 
 
 def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:

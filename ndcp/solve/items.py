@@ -22,11 +22,17 @@ def unsolved(method: str, space_size: int, walk) -> SearchResult:
 
 
 def bounded_items(ctx: SearchContext, method: str):
-    """Walk the space and bound every batch item (the deadline checked every 256 items): (walk, result, bounds),
-    where bounds is None when the search ends here, with `result` finished (empty space, or out of time)."""
+    """Walk the space and bound every batch item (the deadline checked during the walk and every 256 items): (walk,
+    result, bounds), where bounds is None when the search ends here, with `result` finished (empty space, or out of
+    time)."""
     space = ctx.space
-    walk = space.walk()
+    walk = space.walk(ctx.expired)
     result = unsolved(method, space.size(walk), walk)
+    if not walk.complete:
+        result.status, result.space_complete = "feasible", False
+        result.explanation = (f"time limit reached while walking the space ({len(walk.batches):,} batch items so "
+                              f"far); nothing verified yet")
+        return walk, finish(result, ctx.start), None
     if not walk.batches:
         result.explanation = explain_infeasible(space, walk, None)
         return walk, finish(result, ctx.start), None

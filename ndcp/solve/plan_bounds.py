@@ -13,7 +13,7 @@ from functools import lru_cache
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.data_parallel import Windows, data_parallel_terms
 from ..estimate.layout import stage_layouts
-from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, parts_total, resident_layer_bytes,
+from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
                                stage_dynamic_bytes)
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_times
 from ..rules import sp_allowed
@@ -23,16 +23,12 @@ from .coefficients import (Item, fewest_layers, inner_choices, least_static_byte
                            role_stages)
 
 
-def host_bytes_per_layer(space: SearchSpace, base, stage, kind: str, mode: str) -> float:
-    """Host memory one body layer of (kind, mode) takes on a stage (the estimator's host_offload_bytes of that one
-    layer: what it offloads per micro-batch times the micro-batches in flight; 0 unless the option offloads)."""
-    return host_offload_bytes(space.model, space.run, base, stage, {(kind, mode): 1})
-
-
 def host_room(space: SearchSpace, base, stage, zeros) -> float:
     """Host memory left for offloaded activations on a stage: the host memory less an offloaded optimizer's states
     at the lightest of `zeros` (none given: no states, as with uneven partitions, where a stage may hold fewer layers:
     the room is never underestimated)."""
+    if not base.optimizer_offload:  # the optimizer stays on the device
+        return float(space.cluster.device.host_memory_bytes)
     states = min((host_optimizer_bytes(space.model, space.run, base.with_zero(z), stage) for z in zeros), default=0.0)
     return space.cluster.device.host_memory_bytes - states
 
@@ -64,9 +60,9 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     for s in sorted(set(role_stages(base.pp))):
         stage = layouts[s]
         counts, fewer = fewest_layers(model, stage, offsets)
-        per_layer = {(k, m): resident_layer_bytes(model, run, base, stage, k, m) for k in counts
-                     for m in modes + (NO_RECOMPUTE,)}
-        host = {(k, m): host_bytes_per_layer(space, base, stage, k, m) for k in counts for m in offloads}
+        per_layer = resident_layer_table(model, run, base, stage, tuple((k, m) for k in counts
+                                                                        for m in modes + (NO_RECOMPUTE,)))
+        host = host_offload_table(model, run, base, stage, tuple((k, m) for k in counts for m in offloads))
         offloading = tuple(m for m in offloads if any(host[(k, m)] > 0 for k in counts))
         fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
         plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
@@ -218,13 +214,11 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
         plain = [t.total + p2p for t in plain_times]
         stage_sum = sum(plain)
         hidden = overlaps(space, layout, sp)
-        times = {key: t.total for key, t in _layer_times(model, cluster, run, modes, theta, layout.cp_comm,
-                                                          hidden).items()}
+        times = _layer_totals(model, cluster, run, modes, theta, layout.cp_comm, hidden)
         # every ZeRO stage that can fit sheds on the same constrained stages, with the same layers
         constrained = next(iter(sheds.values()))
-        growth = {} if offsets else {s: _growth(model, cluster, run, modes, theta, layout.cp_comm, hidden,
-                                                tuple(stage.counts.items())) for s, stage in constrained.items()}
         options = {s: _StageOptions.of(stage, times, modes) for s, stage in constrained.items()}
+        growth = {}  # per constrained stage, once a stretch needs it
         for zero, shed in sheds.items():
             slowest, extra_sum, extras = (stage_sum / layout.pp if offsets else max(plain)), 0.0, {}
             for s, stage in shed.items():
@@ -252,6 +246,9 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
                 stretch = _Stretch(layout, mbn, plain, [plain[s] + extras.get(s, 0.0) for s in range(layout.pp)],
                                    terms, max(t.optimizer for t in terms))
                 for s in shed:
+                    if s not in growth:
+                        growth[s] = _growth(model, cluster, run, modes, theta, layout.cp_comm, hidden,
+                                            tuple(constrained[s].counts.items()))
                     bound = stretch.bound(s, extras[s], plain_times[s], growth[s], bound)
                     if bound >= found:
                         break
@@ -266,6 +263,12 @@ def _layer_times(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_c
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     return {(k, m): layer_time(model, cluster, run, k, m, *theta, cp_comm, hidden)
             for k in kinds for m in modes + (NO_RECOMPUTE,)}
+
+
+@lru_cache(maxsize=16384)
+def _layer_totals(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_comm: str, hidden: frozenset) -> dict:
+    """_layer_times' total seconds per (kind, mode) (a cached dict: callers must not change it)."""
+    return {key: t.total for key, t in _layer_times(model, cluster, run, modes, theta, cp_comm, hidden).items()}
 
 
 @lru_cache(maxsize=16384)

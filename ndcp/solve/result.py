@@ -112,6 +112,7 @@ class SearchResult:
     solver_calls: int = 0
     expanded: int = 0  # batch items given exact coefficients (CP-SAT); the rest kept their lower bounds
     interrupted: bool = False  # stopped by Ctrl-C (status `feasible`, with what was proven by then)
+    space_complete: bool = True  # False: the time limit stopped the walk, space_size counts what it reached
 
     @property
     def proven(self) -> bool:
@@ -142,8 +143,8 @@ class SearchResult:
             "solver_calls": self.solver_calls,
             "expanded_items": self.expanded,
             "explanation": self.explanation,
-            "space": {"size": self.space_size, "refused": dict(sorted(self.refused.items())),
-                      "over_memory": self.over_memory},
+            "space": {"size": self.space_size, "complete": self.space_complete,
+                      "refused": dict(sorted(self.refused.items())), "over_memory": self.over_memory},
             "strategies": [e.as_dict(rank=i + 1) for i, e in enumerate(self.strategies)],
             "nearest_misses": [{**e.as_dict(), "over_bytes": e.over_bytes, "peak_stage": e.memory.peak_stage}
                                for e in self.nearest_misses],

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate.layout import stage_layouts, stage_mode_counts
-from ndcp.estimate.memory import estimate_memory, resident_layer_bytes, stage_dynamic_bytes
+from ndcp.estimate.memory import (estimate_memory, host_offload_bytes, host_offload_table, resident_layer_bytes,
+                                 resident_layer_table, stage_dynamic_bytes)
 from ndcp.estimate.reserve import (CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION_FRACTION,
                                    NCCL_CHANNELS, NCCL_CONNECTION_BYTES, NCCL_SIMPLE_BYTES, P2P_CHANNELS_PER_PEER,
                                    communicator_bytes, process_groups)
@@ -104,6 +105,22 @@ def test_the_solvers_linear_coefficients_carry_the_fragmentation(model):
         linear = fixed + sum(n * per_layer[key] for key, n in counts.items())
         workspace = stage_dynamic_bytes(model, RUN, strategy, layout, counts)["recompute_workspace"]
         assert full == pytest.approx(linear + workspace, rel=1e-12), layout.stage
+
+
+@pytest.mark.parametrize("model", [LLAMA, MIXTRAL], ids=["dense", "moe"])
+def test_the_per_stage_tables_give_the_per_layer_numbers_exactly(model):
+    # the bounds and plan models read every (kind, mode) of a stage at once from tables shared by the stages with the
+    # same degrees: the same floats as asking per layer
+    strategy = Strategy(dp=4, tp=4, pp=4, ep=4 if model.moe else 1, mbs=2, mbn=16, sp=True, vpp=2,
+                        recompute=RecomputePlan.uniform("selective"))
+    kinds = ("dense", "moe") if model.moe else ("dense",)
+    keys = tuple((k, m) for k in kinds for m in ("none", "selective", "offload", "full"))
+    for layout in stage_layouts(model, strategy):
+        assert resident_layer_table(model, RUN, strategy, layout, keys) == {
+            key: resident_layer_bytes(model, RUN, strategy, layout, *key) for key in keys}
+        host = host_offload_table(model, RUN, strategy, layout, keys)
+        assert host == {key: host_offload_bytes(model, RUN, strategy, layout, {key: 1}) for key in keys}
+        assert host[(kinds[0], "offload")] > 0 == host[(kinds[0], "none")]
 
 
 def test_reserve_override_replaces_the_fixed_parts_only():

@@ -59,6 +59,15 @@ def test_the_default_search_reports_each_phase(space, monkeypatch):
     assert any(p.phase == "solving per-stage recompute plans" for p in seen)
 
 
+@pytest.mark.parametrize("method", ["per-layer", "uniform"])
+def test_a_search_out_of_time_while_walking_says_so(space, method):
+    result = search(space, method, SearchOptions(top=3, time_limit=0.0))
+    assert result.status == "feasible" and not result.strategies
+    assert not result.space_complete and result.as_dict()["space"]["complete"] is False
+    assert result.explanation.startswith("time limit reached while walking the space")
+    assert search(space, method, SearchOptions(top=3)).space_complete
+
+
 def test_unknown_method(space):
     with pytest.raises(ValueError, match="unknown search method"):
         search(space, "simulated annealing")
