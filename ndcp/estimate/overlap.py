@@ -58,9 +58,15 @@ def strategy_overlaps(run: RunSpec, strategy) -> frozenset:
     return hidden_comms(run, s.schedule, s.pp, s.vpp, s.tp, s.sp, s.ep)
 
 
+LAYER_OVERLAPS = frozenset({"tp", "ep"})  # the overlaps inside a body layer ("p2p" is between stages)
+
+
 def layer_overlaps(hidden: frozenset, kind: str, mode: str) -> frozenset:
-    """The overlaps that apply to one body layer: the all-to-all only on MoE layers that do not re-run their
-    forward or their MoE block (with its dispatch and combine) in the backward."""
+    """The overlaps that apply to one body layer: TP's, and the all-to-all only on MoE layers that do not re-run
+    their forward or their MoE block (with its dispatch and combine) in the backward. Only these, so the layer
+    times cached by them are shared by strategies that differ in the others (Megatron overlaps the pipeline sends
+    only when interleaving: the same layers with and without)."""
+    hidden = hidden & LAYER_OVERLAPS
     if "ep" in hidden and (kind != "moe" or {LAYER_FORWARD, MOE_FORWARD} & set(recompute_option(mode).reruns)):
         return hidden - {"ep"}
     return hidden

@@ -279,6 +279,8 @@ def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role:
         return ZERO_TIME
     if not model.mtp_depth or role == "first":
         ep, etp, hidden = 1, 1, NO_OVERLAP  # nothing else depends on them: share the cached terms
+    else:  # the MTP layer's own overlaps (as _mtp_time's layer_time reads them): the others change nothing here
+        hidden = layer_overlaps(hidden, "moe" if model.moe is not None else "dense", NO_RECOMPUTE)
     if not model.mtp_depth or cp == 1:
         cp_comm = "p2p"
     return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp, cp_comm, hidden)

@@ -46,6 +46,7 @@ def test_a_moe_layer_that_reruns_its_all_to_all_keeps_it_exposed():
     assert layer_overlaps(frozenset({"ep"}), "moe", "moe") == set()  # Megatron: no "moe" recompute module
     assert layer_overlaps(frozenset({"ep", "tp"}), "moe", "selective") == {"ep", "tp"}
     assert layer_overlaps(frozenset({"ep"}), "dense", "none") == set()
+    assert layer_overlaps(frozenset({"p2p", "tp"}), "dense", "none") == {"tp"}  # between stages, not in a layer
 
 
 MIXTRAL = load_model("mixtral-8x7b")
