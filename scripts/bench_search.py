@@ -7,7 +7,10 @@ Each search is one `ndcp search ... --json -` in a fresh process, so none warms 
 Per case and method: wall seconds of the whole process (start and imports included) and the solve seconds the search
 reports; proof status; the best step time. The summary gives the median default/uniform ratio of solve seconds
 (measured in this run: on a shared machine ratios matter more than absolute times).
-Usage: python scripts/bench_search.py [--quick | --cases I,J] [--oracle] [--oracle-limit N] [--tree DIR] [--markdown]
+With `--against DIR` each case's default search also runs on another source tree (e.g. a worktree of the last
+round's commit), alternating with this one, so that the before/after speed-up is a ratio measured in one run.
+Usage: python scripts/bench_search.py [--quick | --cases I,J] [--oracle] [--oracle-limit N] [--tree DIR]
+       [--against DIR] [--markdown]
 """
 from __future__ import annotations
 
@@ -85,6 +88,8 @@ def main() -> None:
     parser.add_argument("--oracle-limit", type=int, default=300_000, help="skip the oracle above this many candidates")
     parser.add_argument("--tree", type=Path, default=ROOT, help="run ndcp from this source tree (e.g. a copy of an "
                         "earlier version, to compare before and after)")
+    parser.add_argument("--against", type=Path, help="also run each default search from this source tree, "
+                        "alternating, and report the speed-up of --tree's over it (solve seconds)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = parser.parse_args()
     chosen = [int(i) for i in args.cases.split(",")] if args.cases else QUICK if args.quick else range(len(MATRIX))
@@ -92,10 +97,13 @@ def main() -> None:
               "wall s", "status", "ratio", "same best"]
     if args.oracle:
         titles += ["oracle s", "agree"]
+    if args.against:
+        titles += ["before s", "speed-up", "same answer"]
     print_row(titles, args.markdown, header=True)
-    solves, ratios, proven_in = [], [], []
+    solves, ratios, proven_in, speedups = [], [], [], []
     for i in chosen:
         case = MATRIX[i]
+        before = run(case, "default", args.time_limit, args.against) if args.against else None
         default, uniform = (run(case, method, args.time_limit, args.tree) for method in ("default", "uniform"))
         d, u = default["solve_seconds"], uniform["solve_seconds"]
         solves.append(d)
@@ -114,12 +122,30 @@ def main() -> None:
                 cells += [f"{oracle['solve_seconds']:.2f}", "yes" if agree else "NO"]
             else:
                 cells += ["-", "-"]
+        if before is not None:
+            speedups.append(before["solve_seconds"] / d)
+            cells += [f"{before['solve_seconds']:.3f}", f"{speedups[-1]:.2f}", same_answer(before, default)]
         print_row(cells, args.markdown, header=False)
     proven = [s for s in proven_in if s is not None]
     print(f"\ndefault search: proven on {len(proven)} of {len(solves)} cases, "
           f"median solve {statistics.median(solves):.3f} s, "
           f"max {max(solves):.3f} s; median default/uniform ratio {statistics.median(ratios):.2f} "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f}); load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    if speedups:
+        print(f"against {args.against}: median speed-up {statistics.median(speedups):.2f} "
+              f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
+
+
+def same_answer(before: dict, after: dict) -> str:
+    """"yes" when both rankings have the same step times, else the largest change of a rank's step time (plans are
+    proven optimal within the plan models' tolerance, so near-equal plans may trade places)."""
+    old, new = steps(before), steps(after)
+    if before["status"] != after["status"] or len(old) != len(new):
+        return "NO"
+    if old == new:
+        return "yes"
+    change = max((b / a - 1 for a, b in zip(old, new)), key=abs)
+    return f"{100 * change:+.4f}%"
 
 
 def print_row(cells: list[str], markdown: bool, header: bool) -> None:
