@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from .fields import SpecError, cached_hash, finite_number, from_mapping, positive_int, require
+from .fields import (SpecError, cached_hash, finite_number, from_mapping, positive_int, require,
+                     state_without_hash)
 from .library import parse_yaml
 from .units import GB, MIB, lookup
 
@@ -26,6 +27,7 @@ class DeviceSpec:
     """One accelerator and the node it sits in. Bytes, FLOP/s and bytes/s; latencies in seconds."""
 
     __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     name: str
     memory_bytes: int
@@ -234,6 +236,7 @@ class ClusterSpec:
     """`count` identical devices; overrides (memory, bandwidths, devices per node) are applied to the device."""
 
     __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     device: DeviceSpec
     count: int

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
-from .fields import cached_hash, non_negative_int, one_of, positive_int, require
+from .fields import cached_hash, state_without_hash, non_negative_int, one_of, positive_int, require
 from .run import RunSpec
 
 PROJECTORS = ("mlp", "linear")
@@ -26,6 +26,7 @@ class EncoderSpec:
     """A ViT-style image encoder and the projector into a language model of width `output_hidden`."""
 
     __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     layers: int
     hidden: int

@@ -148,6 +148,13 @@ def cached_hash(self) -> int:
         return value
 
 
+def state_without_hash(self) -> dict:
+    """`__getstate__` for specs with cached_hash: their state without the cached hash, which pickling would carry
+    into another process (a spawned sweep worker, Ray), where strings hash differently: an equal spec built there
+    would hash otherwise, and the caches keyed by specs would miss."""
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
 def from_mapping(cls: type, data: Mapping[str, Any], context: str = "") -> Any:
     """Build the frozen dataclass `cls` from a mapping: unknown keys and missing required fields are errors."""
     if not isinstance(data, Mapping):

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .encoder import EncoderSpec
-from .fields import (SpecError, cached_hash, divisors, finite_number, non_negative_int, one_of, positive_int,
-                     require)
+from .fields import (SpecError, cached_hash, divisors, finite_number, non_negative_int, one_of, positive_int, require,
+                     state_without_hash)
 
 # MLP activations: GELU (GPT), ReLU (OPT), squared ReLU (Primer, So et al. 2021; Nemotron-4) have an up and a down
 # projection; SwiGLU and GeGLU (Shazeer 2020, "GLU Variants Improve Transformer") add a gate projection.
@@ -96,6 +96,7 @@ class ModelSpec:
     """A decoder-only transformer. Sizes in elements; dropout as probabilities."""
 
     __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     name: str
     layers: int

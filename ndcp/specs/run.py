@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fields import cached_hash, finite_number, non_negative_int, one_of, positive_int, require
+from .fields import cached_hash, state_without_hash, finite_number, non_negative_int, one_of, positive_int, require
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 GRAD_DTYPES = ("bf16", "fp16", "fp32")
@@ -39,6 +39,7 @@ class RunSpec:
     """What is trained: global batch in sequences, sequence length, dtypes and the memory budget per device."""
 
     __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     global_batch: int
     seq_len: int
