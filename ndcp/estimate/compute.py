@@ -189,8 +189,8 @@ def mtp_forward_flops(model: ModelSpec, seq: int, convention: str) -> float:
     """Forward FLOPs of all MTP modules for one sequence: projection, one transformer layer, shared output head."""
     if not model.mtp_depth:
         return 0.0
-    kind = "moe" if model.moe is not None else "dense"
-    per_module = (mtp_projection_gemm(model, seq).flops + layer_forward_flops(model, kind, seq, convention)
+    per_module = (mtp_projection_gemm(model, seq).flops
+                  + layer_forward_flops(model, model.mtp_layer_kind, seq, convention)
                   + output_layer_gemm(model, seq, 1).flops)
     return model.mtp_depth * per_module
 

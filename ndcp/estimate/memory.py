@@ -151,9 +151,18 @@ def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     return parts
 
 
+def _in_flight(strategy: Strategy, layout: StageLayout) -> float:
+    """Micro-batches (in units of the whole stage) whose activations the stage holds at its peak."""
+    return layout.in_flight_chunks / strategy.vpp
+
+
 def _resident_activation_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout, kind: str,
                                mode: str) -> float:
-    return layout.in_flight_chunks / strategy.vpp * layer_activation_bytes(model, run, kind, mode, *_theta(strategy))
+    return _in_flight(strategy, layout) * layer_activation_bytes(model, run, kind, mode, *_theta(strategy))
+
+
+def _with_fragmentation(activations: float) -> float:
+    return activations + fragmentation_bytes(activations)
 
 
 def resident_layer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout, kind: str,
@@ -161,40 +170,32 @@ def resident_layer_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, lay
     """Bytes one body layer of (kind, recompute mode) costs this stage: its activations per micro-batch times the
     micro-batches in flight, plus the allocator fragmentation they bring (a fixed fraction, reserve.py), so that
     the linear coefficient of the per-layer recompute plans matches stage_dynamic_bytes."""
-    activations = _resident_activation_bytes(model, run, strategy, layout, kind, mode)
-    return activations + fragmentation_bytes(activations)
+    return _with_fragmentation(_resident_activation_bytes(model, run, strategy, layout, kind, mode))
 
 
 def resident_layer_table(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
                          keys: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], float]:
     """resident_layer_bytes of each (kind, mode) of `keys` on this stage, the same numbers at a fraction of the
     cost: the per-micro-batch bytes are shared by every stage and strategy with the same degrees."""
-    in_flight = layout.in_flight_chunks / strategy.vpp
-    out = {}
-    for key, per_microbatch in _layer_activation_table(model, run, keys, _theta(strategy)).items():
-        activations = in_flight * per_microbatch
-        out[key] = activations + fragmentation_bytes(activations)
-    return out
+    in_flight = _in_flight(strategy, layout)
+    per_microbatch = _per_layer_table(layer_activation_bytes, model, run, keys, _theta(strategy))
+    return {key: _with_fragmentation(in_flight * b) for key, b in per_microbatch.items()}
 
 
 def host_offload_table(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
                        keys: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], float]:
     """host_offload_bytes of one body layer of each (kind, mode) of `keys` on this stage (same numbers, shared
     per-micro-batch bytes as resident_layer_table)."""
-    in_flight = layout.in_flight_chunks / strategy.vpp
-    return {key: in_flight * moved for key, moved in _offloaded_layer_table(model, run, keys, _theta(strategy)).items()}
+    in_flight = _in_flight(strategy, layout)
+    per_microbatch = _per_layer_table(offloaded_layer_bytes, model, run, keys, _theta(strategy))
+    return {key: in_flight * b for key, b in per_microbatch.items()}
 
 
-@lru_cache(maxsize=16384)
-def _layer_activation_table(model: ModelSpec, run: RunSpec, keys: tuple, theta: tuple) -> dict:
-    """layer_activation_bytes per (kind, mode) of `keys` (a cached dict: callers must not change it)."""
-    return {(k, m): layer_activation_bytes(model, run, k, m, *theta) for k, m in keys}
-
-
-@lru_cache(maxsize=16384)
-def _offloaded_layer_table(model: ModelSpec, run: RunSpec, keys: tuple, theta: tuple) -> dict:
-    """offloaded_layer_bytes per (kind, mode) of `keys` (a cached dict: callers must not change it)."""
-    return {(k, m): offloaded_layer_bytes(model, run, k, m, *theta) for k, m in keys}
+@lru_cache(maxsize=32768)
+def _per_layer_table(per_layer, model: ModelSpec, run: RunSpec, keys: tuple, theta: tuple) -> dict:
+    """per_layer(model, run, kind, mode, *theta) for each (kind, mode) of `keys` (layer_activation_bytes or
+    offloaded_layer_bytes; a cached dict: callers must not change it)."""
+    return {(k, m): per_layer(model, run, k, m, *theta) for k, m in keys}
 
 
 def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
@@ -205,7 +206,7 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
     to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
     theta = _theta(strategy)
     tp, cp, _, _, mbs, sp = theta
-    in_flight = layout.in_flight_chunks / strategy.vpp
+    in_flight = _in_flight(strategy, layout)
     if counts is None:
         counts = dict(stage_mode_counts(model, strategy)[layout.stage])
     body = sum(n * _resident_activation_bytes(model, run, strategy, layout, kind, mode)
@@ -216,8 +217,8 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
     if last:
         activations += head["output_inputs"]
         if model.mtp_depth:
-            mtp_kind = "moe" if model.moe else "dense"
-            activations += model.mtp_depth * layer_activation_bytes(model, run, mtp_kind, NO_RECOMPUTE, *theta)
+            activations += model.mtp_depth * layer_activation_bytes(model, run, model.mtp_layer_kind, NO_RECOMPUTE,
+                                                                    *theta)
     workspace = max((recompute_workspace_bytes(model, run, kind, mode, *theta) for kind, mode in counts), default=0.0)
     # the vision encoder's activations sit beside the embedding's (docs/models.md §5), a part of their own
     encoder = {"encoder_activations": in_flight * head["encoder"] if layout.is_first else 0.0} if model.encoder else {}
@@ -238,7 +239,7 @@ def host_offload_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     (what it would keep, less its input) for every in-flight micro-batch (docs/formulas.md §5.3)."""
     if counts is None:
         counts = dict(stage_mode_counts(model, strategy)[layout.stage])
-    in_flight = layout.in_flight_chunks / strategy.vpp
+    in_flight = _in_flight(strategy, layout)
     return sum(n * in_flight * offloaded_layer_bytes(model, run, kind, mode, *_theta(strategy))
                for (kind, mode), n in counts.items())
 
@@ -247,7 +248,7 @@ def stage_memory(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: Sta
     """All parts of one device stage's peak, and the host memory its offloaded activations and optimizer take."""
     parts = {**stage_static_bytes(model, run, strategy, layout), **stage_dynamic_bytes(model, run, strategy, layout)}
     host = host_offload_bytes(model, run, strategy, layout) + host_optimizer_bytes(model, run, strategy, layout)
-    return StageMemory(layout.stage, layout.layers, layout.in_flight_chunks / strategy.vpp,
+    return StageMemory(layout.stage, layout.layers, _in_flight(strategy, layout),
                        {k: int(v) for k, v in parts.items()}, int(host))
 
 

@@ -257,10 +257,10 @@ def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp:
     tokens = mbs * run.seq_len / cp
     projection_gemm = mtp_projection_gemm(model, tokens)
     projection = gemm_seconds((projection_gemm,), cluster.device, run.activation_bytes) / tp
-    kind = "moe" if model.moe is not None else "dense"
     block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp,
                        wgrad=projection)
-             + layer_time(model, cluster, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp, cp_comm, hidden)
+             + layer_time(model, cluster, run, model.mtp_layer_kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp, cp_comm,
+                          hidden)
              + _output_head_time(model, cluster, run, tokens, tp, sp))
     return block.scaled(model.mtp_depth)
 
@@ -280,7 +280,7 @@ def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role:
     if not model.mtp_depth or role == "first":
         ep, etp, hidden = 1, 1, NO_OVERLAP  # nothing else depends on them: share the cached terms
     else:  # the MTP layer's own overlaps (as _mtp_time's layer_time reads them): the others change nothing here
-        hidden = layer_overlaps(hidden, "moe" if model.moe is not None else "dense", NO_RECOMPUTE)
+        hidden = layer_overlaps(hidden, model.mtp_layer_kind, NO_RECOMPUTE)
     if not model.mtp_depth or cp == 1:
         cp_comm = "p2p"
     return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp, cp_comm, hidden)

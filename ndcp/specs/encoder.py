@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
-from .fields import cached_hash, state_without_hash, non_negative_int, one_of, positive_int, require
+from .fields import cached_hash, non_negative_int, one_of, positive_int, require, state_without_hash
 from .run import RunSpec
 
 PROJECTORS = ("mlp", "linear")

@@ -188,6 +188,11 @@ class ModelSpec:
         """Parameters of one normalisation of width `hidden` (LayerNorm has a bias, RMSNorm does not)."""
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
+    @property
+    def mtp_layer_kind(self) -> str:
+        """The kind of the transformer layer in each MTP module: the MoE layer in a MoE model (DeepSeek-V3 §2.2)."""
+        return "moe" if self.moe is not None else "dense"
+
     def is_moe_layer(self, index: int) -> bool:
         """Whether body layer `index` (0-based) is a MoE layer."""
         if self.moe is None or index < self.moe.first_dense_layers:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fields import cached_hash, state_without_hash, finite_number, non_negative_int, one_of, positive_int, require
+from .fields import (cached_hash, finite_number, non_negative_int, one_of, positive_int, require,
+                     state_without_hash)
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 GRAD_DTYPES = ("bf16", "fp16", "fp32")
