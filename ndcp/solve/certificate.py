@@ -2,7 +2,7 @@
 
 - `cpsat_search` (uniform.py): uniform recompute; the relaxation's points verified band by band in objective order.
 - `plan_search` (plans.py): per-layer recompute and partitions; plan sub-models solved in item-bound order, seeded
-  with the proven uniform top K.
+  with the proven uniform optimum.
 - items.py: what both share (the batch items' bounds and their tightening levels, why nothing fits); result.py
   finishes every search's result.
 """

@@ -173,45 +173,47 @@ class PlanModel:
             m.add(sum(n.get(("dense", o), 0) for o in prefix) == 0).only_enforce_if(~moe_covered)
 
     def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1,
-              exclude: tuple[tuple[int, ...], ...] = (), cutoff_seconds: float = math.inf) -> PlanSolution | None:
+              exclude: tuple[tuple[int, ...], ...] = (), cutoff_seconds: float = math.inf,
+              solved: dict | None = None) -> PlanSolution | None:
         """The fastest plan whose every stage fits, other than the `exclude`d assignments; None when none is left
         or, given a cutoff, when none can be faster than it (the model is a lower bound, so then no plan is).
         Raises PlanTimeout when the time runs out before any plan is found.
 
-        With a cutoff, a short probe first solves with `objective <= cutoff` as a constraint (usually settles it in
-        milliseconds, most often proving that no plan can beat the cutoff); measured, that constraint can also keep
-        CP-SAT from proving an optimum it proves in 0.5 s without it, so when the probe does not conclude the model
-        is solved without it, stopping as soon as its proven bound passes the cutoff."""
+        `solved` (a dict the caller keeps for one search): outcomes of sub-models already solved, by their exact
+        content. Items that differ only where the model does not look (Llama-3.1-405B on 16,384 H100: cp 2 with
+        micro-batch 1 and cp 4 with 2 hold the same tokens per device and shard over the same ranks) build the same
+        sub-model, solved once (deterministic for a given seed and worker count; timeouts are not kept)."""
         deadline = time.perf_counter() + seconds
         limit = _floor(cutoff_seconds * self.linear.divisor, self.unit) if cutoff_seconds < math.inf else None
+        found = self._solve(capacity_bytes, exclude, limit, deadline, seed, workers, solved)
+        return None if found is None else self._solution(*found)
+
+    def _solve(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None, deadline: float,
+               seed: int, workers: int, solved: dict | None) -> tuple[_Outcome, _Built] | None:
+        """The outcome of the model's best plan and the built model; None when no plan is left or none can beat the
+        cutoff `limit`. With a cutoff, a short probe first solves with `objective <= cutoff` as a constraint (usually
+        settles it in milliseconds, most often proving that no plan can beat the cutoff); measured, that constraint
+        can also keep CP-SAT from proving an optimum it proves in 0.5 s without it, so when the probe does not
+        conclude the model is solved without it, stopping as soon as its proven bound passes the cutoff."""
         if limit is not None:
             built = self._build(capacity_bytes, exclude, limit)
             # A wall-clock limit: CP-SAT's deterministic-time limit did not stop the stuck probes. Probes either settle
             # in milliseconds or stall far longer, so the answer does not hinge on where the limit falls.
-            solver = self._solver(min(PROBE_SECONDS, seconds), seed, workers)
-            status = interruptible(solver, built.model)
-            if status == cp_model.INFEASIBLE:
+            seconds = min(PROBE_SECONDS, deadline - time.perf_counter())
+            outcome = _solve_once(built, self._solver(seconds, seed, workers), None, solved)
+            if outcome.status == cp_model.INFEASIBLE:
                 return None
-            if status == cp_model.OPTIMAL:
-                return self._solution(solver, status, built)
+            if outcome.status == cp_model.OPTIMAL:
+                return outcome, built
         built = self._build(capacity_bytes, exclude, None)
-        solver = self._solver(deadline - time.perf_counter(), seed, workers)
-        beyond = []
-        if limit is not None:
-            def past_cutoff(bound: float) -> None:
-                if bound > limit:
-                    beyond.append(bound)
-                    solver.stop_search()
-
-            solver.best_bound_callback = past_cutoff
-        status = interruptible(solver, built.model)
-        if beyond:
+        outcome = _solve_once(built, self._solver(deadline - time.perf_counter(), seed, workers), limit, solved)
+        if outcome.past_cutoff:
             return None
-        if status == cp_model.UNKNOWN:
+        if outcome.status == cp_model.UNKNOWN:
             raise PlanTimeout
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if outcome.status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
-        return self._solution(solver, status, built)
+        return outcome, built
 
     @staticmethod
     def _solver(seconds: float, seed: int, workers: int) -> cp_model.CpSolver:
@@ -310,26 +312,32 @@ class PlanModel:
         m.minimize(objective)
         return _Built(m, z, sizes, counts, decisions, most)
 
-    def _solution(self, solver: cp_model.CpSolver, status: int, built: "_Built") -> PlanSolution:
+    @staticmethod
+    def _read(outcome: "_Outcome", built: "_Built") -> tuple[int, list[int], list[dict]]:
+        """(index of the chosen ZeRO stage, layers per stage, counts per (kind, mode) per stage) of a solution."""
+        value = {var.index: v for var, v in zip(built.decisions, outcome.values)}
+        k = next(k for k, var in enumerate(built.z) if value[var.index])
+        layers = [value[x.index] if not isinstance(x, int) else x for x in built.sizes]
+        return k, layers, [{key: value[var.index] for key, var in n.items()} for n in built.counts]
+
+    def _solution(self, outcome: "_Outcome", built: "_Built") -> PlanSolution:
         """The plan a solved model chose, its proven bound and how far rounding can put it below the estimators."""
         pp, line = self.layout.pp, self.linear
-        z, sizes, counts, decisions, most = built.z, built.sizes, built.counts, built.decisions, built.most
-        zero = self.zeros[next(k for k, v in enumerate(z) if solver.value(v))]
-        layers = [solver.value(x) if not isinstance(x, int) else x for x in sizes]
+        k, layers, counts = self._read(outcome, built)
         stages = []
-        for s in range(pp):
+        for n in counts:
             totals = dict.fromkeys(RECOMPUTE_MODES, 0)
-            for (_, mode), var in counts[s].items():
-                totals[mode] += solver.value(var)
+            for (_, mode), count in n.items():
+                totals[mode] += count
             stages.append(totals)
-        bound = math.floor(solver.best_objective_bound + 1e-9) * self.unit / line.divisor
+        bound = math.floor(outcome.bound + 1e-9) * self.unit / line.divisor
         # Every coefficient is floored to the unit: at most one unit per layer and per extra term on a stage,
         # counted slowest_weight times through the slowest stage and sum_weight times per stage, plus the DP terms.
-        per_stage = most + 1
+        per_stage = built.most + 1
         rounding = self.unit * ((line.slowest_weight + line.sum_weight * pp) * per_stage
                                 + line.divisor * self._data_parallel_rounding(per_stage)) / line.divisor
-        return PlanSolution(self._plan(stages, layers, zero), bound, status == cp_model.OPTIMAL,
-                            tuple(solver.value(v) for v in decisions), rounding)
+        return PlanSolution(self._plan(stages, layers, self.zeros[k]), bound, outcome.status == cp_model.OPTIMAL,
+                            outcome.values, rounding)
 
     def _data_parallel(self, m, z, counts, sizes):
         """Exposed DP sync and optimizer step (estimate.data_parallel.DataParallelTerms.exposed), linear in the
@@ -385,6 +393,42 @@ class PlanModel:
         chunk_layers = partition or default_partition(self.space.model.layers, pp * vpp)
         recompute = plan_from_stage_totals(self.space.model, stages, chunk_layers, pp, uneven=bool(partition))
         return self.base.with_(zero=zero, recompute=recompute, layers_per_stage=partition)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a solve of a built sub-model gave: its status, the values of its decisions (_Built.decisions), its proven
+    bound (objective units) and whether it stopped because that bound passed the cutoff."""
+
+    status: int
+    values: tuple[int, ...]
+    bound: float
+    past_cutoff: bool = False
+
+
+def _solve_once(built: _Built, solver: cp_model.CpSolver, limit: int | None, solved: dict | None) -> _Outcome:
+    """Solve `built` (stopping once the proven bound passes `limit`, if given), or take the outcome of the same
+    model solved before from `solved` (keyed by the model's text, the limit, the seed and the worker count)."""
+    params = solver.parameters
+    key = None if solved is None else (str(built.model.proto), limit, params.random_seed, params.num_workers)
+    if key is not None and key in solved:
+        return solved[key]
+    beyond = []
+    if limit is not None:
+        def past_cutoff(bound: float) -> None:
+            if bound > limit:
+                beyond.append(bound)
+                solver.stop_search()
+
+        solver.best_bound_callback = past_cutoff
+    status = interruptible(solver, built.model)
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    outcome = _Outcome(status, tuple(solver.value(v) for v in built.decisions) if found else (),
+                       solver.best_objective_bound if found else 0.0, bool(beyond))
+    # an outcome the clock decided (a timeout, with or without a plan) is not kept
+    if key is not None and (status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or beyond):
+        solved[key] = outcome
+    return outcome
 
 
 def _slope(at_fewest: float, at_most: float, fewest: int, most: int) -> float:
