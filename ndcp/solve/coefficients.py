@@ -6,11 +6,13 @@ dynamic_s(i, j) (estimate.time / estimate.memory).
 
 Levels of coefficients, all never above the full estimators (so the model is a proven relaxation; a property test
 checks the bounds against the estimators), each costlier and tighter than the one before:
+- `item_work_bounds`: one number per batch item from its work alone (the micro-batches times a device stage's mean
+  share of one, no recompute, no bubble); items with the same layer shape share it, so every item gets one cheaply.
 - `item_lower_bounds`: one number per batch item, valid for every j and z and every per-layer plan (docs/solver.md
   §3.3, approach C): no recompute (recompute only adds time), stages balanced (or, with the partition fixed, each at
-  least its own layers and extra work), no DP exposure, memory ignored.
+  least its own layers and extra work), the schedule's bubble, no DP exposure, memory ignored.
 - `item_data_parallel_floor`: what the DP sync and optimizer step cost at least, added to that bound.
-- level 2, memory-aware, is plan_bounds.py (`item_plan_lower_bounds`), built on the pieces here.
+- level 3, memory-aware, is plan_bounds.py (`item_plan_lower_bounds`), built on the pieces here.
   `item_memory_lower_bound`: the least memory of an item (to explain infeasibility).
 - `expand_item`: exact step time for each (j, z) of one item, and memory exact on the stages the model constrains
   (first, second, last).
@@ -26,7 +28,7 @@ from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_s
                                stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
-from ..estimate.overlap import hidden_comms
+from ..estimate.overlap import LAYER_OVERLAPS, hidden_comms
 from ..estimate.time import (layer_time, overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds,
                              pipeline_seconds, stage_extra, stage_extra_time, stage_fill, stage_times)
 from ..schedules import schedule_named
@@ -134,14 +136,48 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     return total, slowest
 
 
-def item_lower_bounds(space: SearchSpace, items, check=None, fixed_partition: bool = False) -> list[float]:
-    """Seconds no strategy of each item can beat: no recompute, the best SP, no DP exposure or optimizer time, and
-    stages balanced unless the partition is fixed (space.partition_offset, or `fixed_partition`: the bound of the
-    default partition's plans only) (docs/solver.md §3.3). Cheap: the per-layer terms are shared across items.
+def item_work_bounds(space: SearchSpace, items, check=None) -> list[float]:
+    """Seconds no strategy of each item can beat, from its work alone: the micro-batches times the mean over device
+    stages of one micro-batch's time with no recompute (its body layers, embedding and output head, at the best SP
+    setting), with no bubble, pipeline sends, DP exposure or optimizer time. Every schedule's pipeline is at least
+    the micro-batches times its slowest stage (Schedule.pipeline_seconds), and the slowest at least the mean, so
+    this is never above item_lower_bounds. Items with the same layer shape share the per-micro-batch work, so it
+    costs a few lookups per item: item_lower_bounds is then computed only for the items that reach the front.
     `check(n)` is called every 256 items, n = items bounded so far (the caller's deadline, interrupt or progress)."""
     inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
     memo: dict = {}
+    hidden: dict = {}  # per (schedule, pp, vpp, tp, ep): what each SP setting overlaps inside the layers
+    works: dict = {}  # per layer shape and those overlaps: the least work of one micro-batch
+    bounds = []
+    for n, (layout, mbs, mbn) in enumerate(items):
+        if check is not None and n % 256 == 0:
+            check(n)
+        overlap_key = (layout.schedule, layout.pp, layout.vpp, layout.tp, layout.ep)
+        hides = hidden.get(overlap_key)
+        if hides is None:
+            # only these shape a micro-batch's work (estimate/overlap.py): items differing in the others share it
+            hides = hidden[overlap_key] = tuple((sp, overlaps(space, layout, sp) & LAYER_OVERLAPS) for sp in sps
+                                                if sp_allowed(sp, layout.tp))
+        key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, layout.cp_comm, layout.pp == 1, hides)
+        work = works.get(key)
+        if work is None:
+            times = [_no_recompute(space, layout, mbs, sp, comms, memo) for sp, comms in hides]
+            work = works[key] = min(t.body + (t.only if layout.pp == 1 else t.first + t.last) for t in times)
+        bounds.append(work * mbn / layout.pp)
+    return bounds
+
+
+def item_lower_bounds(space: SearchSpace, items, check=None, fixed_partition: bool = False,
+                      memo: dict | None = None) -> list[float]:
+    """Seconds no strategy of each item can beat: no recompute, the best SP, no DP exposure or optimizer time, and
+    stages balanced unless the partition is fixed (space.partition_offset, or `fixed_partition`: the bound of the
+    default partition's plans only) (docs/solver.md §3.3). Cheap: the per-layer terms are shared across items (and
+    across calls given the same `memo`, a dict the caller keeps for one space). `check(n)` is called every 256
+    items, n = items bounded so far (the caller's deadline, interrupt or progress)."""
+    inner, _ = inner_choices(space)
+    sps = sorted({sp for sp, _ in inner})
+    memo = {} if memo is None else memo
     bounds = []
     for n, (layout, mbs, mbn) in enumerate(items):
         if check is not None and n % 256 == 0:

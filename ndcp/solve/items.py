@@ -6,13 +6,15 @@ import heapq
 
 from ..rules import sp_allowed
 from ..space import SearchSpace
-from .coefficients import inner_choices, item_data_parallel_floor, item_lower_bounds, item_memory_lower_bound
+from .coefficients import (inner_choices, item_data_parallel_floor, item_lower_bounds, item_memory_lower_bound,
+                           item_work_bounds)
 from .plan_bounds import item_plan_lower_bounds
 from .context import SearchContext
 from .explain import explain_infeasible
 from .result import Progress, SearchResult, evaluate, finish
 
-READY = 2  # bound levels: 0 cheap pipeline bound, 1 + DP floor, 2 memory-aware plan bound (then expand or solve)
+# bound levels: 0 the work, 1 the pipeline, 2 + DP floor, 3 memory-aware plan bound (then expand or solve)
+READY = 3
 
 
 def unsolved(method: str, space_size: int, walk) -> SearchResult:
@@ -44,7 +46,7 @@ def bounded_items(ctx: SearchContext, method: str):
             ctx.progress(Progress(f"bounding batch items {done:,}/{len(walk.batches):,}", ctx.elapsed(), None, None))
 
     try:
-        bounds = item_lower_bounds(space, walk.batches, check)
+        bounds = item_work_bounds(space, walk.batches, check)
     except (TimeoutError, KeyboardInterrupt) as stop:
         result.status = "feasible"
         result.interrupted = isinstance(stop, KeyboardInterrupt)
@@ -55,7 +57,7 @@ def bounded_items(ctx: SearchContext, method: str):
 
 
 class ItemBounds:
-    """Each batch item's current bound (seconds, None once proven not to fit), its level, and from level 2 its bound
+    """Each batch item's current bound (seconds, None once proven not to fit), its level, and from level 3 its bound
     per SP setting. The uniform search and the per-layer one share one when their spaces agree (no partition
     offsets), so no item is tightened twice."""
 
@@ -63,15 +65,18 @@ class ItemBounds:
         self.space, self.items = space, items
         self.seconds: list[float | None] = list(bounds)
         self.levels = [0] * len(bounds)
-        self.per_sp: dict[int, dict[bool, float]] = {}  # item -> {sp: bound} (level 2; an sp left out cannot fit)
+        self.per_sp: dict[int, dict[bool, float]] = {}  # item -> {sp: bound} (level 3; an sp left out cannot fit)
+        self.memo: dict = {}  # the pipeline bounds' per-layer terms, shared between items
 
     def tighten(self, i: int) -> float | None:
-        """Item i's bound at its next level (seconds), recorded; None when it is proven not to fit: level 1 adds the
-        cheap data-parallel floor to the pipeline bound, level 2 takes the memory-aware plan bound per SP setting.
-        Cheap levels first, so most items are cut before the costly ones. Uneven partitions as the space allows
-        (space.partition_offset)."""
+        """Item i's bound at its next level (seconds), recorded; None when it is proven not to fit: level 1 takes the
+        pipeline bound (item_lower_bounds; the work bound of level 0 is never above it), level 2 adds the cheap
+        data-parallel floor, level 3 takes the memory-aware plan bound per SP setting. Cheap levels first, so most
+        items are cut before the costly ones. Uneven partitions as the space allows (space.partition_offset)."""
         bound, item = self.seconds[i], self.items[i]
         if self.levels[i] == 0:
+            bound = max(bound, item_lower_bounds(self.space, [item], memo=self.memo)[0])
+        elif self.levels[i] == 1:
             bound += item_data_parallel_floor(self.space, item)
         else:
             self.per_sp[i] = {sp: max(bound, b) for sp, b in item_plan_lower_bounds(self.space, item).items()}

@@ -1,4 +1,4 @@
-"""Level 2 of the item bounds (docs/solver.md §4): memory-aware lower bounds for per-layer plans (uniform ones
+"""Level 3 of the item bounds (docs/solver.md §4): memory-aware lower bounds for per-layer plans (uniform ones
 included), per batch item and SP setting. The constrained stages must shed the bytes above the capacity by recompute
 or offload (`_bytes_to_shed`), which costs at least the multiple-choice knapsack's LP value (`recompute_cost_floor`,
 offload within the host memory); with the partition fixed, each ZeRO stage's data-parallel exposure is bounded

@@ -6,7 +6,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ndcp.solve.coefficients import item_data_parallel_floor, item_lower_bound, item_memory_lower_bound
+from ndcp.solve.coefficients import (item_data_parallel_floor, item_lower_bound, item_lower_bounds,
+                                     item_memory_lower_bound, item_work_bounds)
 from ndcp.solve.plan_bounds import item_plan_lower_bound, item_plan_lower_bounds, recompute_cost_floor
 from ndcp.solve.exhaustive import _partitions
 from ndcp.solve.result import evaluate
@@ -27,6 +28,9 @@ def test_item_bounds_never_exceed_the_full_estimators(space):
         key = (strategy.tp, strategy.pp, strategy.cp, strategy.dp, strategy.ep, strategy.etp, strategy.vpp,
                strategy.mbs, strategy.cp_comm, strategy.schedule, strategy.optimizer_offload)
         by_item.setdefault(key, []).append(evaluate(space, strategy))
+    # the levels in order: the work (level 0) is never above the pipeline (level 1)
+    for work, pipeline in zip(item_work_bounds(space, walk.batches), item_lower_bounds(space, walk.batches)):
+        assert work <= pipeline * (1 + 1e-9)
     for layout, mbs, mbn in walk.batches:
         item = (layout, mbs, mbn)
         evaluated = by_item[(layout.tp, layout.pp, layout.cp, layout.dp, layout.ep, layout.etp, layout.vpp, mbs,
@@ -53,6 +57,8 @@ def test_item_bounds_hold_for_uneven_partitions(space):
     # bounds must count the lightest partition, not the default one
     space = replace(space, options=replace(space.options, max_offset=1))
     walk = space.walk()
+    for work, pipeline in zip(item_work_bounds(space, walk.batches), item_lower_bounds(space, walk.batches)):
+        assert work <= pipeline * (1 + 1e-9)
     for layout, mbs, mbn in walk.batches:
         item = (layout, mbs, mbn)
         zeros, sps, modes = space.inner_choices(layout.tp)

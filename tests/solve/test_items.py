@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from ndcp.solve import items, plan_bounds
 from ndcp.solve.certificate import plan_search
-from ndcp.solve.coefficients import item_lower_bounds
+from ndcp.solve.coefficients import item_work_bounds
 from ndcp.solve.plan_bounds import item_plan_lower_bound
 from ndcp.solve.items import READY, ItemBounds
 from ndcp.space import SearchSpace, SpaceOptions
@@ -23,11 +23,13 @@ def space(cap: int = 2**29, max_offset: int = 0) -> SearchSpace:
 def test_levels_tighten_in_order_and_record_the_bound_per_sp_setting():
     s = space()
     walk = s.walk()
-    bounds = ItemBounds(s, walk.batches, item_lower_bounds(s, walk.batches))
+    bounds = ItemBounds(s, walk.batches, item_work_bounds(s, walk.batches))
     for i in range(len(walk.batches)):
         first = bounds.seconds[i]
+        seen = [first]
         for _ in range(READY):
-            bounds.tighten(i)
+            seen.append(bounds.tighten(i))
+        assert all(b is None or a <= b for a, b in zip(seen, seen[1:]))  # each level at least the one before
         assert bounds.levels[i] == READY
         plan = item_plan_lower_bound(s, walk.batches[i])
         if plan is None:  # cannot fit: it leaves the queue
