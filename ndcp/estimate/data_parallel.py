@@ -105,21 +105,21 @@ def _collectives(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n
             comm.all_gather_seconds(weights, n, bandwidth, latency))
 
 
-def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
-                        strategy: Strategy) -> tuple[DataParallelTerms, ...]:
-    """Per device stage: its data-parallel sync and optimizer terms. Expert parameters sync over the
-    expert-data-parallel group, the rest over data x context parallel ranks. Depends only on where parameters sit
-    and how ZeRO shards them, so it is cached on those fields."""
+def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
+                        stages: tuple[int, ...] | None = None) -> tuple[DataParallelTerms, ...]:
+    """Per device stage (of `stages` only, in that order, when given): its data-parallel sync and optimizer terms.
+    Expert parameters sync over the expert-data-parallel group, the rest over data x context parallel ranks.
+    Depends only on where parameters sit and how ZeRO shards them, so it is cached on those fields."""
     s = strategy
     return _data_parallel_terms(model, cluster, run, s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp,
-                                s.zero, s.schedule, s.optimizer_offload)
+                                s.zero, s.schedule, s.optimizer_offload, stages)
 
 
 @lru_cache(maxsize=65536)
 def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int,
                          layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
-                         zero: int, schedule: str = "", optimizer_offload: bool = False
-                         ) -> tuple[DataParallelTerms, ...]:
+                         zero: int, schedule: str = "", optimizer_offload: bool = False,
+                         stages: tuple[int, ...] | None = None) -> tuple[DataParallelTerms, ...]:
     # the schedule places parameters (a mirrored one holds two stages' worth: their gradients sync too)
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
                          schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
@@ -130,7 +130,8 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
     edp = expert_data_parallel(s)
     expert_span = comm.group_span(("edp",), {"etp": s.etp, "ep": s.ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
     out = []
-    for params in stage_parameters(model, s):
+    every = stage_parameters(model, s)
+    for params in every if stages is None else (every[i] for i in stages):
         dense = _collectives(cluster, run, zero, params.dense, dense_group, dense_span)
         expert = _collectives(cluster, run, zero, params.expert, edp, expert_span)
         gradients, gather = dense[0] + expert[0], dense[1] + expert[1]

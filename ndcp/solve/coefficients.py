@@ -227,9 +227,9 @@ def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
         windows[s] = Windows(layers * per_layer.forward + max(t.forward_window for t in extra),
                              layers * per_layer.backward + max(t.backward_window for t in extra))
     best = float("inf")
-    for z in zeros:
-        terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, NO_RECOMPUTE))
-        best = min(best, max(terms[s].exposed(windows[s], mbn) for s in ends) + max(terms[s].optimizer for s in ends))
+    for z in zeros:  # the end stages' terms only
+        terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, NO_RECOMPUTE), tuple(ends))
+        best = min(best, max(t.exposed(windows[s], mbn) for s, t in zip(ends, terms)) + max(t.optimizer for t in terms))
     return best
 
 

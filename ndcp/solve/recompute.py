@@ -234,6 +234,11 @@ class PlanModel:
         # on the 285 sub-models the default search solves over the 20 bench_search cases, as the search calls them:
         # 22.4 -> 15.3 s in all, Qwen3 7.2 -> 1.6 s, no case slower beyond noise.
         solver.parameters.search_branching = cp_model.LP_SEARCH
+        # Every linear constraint in the LP from the start, not added as it is violated: the 296 sub-models the 20
+        # bench_search cases solve, replayed twice each way in one run: 13.1 and 12.0 -> 10.4 and 11.0 s;
+        # Llama-3.1-405B on 16,384 and 131,072 H100 0.74 -> 0.39 s and 0.86 -> 0.41 s, Mixtral-8x22B on 2,048
+        # H100 the one case slower (0.8 -> 1.15 s).
+        solver.parameters.add_lp_constraints_lazily = False
         solver.parameters.relative_gap_limit = GAP_LIMIT
         return solver
 

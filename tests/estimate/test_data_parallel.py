@@ -105,6 +105,18 @@ def test_collectives_are_ring_volumes():
                 comm.all_gather_seconds(2 * p.dense, 16, bandwidth, latency)))
 
 
+
+def test_the_terms_of_chosen_stages_are_those_stages_terms():
+    # the solver's data-parallel floor reads the end stages only (solve/coefficients.py)
+    model, cluster = load_model("deepseek-v3"), ClusterSpec(device_preset("h800"), 256)
+    s = Strategy(dp=4, tp=4, pp=16, ep=8, mbs=1, mbn=64, zero=1, sp=True)
+    run = RunSpec(global_batch=256, seq_len=4096)
+    every = data_parallel_terms(model, cluster, run, s)
+    assert len(every) == 16 and every[0] != every[7]
+    assert data_parallel_terms(model, cluster, run, s, (0, 15)) == (every[0], every[15])
+    assert data_parallel_terms(model, cluster, run, s, (7,)) == (every[7],)
+
+
 # -- what each setting costs -------------------------------------------------------------------------------------
 LLAMA_8B, H100_64 = load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 64)
 
