@@ -72,6 +72,11 @@ class _NoRecompute:
     last: float
     only: float
 
+    def work(self, pp: int) -> float:
+        """The micro-batch's work summed over `pp` device stages, pipeline sends left out: the body, one embedding
+        and one output head (every schedule places one of each; a lone stage holds both)."""
+        return self.body + self.only if pp == 1 else self.body + self.first + self.last
+
 
 def overlaps(space: SearchSpace, layout: Layout, sp: bool) -> frozenset:
     """The communication the layout's strategies overlap with compute (estimate/overlap.py)."""
@@ -121,11 +126,11 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     hidden = overlaps(space, layout, sp)
     t = _no_recompute(space, layout, mbs, sp, hidden, memo)
     if layout.pp == 1:
-        return t.body + t.only, t.body + t.only
+        return t.work(1), t.work(1)
     crosses = p2p_crosses_node(cluster, layout.tp, layout.cp, layout.dp)
     p2p = 0.0 if "p2p" in hidden else pipeline_p2p_seconds(
         model, cluster, space.run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp, crosses)
-    total = t.body + t.first + t.last + layout.pp * p2p  # every schedule places one embedding and one head
+    total = t.work(layout.pp) + layout.pp * p2p
     slowest = total / layout.pp
     if fixed:  # the ends hold the extra work under every schedule; a middle stage none
         pp = layout.pp
@@ -163,7 +168,7 @@ def item_work_bounds(space: SearchSpace, items, check=None) -> list[float]:
         work = works.get(key)
         if work is None:
             times = [_no_recompute(space, layout, mbs, sp, comms, memo) for sp, comms in hides]
-            work = works[key] = min(t.body + (t.only if layout.pp == 1 else t.first + t.last) for t in times)
+            work = works[key] = min(t.work(layout.pp) for t in times)
         bounds.append(work * mbn / layout.pp)
     return bounds
 
