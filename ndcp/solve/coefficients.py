@@ -21,9 +21,10 @@ The certificate loop expands items in order of their bounds, so most items never
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 from functools import lru_cache
 
-from ..estimate.layout import kind_counts, stage_chunks, stage_layouts
+from ..estimate.layout import kind_counts, stage_chunks, stage_layouts, stage_mode_counts
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
                                stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.parameters import StageParameters
@@ -67,7 +68,8 @@ class _NoRecompute:
     """One micro-batch with no recompute under one (tp, cp, ep, etp, mbs, sp): body and extra work, seconds."""
 
     body: float  # every body layer of the model
-    fastest_layer: float  # the fastest body layer kind
+    dense: float  # one dense body layer (0 if the model has none), one MoE body layer
+    moe: float
     first: float  # extra work of the first stage (embedding), of the last (output head, loss, MTP), of a lone one
     last: float
     only: float
@@ -76,6 +78,22 @@ class _NoRecompute:
         """The micro-batch's work summed over `pp` device stages, pipeline sends left out: the body, one embedding
         and one output head (every schedule places one of each; a lone stage holds both)."""
         return self.body + self.only if pp == 1 else self.body + self.first + self.last
+
+    def stage(self, shape: "_StageShape") -> float:
+        """One device stage's micro-batch, pipeline sends left out."""
+        return (shape.dense * self.dense + shape.moe * self.moe + shape.first * self.first + shape.last * self.last
+                + shape.only * self.only)
+
+
+class _StageShape(NamedTuple):
+    """A device stage's body layers per kind and the shares of the extra roles the schedule gives it
+    (Schedule.extra_roles), default partition."""
+
+    dense: int
+    moe: int
+    first: float
+    last: float
+    only: float
 
 
 def overlaps(space: SearchSpace, layout: Layout, sp: bool) -> frozenset:
@@ -94,34 +112,33 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
         extra = {role: stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
                                         etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden).total
                  for role in ("first", "last", "only")}
-        found = _NoRecompute(model.dense_layers * per_kind.get("dense", 0.0) + model.moe_layers * per_kind.get(
-            "moe", 0.0), min(per_kind.values()), extra["first"], extra["last"], extra["only"])
+        dense, moe = per_kind.get("dense", 0.0), per_kind.get("moe", 0.0)
+        found = _NoRecompute(model.dense_layers * dense + model.moe_layers * moe, dense, moe, extra["first"],
+                             extra["last"], extra["only"])
         memo[(key, layout.cp_comm, hidden)] = found
     return found
 
 
-def _extra_share(t: _NoRecompute, schedule: str, stage: int, pp: int) -> float:
-    """The extra work the schedule gives device stage `stage` (Schedule.extra_roles) from the per-role times."""
-    return sum(share * getattr(t, role) for role, share in _extra_roles(schedule, stage, pp))
-
-
-@lru_cache(maxsize=4096)
-def _extra_roles(schedule: str, stage: int, pp: int) -> tuple[tuple[str, float], ...]:
-    return schedule_named(schedule).extra_roles(stage, pp)
-
-
-@lru_cache(maxsize=4096)
-def _layers_first_middle_last(model, pp: int, vpp: int) -> tuple[int, int, int]:
-    """Body layers on the first device stage, the fullest middle one (0 if none) and the last, default partition."""
-    per_stage = [sum(n for _, n in chunks) for chunks in stage_chunks(model, pp, vpp)]
-    return per_stage[0], max(per_stage[1:-1], default=0), per_stage[-1]
+def _stage_shapes(space: SearchSpace, layout: Layout, memo: dict) -> tuple[_StageShape, ...]:
+    """The distinct shapes of the layout's device stages; items with the same schedule, pp and vpp share them."""
+    key = ("stage shapes", layout.schedule, layout.pp, layout.vpp)
+    found = memo.get(key)
+    if found is None:
+        schedule, pp = schedule_named(layout.schedule), layout.pp
+        shapes = set()
+        for s, stage in enumerate(stage_mode_counts(space.model, layout.strategy(1, 1, 0, False, NO_RECOMPUTE))):
+            layers = {kind: n for (kind, _), n in stage}
+            roles = {"first": 0.0, "last": 0.0, "only": 0.0, **dict(schedule.extra_roles(s, pp))}
+            shapes.add(_StageShape(layers.get("dense", 0), layers.get("moe", 0), **roles))
+        found = memo[key] = tuple(sorted(shapes))
+    return found
 
 
 def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, fixed: bool,
                            memo: dict) -> tuple[float, float]:
     """(sum over device stages, a lower bound of the slowest stage) of one micro-batch's stage times with no
-    recompute. The sum is exact; the slowest is the balanced share, or with the partition `fixed`, also each
-    stage's layers at the fastest layer kind plus its extra work."""
+    recompute. The sum is exact; the slowest is the balanced share, or with the partition `fixed`, exact: each
+    stage's own layers (per kind) plus its extra work."""
     model, cluster = space.model, space.cluster
     hidden = overlaps(space, layout, sp)
     t = _no_recompute(space, layout, mbs, sp, hidden, memo)
@@ -132,12 +149,8 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
         model, cluster, space.run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp, crosses)
     total = t.work(layout.pp) + layout.pp * p2p
     slowest = total / layout.pp
-    if fixed:  # the ends hold the extra work under every schedule; a middle stage none
-        pp = layout.pp
-        first, middle, last = _layers_first_middle_last(model, pp, layout.vpp)
-        slowest = max(slowest, first * t.fastest_layer + _extra_share(t, layout.schedule, 0, pp) + p2p,
-                      last * t.fastest_layer + _extra_share(t, layout.schedule, pp - 1, pp) + p2p,
-                      middle * t.fastest_layer + p2p)
+    if fixed:  # each stage's own layers and extra work: the slowest stage exactly
+        slowest = max(slowest, max(t.stage(shape) for shape in _stage_shapes(space, layout, memo)) + p2p)
     return total, slowest
 
 

@@ -137,3 +137,23 @@ def test_recompute_that_hides_the_data_parallel_sync_is_not_free_in_the_plan_bou
     plan = PlanModel(space, item[0], item[1], item[2], True, tuple(modes), tuple(space.zero_stages(item[0])))
     best = plan.solve(space.run.capacity(space.cluster.device.memory_bytes), 30)
     assert 14.2 < item_plan_lower_bounds(space, item)[True] <= best.bound_seconds * (1 + 1e-9)
+
+
+def test_the_pipeline_bound_counts_each_stage_s_own_layer_kinds():
+    # DeepSeek-V3 (3 dense + 58 MoE layers) on 2,048 H800: a middle stage holds MoE layers only. Taking every layer
+    # at the fastest kind (dense) put the slowest stage far below the real one; each stage counted by kind, the
+    # bound is the micro-batches times the slowest no-recompute stage at least (Schedule.pipeline_seconds), and
+    # about half of the items that needed the costly memory-aware bound are cut at this level.
+    from ndcp.estimate.time import p2p_per_microbatch, stage_times
+    from ndcp.specs.library import load_model
+    space = SearchSpace(load_model("deepseek-v3"), ClusterSpec(device_preset("h800"), 2048),
+                        RunSpec(global_batch=4096, seq_len=4096))
+    items = [b for b in space.walk().batches if b[0].pp == 8 and b[0].cp == 1 and b[0].ep == 8 and b[1] == 1][:6]
+    assert items
+    model, cluster, run = space.model, space.cluster, space.run
+    for item, bound in zip(items, item_lower_bounds(space, items, fixed_partition=True)):
+        layout, mbs, mbn = item
+        slowest = min(max(t.total for t in stage_times(model, cluster, run, strategy))
+                      + p2p_per_microbatch(model, cluster, run, strategy)
+                      for strategy in (layout.strategy(mbs, mbn, 1, sp, "none") for sp in {False, layout.tp > 1}))
+        assert mbn * slowest <= bound * (1 + 1e-9)
