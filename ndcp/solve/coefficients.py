@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from functools import lru_cache
 
-from ..estimate.layout import kind_counts, stage_chunks, stage_layouts, stage_mode_counts
+from ..estimate.layout import chunk_kinds, kind_counts, stage_chunks, stage_layouts
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
                                stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.parameters import StageParameters
@@ -36,6 +36,7 @@ from ..schedules import schedule_named
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HEAVIEST, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
+from ..specs.strategy import default_partition
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -119,19 +120,19 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
     return found
 
 
-def _stage_shapes(space: SearchSpace, layout: Layout, memo: dict) -> tuple[_StageShape, ...]:
-    """The distinct shapes of the layout's device stages; items with the same schedule, pp and vpp share them."""
-    key = ("stage shapes", layout.schedule, layout.pp, layout.vpp)
-    found = memo.get(key)
-    if found is None:
-        schedule, pp = schedule_named(layout.schedule), layout.pp
-        shapes = set()
-        for s, stage in enumerate(stage_mode_counts(space.model, layout.strategy(1, 1, 0, False, NO_RECOMPUTE))):
-            layers = {kind: n for (kind, _), n in stage}
-            roles = {"first": 0.0, "last": 0.0, "only": 0.0, **dict(schedule.extra_roles(s, pp))}
-            shapes.add(_StageShape(layers.get("dense", 0), layers.get("moe", 0), **roles))
-        found = memo[key] = tuple(sorted(shapes))
-    return found
+@lru_cache(maxsize=4096)
+def _stage_shapes(model, schedule: str, pp: int, vpp: int) -> tuple[_StageShape, ...]:
+    """The distinct shapes of the device stages, default partition (virtual stage c * pp + s on device stage s, as
+    estimate/layout.py places them)."""
+    layers = [[0, 0] for _ in range(pp)]
+    for v, kinds in enumerate(chunk_kinds(model, default_partition(model.layers, pp * vpp))):
+        layers[v % pp][0] += kinds["dense"]
+        layers[v % pp][1] += kinds["moe"]
+    shapes = set()
+    for s, (dense, moe) in enumerate(layers):
+        roles = {"first": 0.0, "last": 0.0, "only": 0.0, **dict(schedule_named(schedule).extra_roles(s, pp))}
+        shapes.add(_StageShape(dense, moe, **roles))
+    return tuple(sorted(shapes))
 
 
 def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, fixed: bool,
@@ -150,7 +151,7 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     total = t.work(layout.pp) + layout.pp * p2p
     slowest = total / layout.pp
     if fixed:  # each stage's own layers and extra work: the slowest stage exactly
-        slowest = max(slowest, max(t.stage(shape) for shape in _stage_shapes(space, layout, memo)) + p2p)
+        slowest = max(slowest, max(t.stage(shape) for shape in _stage_shapes(model, layout.schedule, layout.pp, layout.vpp)) + p2p)
     return total, slowest
 
 
