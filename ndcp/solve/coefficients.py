@@ -219,32 +219,43 @@ def item_lower_bound(space: SearchSpace, item: Item) -> float:
     return item_lower_bounds(space, [item], fixed_partition=True)[0]
 
 
-def item_data_parallel_floor(space: SearchSpace, item: Item) -> float:
+def item_data_parallel_floor(space: SearchSpace, item: Item, memo: dict | None = None) -> float:
     """Seconds of DP/ZeRO exposure plus optimizer step that every strategy of this item pays, cheaply: on the first
     and last stages (a lower bound of the worst stage), with overlap windows no shorter than any plan's: every layer
     at its heaviest recompute and best-hiding SP setting, plus the extra work's (exposure shrinks as a window
-    grows). Needs the partition fixed; with offsets allowed it is 0."""
+    grows). Needs the partition fixed; with offsets allowed it is 0. `memo`: a dict the caller keeps for one space,
+    where items share the windows of a layer and of a stage's extra work."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     if space.partition_offset(layout):
         return 0.0
+    memo = {} if memo is None else memo
     inner, zeros = inner_choices(space)
-    kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-    sps = {sp for sp, _ in inner if sp_allowed(sp, layout.tp)}
-    heaviest = [layer_time(model, cluster, run, k, m, layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp,
-                           layout.cp_comm, overlaps(space, layout, sp))
-                for k in kinds for sp in sps for m in widest_options(space, layout)]
-    per_layer = Windows(max(t.forward_window for t in heaviest), max(t.backward_window for t in heaviest))
+    hides = tuple((sp, overlaps(space, layout, sp)) for sp in sorted({sp for sp, _ in inner})
+                  if sp_allowed(sp, layout.tp))
+    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs)
+    key = ("widest layer", theta, layout.cp_comm, hides)
+    per_layer = memo.get(key)
+    if per_layer is None:
+        kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+        heaviest = [layer_time(model, cluster, run, k, m, *theta, sp, layout.cp_comm, hidden)
+                    for k in kinds for sp, hidden in hides for m in widest_options(space, layout)]
+        per_layer = memo[key] = Windows(max(t.forward_window for t in heaviest),
+                                        max(t.backward_window for t in heaviest))
     chunks = stage_chunks(model, layout.pp, layout.vpp)
     ends = sorted({0, layout.pp - 1})
     windows = {}
+    extra_hides = tuple((sp, overlaps(space, layout, sp)) for sp in {False, layout.tp > 1})
     for s in ends:
         layers = sum(n for _, n in chunks[s])
-        extra = [stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp, layout.cp, mbs, sp,
-                             ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm, hidden=overlaps(space, layout, sp))
-                 for sp in (False, layout.tp > 1)]
-        windows[s] = Windows(layers * per_layer.forward + max(t.forward_window for t in extra),
-                             layers * per_layer.backward + max(t.backward_window for t in extra))
+        key = ("widest extra", theta, layout.cp_comm, extra_hides, layout.schedule, s, layout.pp)
+        extra = memo.get(key)
+        if extra is None:
+            extras = [stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp, layout.cp, mbs, sp,
+                                  ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden)
+                      for sp, hidden in extra_hides]
+            extra = memo[key] = Windows(max(t.forward_window for t in extras), max(t.backward_window for t in extras))
+        windows[s] = Windows(layers * per_layer.forward + extra.forward, layers * per_layer.backward + extra.backward)
     best = float("inf")
     for z in zeros:  # the end stages' terms only
         terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, NO_RECOMPUTE), tuple(ends))

@@ -66,7 +66,7 @@ class ItemBounds:
         self.seconds: list[float | None] = list(bounds)
         self.levels = [0] * len(bounds)
         self.per_sp: dict[int, dict[bool, float]] = {}  # item -> {sp: bound} (level 3; an sp left out cannot fit)
-        self.memo: dict = {}  # the pipeline bounds' per-layer terms, shared between items
+        self.memo: dict = {}  # the pipeline bounds' and DP floors' per-layer terms, shared between items
 
     def tighten(self, i: int) -> float | None:
         """Item i's bound at its next level (seconds), recorded; None when it is proven not to fit: level 1 takes the
@@ -77,7 +77,7 @@ class ItemBounds:
         if self.levels[i] == 0:
             bound = max(bound, item_lower_bounds(self.space, [item], memo=self.memo)[0])
         elif self.levels[i] == 1:
-            bound += item_data_parallel_floor(self.space, item)
+            bound += item_data_parallel_floor(self.space, item, self.memo)
         else:
             self.per_sp[i] = {sp: max(bound, b) for sp, b in item_plan_lower_bounds(self.space, item).items()}
             bound = min(self.per_sp[i].values(), default=None)
