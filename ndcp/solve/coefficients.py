@@ -104,6 +104,9 @@ def overlaps(space: SearchSpace, layout: Layout, sp: bool) -> frozenset:
 
 def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden: frozenset, memo: dict
                   ) -> _NoRecompute:
+    """A micro-batch's times with no recompute (memo: a dict the caller keeps for one space). Only the overlaps inside
+    the layers shape them (estimate/overlap.py layer_overlaps), so items differing in the others share them."""
+    hidden = hidden & LAYER_OVERLAPS
     key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
     found = memo.get((key, layout.cp_comm, hidden))
     if found is None:
@@ -155,17 +158,18 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     return total, slowest
 
 
-def item_work_bounds(space: SearchSpace, items, check=None) -> list[float]:
+def item_work_bounds(space: SearchSpace, items, check=None, memo: dict | None = None) -> list[float]:
     """Seconds no strategy of each item can beat, from its work alone: the micro-batches times the mean over device
     stages of one micro-batch's time with no recompute (its body layers, embedding and output head, at the best SP
     setting), with no bubble, pipeline sends, DP exposure or optimizer time. Every schedule's pipeline is at least
     the micro-batches times its slowest stage (Schedule.pipeline_seconds), and the slowest at least the mean, so
     this is never above item_lower_bounds. Items with the same layer shape share the per-micro-batch work, so it
     costs a few lookups per item: item_lower_bounds is then computed only for the items that reach the front.
-    `check(n)` is called every 256 items, n = items bounded so far (the caller's deadline, interrupt or progress)."""
+    `check(n)` is called every 256 items, n = items bounded so far (the caller's deadline, interrupt or progress);
+    `memo` keeps the per-layer terms for the later levels (ItemBounds.memo)."""
     inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
-    memo: dict = {}
+    memo = {} if memo is None else memo
     hidden: dict = {}  # per (schedule, pp, vpp, tp, ep): what each SP setting overlaps inside the layers
     works: dict = {}  # per layer shape and those overlaps: the least work of one micro-batch
     bounds = []

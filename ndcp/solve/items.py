@@ -24,9 +24,9 @@ def unsolved(method: str, space_size: int, walk) -> SearchResult:
 
 
 def bounded_items(ctx: SearchContext, method: str):
-    """Walk the space and bound every batch item (the deadline checked during the walk and every 256 items): (walk,
-    result, bounds), where bounds is None when the search ends here, with `result` finished (empty space, or out of
-    time)."""
+    """Walk the space and bound every batch item at level 0 (the deadline checked during the walk and every 256
+    items): (walk, result, bounds), bounds an ItemBounds, or None when the search ends here, with `result` finished
+    (empty space, or out of time)."""
     space = ctx.space
     walk = space.walk(ctx.expired)
     result = unsolved(method, space.size(walk), walk)
@@ -45,15 +45,16 @@ def bounded_items(ctx: SearchContext, method: str):
         if ctx.progress is not None:
             ctx.progress(Progress(f"bounding batch items {done:,}/{len(walk.batches):,}", ctx.elapsed(), None, None))
 
+    memo: dict = {}  # the per-layer terms the later levels share
     try:
-        bounds = item_work_bounds(space, walk.batches, check)
+        bounds = item_work_bounds(space, walk.batches, check, memo)
     except (TimeoutError, KeyboardInterrupt) as stop:
         result.status = "feasible"
         result.interrupted = isinstance(stop, KeyboardInterrupt)
         result.explanation = (f"{'interrupted' if result.interrupted else 'time limit reached'} while "
                               f"bounding the {len(walk.batches):,} batch items; nothing verified yet")
         return walk, finish(result, ctx.start), None
-    return walk, result, bounds
+    return walk, result, ItemBounds(space, walk.batches, bounds, memo)
 
 
 class ItemBounds:
@@ -61,12 +62,13 @@ class ItemBounds:
     per SP setting. The uniform search and the per-layer one share one when their spaces agree (no partition
     offsets), so no item is tightened twice."""
 
-    def __init__(self, space: SearchSpace, items, bounds: list[float]):
+    def __init__(self, space: SearchSpace, items, bounds: list[float], memo: dict | None = None):
         self.space, self.items = space, items
         self.seconds: list[float | None] = list(bounds)
         self.levels = [0] * len(bounds)
         self.per_sp: dict[int, dict[bool, float]] = {}  # item -> {sp: bound} (level 3; an sp left out cannot fit)
-        self.memo: dict = {}  # the pipeline bounds' and DP floors' per-layer terms, shared between items
+        # the per-layer terms of the bounds, shared between items (and levels: item_work_bounds fills it too)
+        self.memo: dict = {} if memo is None else memo
 
     def tighten(self, i: int) -> float | None:
         """Item i's bound at its next level (seconds), recorded; None when it is proven not to fit: level 1 takes the

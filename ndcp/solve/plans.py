@@ -35,8 +35,8 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     options.max_offset (space.partition_offset).
     """
     ctx = SearchContext.begin(space, top, time_limit, seed, workers, progress)
-    walk, result, bounds = bounded_items(ctx, "cp-sat per-layer")
-    if bounds is None:
+    walk, result, items = bounded_items(ctx, "cp-sat per-layer")
+    if items is None:
         return result
     verifier = _PlanVerifier(ctx)
     # Uniform plans are per-layer plans too: the proven uniform optimum, and every other uniform strategy its search
@@ -45,13 +45,13 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     # items up to the uniform K-th best, which the per-layer K-th best usually lies below. With the partition fixed
     # the two searches bound items alike: the items the uniform search tightened keep their bounds (and those proven
     # not to fit stay out).
-    items = ItemBounds(ctx.space, walk.batches, bounds)
     shared = with_max_offset(ctx.space, 0) is ctx.space
     seeds: list[Evaluated] = []
     uniform = uniform_search(replace(ctx, top=UNIFORM_SEEDS, deadline=ctx.start + time_limit / 2,
                                      progress=_first(progress)), walk,
                              unsolved("cp-sat", result.space_size, walk),
-                             items if shared else ItemBounds(with_max_offset(ctx.space, 0), walk.batches, bounds),
+                             items if shared else ItemBounds(with_max_offset(ctx.space, 0), walk.batches,
+                                                             items.seconds, items.memo),
                              seeds)
     verifier.add_verified(seeds)
     # Ctrl-C during the uniform search stops this one too

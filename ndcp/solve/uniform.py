@@ -33,7 +33,7 @@ def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, se
     walk, result, bounds = bounded_items(ctx, "cp-sat")
     if bounds is None:
         return result
-    return uniform_search(ctx, walk, result, ItemBounds(ctx.space, walk.batches, bounds))
+    return uniform_search(ctx, walk, result, bounds)
 
 
 def uniform_search(ctx: SearchContext, walk, result: SearchResult, bounds: ItemBounds,
