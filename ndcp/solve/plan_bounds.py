@@ -195,65 +195,81 @@ def item_plan_lower_bounds(space: SearchSpace, item: Item) -> dict[bool, float]:
     seconds-per-byte any recompute mode offers (a fractional knapsack); the stage then takes at least that much
     longer, which lifts both the slowest stage and the stage sum. Data parallel: with the partition fixed, per ZeRO
     stage (its memory decides the recompute, its sync the exposure), the pipeline and the exposure bounded together
-    through each constrained stage (_Stretch); else nothing, and the lightest ZeRO stage's memory."""
-    model, cluster, run = space.model, space.cluster, space.run
-    layout, mbs, mbn = item
-    inner, zeros = inner_choices(space)
-    modes = tuple(space.inner_choices(layout.tp)[2])
-    offsets = space.partition_offset(layout)
+    through each constrained stage (_Stretch); else nothing, and the lightest ZeRO stage's memory. The least over
+    ZeRO stages: one whose bound passes the least found so far is not tightened further."""
+    layout = item[0]
+    inner, _ = inner_choices(space)
     best = {}
     for sp in sorted({sp for sp, _ in inner if sp_allowed(sp, layout.tp)}):
-        base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
-        # memory first: most items that fail, fail here
-        sheds = _bytes_to_shed(space, layout, base, offsets, [None] if offsets else zeros)
-        if not sheds:
-            continue
-        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-        p2p = p2p_per_microbatch(model, cluster, run, base)
-        plain_times = stage_times(model, cluster, run, base)
-        plain = [t.total + p2p for t in plain_times]
-        stage_sum = sum(plain)
-        hidden = overlaps(space, layout, sp)
-        times = _layer_totals(model, cluster, run, modes, theta, layout.cp_comm, hidden)
-        # every ZeRO stage that can fit sheds on the same constrained stages, with the same layers
-        constrained = next(iter(sheds.values()))
-        options = {s: _StageOptions.of(stage, times, modes) for s, stage in constrained.items()}
-        growth = {}  # per constrained stage, once a stretch needs it
-        for zero, shed in sheds.items():
-            slowest, extra_sum, extras = (stage_sum / layout.pp if offsets else max(plain)), 0.0, {}
-            for s, stage in shed.items():
-                counts, option = stage.counts, options[s]
-                # offload within the host memory: on at most offload_layers layers, with the best saving and the
-                # least time of any offloading (kind, mode) (a relaxation of each layer's own)
-                capped = (*option.offload, stage.offload_layers) if option.offload else None
-                extra = recompute_cost_floor(max(0.0, stage.excess), sum(counts.values()), option.points, capped,
-                                             option.hull)
-                if offsets:
-                    plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
-                                  + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp,
-                                                layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp,
-                                                cp_comm=layout.cp_comm, hidden=hidden).total)
-                else:
-                    plain_time = plain[s]
-                slowest = max(slowest, plain_time + extra)
-                extra_sum += extra
-                extras[s] = extra
-            total = stage_sum + extra_sum
-            bound = pipeline_bound(layout, total, max(slowest, total / layout.pp), mbn)
-            found = best.get(sp, math.inf)  # the least over ZeRO stages so far: a bound above it changes nothing
-            if not offsets and bound < found:
-                terms = data_parallel_terms(model, cluster, run, base.with_zero(zero))
-                stretch = _Stretch(layout, mbn, plain, [plain[s] + extras.get(s, 0.0) for s in range(layout.pp)],
-                                   terms, max(t.optimizer for t in terms))
-                for s in shed:
-                    if s not in growth:
-                        growth[s] = _growth(model, cluster, run, modes, theta, layout.cp_comm, hidden,
-                                            tuple(constrained[s].counts.items()))
-                    bound = stretch.bound(s, extras[s], plain_times[s], growth[s], bound)
-                    if bound >= found:
-                        break
-            best[sp] = min(found, bound)
+        per_zero = zero_plan_lower_bounds(space, item, sp, least_only=True)
+        if per_zero:
+            best[sp] = min(per_zero.values())
     return best
+
+
+def zero_plan_lower_bounds(space: SearchSpace, item: Item, sp: bool, least_only: bool = False
+                           ) -> dict[int | None, float]:
+    """item_plan_lower_bounds of one SP setting per ZeRO stage (None: every ZeRO stage at once, with uneven
+    partitions); a ZeRO stage is left out when no plan with it can fit. `least_only`: only the least over ZeRO
+    stages matters, so a ZeRO stage's bound stops rising once it passes the least found so far."""
+    model, cluster, run = space.model, space.cluster, space.run
+    layout, mbs, mbn = item
+    _, zeros = inner_choices(space)
+    modes = tuple(space.inner_choices(layout.tp)[2])
+    offsets = space.partition_offset(layout)
+    base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
+    # memory first: most items that fail, fail here
+    sheds = _bytes_to_shed(space, layout, base, offsets, [None] if offsets else zeros)
+    if not sheds:
+        return {}
+    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+    p2p = p2p_per_microbatch(model, cluster, run, base)
+    plain_times = stage_times(model, cluster, run, base)
+    plain = [t.total + p2p for t in plain_times]
+    stage_sum = sum(plain)
+    hidden = overlaps(space, layout, sp)
+    times = _layer_totals(model, cluster, run, modes, theta, layout.cp_comm, hidden)
+    # every ZeRO stage that can fit sheds on the same constrained stages, with the same layers
+    constrained = next(iter(sheds.values()))
+    options = {s: _StageOptions.of(stage, times, modes) for s, stage in constrained.items()}
+    growth = {}  # per constrained stage, once a stretch needs it
+    out = {}
+    for zero, shed in sheds.items():
+        slowest, extra_sum, extras = (stage_sum / layout.pp if offsets else max(plain)), 0.0, {}
+        for s, stage in shed.items():
+            counts, option = stage.counts, options[s]
+            # offload within the host memory: on at most offload_layers layers, with the best saving and the
+            # least time of any offloading (kind, mode) (a relaxation of each layer's own)
+            capped = (*option.offload, stage.offload_layers) if option.offload else None
+            extra = recompute_cost_floor(max(0.0, stage.excess), sum(counts.values()), option.points, capped,
+                                         option.hull)
+            if offsets:
+                plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
+                              + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp,
+                                            layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp,
+                                            cp_comm=layout.cp_comm, hidden=hidden).total)
+            else:
+                plain_time = plain[s]
+            slowest = max(slowest, plain_time + extra)
+            extra_sum += extra
+            extras[s] = extra
+        total = stage_sum + extra_sum
+        bound = pipeline_bound(layout, total, max(slowest, total / layout.pp), mbn)
+        # the least over ZeRO stages so far: when only it matters, a bound above it changes nothing
+        found = min(out.values(), default=math.inf) if least_only else math.inf
+        if not offsets and bound < found:
+            terms = data_parallel_terms(model, cluster, run, base.with_zero(zero))
+            stretch = _Stretch(layout, mbn, plain, [plain[s] + extras.get(s, 0.0) for s in range(layout.pp)],
+                               terms, max(t.optimizer for t in terms))
+            for s in shed:
+                if s not in growth:
+                    growth[s] = _growth(model, cluster, run, modes, theta, layout.cp_comm, hidden,
+                                        tuple(constrained[s].counts.items()))
+                bound = stretch.bound(s, extras[s], plain_times[s], growth[s], bound)
+                if bound >= found:
+                    break
+        out[zero] = bound
+    return out
 
 
 @lru_cache(maxsize=16384)

@@ -10,6 +10,8 @@ from dataclasses import replace
 from ..space import SearchSpace
 from .context import SearchContext, with_max_offset
 from .items import READY, ItemBounds, bounded_items, explain_memory, unsolved
+from .coefficients import inner_choices
+from .plan_bounds import zero_plan_lower_bounds
 from .recompute import PLAN_TOLERANCE, PlanModel, PlanTimeout
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
 from .uniform import uniform_search
@@ -81,8 +83,22 @@ def _first(progress):
     return lambda p: progress(replace(p, phase=f"uniform first: {p.phase}", lower_bound_seconds=None))
 
 
-# Queue levels past READY: an item's plan sub-model for one SP setting, waiting at that setting's own bound.
-SOLVE_SP = {False: READY + 1, True: READY + 2}
+# Queue levels past READY: an item's SP setting waiting at that setting's bound (SPLIT_SP), then each ZeRO stage of
+# it at its own bound (SOLVE and up, _solve_level: that (item, SP setting, ZeRO stage)'s plan sub-model).
+SPLIT_SP = {False: READY + 1, True: READY + 2}
+SOLVE = READY + 3
+
+
+def _solve_level(sp: bool, zero: int, zeros: tuple) -> int:
+    """The queue level of a plan sub-model: its SP setting and its ZeRO stage's place in `zeros` (None, every ZeRO
+    stage in one sub-model, last)."""
+    return SOLVE + 2 * (len(zeros) if zero is None else zeros.index(zero)) + sp
+
+
+def _solved_at(level: int, zeros: tuple) -> tuple[bool, int | None]:
+    """(SP setting, ZeRO stage or None) of a _solve_level."""
+    k, sp = divmod(level - SOLVE, 2)
+    return bool(sp), (zeros[k] if k < len(zeros) else None)
 
 
 def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, result: SearchResult,
@@ -92,9 +108,13 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
     space, items = ctx.space, bounds.items
     # Items wait in a queue ordered by their bound: an item reaching the front below level READY gets its next,
     # tighter bound (`ItemBounds.tighten`) and is queued again; reaching the front at READY, each of its SP settings
-    # is queued at its own bound, and reaching the front, that setting's plan sub-model is solved. A setting whose
-    # bound is higher waits: by then the K-th best usually cuts it off (Llama-3.1-405B on 131,072 H100: the first
-    # items' SP-off sub-models took 0.3-0.7 s each, solved before any cutoff existed).
+    # is queued at its own bound; reaching the front, that setting's ZeRO stages each at its own (the full bound
+    # per ZeRO stage, plan_bounds.zero_plan_lower_bounds); and reaching the front, that ZeRO stage's plan sub-model
+    # is solved. A setting or ZeRO stage whose bound is higher waits: by then the K-th best usually cuts it off
+    # (Llama-3.1-405B on 131,072 H100: the first items' SP-off sub-models took 0.3-0.7 s each, solved before any
+    # cutoff existed; DeepSeek-V3 on 2,048 H800: a sub-model deciding the ZeRO stage took 0.42 s where the one of
+    # its best ZeRO stage alone took 0.25 s, and the others' bounds were far above the K-th best).
+    _, zeros = inner_choices(space)
     queue = bounds.queue()
     # the least bound of any item not yet visited (kept up to date by the loop)
     next_bound = queue[0][0] if queue else float("inf")
@@ -112,15 +132,22 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
                 continue
             if level == READY:  # each SP setting waits at its own bound (one that cannot fit is not queued)
                 for sp, b in bounds.per_sp[i].items():
-                    heapq.heappush(queue, (b, i, SOLVE_SP[sp]))
+                    heapq.heappush(queue, (b, i, SPLIT_SP[sp]))
                 result.expanded += 1
                 continue
             layout, mbs, mbn = items[i]
-            # an SP setting whose plan bound cannot beat the K-th best needs no sub-model
-            if next_bound <= verifier.kth() * (1 + TIE):
-                sp = level == SOLVE_SP[True]
+            runs = tuple(space.zero_stages(layout))
+            if next_bound > verifier.kth() * (1 + TIE):
+                pass  # a bound that cannot beat the K-th best needs no more work
+            elif level < SOLVE:  # each ZeRO stage the layout runs waits at its own bound (one that cannot fit is not)
+                sp = level == SPLIT_SP[True]
+                for zero, b in zero_plan_lower_bounds(space, items[i], sp).items():
+                    if zero is None or zero in runs:
+                        heapq.heappush(queue, (max(next_bound, b), i, _solve_level(sp, zero, zeros)))
+            else:
+                sp, zero = _solved_at(level, zeros)
                 plan = PlanModel(space, layout, mbs, mbn, sp, tuple(space.inner_choices(layout.tp)[2]),
-                                 tuple(space.zero_stages(layout)))
+                                 runs if zero is None else (zero,))
                 verifier.solve(plan, _degree_key(plan.base), (), next_bound)
             if ctx.progress is not None:
                 best = verifier.ranked()[0].step_seconds if verifier.best else None

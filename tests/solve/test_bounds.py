@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from ndcp.solve.coefficients import (item_data_parallel_floor, item_lower_bound, item_lower_bounds,
                                      item_memory_lower_bound, item_work_bounds)
-from ndcp.solve.plan_bounds import item_plan_lower_bound, item_plan_lower_bounds, recompute_cost_floor
+from ndcp.solve.plan_bounds import (item_plan_lower_bound, item_plan_lower_bounds, recompute_cost_floor,
+                                    zero_plan_lower_bounds)
 from ndcp.solve.exhaustive import _partitions
 from ndcp.solve.result import evaluate
 from ndcp.space import SearchSpace, SpaceOptions
@@ -48,6 +49,13 @@ def test_item_bounds_never_exceed_the_full_estimators(space):
         per_sp = item_plan_lower_bounds(space, item)
         for sp in {e.strategy.sp for e in fitting}:
             assert per_sp[sp] <= min(e.step_seconds for e in fitting if e.strategy.sp == sp) * (1 + 1e-9)
+            # per ZeRO stage (the per-layer search solves each one's sub-model at its own bound): each bound holds for
+            # the strategies with that ZeRO stage, and the least of them is the SP setting's
+            per_zero = zero_plan_lower_bounds(space, item, sp)
+            assert min(per_zero.values()) == per_sp[sp]
+            for zero in {e.strategy.zero for e in fitting if e.strategy.sp == sp}:
+                assert per_zero[zero] <= min(e.step_seconds for e in fitting
+                                             if (e.strategy.sp, e.strategy.zero) == (sp, zero)) * (1 + 1e-9)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
