@@ -66,7 +66,7 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
         result.status = "feasible"
     if interrupted:
         result.explanation, result.interrupted = "interrupted", True
-    result.lower_bound_seconds = min(next_bound, verifier.least_pending(), *verifier.unproven,
+    result.lower_bound_seconds = min(next_bound, verifier.least_pending(), *verifier.unproven, verifier.accepted,
                                      ranked[0].step_seconds if ranked else float("inf"))
     result.solver_calls = verifier.solves  # the plan sub-models' solves (the uniform search's are not counted)
     result.verified = verifier.count + uniform.verified
@@ -180,6 +180,9 @@ class _PlanVerifier:
         self.best: dict[tuple, Evaluated] = {}  # (item, sp) -> best verified plan that fits
         self.misses: list[Evaluated] = []
         self.unproven: list[float] = []  # bounds of sub-models stopped by the time limit
+        # the least bound of a sub-model whose plans were left unexplored within the tolerance: its best plan may lie
+        # that far below the verified one (the proven bound of the answer takes it)
+        self.accepted = float("inf")
         self.solved: dict = {}  # sub-model outcomes by content (PlanModel.solve: equivalent items solve once)
         self.count = self.solves = self.sequence = 0
         self.seconds = 0.0
@@ -240,6 +243,8 @@ class _PlanVerifier:
         if action == "resolve":
             if key not in self.best or self.best[key].step_seconds > lower + solution:
                 self.solve(plan, key, exclude, lower)
+            else:
+                self.accepted = min(self.accepted, lower)
             return
         t0 = time.perf_counter()
         evaluated = evaluate(self.space, solution.strategy)
@@ -254,6 +259,8 @@ class _PlanVerifier:
         slack = max(solution.rounding_seconds, PLAN_TOLERANCE * lower)
         if not evaluated.fits or evaluated.step_seconds > lower + slack:
             self._push(lower, "resolve", (plan, key, exclude, slack))
+        else:
+            self.accepted = min(self.accepted, lower)
 
     def certified(self, next_bound: float) -> bool:
         kth = self.kth()

@@ -23,4 +23,6 @@ def assert_plan_search_matches_oracle(space, top: int):
     """The joint per-layer plan search against exhaustive_plan_search; returns (oracle, solved)."""
     oracle, solved = exhaustive_plan_search(space, top=top), plan_search(space, top=top, time_limit=60)
     _assert_same_ranking(solved, oracle, PLAN_TOLERANCE)
+    if oracle.strategies:  # the proven bound holds for the true optimum, plans accepted within the tolerance included
+        assert solved.lower_bound_seconds <= oracle.strategies[0].step_seconds * (1 + 1e-9)
     return oracle, solved
