@@ -142,7 +142,7 @@ class PlanModel:
         # its layers (one kind of layer, where uneven partitions are searched): the terms at its fewest layers and
         # the slope to its most; the last bucket's share at the most layers. Fixed partition: slopes 0.
         self.low = tuple(max(layout.vpp, d - self.offset) for d in self.default)  # a layer per chunk
-        high = tuple(d + self.offset for d in self.default)
+        self.high = high = tuple(d + self.offset for d in self.default)
         self.dp_terms = []
         for z in zeros:
             fewest, most = (data_parallel_terms(model, cluster, run, base.with_(
@@ -351,7 +351,8 @@ class PlanModel:
         and e >= z_k x floor(seconds x last bucket) (no constraint unless z_k = 1, as z is exactly one), and the
         stage's exposure = sum count x e: exposure is never overestimated. With the stage's layer count L a variable
         (uneven partitions), seconds = floor(at its fewest layers) + floor(per layer) x (L - fewest), enforced when
-        z_k = 1: each part rounded down, so still never above the estimators."""
+        z_k = 1: each part rounded down, so still never above the estimators; the last bucket's share, seconds / L,
+        at least each line through its values at consecutive layer counts on its lower convex hull (_lower_lines)."""
         exposed = m.new_int_var(0, UPPER, "dp_exposed")
         optimizer = m.new_int_var(0, UPPER, "optimizer")
         for s, n in enumerate(counts):
@@ -376,9 +377,14 @@ class PlanModel:
                     e = m.new_int_var(0, top, f"dp{s}_{k}_{i}")
                     if isinstance(extra, int):
                         m.add(e >= at_fewest * zk - window[which])
+                        m.add(e >= _floor(seconds * last, self.unit) * zk)
                     else:
                         m.add(e >= at_fewest + _floor(slope, self.unit) * extra - window[which]).only_enforce_if(zk)
-                    m.add(e >= _floor(seconds * last, self.unit) * zk)
+                        # the last bucket's share: 1/L of a collective affine in L (convex in L with the stage's
+                        # fixed parameters), at least the lines through its values at each layer count L may take
+                        for p, q in _lower_lines([(n, (seconds + slope * (n - self.low[s])) / n)
+                                                  for n in range(self.low[s], self.high[s] + 1)]):
+                            m.add(e >= _floor(p, self.unit) + _floor(q, self.unit) * sizes[s]).only_enforce_if(zk)
                     stage.append(count * e)
             m.add(exposed >= sum(stage))
         return exposed, optimizer
@@ -434,6 +440,21 @@ def _solve_once(built: _Built, solver: cp_model.CpSolver, limit: int | None, sol
     if key is not None and (status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or beyond):
         solved[key] = outcome
     return outcome
+
+
+def _lower_lines(points: list[tuple[int, float]]) -> list[tuple[float, float]]:
+    """(intercept, slope) of the lines through consecutive vertices of the lower convex hull of `points` (x rising):
+    each is at most every point's y, and their largest equals it at every vertex (a lone point: a flat line). Floored
+    to the model's units (intercept and slope each, with x >= 0) they stay below."""
+    hull: list[tuple[int, float]] = []
+    for x, y in points:
+        while len(hull) >= 2 and ((hull[-1][0] - hull[-2][0]) * (y - hull[-2][1])
+                                  <= (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0])):
+            hull.pop()  # hull[-1] lies on or above the segment from hull[-2] to (x, y)
+        hull.append((x, y))
+    if len(hull) == 1:
+        return [(hull[0][1], 0.0)]
+    return [(y0 - (y1 - y0) / (x1 - x0) * x0, (y1 - y0) / (x1 - x0)) for (x0, y0), (x1, y1) in zip(hull, hull[1:])]
 
 
 def _slope(at_fewest: float, at_most: float, fewest: int, most: int) -> float:
