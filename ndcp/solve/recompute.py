@@ -24,8 +24,8 @@ from ortools.sat.python import cp_model
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.layout import (LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts, stage_layouts,
                                stage_mode_counts)
-from ..estimate.memory import (host_offload_table, parts_total, resident_layer_table, stage_dynamic_bytes,
-                               stage_static_bytes)
+from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
+                               stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.overlap import hidden_comms
 from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_fill
@@ -153,6 +153,15 @@ class PlanModel:
                                                                                             m.windows(mbn))),
                                    _slope(t.optimizer, m.optimizer, lo, hi))
                                   for t, m, lo, hi in zip(fewest, most, self.low, high)])
+        # An offloaded optimizer's host memory per ZeRO stage and stage, affine in its layers as the DP terms: (bytes
+        # at its fewest layers, per layer above); 0 without optimizer offload
+        self.host_optimizer = []
+        for z in zeros:
+            fewest, most = ([host_optimizer_bytes(model, run, base.with_(
+                zero=z, layers_per_stage=split_device_stages(counts, layout.vpp)) if self.offset else base.with_zero(z),
+                self.layouts[s]) for s in range(pp)] for counts in (self.low, high))
+            self.host_optimizer.append([(a, _slope(a, b, lo, hi))
+                                        for a, b, lo, hi in zip(fewest, most, self.low, high)])
         # Per pass ("forward", "backward"): each layer's and each stage's extra work's wall time (the DP windows)
         self.window = {"forward": {key: t.forward_window for key, t in times.items()},
                        "backward": {key: t.backward_window for key, t in times.items()}}
@@ -286,6 +295,16 @@ class PlanModel:
             memory = (static + layer_static + _floor(self.fixed[s], BYTE) + workspace
                       + sum(_floor(self.resident[s][key], BYTE) * var for key, var in n.items()))
             m.add(memory <= cap)
+            # an offloaded optimizer's states within the host memory: a ZeRO stage whose states cannot fit is not chosen
+            # (verification refuses its every plan: without this the no-good cuts enumerated them all)
+            host_cap = int(self.space.cluster.device.host_memory_bytes // BYTE)
+            for k, zk in enumerate(z):
+                fewest, per_layer = self.host_optimizer[k][s]
+                if isinstance(size, int) and _floor(fewest, BYTE) > host_cap:
+                    m.add(zk == 0)
+                elif not isinstance(size, int) and fewest > 0:
+                    m.add(_floor(fewest, BYTE) + _floor(per_layer, BYTE) * (size - self.low[s]) <= host_cap
+                          ).only_enforce_if(zk)
             host = [(_floor(self.host[s][key], BYTE), var) for key, var in n.items() if self.host[s][key] > 0]
             if host:  # offloaded activations within the host memory (floored: the model stays a relaxation)
                 m.add(sum(c * v for c, v in host) <= int(self.host_room[s] // BYTE))
