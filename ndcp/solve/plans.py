@@ -27,8 +27,9 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     """Per-layer recompute and layer partition decided jointly with the degrees (approach C, docs/solver.md §3.3).
 
     Batch items are visited in order of a lower bound valid for every plan (no recompute, balanced stages). Each
-    visited item's plan sub-model (recompute.PlanModel, one per SP setting) is solved exactly by CP-SAT; its optimum
-    bounds every remaining plan of that (item, SP), and its plan is verified with the full estimators. When the
+    visited item's plan sub-model (recompute.PlanModel, one per SP setting and ZeRO stage; with uneven partitions one
+    per SP setting, deciding the ZeRO stage) is solved exactly by CP-SAT; its optimum bounds every remaining plan of
+    it, and its plan is verified with the full estimators. When the
     verified time exceeds the bound by more than the tolerance (the model's rounding, at least PLAN_TOLERANCE) or
     the plan does not fit, the sub-model is solved again without the verified plans (a no-good cut) as long as its
     bound could still beat that item's best. The search stops when the K-th best verified step time is
@@ -89,7 +90,7 @@ SPLIT_SP = {False: READY + 1, True: READY + 2}
 SOLVE = READY + 3
 
 
-def _solve_level(sp: bool, zero: int, zeros: tuple) -> int:
+def _solve_level(sp: bool, zero: int | None, zeros: tuple) -> int:
     """The queue level of a plan sub-model: its SP setting and its ZeRO stage's place in `zeros` (None, every ZeRO
     stage in one sub-model, last)."""
     return SOLVE + 2 * (len(zeros) if zero is None else zeros.index(zero)) + sp
