@@ -154,7 +154,8 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     total = t.work(layout.pp) + layout.pp * p2p
     slowest = total / layout.pp
     if fixed:  # each stage's own layers and extra work: the slowest stage exactly
-        slowest = max(slowest, max(t.stage(shape) for shape in _stage_shapes(model, layout.schedule, layout.pp, layout.vpp)) + p2p)
+        shapes = _stage_shapes(model, layout.schedule, layout.pp, layout.vpp)
+        slowest = max(slowest, max(t.stage(shape) for shape in shapes) + p2p)
     return total, slowest
 
 

@@ -155,12 +155,17 @@ def recompute_cost_floor(shed: float, layers: int, points: list[tuple[float, flo
 
 def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The lower convex envelope of (0, 0) and the points that save bytes (costs floored at 0), left to right."""
-    hull = [(0.0, 0.0)]
     cheapest: dict[float, float] = {}
     for x, y in points:
         if x > 0:
             cheapest[x] = min(cheapest.get(x, y), max(0.0, y))
-    for x, y in sorted(cheapest.items()):
+    return lower_hull([(0.0, 0.0)] + sorted(cheapest.items()))
+
+
+def lower_hull(points: list) -> list:
+    """The vertices of the lower convex hull of `points`, given with x rising (distinct x)."""
+    hull: list = []
+    for x, y in points:
         while len(hull) >= 2 and ((hull[-1][0] - hull[-2][0]) * (y - hull[-2][1])
                                   <= (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0])):
             hull.pop()  # hull[-1] lies on or above the segment from hull[-2] to (x, y)

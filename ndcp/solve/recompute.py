@@ -32,7 +32,7 @@ from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_f
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
 from .coefficients import item_lower_bound, layer_static_bytes
-from .plan_bounds import host_room
+from .plan_bounds import host_room, lower_hull
 from .interrupt import solve as interruptible
 from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan, StageRecompute
 from ..specs.pipeline_layout import split_device_stages
@@ -255,6 +255,7 @@ class PlanModel:
         """The CP-SAT model; `limit` (objective units) adds `objective <= limit` as a constraint."""
         m = cp_model.CpModel()
         pp, cap = self.layout.pp, capacity_bytes // BYTE
+        host_cap = int(self.space.cluster.device.host_memory_bytes // BYTE)
         z = [m.new_bool_var(f"zero{k}") for k in range(len(self.zeros))]
         m.add_exactly_one(z)
         most = max(self.default) + self.offset
@@ -297,7 +298,6 @@ class PlanModel:
             m.add(memory <= cap)
             # an offloaded optimizer's states within the host memory: a ZeRO stage whose states cannot fit is not chosen
             # (verification refuses its every plan: without this the no-good cuts enumerated them all)
-            host_cap = int(self.space.cluster.device.host_memory_bytes // BYTE)
             for k, zk in enumerate(z):
                 fewest, per_layer = self.host_optimizer[k][s]
                 if isinstance(size, int) and _floor(fewest, BYTE) > host_cap:
@@ -465,12 +465,7 @@ def _lower_lines(points: list[tuple[int, float]]) -> list[tuple[float, float]]:
     """(intercept, slope) of the lines through consecutive vertices of the lower convex hull of `points` (x rising):
     each is at most every point's y, and their largest equals it at every vertex (a lone point: a flat line). Floored
     to the model's units (intercept and slope each, with x >= 0) they stay below."""
-    hull: list[tuple[int, float]] = []
-    for x, y in points:
-        while len(hull) >= 2 and ((hull[-1][0] - hull[-2][0]) * (y - hull[-2][1])
-                                  <= (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0])):
-            hull.pop()  # hull[-1] lies on or above the segment from hull[-2] to (x, y)
-        hull.append((x, y))
+    hull = lower_hull(points)
     if len(hull) == 1:
         return [(hull[0][1], 0.0)]
     return [(y0 - (y1 - y0) / (x1 - x0) * x0, (y1 - y0) / (x1 - x0)) for (x0, y0), (x1, y1) in zip(hull, hull[1:])]
