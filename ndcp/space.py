@@ -15,7 +15,7 @@ from .rules import (Problem, first_refusal, optimizer_offload_zero, recompute_op
                     trainer_zero_stages)
 from .schedules import SCHEDULES, default_schedule, schedule_named
 from .specs.device import ClusterSpec
-from .specs.fields import SpecError, divisors
+from .specs.fields import SpecError, cached_hash, divisors, state_without_hash
 from .specs.model import ModelSpec
 from .specs.run import RunSpec
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, RecomputePlan, Strategy
@@ -31,6 +31,9 @@ DEFAULT_SCHEDULES = ("1f1b", "interleaved")
 @dataclass(frozen=True)
 class SpaceOptions:
     """What the user pins or bounds, and which inner choices are searched."""
+
+    __hash__ = cached_hash  # spaces, layouts and their options key the bounds' caches: hashed once
+    __getstate__ = state_without_hash
 
     fix: tuple[tuple[str, int], ...] = ()
     max: tuple[tuple[str, int], ...] = ()
@@ -73,6 +76,9 @@ class SpaceOptions:
 class Layout:
     """The degrees that decide where layers and ranks go; dp is what is left of the GPUs."""
 
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     tp: int
     pp: int
     cp: int
@@ -107,6 +113,9 @@ class SpaceWalk:
 
 @dataclass(frozen=True)
 class SearchSpace:
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     model: ModelSpec
     cluster: ClusterSpec
     run: RunSpec

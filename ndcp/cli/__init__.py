@@ -21,6 +21,7 @@ from . import calibrate, estimate, listings, recompute, search, sweep, validate
 from .common import (EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Formatter, InternalError, Parser, UsageError, build_problem,
                      build_strategy, one_line)
 from .search import build_space_options
+from .startup import defer_pandas
 
 # Registration functions, in the order `ndcp --help` lists them.
 COMMANDS: list[Callable] = [estimate.register, search.register, recompute.register, listings.register_models,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code (0 ok, 1 infeasible, 2 user error, 3 internal error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    defer_pandas()
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)

@@ -207,8 +207,17 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
         items = (_torchtitan_sac_inventory(model, run, tokens, tp, sp) if option.drops
                  else _torchtitan_eager_inventory(model, run, tokens))
         return sum(sharded_bytes(t, tp, sp) for t in items)
-    items = layer_inventory(model, run, kind == "moe", tp, cp, etp, mbs, sp)
-    return sum(sharded_bytes(t, tp, sp) for t in items if t.shard not in option.drops and t.name not in option.drops)
+    return sum(b for name, shard, b in _sharded_inventory(model, run, kind == "moe", tp, cp, etp, mbs, sp)
+               if shard not in option.drops and name not in option.drops)
+
+
+@lru_cache(maxsize=16384)
+def _sharded_inventory(model: ModelSpec, run: RunSpec, moe: bool, tp: int, cp: int, etp: int, mbs: int,
+                       sp: bool) -> tuple[tuple[str, str, float], ...]:
+    """(name, shard, bytes on one device) of each tensor of layer_inventory: every recompute option of a layer
+    filters the same inventory."""
+    return tuple((t.name, t.shard, sharded_bytes(t, tp, sp))
+                 for t in layer_inventory(model, run, moe, tp, cp, etp, mbs, sp))
 
 
 @lru_cache(maxsize=65536)

@@ -30,7 +30,7 @@ from .trainers import data_parallel_sync
 
 
 class Windows(NamedTuple):
-    """One micro-batch's forward and backward wall time on a device stage, seconds (estimate.time.LayerTime)."""
+    """One micro-batch's forward and backward wall time on a device stage, seconds (estimate.layer_time.LayerTime)."""
 
     forward: float
     backward: float
@@ -60,8 +60,14 @@ class DataParallelTerms:
     def exposed(self, windows: Windows, mbn: int) -> float:
         """Communication per step left after overlap, when a micro-batch's passes on this stage take `windows`
         seconds: in each window, what exceeds it, and never less than the last bucket's share."""
-        return sum(n * _exposed(seconds, getattr(windows, which), self.last_bucket)
-                   for seconds, n, which in self.windows(mbn))
+        return self.exposed_at(windows.forward, windows.backward, mbn)
+
+    def exposed_at(self, forward: float, backward: float, mbn: int) -> float:
+        """exposed() with windows of `forward` and `backward` seconds (for hot loops: no Windows built)."""
+        (grads, syncs, _), (gathers, others, _), (params, before, _) = self.windows(mbn)  # backward, backward, forward
+        last = self.last_bucket
+        return (syncs * _exposed(grads, backward, last) + others * _exposed(gathers, backward, last)
+                + before * _exposed(params, forward, last))
 
 
 def _optimizer_bytes_per_parameter(run: RunSpec) -> float:

@@ -21,7 +21,7 @@ Efficiency = FLOPs / (time x peak) is therefore never above `compute_efficiency`
 
 Training runs three GEMMs per weight GEMM with the same FLOPs and bytes but different shapes: the forward
 (M, N, K) = (m, n, k), the input gradient (m, k, n) and the weight gradient (k, n, m). The time model charges each
-layer forward + 2 x forward for them (estimate/time.py), so `gemm_seconds` returns a third of the three GEMMs'
+layer forward + 2 x forward for them (estimate/layer_time.py), so `gemm_seconds` returns a third of the three GEMMs'
 time: forward + backward then add up to their sum.
 """
 from __future__ import annotations

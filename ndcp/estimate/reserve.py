@@ -85,8 +85,17 @@ def process_groups(strategy: Strategy) -> tuple[ProcessGroup, ...]:
 
 
 def communicator_bytes(strategy: Strategy) -> int:
-    """NCCL buffers of every process group the rank is in."""
-    return sum(g.bytes for g in process_groups(strategy))
+    """NCCL buffers of every process group the rank is in (shared by the strategies with the same degrees: every
+    memory estimate asks, often)."""
+    s = strategy
+    degrees = (s.tp, s.cp, s.dp, s.pp, s.ep, s.etp)  # all process_groups reads
+    found = _COMMUNICATOR_BYTES.get(degrees)
+    if found is None:
+        found = _COMMUNICATOR_BYTES[degrees] = sum(g.bytes for g in process_groups(strategy))
+    return found
+
+
+_COMMUNICATOR_BYTES: dict[tuple[int, ...], int] = {}
 
 
 def fixed_reserve_parts(run: RunSpec, strategy: Strategy) -> dict[str, float]:

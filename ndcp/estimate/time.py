@@ -13,194 +13,21 @@ from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..schedules import schedule_named
-from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, NO_RECOMPUTE, recompute_option
+from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import Strategy
 from . import communication as comm
-# cp_bytes: the context-parallel byte counts, read from here by tests/estimate/test_cp_comm.py
-from .communication import cp_bytes, cp_comm_seconds  # noqa: F401
 from ..specs.encoder import encoder_run, image_side
-from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, encoder_gemms, fp8_gemms,
-                      layer_gemms, memory_seconds, model_flops_per_step, mtp_projection_gemm, output_layer_gemm,
+from .compute import (encoder_gemms, memory_seconds, model_flops_per_step, mtp_projection_gemm, output_layer_gemm,
                       total_flops)
 from .data_parallel import Windows, data_parallel_seconds
-from .fp8 import cast_bytes_per_element
-from .gemm import attention_core_seconds, gemm_seconds, weight_gemm_seconds
+from .gemm import gemm_seconds
+from .layer_time import ZERO_TIME, LayerTime, layer_time, tp_all_reduce_seconds
 from .layout import stage_mode_counts
-from .rerun import MODULE_PIECES, LayerShape, rerun_cost
-from .overlap import HIDDEN_KEYS, NO_OVERLAP, ep_overlapped, layer_overlaps, strategy_overlaps, tp_overlapped
+from .overlap import HIDDEN_KEYS, NO_OVERLAP, layer_overlaps, strategy_overlaps
 
 LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
 LOSS_PASSES_BACKWARD = 2  # read softmax, write the logit gradient
 LOSS_ALL_REDUCES = 3  # vocab-parallel cross entropy: max, sum-exp and target logit over TP (Megatron cross_entropy.py)
-
-
-@dataclass(frozen=True)
-class LayerTime:
-    """One body layer (or a stage's extra work), one micro-batch, seconds on one device, exposed time; and the
-    matmul FLOPs that work executes on the device (the HFU numerator: masked halves skipped, recompute and expert
-    padding included)."""
-
-    forward: float
-    backward: float
-    recompute: float
-    tp_comm: float
-    cp_comm: float
-    ep_comm: float
-    flops: float = 0.0
-    backward_comm: float = 0.0  # the share of tp/cp/ep_comm that is exposed during the backward pass
-    wgrad: float = 0.0  # the weight-gradient GEMMs within backward (what zero-bubble schedules defer, W)
-    tp_hidden: float = 0.0  # TP communication overlapped with compute (not in tp_comm; estimate/overlap.py)
-    ep_hidden: float = 0.0  # EP all-to-all overlapped with compute (not in ep_comm)
-
-    @property
-    def total(self) -> float:
-        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
-
-    @property
-    def forward_window(self) -> float:
-        """Wall time of this work's forward pass (compute and its exposed communication): what a data-parallel
-        collective on the other link can hide behind during the forward."""
-        return self.forward + self.tp_comm + self.cp_comm + self.ep_comm - self.backward_comm
-
-    @property
-    def full_backward(self) -> float:
-        """Input and weight gradients, recompute and the communication exposed in the backward (B of the
-        pipeline schedules' tables)."""
-        return self.backward + self.recompute + self.backward_comm
-
-    @property
-    def backward_window(self) -> float:
-        """Wall time of this work's backward pass: backward, recompute and the communication exposed in it."""
-        return self.backward + self.recompute + self.backward_comm
-
-    def __add__(self, other: "LayerTime") -> "LayerTime":
-        return LayerTime(self.forward + other.forward, self.backward + other.backward,
-                         self.recompute + other.recompute, self.tp_comm + other.tp_comm,
-                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm, self.flops + other.flops,
-                         self.backward_comm + other.backward_comm, self.wgrad + other.wgrad,
-                         self.tp_hidden + other.tp_hidden, self.ep_hidden + other.ep_hidden)
-
-    def scaled(self, factor: float) -> "LayerTime":
-        return LayerTime(self.forward * factor, self.backward * factor, self.recompute * factor,
-                         self.tp_comm * factor, self.cp_comm * factor, self.ep_comm * factor, self.flops * factor,
-                         self.backward_comm * factor, self.wgrad * factor, self.tp_hidden * factor,
-                         self.ep_hidden * factor)
-
-
-ZERO_TIME = LayerTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-
-
-def _tp_collective(cluster: ClusterSpec, nbytes: float, tp: int) -> float:
-    """One Megatron TP all-reduce (or its SP reduce-scatter + all-gather pair: same volume, Korthikanti §4.2.2)."""
-    bandwidth, latency = comm.link(cluster.device, comm.group_span(("tp",), {"tp": tp}))
-    return comm.all_reduce_seconds(nbytes, tp, bandwidth, latency)
-
-
-def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
-                   etp: int) -> float:
-    """One token dispatch (or combine): top_k copies of each local token's hidden state, all-to-all over EP."""
-    if ep <= 1:
-        return 0.0
-    nbytes = tokens * model.moe.top_k * model.hidden * run.activation_bytes * etp / tp
-    bandwidth, latency = comm.link(cluster.device, comm.group_span(("ep",), {"etp": etp, "ep": ep},
-                                                                   comm.EXPERT_RANK_ORDER))
-    return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
-
-
-def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-               ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
-               ) -> LayerTime:
-    """One body layer of `kind` under recompute `mode` (see _layer_time); a dense layer does not depend on ep/etp,
-    so its cached terms are shared across them (nor on cp_comm without CP). `hidden`: the overlaps the strategy
-    runs (estimate/overlap.py hidden_comms)."""
-    if kind == "dense":
-        ep = etp = 1
-    if cp == 1:
-        cp_comm = "p2p"
-    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp, cp_comm,
-                       layer_overlaps(hidden, kind, mode))
-
-
-@lru_cache(maxsize=65536)
-def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int, ep: int,
-                   etp: int, mbs: int) -> tuple[float, ...]:
-    """The GEMM work of one body layer for one micro-batch, shared by its SP, overlap and cp_comm variants: seconds
-    of the weight GEMMs (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and
-    backward seconds, and the core's FLOPs."""
-    device = cluster.device
-    tokens = mbs * run.seq_len / cp
-    gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
-    linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
-    cast_forward = cast_backward = 0.0
-    if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
-        low = fp8_gemms(model, kind, gemms, tokens)
-        per_element = cast_bytes_per_element(run, device)
-        cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
-        cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
-    core_flops = attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
-    core, core_backward = attention_core_seconds(core_flops, device, run.flash_attention)
-    return linear, total_flops(gemms), cast_forward, cast_backward, core, core_backward, core_flops
-
-
-@lru_cache(maxsize=131072)
-def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-                ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
-                ) -> LayerTime:
-    """One body layer of `kind` under recompute `mode` for one micro-batch of mbs sequences of local length seq/cp.
-
-    recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
-    selective: the attention core). tp_comm: 2 forward all-reduces (SP: reduce-scatter + all-gather, same volume)
-    plus whatever of the 2 backward ones outlasts the weight-gradient GEMMs. cp_comm: the exposed part of
-    the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch + combine all-to-alls, forward and backward
-    (MoE only). wgrad: the weight-gradient GEMMs (one forward of the linear layers). `hidden` overlaps move TP or
-    EP time from exposed to tp_hidden / ep_hidden (estimate/overlap.py)."""
-    device, dtype = cluster.device, run.activation_bytes
-    tokens, keys = mbs * run.seq_len / cp, run.seq_len
-    flash = run.flash_attention
-    linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops = _layer_compute(
-        model, cluster, run, kind, tp, cp, ep, etp, mbs)
-    core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
-    executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
-    elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
-    forward = linear + core + elementwise + cast_forward
-    backward = 2.0 * (linear + elementwise) + core_backward + cast_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
-
-    tp_forward = 2 * _tp_collective(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0  # docs/formulas.md §7
-    # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
-    # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
-    tp_backward = max(0.0, tp_forward - linear)
-    tp_total = tp_forward + tp_backward
-    if "tp" in hidden:
-        tp_forward, tp_backward = tp_overlapped(tp_forward, linear)
-    cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, tokens, tp, cp, cp_comm, core, core_backward)
-    a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
-    ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
-    if "ep" in hidden:
-        ep_forward, ep_backward = ep_overlapped(4 * a2a, forward + backward)
-
-    recompute = 0.0
-    reruns = recompute_option(mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
-    for piece in reruns:
-        if piece in MODULE_PIECES:  # Megatron-Core recompute modules (estimate/rerun.py)
-            shape = LayerShape(kind, mode, tokens, tp, sp, ep, etp, tp_forward, ep_forward, cp, mbs, forward,
-                               backward)
-            seconds, flops = rerun_cost(model, cluster, run, shape, piece, reruns)
-            recompute += seconds
-            executed += flops
-        elif piece == LAYER_FORWARD:
-            recompute += forward + tp_forward + cp_forward + ep_forward
-            executed += linear_flops + core_flops
-        elif piece == ATTENTION_CORE:  # the core, and without flash attention its score-matrix elementwise passes
-            executed += core_flops
-            recompute += core + (0.0 if flash else memory_seconds(
-                elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype)
-                - elementwise_bytes(model, kind, tokens, keys, tp, sp, True, dtype), device))
-        else:
-            raise ValueError(f"no time model for recompute piece {piece!r}")
-    tp_exposed = tp_forward + tp_backward
-    return LayerTime(forward, backward, recompute, tp_exposed, cp_forward + cp_backward, ep_forward + ep_backward,
-                     executed, tp_backward + cp_backward + ep_backward, linear, tp_total - tp_exposed,
-                     4 * a2a - ep_forward - ep_backward)
 
 
 def _embedding_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
@@ -244,7 +71,7 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
     tp_comm = 0.0
     if tp > 1:
         bandwidth, latency = comm.link(device, tp)
-        tp_comm = (_tp_collective(cluster, tokens * model.hidden * dtype, tp)
+        tp_comm = (tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp)
                    + LOSS_ALL_REDUCES * comm.all_reduce_seconds(tokens * 4, tp, bandwidth, latency))
     return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0, 3 * logits_gemm.flops, wgrad=logits)
 
@@ -401,9 +228,17 @@ def pipeline_p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
 
 
 def stage_times(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> list[LayerTime]:
-    """Per device stage: one micro-batch's time by part (body layers and the stage's extra work, without p2p)."""
-    return [_stage_time(model, cluster, run, strategy, i, counts)
-            for i, counts in enumerate(stage_mode_counts(model, strategy))]
+    """Per device stage: one micro-batch's time by part (body layers and the stage's extra work, without p2p).
+    Stages with the same extra work and layers share one computation (the middle stages of a deep pipeline)."""
+    roles, pp = schedule_named(strategy.schedule).extra_roles, strategy.pp
+    known: dict = {}
+    out = []
+    for i, counts in enumerate(stage_mode_counts(model, strategy)):
+        key = (roles(i, pp), counts)
+        if key not in known:
+            known[key] = _stage_time(model, cluster, run, strategy, i, counts)
+        out.append(known[key])
+    return out
 
 
 def overlap_windows(stages: list[LayerTime]) -> list[Windows]:
@@ -443,6 +278,6 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
                         model_flops, hardware_flops, run.mfu_convention, hidden)
 
 
-__all__ = ["LayerTime", "layer_time", "stage_extra_time", "stage_extra", "p2p_seconds", "pipeline_seconds",
+__all__ = ["stage_extra_time", "stage_extra", "p2p_seconds", "pipeline_seconds",
            "stage_fill", "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts",
            "PART_KEYS", "p2p_per_microbatch", "p2p_crosses_node", "pipeline_p2p_seconds"]

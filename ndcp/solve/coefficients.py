@@ -30,7 +30,8 @@ from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_s
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
 from ..estimate.overlap import LAYER_OVERLAPS, hidden_comms
-from ..estimate.time import (layer_time, overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds,
+from ..estimate.layer_time import layer_time
+from ..estimate.time import (overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds,
                              pipeline_seconds, stage_extra, stage_extra_time, stage_fill, stage_times)
 from ..schedules import schedule_named
 from ..rules import sp_allowed

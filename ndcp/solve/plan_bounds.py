@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..estimate.activations import recompute_workspace_bytes
-from ..estimate.data_parallel import Windows, data_parallel_terms
+from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.layout import stage_layouts
 from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
                                stage_dynamic_bytes)
-from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_times
+from ..estimate.layer_time import layer_time
+from ..estimate.time import p2p_per_microbatch, stage_extra, stage_times
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
@@ -326,9 +327,11 @@ class _Growth:
         # forward window: at most T plus what the backward windows can shrink; backward the same the other way
         return _Growth(total(most, 0), (total(most, 1), total(most, 2)), (total(shrink, 1), total(shrink, 0)))
 
-    def windows(self, plain, added: float) -> Windows:
-        return Windows(plain.forward_window + min(self.widest[0], added + self.slack[0]),
-                       plain.backward_window + min(self.widest[1], added + self.slack[1]))
+    def exposure(self, terms, mbn: int, forward: float, backward: float, added: float) -> float:
+        """The stage's exposed sync (terms: its DataParallelTerms) with its windows (`forward`, `backward` with no
+        recompute) as wide as `added` seconds of recompute can make them."""
+        return terms.exposed_at(forward + min(self.widest[0], added + self.slack[0]),
+                                backward + min(self.widest[1], added + self.slack[1]), mbn)
 
 
 @dataclass(frozen=True)
@@ -359,19 +362,20 @@ class _Stretch:
             total = rest + self.plain[s] + added
             return pipeline_bound(self.layout, total, max(slowest, self.plain[s] + added, total / pp), self.mbn)
 
+        forward, backward, mbn = plain_time.forward_window, plain_time.backward_window, self.mbn
         start = pipeline(extra)
-        best = start + terms.exposed(growth.windows(plain_time, extra), self.mbn)
+        best = start + growth.exposure(terms, mbn, forward, backward, extra)
         if best + self.optimizer <= known:
             return known
         top = max(extra, growth.top)
-        least = terms.exposed(growth.windows(plain_time, top), self.mbn)
+        least = growth.exposure(terms, mbn, forward, backward, top)
         if best > start + least:  # recompute can hide some of the sync: try wider windows
             steps = [extra + (top - extra) * f for f in STRETCH_STEPS]
             for a, b in zip(steps, steps[1:]):
                 floor = start if a == extra else pipeline(a)
                 if floor + least >= best:  # the pipeline only grows from here
                     break
-                best = min(best, floor + terms.exposed(growth.windows(plain_time, b), self.mbn))
+                best = min(best, floor + growth.exposure(terms, mbn, forward, backward, b))
                 if best + self.optimizer <= known:  # the known bound is the larger whatever comes next
                     break
         return max(best + self.optimizer, known)

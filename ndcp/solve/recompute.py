@@ -28,13 +28,15 @@ from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_t
                                stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.overlap import hidden_comms
-from ..estimate.time import layer_time, p2p_per_microbatch, stage_extra, stage_fill
+from ..estimate.layer_time import layer_time
+from ..estimate.time import p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
 from ..space import Layout, SearchSpace
 from .coefficients import item_lower_bound, layer_static_bytes
 from .plan_bounds import host_room, lower_hull
 from .interrupt import solve as interruptible
-from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan, StageRecompute
+from ..specs.recompute import (HEAVIEST_FIRST, MODE_INDEX, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan,
+                               StageRecompute)
 from ..specs.pipeline_layout import split_device_stages
 from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
@@ -501,14 +503,14 @@ def split_stage_counts(model: ModelSpec, stages: list[dict[str, int]], chunk_lay
         plan = StageRecompute(**{m: n for m, n in totals.items() if n})
         pool = mode_kind_counts(device, plan)
         for v in chunks:
-            chunk = dict.fromkeys(RECOMPUTE_MODES, 0)
+            chunk = [0] * len(RECOMPUTE_MODES)
             for kind in LAYER_KINDS:
                 need = kinds[v][kind]
                 for mode in HEAVIEST_FIRST:
                     take = min(need, pool.get((kind, mode), 0))
                     if take:
-                        chunk[mode] += take
+                        chunk[MODE_INDEX[mode]] += take
                         pool[(kind, mode)] -= take
                         need -= take
-            out[v] = StageRecompute(**chunk)
+            out[v] = StageRecompute.from_counts(tuple(chunk))
     return out

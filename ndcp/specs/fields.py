@@ -6,7 +6,7 @@ import math
 import reprlib
 import types
 import typing
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NoReturn
 
 
 class SpecError(ValueError):
@@ -33,7 +33,13 @@ def show(value: Any) -> str:
 def require(condition: bool, field: str, value: Any, valid: str) -> None:
     """Raise a SpecError naming the field, the value and what would be valid unless the condition holds."""
     if not condition:
-        raise SpecError(f"{field}={show(value)} is not valid; {valid}")
+        refuse(field, value, valid)
+
+
+def refuse(field: str, value: Any, valid: str) -> NoReturn:
+    """Raise a SpecError naming the field, the value and what would be valid (for checks that build the message only
+    when it is needed: specs are checked on hot paths too)."""
+    raise SpecError(f"{field}={show(value)} is not valid; {valid}")
 
 
 def _is_int(value: Any) -> bool:
@@ -41,13 +47,15 @@ def _is_int(value: Any) -> bool:
 
 
 def positive_int(field: str, value: Any, high: int = MAX_SIZE) -> None:
-    require(_is_int(value) and 1 <= value <= high, field, value,
-            "expected an integer >= 1" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
+    if not (_is_int(value) and 1 <= value <= high):  # the message is built only when it is needed
+        refuse(field, value,
+               "expected an integer >= 1" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
 
 
 def non_negative_int(field: str, value: Any, high: int = MAX_SIZE) -> None:
-    require(_is_int(value) and 0 <= value <= high, field, value,
-            "expected an integer >= 0" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
+    if not (_is_int(value) and 0 <= value <= high):
+        refuse(field, value,
+               "expected an integer >= 0" + (f" and <= {high:,}" if _is_int(value) and value > high else ""))
 
 
 def _finite(value: Any) -> bool:
@@ -61,16 +69,17 @@ def _finite(value: Any) -> bool:
 
 
 def finite_number(field: str, value: Any, low: float = -math.inf, high: float = math.inf, *, low_open: bool = False) -> None:
-    ok = _finite(value)
-    ok = ok and (value > low if low_open else value >= low) and value <= high
+    if _finite(value) and (value > low if low_open else value >= low) and value <= high:
+        return
     bound = f"{'>' if low_open else '>='} {low}" if low != -math.inf else ""
     upper = f"<= {high}" if high != math.inf else ""
-    require(ok, field, value, f"expected a finite number {' and '.join(x for x in (bound, upper) if x)}".strip())
+    refuse(field, value, f"expected a finite number {' and '.join(x for x in (bound, upper) if x)}".strip())
 
 
 def one_of(field: str, value: Any, choices: Iterable[Any]) -> None:
     choices = tuple(choices)
-    require(value in choices, field, value, f"valid: {', '.join(map(str, choices))}")
+    if value not in choices:
+        refuse(field, value, f"valid: {', '.join(map(str, choices))}")
 
 
 def divisors(n: int) -> list[int]:

@@ -8,13 +8,14 @@ pieces the estimators already know; a new piece is also named in the estimator t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .fields import SpecError, non_negative_int, one_of, require
 
 # What an option keeps of the layer's activation inventory (estimate/activations.py).
 KEEPS_ALL = "inventory"  # every tensor of the inventory except the `drops` (tensor names or sharding tags)
 KEEPS_LAYER_INPUT = "layer_input"  # only the layer's input (the checkpoint)
-# Forward pieces an option re-runs in backward (estimate/time.py prices them, estimate/compute.py counts FLOPs).
+# Forward pieces an option re-runs in backward (estimate/layer_time.py prices them, estimate/compute.py counts FLOPs).
 ATTENTION_CORE = "attention_core"  # softmax(QK^T)V and, without flash attention, its elementwise ops
 LAYER_FORWARD = "layer_forward"  # the whole layer forward with its TP/CP/EP forward communication
 NORMS = "norms"  # the layer's two pre-norms
@@ -161,6 +162,9 @@ def recompute_option(name: str) -> RecomputeOption:
     return OPTION_BY_NAME[name]
 
 
+MODE_INDEX = {name: i for i, name in enumerate(RECOMPUTE_MODES)}  # an option's place in RECOMPUTE_MODES
+
+
 @dataclass(frozen=True, init=False)
 class StageRecompute:
     """How many of one (virtual) pipeline stage's layers run each recompute option, in RECOMPUTE_MODES order.
@@ -174,12 +178,19 @@ class StageRecompute:
             non_negative_int(f"recompute.{name}", value)
         object.__setattr__(self, "counts", tuple(by_option.get(name, 0) for name in RECOMPUTE_MODES))
 
+    @classmethod
+    def from_counts(cls, counts: tuple[int, ...]) -> "StageRecompute":
+        """From counts already in RECOMPUTE_MODES order, checked by the caller (the solver's own plans)."""
+        stage = cls.__new__(cls)
+        object.__setattr__(stage, "counts", counts)
+        return stage
+
     @property
     def layers(self) -> int:
         return sum(self.counts)
 
     def count(self, mode: str) -> int:
-        return self.counts[RECOMPUTE_MODES.index(mode)]
+        return self.counts[MODE_INDEX[mode]]
 
     def as_dict(self) -> dict[str, int]:
         """Layers per option: the classic three always, module options where used."""
@@ -209,7 +220,7 @@ class RecomputePlan:
     def for_stage(self, stage: int, layers: int) -> StageRecompute:
         """Counts for a (virtual) stage holding `layers` body layers."""
         if self.is_uniform:
-            return StageRecompute(**{self.mode: layers})
+            return _uniform_stage(self.mode, layers)
         return self.stages[stage]
 
     def key(self) -> tuple:
@@ -228,3 +239,9 @@ class RecomputePlan:
         if self.is_uniform:
             return self.mode
         return {"stages": [{"stage": i, "layers": s.layers, **s.as_dict()} for i, s in enumerate(self.stages)]}
+
+
+@lru_cache(maxsize=4096)
+def _uniform_stage(mode: str, layers: int) -> StageRecompute:
+    """A stage whose `layers` layers all run `mode` (uniform plans ask for it per stage, often)."""
+    return StageRecompute(**{mode: layers})

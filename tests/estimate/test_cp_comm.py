@@ -5,7 +5,9 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ndcp.estimate.time import cp_bytes, cp_comm_seconds, estimate_time, layer_time
+from ndcp.estimate.communication import cp_bytes, cp_comm_seconds
+from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.time import estimate_time
 from ndcp.rules import strategy_refusal
 from ndcp.specs.strategy import CP_COMM_TYPES
 from ndcp.space import SearchSpace, SpaceOptions

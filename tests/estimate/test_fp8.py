@@ -12,7 +12,8 @@ from ndcp.estimate.fp8 import cast_bytes_per_element, check_fp8, weight_copy_byt
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
 from ndcp.estimate.memory import model_state_bytes
 from ndcp.estimate.parameters import stage_parameters
-from ndcp.estimate.time import layer_time, stage_extra_time
+from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.time import stage_extra_time
 from ndcp.specs import ClusterSpec, RunSpec, SpecError, device_preset
 from ndcp.specs.library import load_model
 from ndcp.specs.strategy import Strategy

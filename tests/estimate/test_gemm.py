@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from ndcp.estimate.compute import FLASH_BACKWARD_RATIO, Gemm
 from ndcp.estimate.gemm import (UNFUSED_BACKWARD_RATIO, attention_core_seconds, flash_efficiencies, gemm_efficiency,
                                 gemm_pass_seconds, gemm_seconds, training_gemm_seconds)
-from ndcp.estimate.time import layer_time
+from ndcp.estimate.layer_time import layer_time
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
 from ndcp.specs.fields import SpecError
 

@@ -4,7 +4,8 @@ breakdown reports both."""
 import pytest
 
 from ndcp.estimate.overlap import hidden_comms, layer_overlaps, requested
-from ndcp.estimate.time import estimate_time, layer_time
+from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, Strategy, device_preset
 from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model

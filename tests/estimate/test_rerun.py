@@ -6,7 +6,8 @@ import pytest
 from ndcp.estimate.activations import layer_activation_bytes, recompute_workspace_bytes
 from ndcp.estimate.compute import mla_up_projection_gemms, mlp_gemms, total_flops
 from ndcp.estimate.memory import estimate_memory
-from ndcp.estimate.time import estimate_time, layer_time
+from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, Strategy, device_preset
 from ndcp.specs.library import load_model
 from ndcp.specs.recompute import RecomputePlan

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from ndcp.estimate.compute import attention_core_flops
 from ndcp.estimate.gemm import attention_core_seconds
-from ndcp.estimate.time import (PART_KEYS, LayerTime, estimate_time, layer_time,
-                                stage_extra_time)
+from ndcp.estimate.layer_time import LayerTime, layer_time
+from ndcp.estimate.time import PART_KEYS, estimate_time, stage_extra_time
 from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
                         device_preset)
 

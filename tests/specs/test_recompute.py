@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate.activations import layer_activation_bytes
-from ndcp.estimate.time import layer_time
+from ndcp.estimate.layer_time import layer_time
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, device_preset
 from ndcp.specs.library import load_model
 from ndcp.estimate.activations import layer_inventory

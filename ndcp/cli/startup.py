@@ -1,0 +1,71 @@
+"""Process start of the command line: OR-Tools' CP-SAT module imported without pandas.
+
+`ortools.sat.python.cp_model` imports pandas at its top (OR-Tools 9.x) for its `*_series` helpers, which ndcp never
+calls; pandas is about 0.35 s of a 2-3 s search on a 2-core machine, a third of its start. A command-line process is
+ndcp's own, so while cp_model executes, `pandas` is a stand-in module whose `Index` and `Series` are classes nothing
+is an instance of; it is removed once cp_model is loaded, and a later `import pandas` gets the real one. Should
+cp_model ever need more of pandas at import, the stand-in is dropped and cp_model imported as usual. Library users
+(`import ndcp`) import cp_model as usual: only `ndcp.cli.main` installs this.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import sys
+import types
+
+CP_MODEL = "ortools.sat.python.cp_model"
+
+
+def _stand_in() -> types.ModuleType:
+    module = types.ModuleType("pandas", "ndcp's stand-in while cp_model imports (ndcp/cli/startup.py)")
+    module.Index = type("Index", (), {})
+    module.Series = type("Series", (), {})
+    return module
+
+
+class _Loader(importlib.abc.Loader):
+    """cp_model's own loader, run with the stand-in as `pandas`."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, name: str):  # get_source and the rest: cp_model's own loader answers
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        stand_in = _stand_in()
+        sys.modules["pandas"] = stand_in
+        try:
+            self.loader.exec_module(module)
+        except AttributeError:  # cp_model reads more of pandas than the stand-in has: import it as usual
+            del sys.modules["pandas"]
+            self.loader.exec_module(module)
+        finally:
+            if sys.modules.get("pandas") is stand_in:
+                del sys.modules["pandas"]
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds cp_model as the other finders do, with _Loader around its loader (only while pandas is not loaded)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != CP_MODEL or "pandas" in sys.modules:
+            return None
+        others = [finder for finder in sys.meta_path if finder is not self]
+        for finder in others:
+            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader)
+                return spec
+        return None
+
+
+def defer_pandas() -> None:
+    """Import cp_model without pandas in this process from now on (once; nothing to do if cp_model is loaded)."""
+    if CP_MODEL in sys.modules or any(isinstance(f, _Finder) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _Finder())

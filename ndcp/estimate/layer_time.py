@@ -1,0 +1,231 @@
+"""One body layer's time for one micro-batch on one device (`layer_time`): its GEMMs, attention core, elementwise
+passes, exposed TP/CP/EP communication and what its recompute option re-runs. `LayerTime` keeps the parts apart, so
+stages (estimate/time.py) and the solver's coefficients add them up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+from ..specs.device import ClusterSpec
+from ..specs.model import ModelSpec
+from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, recompute_option
+from ..specs.run import RunSpec
+from . import communication as comm
+from .communication import cp_comm_seconds
+from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, fp8_gemms, layer_gemms,
+                      memory_seconds, total_flops)
+from .fp8 import cast_bytes_per_element
+from .gemm import attention_core_seconds, weight_gemm_seconds
+from .overlap import NO_OVERLAP, ep_overlapped, layer_overlaps, tp_overlapped
+from .rerun import MODULE_PIECES, LayerShape, rerun_cost
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One body layer (or a stage's extra work), one micro-batch, seconds on one device, exposed time; and the
+    matmul FLOPs that work executes on the device (the HFU numerator: masked halves skipped, recompute and expert
+    padding included)."""
+
+    forward: float
+    backward: float
+    recompute: float
+    tp_comm: float
+    cp_comm: float
+    ep_comm: float
+    flops: float = 0.0
+    backward_comm: float = 0.0  # the share of tp/cp/ep_comm that is exposed during the backward pass
+    wgrad: float = 0.0  # the weight-gradient GEMMs within backward (what zero-bubble schedules defer, W)
+    tp_hidden: float = 0.0  # TP communication overlapped with compute (not in tp_comm; estimate/overlap.py)
+    ep_hidden: float = 0.0  # EP all-to-all overlapped with compute (not in ep_comm)
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+
+    @property
+    def forward_window(self) -> float:
+        """Wall time of this work's forward pass (compute and its exposed communication): what a data-parallel
+        collective on the other link can hide behind during the forward."""
+        return self.forward + self.tp_comm + self.cp_comm + self.ep_comm - self.backward_comm
+
+    @property
+    def full_backward(self) -> float:
+        """Input and weight gradients, recompute and the communication exposed in the backward (B of the
+        pipeline schedules' tables)."""
+        return self.backward + self.recompute + self.backward_comm
+
+    @property
+    def backward_window(self) -> float:
+        """Wall time of this work's backward pass: backward, recompute and the communication exposed in it."""
+        return self.backward + self.recompute + self.backward_comm
+
+    def __add__(self, other: "LayerTime") -> "LayerTime":
+        return LayerTime(self.forward + other.forward, self.backward + other.backward,
+                         self.recompute + other.recompute, self.tp_comm + other.tp_comm,
+                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm, self.flops + other.flops,
+                         self.backward_comm + other.backward_comm, self.wgrad + other.wgrad,
+                         self.tp_hidden + other.tp_hidden, self.ep_hidden + other.ep_hidden)
+
+    def scaled(self, factor: float) -> "LayerTime":
+        return LayerTime(self.forward * factor, self.backward * factor, self.recompute * factor,
+                         self.tp_comm * factor, self.cp_comm * factor, self.ep_comm * factor, self.flops * factor,
+                         self.backward_comm * factor, self.wgrad * factor, self.tp_hidden * factor,
+                         self.ep_hidden * factor)
+
+
+ZERO_TIME = LayerTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def tp_all_reduce_seconds(cluster: ClusterSpec, nbytes: float, tp: int) -> float:
+    """One Megatron TP all-reduce (or its SP reduce-scatter + all-gather pair: same volume, Korthikanti §4.2.2)."""
+    bandwidth, latency = comm.link(cluster.device, comm.group_span(("tp",), {"tp": tp}))
+    return comm.all_reduce_seconds(nbytes, tp, bandwidth, latency)
+
+
+def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
+                   etp: int) -> float:
+    """One token dispatch (or combine): top_k copies of each local token's hidden state, all-to-all over EP."""
+    if ep <= 1:
+        return 0.0
+    nbytes = tokens * model.moe.top_k * model.hidden * run.activation_bytes * etp / tp
+    bandwidth, latency = comm.link(cluster.device, comm.group_span(("ep",), {"etp": etp, "ep": ep},
+                                                                   comm.EXPERT_RANK_ORDER))
+    return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
+
+
+def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
+               ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
+               ) -> LayerTime:
+    """One body layer of `kind` under recompute `mode` (see _layer_time); a dense layer does not depend on ep/etp,
+    so its cached terms are shared across them (nor on cp_comm without CP). `hidden`: the overlaps the strategy
+    runs (estimate/overlap.py hidden_comms)."""
+    if kind == "dense":
+        ep = etp = 1
+    if cp == 1:
+        cp_comm = "p2p"
+    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp, cp_comm,
+                       layer_overlaps(hidden, kind, mode))
+
+
+@lru_cache(maxsize=65536)
+def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int, ep: int,
+                   etp: int, mbs: int) -> tuple[float, ...]:
+    """The GEMM work of one body layer for one micro-batch, shared by its SP, overlap and cp_comm variants: seconds
+    of the weight GEMMs (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and
+    backward seconds, and the core's FLOPs."""
+    device = cluster.device
+    tokens = mbs * run.seq_len / cp
+    gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
+    linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
+    cast_forward = cast_backward = 0.0
+    if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
+        low = fp8_gemms(model, kind, gemms, tokens)
+        per_element = cast_bytes_per_element(run, device)
+        cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
+        cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
+    core_flops = attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
+    core, core_backward = attention_core_seconds(core_flops, device, run.flash_attention)
+    return linear, total_flops(gemms), cast_forward, cast_backward, core, core_backward, core_flops
+
+
+class _Passes(NamedTuple):
+    """One body layer's forward and backward with no recompute (_layer_passes): what every recompute option adds to."""
+
+    forward: float
+    backward: float
+    linear: float  # the weight GEMMs, one pass
+    linear_flops: float
+    core: float  # the attention core, forward
+    core_flops: float
+    executed: float  # FLOPs of the forward and backward
+    tp_forward: float  # exposed TP communication, forward and backward, and all of it before overlap
+    tp_backward: float
+    tp_total: float
+    cp_forward: float
+    cp_backward: float
+    a2a: float  # one EP all-to-all
+    ep_forward: float
+    ep_backward: float
+
+
+@lru_cache(maxsize=131072)
+def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
+                ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
+                ) -> LayerTime:
+    """One body layer of `kind` under recompute `mode` for one micro-batch of mbs sequences of local length seq/cp.
+
+    recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
+    selective: the attention core). tp_comm: 2 forward all-reduces (SP: reduce-scatter + all-gather, same volume)
+    plus whatever of the 2 backward ones outlasts the weight-gradient GEMMs. cp_comm: the exposed part of
+    the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch + combine all-to-alls, forward and backward
+    (MoE only). wgrad: the weight-gradient GEMMs (one forward of the linear layers). `hidden` overlaps move TP or
+    EP time from exposed to tp_hidden / ep_hidden (estimate/overlap.py)."""
+    p = _layer_passes(model, cluster, run, kind, tp, cp, ep, etp, mbs, sp, cp_comm, hidden)
+    executed, recompute = p.executed, 0.0
+    reruns = recompute_option(mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
+    for piece in reruns:
+        if piece in MODULE_PIECES:  # Megatron-Core recompute modules (estimate/rerun.py)
+            shape = LayerShape(kind, mode, mbs * run.seq_len / cp, tp, sp, ep, etp, p.tp_forward, p.ep_forward, cp,
+                               mbs, p.forward, p.backward)
+            seconds, flops = rerun_cost(model, cluster, run, shape, piece, reruns)
+            recompute += seconds
+            executed += flops
+        elif piece == LAYER_FORWARD:
+            recompute += p.forward + p.tp_forward + p.cp_forward + p.ep_forward
+            executed += p.linear_flops + p.core_flops
+        elif piece == ATTENTION_CORE:  # the core, and without flash attention its score-matrix elementwise passes
+            executed += p.core_flops
+            recompute += p.core + (0.0 if run.flash_attention else _unfused_core_elementwise(model, cluster, run, kind,
+                                                                                             tp, cp, mbs, sp))
+        else:
+            raise ValueError(f"no time model for recompute piece {piece!r}")
+    tp_exposed = p.tp_forward + p.tp_backward
+    return LayerTime(p.forward, p.backward, recompute, tp_exposed, p.cp_forward + p.cp_backward,
+                     p.ep_forward + p.ep_backward, executed, p.tp_backward + p.cp_backward + p.ep_backward, p.linear,
+                     p.tp_total - tp_exposed, 4 * p.a2a - p.ep_forward - p.ep_backward)
+
+
+@lru_cache(maxsize=65536)
+def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int, ep: int,
+                  etp: int, mbs: int, sp: bool, cp_comm: str, hidden: frozenset) -> _Passes:
+    """_layer_time's forward and backward with no recompute, shared by the recompute options with the same
+    overlaps."""
+    device, dtype = cluster.device, run.activation_bytes
+    tokens, keys = mbs * run.seq_len / cp, run.seq_len
+    flash = run.flash_attention
+    linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops = _layer_compute(
+        model, cluster, run, kind, tp, cp, ep, etp, mbs)
+    core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
+    executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
+    elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
+    forward = linear + core + elementwise + cast_forward
+    backward = 2.0 * (linear + elementwise) + core_backward + cast_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
+
+    # docs/formulas.md §7
+    tp_forward = 2 * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
+    # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
+    # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
+    tp_backward = max(0.0, tp_forward - linear)
+    tp_total = tp_forward + tp_backward
+    if "tp" in hidden:
+        tp_forward, tp_backward = tp_overlapped(tp_forward, linear)
+    cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, tokens, tp, cp, cp_comm, core, core_backward)
+    a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
+    ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
+    if "ep" in hidden:
+        ep_forward, ep_backward = ep_overlapped(4 * a2a, forward + backward)
+    return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
+                   tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
+
+
+def _unfused_core_elementwise(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int,
+                              mbs: int, sp: bool) -> float:
+    """Without flash attention, the score matrix's elementwise passes a re-run attention core repeats."""
+    tokens, dtype = mbs * run.seq_len / cp, run.activation_bytes
+    return memory_seconds(elementwise_bytes(model, kind, tokens, run.seq_len, tp, sp, False, dtype)
+                          - elementwise_bytes(model, kind, tokens, run.seq_len, tp, sp, True, dtype), cluster.device)
+
+
+__all__ = ["LayerTime", "ZERO_TIME", "layer_time", "tp_all_reduce_seconds"]

@@ -1,0 +1,48 @@
+"""The command line's process start (ndcp/cli/startup.py): CP-SAT's module loads without pandas, and nothing else
+notices."""
+import importlib.machinery
+import subprocess
+import sys
+import textwrap
+
+from ndcp.cli.startup import _Loader
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_search_from_the_command_line_never_loads_pandas_and_a_later_import_gets_the_real_one():
+    out = _run("""
+        import contextlib, io, json, sys
+        from ndcp.cli import main
+        with contextlib.redirect_stdout(io.StringIO()) as text:
+            code = main(["search", "llama3-8b", "--device", "h100", "--gpus", "8", "--global-batch", "32",
+                         "--seq-len", "2048", "--recompute", "uniform", "--top", "1", "--json", "-", "--quiet"])
+        print(code, json.loads(text.getvalue())["status"], "pandas" in sys.modules)
+        import pandas
+        print(int(pandas.Series([1, 2]).sum()))
+    """)
+    assert out.split() == ["0", "optimal", "False", "3"]
+
+
+def test_a_module_that_needs_more_of_pandas_than_the_stand_in_is_loaded_with_the_real_pandas(tmp_path):
+    path = tmp_path / "needs_frames.py"
+    path.write_text("import pandas as pd\nFRAME = pd.DataFrame\n")
+    out = _run(f"""
+        import importlib.machinery, importlib.util, sys
+        from ndcp.cli.startup import _Loader
+        loader = _Loader(importlib.machinery.SourceFileLoader("needs_frames", {str(path)!r}))
+        spec = importlib.util.spec_from_loader("needs_frames", loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        print(module.FRAME.__module__.split(".")[0], type(sys.modules["pandas"].DataFrame).__name__)
+    """)
+    assert out.split() == ["pandas", "type"]
+
+
+def test_the_wrapped_loader_answers_for_its_source():
+    loader = _Loader(importlib.machinery.SourceFileLoader("startup", sys.modules["ndcp.cli.startup"].__file__))
+    assert "defer_pandas" in loader.get_source("startup")
