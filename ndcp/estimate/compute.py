@@ -17,8 +17,8 @@ measured 19.6 / 27.2 / 20.9 / 20.3 ms (tests/estimate/test_time.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from ..specs.device import DeviceSpec
 from ..specs.model import ModelSpec
@@ -29,9 +29,9 @@ FLASH_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forwa
 UNFUSED_SOFTMAX_PASSES = 6
 
 
-@dataclass(frozen=True)
-class Gemm:
-    """`count` independent (m x k) @ (k x n) matrix multiplies on one device."""
+class Gemm(NamedTuple):
+    """`count` independent (m x k) @ (k x n) matrix multiplies on one device (a named tuple: GEMM times are cached by
+    shape, and tuples hash and compare fast)."""
 
     m: float
     k: float

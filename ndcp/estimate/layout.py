@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from ..specs.model import ModelSpec
 from ..schedules import schedule_named
-from ..specs.recompute import HEAVIEST_FIRST
+from ..specs.recompute import HEAVIEST_FIRST, MODE_INDEX
 from ..specs.pipeline_layout import megatron_layout
 from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, accounted_partition, default_partition
 
@@ -59,10 +59,16 @@ def stage_chunks(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[in
 
 def stage_layouts(model: ModelSpec, strategy: Strategy) -> tuple[StageLayout, ...]:
     """Per device stage: the layers it holds (all its chunks) and its in-flight chunks."""
-    pp, vpp = strategy.pp, strategy.vpp
-    chunks = stage_chunks(model, pp, vpp, strategy.layers_per_stage)
-    schedule = schedule_named(strategy.schedule)
-    return tuple(StageLayout(s, chunks[s], schedule.in_flight(s, pp, vpp, strategy.mbn), *schedule.holds_ends(s, pp))
+    s = strategy
+    return _stage_layouts(model, s.pp, s.vpp, s.layers_per_stage, s.schedule, s.mbn)
+
+
+@lru_cache(maxsize=16384)
+def _stage_layouts(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], schedule_name: str,
+                   mbn: int) -> tuple[StageLayout, ...]:
+    chunks = stage_chunks(model, pp, vpp, layers_per_stage)
+    schedule = schedule_named(schedule_name)
+    return tuple(StageLayout(s, chunks[s], schedule.in_flight(s, pp, vpp, mbn), *schedule.holds_ends(s, pp))
                  for s in range(pp))
 
 
@@ -71,8 +77,18 @@ LAYER_KINDS = ("dense", "moe")
 
 def kind_counts(model: ModelSpec, layout: StageLayout) -> dict[str, int]:
     """Body layers of each kind on one device stage."""
-    moe = sum(_moe_layers_in(model, first, n) for first, n in layout.chunks)
-    return {"dense": layout.layers - moe, "moe": moe}
+    return _chunks_kind_counts(model, layout.chunks)
+
+
+def stage_kind_counts(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...] = ()
+                      ) -> tuple[dict[str, int], ...]:
+    """Body layers of each kind on each device stage (all its chunks)."""
+    return tuple(_chunks_kind_counts(model, chunks) for chunks in stage_chunks(model, pp, vpp, layers_per_stage))
+
+
+def _chunks_kind_counts(model: ModelSpec, chunks: tuple[tuple[int, int], ...]) -> dict[str, int]:
+    moe = sum(_moe_layers_in(model, first, n) for first, n in chunks)
+    return {"dense": sum(n for _, n in chunks) - moe, "moe": moe}
 
 
 @lru_cache(maxsize=65536)
@@ -90,10 +106,14 @@ def chunk_kinds(model: ModelSpec, counts: tuple[int, ...]) -> list[dict[str, int
     return out
 
 
+_HEAVIEST_FIRST_AT = tuple((mode, MODE_INDEX[mode]) for mode in HEAVIEST_FIRST)  # each option and its place in counts
+
+
 def mode_kind_counts(kinds: dict[str, int], plan: StageRecompute) -> dict[tuple[str, str], int]:
     """Assign one chunk's recompute counts to its layer kinds: MoE layers (the larger ones) take the heaviest
     recompute options first. Memory and time both read layers through this one rule."""
-    remaining = {mode: plan.count(mode) for mode in HEAVIEST_FIRST}
+    counts = plan.counts
+    remaining = {mode: n for mode, i in _HEAVIEST_FIRST_AT if (n := counts[i])}
     out = {}
     for kind in sorted(kinds, key=lambda k: k != "moe"):
         left = kinds[kind]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from functools import lru_cache
 
-from ..estimate.layout import chunk_kinds, kind_counts, stage_chunks, stage_layouts
+from ..estimate.layout import kind_counts, stage_chunks, stage_kind_counts, stage_layouts
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
                                stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.parameters import StageParameters
@@ -37,7 +37,6 @@ from ..schedules import schedule_named
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HEAVIEST, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
-from ..specs.strategy import default_partition
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -126,16 +125,11 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
 
 @lru_cache(maxsize=4096)
 def _stage_shapes(model, schedule: str, pp: int, vpp: int) -> tuple[_StageShape, ...]:
-    """The distinct shapes of the device stages, default partition (virtual stage c * pp + s on device stage s, as
-    estimate/layout.py places them)."""
-    layers = [[0, 0] for _ in range(pp)]
-    for v, kinds in enumerate(chunk_kinds(model, default_partition(model.layers, pp * vpp))):
-        layers[v % pp][0] += kinds["dense"]
-        layers[v % pp][1] += kinds["moe"]
+    """The distinct shapes of the device stages, default partition."""
     shapes = set()
-    for s, (dense, moe) in enumerate(layers):
+    for s, kinds in enumerate(stage_kind_counts(model, pp, vpp)):
         roles = {"first": 0.0, "last": 0.0, "only": 0.0, **dict(schedule_named(schedule).extra_roles(s, pp))}
-        shapes.add(_StageShape(dense, moe, **roles))
+        shapes.add(_StageShape(kinds["dense"], kinds["moe"], **roles))
     return tuple(sorted(shapes))
 
 
