@@ -49,6 +49,17 @@ def test_parts_add_up_to_the_step(strategy):
     assert est.as_dict()["parts"] == est.parts
 
 
+def test_stages_with_the_same_layers_and_extra_work_are_timed_once_and_alike():
+    from ndcp.estimate.layout import stage_mode_counts
+    from ndcp.estimate.time import _stage_time, stage_times
+    strategy = llama_strategy(pp=8, dp=2)  # 4 layers per stage; the six middle stages alike
+    run = RunSpec(global_batch=256, seq_len=4096)
+    times = stage_times(LLAMA_8B, cluster(), run, strategy)
+    assert times == [_stage_time(LLAMA_8B, cluster(), run, strategy, i, counts)
+                     for i, counts in enumerate(stage_mode_counts(LLAMA_8B, strategy))]
+    assert all(t is times[1] for t in times[1:-1]) and times[0] != times[1] != times[-1]
+
+
 def test_moe_model_has_expert_communication():
     strategy = Strategy(dp=8, tp=1, pp=2, ep=8, mbs=1, mbn=4)
     est = estimate_time(SMALL_MOE, cluster(gpus=16), RunSpec(global_batch=32, seq_len=4096), strategy)

@@ -40,6 +40,9 @@ def test_stage_counts_by_option_name():
         StageRecompute(swap=3)
     with pytest.raises(SpecError, match="recompute.full"):
         StageRecompute(full=-1)
+    # the solver's own counts, already in option order, build the same (equal, hashing alike) stage unchecked
+    same = StageRecompute.from_counts(stage.counts)
+    assert same == stage and hash(same) == hash(stage) and same.count("selective") == 7
 
 
 def test_per_stage_plan_json_and_summary():
