@@ -91,6 +91,8 @@ def communicator_bytes(strategy: Strategy) -> int:
     degrees = (s.tp, s.cp, s.dp, s.pp, s.ep, s.etp)  # all process_groups reads
     found = _COMMUNICATOR_BYTES.get(degrees)
     if found is None:
+        if len(_COMMUNICATOR_BYTES) >= 65536:  # bounded, as the lru caches are (a long sweep meets many degrees)
+            _COMMUNICATOR_BYTES.clear()
         found = _COMMUNICATOR_BYTES[degrees] = sum(g.bytes for g in process_groups(strategy))
     return found
 
