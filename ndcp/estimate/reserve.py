@@ -16,6 +16,7 @@ fragmentation is still added.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..specs.run import RunSpec
 from ..specs.strategy import Strategy
@@ -71,33 +72,27 @@ def process_groups(strategy: Strategy) -> tuple[ProcessGroup, ...]:
     tp, cp: ring collectives (2 connections); dp: the gradient / ZeRO ring over dp x cp ranks (where memory.py shards
     the states); etp and edp (expert-data-parallel): the expert tensor-parallel and expert-gradient rings of MoE
     models; pp: send/receive with the two neighbours; ep: the token all-to-all, send/receive with each of the ep - 1
-    peers."""
+    peers. Shared by the strategies with the same degrees (every memory estimate asks, often)."""
     s = strategy
-    rings = [("tp", s.tp), ("cp", s.cp), ("dp", s.dp * s.cp)]
-    if s.ep > 1:
-        rings += [("etp", s.etp), ("edp", expert_data_parallel(s))]
+    return _process_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp, expert_data_parallel(s))
+
+
+@lru_cache(maxsize=65536)
+def _process_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, edp: int) -> tuple[ProcessGroup, ...]:
+    rings = [("tp", tp), ("cp", cp), ("dp", dp * cp)]
+    if ep > 1:
+        rings += [("etp", etp), ("edp", edp)]
     groups = [ProcessGroup(name, size, RING_CONNECTIONS) for name, size in rings if size > 1]
-    if s.pp > 1:
-        groups.append(ProcessGroup("pp", s.pp, RING_CONNECTIONS, point_to_point=True))
-    if s.ep > 1:
-        groups.append(ProcessGroup("ep", s.ep, s.ep - 1, point_to_point=True))
+    if pp > 1:
+        groups.append(ProcessGroup("pp", pp, RING_CONNECTIONS, point_to_point=True))
+    if ep > 1:
+        groups.append(ProcessGroup("ep", ep, ep - 1, point_to_point=True))
     return tuple(groups)
 
 
 def communicator_bytes(strategy: Strategy) -> int:
-    """NCCL buffers of every process group the rank is in (shared by the strategies with the same degrees: every
-    memory estimate asks, often)."""
-    s = strategy
-    degrees = (s.tp, s.cp, s.dp, s.pp, s.ep, s.etp)  # all process_groups reads
-    found = _COMMUNICATOR_BYTES.get(degrees)
-    if found is None:
-        if len(_COMMUNICATOR_BYTES) >= 65536:  # bounded, as the lru caches are (a long sweep meets many degrees)
-            _COMMUNICATOR_BYTES.clear()
-        found = _COMMUNICATOR_BYTES[degrees] = sum(g.bytes for g in process_groups(strategy))
-    return found
-
-
-_COMMUNICATOR_BYTES: dict[tuple[int, ...], int] = {}
+    """NCCL buffers of every process group the rank is in."""
+    return sum(g.bytes for g in process_groups(strategy))
 
 
 def fixed_reserve_parts(run: RunSpec, strategy: Strategy) -> dict[str, float]:

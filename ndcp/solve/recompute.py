@@ -147,9 +147,8 @@ class PlanModel:
         self.high = high = tuple(d + self.offset for d in self.default)
         self.dp_terms = []
         for z in zeros:
-            fewest, most = (data_parallel_terms(model, cluster, run, base.with_(
-                zero=z, layers_per_stage=split_device_stages(counts, layout.vpp)) if self.offset else base.with_zero(z))
-                for counts in (self.low, high))
+            fewest, most = (data_parallel_terms(model, cluster, run, strategy)
+                            for strategy in self._at_fewest_and_most(z))
             self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer,
                                    tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(t.windows(mbn),
                                                                                             m.windows(mbn))),
@@ -159,9 +158,8 @@ class PlanModel:
         # at its fewest layers, per layer above); 0 without optimizer offload
         self.host_optimizer = []
         for z in zeros:
-            fewest, most = ([host_optimizer_bytes(model, run, base.with_(
-                zero=z, layers_per_stage=split_device_stages(counts, layout.vpp)) if self.offset else base.with_zero(z),
-                self.layouts[s]) for s in range(pp)] for counts in (self.low, high))
+            fewest, most = ([host_optimizer_bytes(model, run, strategy, self.layouts[s]) for s in range(pp)]
+                            for strategy in self._at_fewest_and_most(z))
             self.host_optimizer.append([(a, _slope(a, b, lo, hi))
                                         for a, b, lo, hi in zip(fewest, most, self.low, high)])
         # Per pass ("forward", "backward"): each layer's and each stage's extra work's wall time (the DP windows)
@@ -182,6 +180,14 @@ class PlanModel:
             moe_covered = m.new_bool_var(f"moe_covered{s}_{depth}")
             m.add(sum(n[("moe", o)] for o in prefix) == moe_layers).only_enforce_if(moe_covered)
             m.add(sum(n.get(("dense", o), 0) for o in prefix) == 0).only_enforce_if(~moe_covered)
+
+    def _at_fewest_and_most(self, zero: int) -> tuple[Strategy, Strategy]:
+        """The base strategy under ZeRO stage `zero` with every stage at its fewest layers, and at its most (the
+        default partition both times when it is fixed)."""
+        if not self.offset:
+            return self.base.with_zero(zero), self.base.with_zero(zero)
+        return tuple(self.base.with_(zero=zero, layers_per_stage=split_device_stages(counts, self.layout.vpp))
+                     for counts in (self.low, self.high))
 
     def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1,
               exclude: tuple[tuple[int, ...], ...] = (), cutoff_seconds: float = math.inf,
