@@ -95,14 +95,13 @@ def host_optimizer_seconds(run: RunSpec, device: DeviceSpec, sharded: float) -> 
     return link + adam
 
 
-def _collectives(cluster: ClusterSpec, run: RunSpec, zero: int, params: float, n: int,
-                 span: int) -> tuple[float, float]:
-    """(gradient sync, parameter gather) of `params` local parameters over an n-rank data-parallel group, seconds
-    (ZeRO §7.2 volumes: all-reduce 2 Psi; reduce-scatter and all-gather Psi each); none without parameters (a dense
-    model's expert group)."""
+def _collectives(run: RunSpec, zero: int, params: float, n: int, link: tuple[float, float]) -> tuple[float, float]:
+    """(gradient sync, parameter gather) of `params` local parameters over an n-rank data-parallel group on `link`
+    (bandwidth, latency), seconds (ZeRO §7.2 volumes: all-reduce 2 Psi; reduce-scatter and all-gather Psi each); none
+    without parameters (a dense model's expert group)."""
     if n <= 1 or params <= 0:
         return 0.0, 0.0
-    bandwidth, latency = comm.link(cluster.device, span)
+    bandwidth, latency = link
     # fp8: the parameters are gathered in FP8 (Megatron --fp8-param-gather; docs/formulas.md §3.1), half the volume
     grads, weights = params * run.grad_bytes, params * run.param_gather_bytes
     if zero == 0:
@@ -121,27 +120,47 @@ def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, st
                                 s.zero, s.schedule, s.optimizer_offload, stages)
 
 
+class _Placement(NamedTuple):
+    """Where a strategy's parameters sit, whatever its ZeRO stage: a ZeRO-0 strategy of those degrees, each device
+    stage's parameters and the two data-parallel groups (size, link)."""
+
+    strategy: Strategy
+    stages: tuple
+    dense_group: int
+    dense_link: tuple[float, float]
+    expert_group: int
+    expert_link: tuple[float, float]
+
+
+@lru_cache(maxsize=16384)
+def _placement(model: ModelSpec, cluster: ClusterSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int,
+               cp: int, dp: int, ep: int, etp: int, schedule: str) -> _Placement:
+    """_Placement, shared by the ZeRO stages (the solver's bounds ask for each of them)."""
+    # the schedule places parameters (a mirrored one holds two stages' worth: their gradients sync too)
+    s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=0, sp=False,
+                         schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
+                         layers_per_stage=layers_per_stage, cp_comm="p2p", optimizer_offload=False)
+    edp = expert_data_parallel(s)
+    dense_span = comm.group_span(("cp", "dp"), {"tp": tp, "cp": cp, "dp": dp})
+    expert_span = comm.group_span(("edp",), {"etp": etp, "ep": ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
+    return _Placement(s, stage_parameters(model, s), dp * cp, comm.link(cluster.device, dense_span), edp,
+                      comm.link(cluster.device, expert_span))
+
+
 @lru_cache(maxsize=65536)
 def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int,
                          layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
                          zero: int, schedule: str = "", optimizer_offload: bool = False,
                          stages: tuple[int, ...] | None = None) -> tuple[DataParallelTerms, ...]:
-    # the schedule places parameters (a mirrored one holds two stages' worth: their gradients sync too)
-    s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=zero, sp=False,
-                         schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
-                         layers_per_stage=layers_per_stage, cp_comm="p2p", optimizer_offload=optimizer_offload)
+    place = _placement(model, cluster, pp, vpp, layers_per_stage, tp, cp, dp, ep, etp, schedule)
+    sharding = place.strategy.with_zero(zero)
     sync = data_parallel_sync(run, zero, pp)
-    dense_group = s.dp * s.cp
-    dense_span = comm.group_span(("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})
-    edp = expert_data_parallel(s)
-    expert_span = comm.group_span(("edp",), {"etp": s.etp, "ep": s.ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
     out = []
-    every = stage_parameters(model, s)
-    for params in every if stages is None else (every[i] for i in stages):
-        dense = _collectives(cluster, run, zero, params.dense, dense_group, dense_span)
-        expert = _collectives(cluster, run, zero, params.expert, edp, expert_span)
+    for params in place.stages if stages is None else (place.stages[i] for i in stages):
+        dense = _collectives(run, zero, params.dense, place.dense_group, place.dense_link)
+        expert = _collectives(run, zero, params.expert, place.expert_group, place.expert_link)
         gradients, gather = dense[0] + expert[0], dense[1] + expert[1]
-        sharded = optimizer_shard(s, params)
+        sharded = optimizer_shard(sharding, params)
         out.append(DataParallelTerms(
             gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
             backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,

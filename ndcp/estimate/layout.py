@@ -75,18 +75,14 @@ def _stage_layouts(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[
 LAYER_KINDS = ("dense", "moe")
 
 
-def kind_counts(model: ModelSpec, layout: StageLayout) -> dict[str, int]:
-    """Body layers of each kind on one device stage."""
-    return _chunks_kind_counts(model, layout.chunks)
-
-
 def stage_kind_counts(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...] = ()
                       ) -> tuple[dict[str, int], ...]:
     """Body layers of each kind on each device stage (all its chunks)."""
-    return tuple(_chunks_kind_counts(model, chunks) for chunks in stage_chunks(model, pp, vpp, layers_per_stage))
+    return tuple(chunks_kind_counts(model, chunks) for chunks in stage_chunks(model, pp, vpp, layers_per_stage))
 
 
-def _chunks_kind_counts(model: ModelSpec, chunks: tuple[tuple[int, int], ...]) -> dict[str, int]:
+def chunks_kind_counts(model: ModelSpec, chunks: tuple[tuple[int, int], ...]) -> dict[str, int]:
+    """Body layers of each kind in a device stage's chunks ((first layer, layer count) each, StageLayout.chunks)."""
     moe = sum(_moe_layers_in(model, first, n) for first, n in chunks)
     return {"dense": sum(n for _, n in chunks) - moe, "moe": moe}
 

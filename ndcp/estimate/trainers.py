@@ -7,6 +7,7 @@ trainer can express (schedules, recompute plans, ZeRO stages) joins the profile 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..specs.run import TRAINERS, RunSpec
 
@@ -102,6 +103,7 @@ class DataParallelSync:
     gathered_parameters: bool  # ZeRO-3 holding the stage's parameters unsharded beyond one layer at a time
 
 
+@lru_cache(maxsize=1024)
 def data_parallel_sync(run: RunSpec, zero: int, pp: int) -> DataParallelSync:
     """The run's sync settings (RunSpec.grad_sync, param_gather), "trainer" resolved by its profile for this ZeRO
     stage and pipeline depth. ZeRO-1/2 gather the updated parameters once per step whatever the setting."""

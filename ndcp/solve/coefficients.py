@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from functools import lru_cache
 
-from ..estimate.layout import kind_counts, stage_chunks, stage_kind_counts, stage_layouts
+from ..estimate.layout import chunks_kind_counts, stage_chunks, stage_kind_counts, stage_layouts
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
                                stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.parameters import StageParameters
@@ -288,8 +288,14 @@ def layer_static_bytes(space: SearchSpace, layout: Layout, zero: int) -> float:
 
 def fewest_layers(model, stage, offsets: int) -> tuple[dict[str, int], int]:
     """(body layers per kind, layers fewer than the default) of a stage holding as few layers as partition offsets
-    allow: at least one per kind (single-kind models, where uneven partitions are searched)."""
-    counts = {k: n for k, n in kind_counts(model, stage).items() if n}
+    allow: at least one per kind (single-kind models, where uneven partitions are searched). Cached per chunk
+    placement: callers must not change the dict."""
+    return _fewest_layers(model, stage.chunks, offsets)
+
+
+@lru_cache(maxsize=16384)
+def _fewest_layers(model, chunks: tuple, offsets: int) -> tuple[dict[str, int], int]:
+    counts = {k: n for k, n in chunks_kind_counts(model, chunks).items() if n}
     least = {k: max(1, n - offsets) for k, n in counts.items()}
     return least, sum(counts.values()) - sum(least.values())
 

@@ -59,6 +59,8 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     offloads = tuple(m for m in modes if HOST_OFFLOAD in recompute_option(m).reruns)  # the others take no host memory
     out = {z: {} for z in zeros}
     for s in sorted(set(role_stages(base.pp))):
+        if all(shed is None for shed in out.values()):
+            break  # no ZeRO stage fits on an earlier stage: the item cannot fit whatever the others hold
         stage = layouts[s]
         counts, fewer = fewest_layers(model, stage, offsets)
         per_layer = resident_layer_table(model, run, base, stage, tuple((k, m) for k in counts

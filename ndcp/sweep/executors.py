@@ -6,10 +6,8 @@ one CP-SAT worker and a fixed seed); only the order in which points finish diffe
 """
 from __future__ import annotations
 
-import multiprocessing
 import sys
 import threading
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from importlib import import_module
 from typing import Iterator, Sequence
 
@@ -50,6 +48,8 @@ def _worker_context():
     solver once, so each worker starts with OR-Tools and ndcp already imported (bench_sweep, 16 points on 2 workers:
     1.70x with spawned workers, 2.0-2.4x forked; the workers' CPU 16.4-17.2 s against 14.3-15.6 s). Elsewhere, or
     with other threads running (a thread's locks would be copied held): spawned, a clean interpreter each."""
+    import multiprocessing  # here, not at the top: every ndcp command imports this module to register `sweep`
+
     if sys.platform == "linux" and threading.active_count() == 1:
         import_module("..solve.search", __package__)  # imported here once, inherited by every forked worker
         return multiprocessing.get_context("fork")
@@ -59,6 +59,8 @@ def _worker_context():
 def _processes(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, dict]]:
     """Starts the workers and queues every job now (a forking pool starts all its workers at the first submit);
     the generator returned yields the answers and shuts the pool down."""
+    from concurrent.futures import ProcessPoolExecutor  # 30 ms of imports only `sweep` needs
+
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_worker_context())
     try:
         pending = {pool.submit(solve_job, jobs[index]): index for index in _longest_first(jobs)}
@@ -68,7 +70,9 @@ def _processes(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, dict]]:
     return _answers(pool, pending)
 
 
-def _answers(pool: ProcessPoolExecutor, pending: dict) -> Iterator[tuple[int, dict]]:
+def _answers(pool, pending: dict) -> Iterator[tuple[int, dict]]:
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     try:
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -2,7 +2,7 @@
 micro-batches each holds in flight."""
 import pytest
 
-from ndcp.estimate.layout import kind_counts, stage_kind_counts, stage_layouts
+from ndcp.estimate.layout import chunks_kind_counts, stage_kind_counts, stage_layouts
 from ndcp.specs import RecomputePlan, Strategy
 from ndcp.specs.library import load_model
 
@@ -19,7 +19,7 @@ def _strategy(pp: int, vpp: int, mbn: int = 32, layers_per_stage: tuple[int, ...
 def test_each_device_stage_counts_the_layers_of_each_kind_its_chunks_hold(pp, vpp, partition):
     strategy = _strategy(pp, vpp, layers_per_stage=partition)
     per_stage = stage_kind_counts(DEEPSEEK, pp, vpp, partition)
-    assert list(per_stage) == [kind_counts(DEEPSEEK, layout) for layout in stage_layouts(DEEPSEEK, strategy)]
+    assert list(per_stage) == [chunks_kind_counts(DEEPSEEK, layout.chunks) for layout in stage_layouts(DEEPSEEK, strategy)]
     assert sum(k["dense"] for k in per_stage) == DEEPSEEK.dense_layers
     assert sum(k["moe"] for k in per_stage) == DEEPSEEK.moe_layers
     # the dense layers come first: they sit on device stage 0 (its first chunk)

@@ -149,3 +149,14 @@ def test_estimate_time_is_well_under_a_millisecond():
     for _ in range(calls):
         estimate_time(model, c, run, strategy)
     assert (time.perf_counter() - start) / calls < 1e-3
+
+
+def test_layer_times_add_and_scale_part_by_part():
+    # a named tuple for speed: `+` must add the parts, never concatenate the tuples
+    a = LayerTime(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, flops=7.0, backward_comm=0.5, wgrad=0.25, tp_hidden=8.0, ep_hidden=9.0)
+    b = LayerTime(10.0, 20.0, 30.0, 40.0, 50.0, 60.0, flops=70.0)
+    total = a + b
+    assert len(total) == len(a) and total == LayerTime(11.0, 22.0, 33.0, 44.0, 55.0, 66.0, 77.0, 0.5, 0.25, 8.0, 9.0)
+    assert total.total == a.total + b.total == 21.0 + 210.0
+    assert a.scaled(2.0) == LayerTime(2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 1.0, 0.5, 16.0, 18.0)
+    assert a.forward_window + a.backward_window == a.total
