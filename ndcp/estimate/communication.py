@@ -15,6 +15,7 @@ collectives and the CP group's link.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from math import prod
 
 from ..specs.device import ClusterSpec, DeviceSpec
@@ -84,6 +85,7 @@ def cp_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int) -> tuple[fl
     return tuple(tokens * width / tp * run.activation_bytes for width in (kv, q, out))
 
 
+@lru_cache(maxsize=1024)
 def _cp_link(cluster: ClusterSpec, tp: int, cp: int) -> tuple[float, float]:
     return link(cluster.device, group_span(("cp",), {"tp": tp, "cp": cp}))
 

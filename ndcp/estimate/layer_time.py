@@ -73,8 +73,13 @@ ZERO_TIME = LayerTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 def tp_all_reduce_seconds(cluster: ClusterSpec, nbytes: float, tp: int) -> float:
     """One Megatron TP all-reduce (or its SP reduce-scatter + all-gather pair: same volume, Korthikanti §4.2.2)."""
-    bandwidth, latency = comm.link(cluster.device, comm.group_span(("tp",), {"tp": tp}))
-    return comm.all_reduce_seconds(nbytes, tp, bandwidth, latency)
+    return comm.all_reduce_seconds(nbytes, tp, *_tp_link(cluster, tp))
+
+
+@lru_cache(maxsize=1024)
+def _tp_link(cluster: ClusterSpec, tp: int) -> tuple[float, float]:
+    """(bandwidth, latency) of a TP group's link, per degree (every layer shape asks)."""
+    return comm.link(cluster.device, comm.group_span(("tp",), {"tp": tp}))
 
 
 def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
@@ -83,9 +88,14 @@ def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens:
     if ep <= 1:
         return 0.0
     nbytes = tokens * model.moe.top_k * model.hidden * run.activation_bytes * etp / tp
-    bandwidth, latency = comm.link(cluster.device, comm.group_span(("ep",), {"etp": etp, "ep": ep},
-                                                                   comm.EXPERT_RANK_ORDER))
+    bandwidth, latency = _ep_link(cluster, ep, etp)
     return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
+
+
+@lru_cache(maxsize=1024)
+def _ep_link(cluster: ClusterSpec, ep: int, etp: int) -> tuple[float, float]:
+    """(bandwidth, latency) of an EP group's link (ETP ranks innermost), per degrees."""
+    return comm.link(cluster.device, comm.group_span(("ep",), {"etp": etp, "ep": ep}, comm.EXPERT_RANK_ORDER))
 
 
 def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
@@ -103,13 +113,13 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, 
 
 
 @lru_cache(maxsize=65536)
-def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int, ep: int,
-                   etp: int, mbs: int) -> tuple[float, ...]:
-    """The GEMM work of one body layer for one micro-batch, shared by its SP, overlap and cp_comm variants: seconds
-    of the weight GEMMs (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and
-    backward seconds, and the core's FLOPs."""
+def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, ep: int, etp: int,
+                   tokens: float) -> tuple[float, ...]:
+    """The GEMM work of one body layer for one micro-batch of `tokens` tokens per device (mbs x seq / cp), shared by
+    its SP, overlap and cp_comm variants and by the (cp, mbs) pairs with the same tokens: seconds of the weight GEMMs
+    (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and backward seconds
+    (its queries against the whole sequence's keys), and the core's FLOPs."""
     device = cluster.device
-    tokens = mbs * run.seq_len / cp
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
     linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
     cast_forward = cast_backward = 0.0
@@ -189,7 +199,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tokens, keys = mbs * run.seq_len / cp, run.seq_len
     flash = run.flash_attention
     linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops = _layer_compute(
-        model, cluster, run, kind, tp, cp, ep, etp, mbs)
+        model, cluster, run, kind, tp, ep, etp, tokens)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)

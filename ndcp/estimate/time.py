@@ -82,14 +82,19 @@ def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp:
     if not model.mtp_depth:
         return ZERO_TIME
     tokens = mbs * run.seq_len / cp
-    projection_gemm = mtp_projection_gemm(model, tokens)
-    projection = gemm_seconds((projection_gemm,), cluster.device, run.activation_bytes) / tp
-    block = (LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp,
-                       wgrad=projection)
+    block = (_mtp_projection_time(model, cluster, run, tokens, tp)
              + layer_time(model, cluster, run, model.mtp_layer_kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp, cp_comm,
                           hidden)
              + _output_head_time(model, cluster, run, tokens, tp, sp))
     return block.scaled(model.mtp_depth)
+
+
+@lru_cache(maxsize=65536)  # shared by the MTP variants (cp, mbs with the same tokens; ep, etp, overlaps)
+def _mtp_projection_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int) -> LayerTime:
+    """An MTP module's 2h->h projection of `tokens` tokens, TP-split."""
+    projection_gemm = mtp_projection_gemm(model, tokens)
+    projection = gemm_seconds((projection_gemm,), cluster.device, run.activation_bytes) / tp
+    return LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp, wgrad=projection)
 
 
 def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,

@@ -113,12 +113,13 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
         model, cluster, run = space.model, space.cluster, space.run
         per_kind = {kind: layer_time(model, cluster, run, kind, NO_RECOMPUTE, *key, layout.cp_comm, hidden).total
                     for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n}
-        extra = {role: stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                                        etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden).total
-                 for role in ("first", "last", "only")}
+        first, last = (stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
+                                        etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden)
+                       for role in ("first", "last"))
         dense, moe = per_kind.get("dense", 0.0), per_kind.get("moe", 0.0)
-        found = _NoRecompute(model.dense_layers * dense + model.moe_layers * moe, dense, moe, extra["first"],
-                             extra["last"], extra["only"])
+        # a lone stage's extra work is both (stage_extra_time's "only" role adds the same two)
+        found = _NoRecompute(model.dense_layers * dense + model.moe_layers * moe, dense, moe, first.total,
+                             last.total, (first + last).total)
         memo[(key, layout.cp_comm, hidden)] = found
     return found
 
@@ -256,11 +257,15 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: dict | None =
                       for sp, hidden in extra_hides]
             extra = memo[key] = Windows(max(t.forward_window for t in extras), max(t.backward_window for t in extras))
         windows[s] = Windows(layers * per_layer.forward + extra.forward, layers * per_layer.backward + extra.backward)
-    best = float("inf")
-    for z in zeros:  # the end stages' terms only
-        terms = data_parallel_terms(model, cluster, run, layout.strategy(mbs, mbn, z, False, NO_RECOMPUTE), tuple(ends))
-        best = min(best, max(t.exposed(windows[s], mbn) for s, t in zip(ends, terms)) + max(t.optimizer for t in terms))
-    return best
+    key = ("end stages' terms", layout)  # per ZeRO stage: the same for every micro-batch size of the layout
+    per_zero = memo.get(key)
+    if per_zero is None:
+        per_zero = memo[key] = [
+            (terms, max(t.optimizer for t in terms))
+            for terms in (data_parallel_terms(model, cluster, run, layout.strategy(1, 1, z, False, NO_RECOMPUTE),
+                                              tuple(ends)) for z in zeros)]
+    return min(max(t.exposed(windows[s], mbn) for s, t in zip(ends, terms)) + optimizer
+               for terms, optimizer in per_zero)
 
 
 @lru_cache(maxsize=16384)
