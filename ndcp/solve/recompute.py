@@ -55,6 +55,13 @@ def _ceil(value: float, unit: float) -> int:
 
 
 PROBE_SECONDS = 0.5  # a sub-model's first try with the cutoff as a constraint (see PlanModel.solve)
+# Deterministic seconds a sub-model gets with the tuned search (PlanModel._solver) before CP-SAT's default branching
+# takes over for the time left. Over the 20 bench_search cases' sub-models the most any used was 0.05; found by
+# hypothesis (tests/estimate/test_data_parallel.py): a 43-variable sub-model (1 GB/s network, ZeRO-3 gathering in
+# forward and backward, uneven partitions) on which the LP-guided search stalls 2.7 % above the optimum for its whole
+# 60 s, while the default branching proves it in 0.02 s. Deterministic time, so the switch happens at the same point
+# on every machine.
+TUNED_DETERMINISTIC_SECONDS = 1.0
 # Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
 # verified one by more than the plan model's rounding (each time coefficient floored to 1e-6 of the step;
 # PlanSolution says by how much at most) or this fraction, whichever is larger: plans are proven optimal within that
@@ -211,7 +218,8 @@ class PlanModel:
         cutoff `limit`. With a cutoff, a short probe first solves with `objective <= cutoff` as a constraint (usually
         settles it in milliseconds, most often proving that no plan can beat the cutoff); measured, that constraint
         can also keep CP-SAT from proving an optimum it proves in 0.5 s without it, so when the probe does not
-        conclude the model is solved without it, stopping as soon as its proven bound passes the cutoff."""
+        conclude the model is solved without it, stopping as soon as its proven bound passes the cutoff. The tuned
+        search gets TUNED_DETERMINISTIC_SECONDS; should it stall there, CP-SAT's default branching takes the rest."""
         if limit is not None:
             built = self._build(capacity_bytes, exclude, limit)
             # A wall-clock limit: CP-SAT's deterministic-time limit did not stop the stuck probes. Probes either settle
@@ -223,7 +231,14 @@ class PlanModel:
             if outcome.status == cp_model.OPTIMAL:
                 return outcome, built
         built = self._build(capacity_bytes, exclude, None)
-        outcome = _solve_once(built, self._solver(deadline - time.perf_counter(), seed, workers), limit, solved)
+        tuned = self._solver(deadline - time.perf_counter(), seed, workers)
+        tuned.parameters.max_deterministic_time = TUNED_DETERMINISTIC_SECONDS
+        outcome = _solve_once(built, tuned, limit, solved)
+        if outcome.status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and not outcome.past_cutoff \
+                and time.perf_counter() < deadline:  # the tuned search stalled: the default branching, for the rest
+            fallback = self._solver(deadline - time.perf_counter(), seed, workers)
+            fallback.parameters.search_branching = cp_model.AUTOMATIC_SEARCH
+            outcome = _solve_once(built, fallback, limit, solved)
         if outcome.past_cutoff:
             return None
         if outcome.status == cp_model.UNKNOWN:
