@@ -253,19 +253,28 @@ def test_plan_search_equals_the_oracle_for_every_sync_setting(space, fields, off
     assert_plan_search_matches_oracle(space, top=2)
 
 
+def _proven_on_one_gpu_per_node(layers: int, activation: str, device: str, bandwidth: float, modes: tuple, run: dict,
+                                host_memory: int | None = None):
+    """The plan search on a small model over 4 GPUs, one per node (every DP sync crosses the network), ZeRO 0-3,
+    uneven partitions within 1 layer: it must prove the oracle's top 2."""
+    from ndcp.space import SearchSpace, SpaceOptions
+    model = ModelSpec(name="small", layers=layers, hidden=256, heads=4, kv_heads=1, ffn_hidden=512, vocab=1000,
+                      activation=activation)
+    overrides = {"host_memory_bytes": host_memory} if host_memory else {}
+    cluster = ClusterSpec(device_preset(device), 4).with_overrides(devices_per_node=1, inter_node_bandwidth=bandwidth,
+                                                                   **overrides)
+    options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)), recompute_modes=modes,
+                           max_offset=1)
+    space = SearchSpace(model, cluster, RunSpec(global_batch=4, seq_len=1024, reserve_bytes=2**20, **run), options)
+    _, solved = assert_plan_search_matches_oracle(space, top=2)
+    assert solved.status == "optimal"
+
+
 def test_uneven_partitions_price_the_sync_of_the_layers_a_stage_holds():
     # Found by CI (hypothesis): on a 1 GB/s network a layer's gradients take 2 ms of a 7 ms step. The plan model once
     # priced every stage's sync at its fewest layers, 5 % below the plans it verified, and enumerated plan after
     # plan until its time ran out ("feasible"); with the sync affine in the stage's layers it proves the oracle's top 2.
-    from ndcp.space import SearchSpace, SpaceOptions
-    model = ModelSpec(name="small", layers=4, hidden=256, heads=4, kv_heads=1, ffn_hidden=512, vocab=1000,
-                      activation="gelu")
-    cluster = ClusterSpec(device_preset("a100-80g"), 4).with_overrides(devices_per_node=1, inter_node_bandwidth=1e9)
-    options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
-                           recompute_modes=("none", "layernorm", "mlp", "full"), max_offset=1)
-    space = SearchSpace(model, cluster, RunSpec(global_batch=4, seq_len=1024, reserve_bytes=2**20), options)
-    _, solved = assert_plan_search_matches_oracle(space, top=2)
-    assert solved.status == "optimal"
+    _proven_on_one_gpu_per_node(4, "gelu", "a100-80g", 1e9, ("none", "layernorm", "mlp", "full"), {})
 
 
 def test_a_sub_model_the_tuned_search_stalls_on_is_proven_by_the_default_branching():
@@ -273,16 +282,8 @@ def test_a_sub_model_the_tuned_search_stalls_on_is_proven_by_the_default_branchi
     # first sub-model (43 variables) the LP-guided search stalled 2.7 % above the optimum for the whole 60 s
     # ("feasible", one strategy of the oracle's two); after TUNED_DETERMINISTIC_SECONDS the default branching proves
     # it at once.
-    from ndcp.space import SearchSpace, SpaceOptions
-    model = ModelSpec(name="small", layers=4, hidden=256, heads=4, kv_heads=1, ffn_hidden=512, vocab=1000,
-                      activation="swiglu")
-    cluster = ClusterSpec(device_preset("a100-80g"), 4).with_overrides(devices_per_node=1, inter_node_bandwidth=1e9)
-    options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
-                           recompute_modes=("none", "layernorm", "mlp", "full"), max_offset=1)
-    run = RunSpec(global_batch=4, seq_len=1024, reserve_bytes=2**20, trainer="megatron", grad_sync="microbatch",
-                  param_gather="forward-backward")
-    _, solved = assert_plan_search_matches_oracle(SearchSpace(model, cluster, run, options), top=2)
-    assert solved.status == "optimal"
+    _proven_on_one_gpu_per_node(4, "swiglu", "a100-80g", 1e9, ("none", "layernorm", "mlp", "full"),
+                                {"trainer": "megatron", "grad_sync": "microbatch", "param_gather": "forward-backward"})
 
 
 def test_uneven_partitions_price_the_last_bucket_of_the_layers_a_stage_holds():
@@ -290,17 +291,9 @@ def test_uneven_partitions_price_the_last_bucket_of_the_layers_a_stage_holds():
     # stage's sync, never hidden) was priced at the most layers a stage may hold, 1/4 where a stage of 2 layers
     # pays 1/2: the plan model sat 6 % below every plan it verified and enumerated plans until the 60 s limit
     # ("feasible"). Bounded by the lines through 1/L x the sync at each layer count, it proves the oracle's top 2.
-    from ndcp.space import SearchSpace, SpaceOptions
-    model = ModelSpec(name="small", layers=5, hidden=256, heads=4, kv_heads=1, ffn_hidden=512, vocab=1000,
-                      activation="gelu")
-    cluster = ClusterSpec(device_preset("h100"), 4).with_overrides(devices_per_node=1, inter_node_bandwidth=25e9,
-                                                                  host_memory_bytes=2**30)
-    options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
-                           recompute_modes=("none", "selective", "layernorm+mlp", "offload"), max_offset=1)
-    run = RunSpec(global_batch=4, seq_len=1024, reserve_bytes=2**20, trainer="megatron", grad_sync="microbatch",
-                  param_gather="step")
-    _, solved = assert_plan_search_matches_oracle(SearchSpace(model, cluster, run, options), top=2)
-    assert solved.status == "optimal"
+    _proven_on_one_gpu_per_node(5, "gelu", "h100", 25e9, ("none", "selective", "layernorm+mlp", "offload"),
+                                {"trainer": "megatron", "grad_sync": "microbatch", "param_gather": "step"},
+                                host_memory=2**30)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
