@@ -45,6 +45,25 @@ def link(device: DeviceSpec, span: int) -> tuple[float, float]:
     return device.inter_node_bandwidth, device.inter_node_latency
 
 
+# The links of the groups every layer shape asks about, cached per degrees.
+@lru_cache(maxsize=1024)
+def tp_link(cluster: ClusterSpec, tp: int) -> tuple[float, float]:
+    """link() of a TP group."""
+    return link(cluster.device, group_span(("tp",), {"tp": tp}))
+
+
+@lru_cache(maxsize=1024)
+def cp_link(cluster: ClusterSpec, tp: int, cp: int) -> tuple[float, float]:
+    """link() of a CP group (TP ranks innermost)."""
+    return link(cluster.device, group_span(("cp",), {"tp": tp, "cp": cp}))
+
+
+@lru_cache(maxsize=1024)
+def ep_link(cluster: ClusterSpec, ep: int, etp: int) -> tuple[float, float]:
+    """link() of an EP group (ETP ranks innermost, the expert rank order)."""
+    return link(cluster.device, group_span(("ep",), {"etp": etp, "ep": ep}, EXPERT_RANK_ORDER))
+
+
 def all_reduce_seconds(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
     """Ring all-reduce: 2(n-1)/n x nbytes, 2(n-1) steps."""
     if n <= 1:
@@ -85,17 +104,12 @@ def cp_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int) -> tuple[fl
     return tuple(tokens * width / tp * run.activation_bytes for width in (kv, q, out))
 
 
-@lru_cache(maxsize=1024)
-def _cp_link(cluster: ClusterSpec, tp: int, cp: int) -> tuple[float, float]:
-    return link(cluster.device, group_span(("cp",), {"tp": tp, "cp": cp}))
-
-
 # Each --cp-comm-type (Megatron-Core / Transformer Engine context parallelism, docs/formulas.md §7): exposed seconds
 # (forward, backward) of one layer's CP communication, given the attention core's forward and backward it may hide
 # behind. kv, q, out: this rank's bytes of K+V, Q and the attention output (cp_bytes).
 def _cp_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
     """Ring: cp-1 passes of the K/V chunk, each overlapping an attention block; backward K/V again plus dK/dV."""
-    return _ring(_cp_link(cluster, tp, cp), cp, kv, core, core_backward)
+    return _ring(cp_link(cluster, tp, cp), cp, kv, core, core_backward)
 
 
 def _ring(link: tuple[float, float], n: int, kv: float, core: float, core_backward: float) -> tuple[float, float]:
@@ -106,7 +120,7 @@ def _ring(link: tuple[float, float], n: int, kv: float, core: float, core_backwa
 def _cp_allgather(cluster, tp, cp, kv, q, out, core, core_backward):
     """All-gather the sequence's K/V before attention (Llama 3 §3.3.2), not overlapped; the backward gathers it
     again and reduce-scatters dK/dV (TE AttnFuncWithCPAndKVAllGather)."""
-    bandwidth, latency = _cp_link(cluster, tp, cp)
+    bandwidth, latency = cp_link(cluster, tp, cp)
     gather = all_gather_seconds(cp * kv, cp, bandwidth, latency)
     return gather, gather + reduce_scatter_seconds(cp * kv, cp, bandwidth, latency)
 
@@ -129,7 +143,7 @@ def _cp_a2a_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
     chunk (a x tokens, heads/a) has the same bytes as kv."""
     a = cp_a2a_size(cluster.device.devices_per_node, tp, cp)
     a2a = _a2a_pass(cluster, tp, a, tp * a, kv, q, out) if a > 1 else 0.0
-    ring_forward, ring_backward = _ring(_cp_link(cluster, tp, cp), cp // a, kv, core, core_backward)
+    ring_forward, ring_backward = _ring(cp_link(cluster, tp, cp), cp // a, kv, core, core_backward)
     return a2a + ring_forward, a2a + ring_backward
 
 
@@ -144,6 +158,6 @@ def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens
     return CP_COMM_TIME[cp_comm](cluster, tp, cp, *cp_bytes(model, run, tokens, tp), core, core_backward)
 
 
-__all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "fits_in_node", "link", "all_reduce_seconds",
-           "reduce_scatter_seconds", "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "cp_bytes",
-           "cp_comm_seconds", "CP_COMM_TIME"]
+__all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "fits_in_node", "link", "tp_link", "cp_link", "ep_link",
+           "all_reduce_seconds", "reduce_scatter_seconds", "all_gather_seconds", "all_to_all_seconds", "p2p_seconds",
+           "cp_bytes", "cp_comm_seconds", "CP_COMM_TIME"]

@@ -73,13 +73,7 @@ ZERO_TIME = LayerTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 def tp_all_reduce_seconds(cluster: ClusterSpec, nbytes: float, tp: int) -> float:
     """One Megatron TP all-reduce (or its SP reduce-scatter + all-gather pair: same volume, Korthikanti §4.2.2)."""
-    return comm.all_reduce_seconds(nbytes, tp, *_tp_link(cluster, tp))
-
-
-@lru_cache(maxsize=1024)
-def _tp_link(cluster: ClusterSpec, tp: int) -> tuple[float, float]:
-    """(bandwidth, latency) of a TP group's link, per degree (every layer shape asks)."""
-    return comm.link(cluster.device, comm.group_span(("tp",), {"tp": tp}))
+    return comm.all_reduce_seconds(nbytes, tp, *comm.tp_link(cluster, tp))
 
 
 def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
@@ -88,14 +82,8 @@ def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens:
     if ep <= 1:
         return 0.0
     nbytes = tokens * model.moe.top_k * model.hidden * run.activation_bytes * etp / tp
-    bandwidth, latency = _ep_link(cluster, ep, etp)
+    bandwidth, latency = comm.ep_link(cluster, ep, etp)
     return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
-
-
-@lru_cache(maxsize=1024)
-def _ep_link(cluster: ClusterSpec, ep: int, etp: int) -> tuple[float, float]:
-    """(bandwidth, latency) of an EP group's link (ETP ranks innermost), per degrees."""
-    return comm.link(cluster.device, comm.group_span(("ep",), {"etp": etp, "ep": ep}, comm.EXPERT_RANK_ORDER))
 
 
 def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,

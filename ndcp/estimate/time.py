@@ -35,7 +35,7 @@ def _embedding_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens
     """Vocab-parallel embedding lookup (memory-bound) and its output all-reduce (reduce-scatter with SP)."""
     device = cluster.device
     rows = memory_seconds(tokens * model.hidden * run.activation_bytes, device)
-    bandwidth, latency = comm.link(device, tp)
+    bandwidth, latency = comm.tp_link(cluster, tp)
     nbytes = tokens * model.hidden * run.activation_bytes
     collective = comm.reduce_scatter_seconds if sp else comm.all_reduce_seconds
     return LayerTime(rows, rows, 0.0, collective(nbytes, tp, bandwidth, latency), 0.0, 0.0)
@@ -70,7 +70,7 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
     backward = 2 * (norm + logits) + memory_seconds(LOSS_PASSES_BACKWARD * loss_bytes, device)
     tp_comm = 0.0
     if tp > 1:
-        bandwidth, latency = comm.link(device, tp)
+        bandwidth, latency = comm.tp_link(cluster, tp)
         tp_comm = (tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp)
                    + LOSS_ALL_REDUCES * comm.all_reduce_seconds(tokens * 4, tp, bandwidth, latency))
     return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0, 3 * logits_gemm.flops, wgrad=logits)
