@@ -1,11 +1,12 @@
-"""The command line's process start (ndcp/cli/startup.py): CP-SAT's module loads without pandas, and nothing else
-notices."""
+"""The command line's process start and end (ndcp/cli/startup.py): CP-SAT's module loads without pandas, and nothing
+else notices; the program (not library callers) collects cyclic garbage rarely and exits with everything frozen."""
 import importlib.machinery
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
 
-from ndcp.cli.startup import _Loader
+from ndcp.cli.startup import COLLECT_AFTER, _Loader
 
 
 def _run(code: str) -> str:
@@ -35,7 +36,7 @@ def test_a_module_that_needs_more_of_pandas_than_the_stand_in_is_loaded_with_the
     path.write_text("import pandas as pd\nFRAME = pd.DataFrame\n")
     out = _run(f"""
         import importlib.machinery, importlib.util, sys
-        from ndcp.cli.startup import _Loader
+        from ndcp.cli.startup import COLLECT_AFTER, _Loader
         loader = _Loader(importlib.machinery.SourceFileLoader("needs_frames", {str(path)!r}))
         spec = importlib.util.spec_from_loader("needs_frames", loader)
         module = importlib.util.module_from_spec(spec)
@@ -48,3 +49,35 @@ def test_a_module_that_needs_more_of_pandas_than_the_stand_in_is_loaded_with_the
 def test_the_wrapped_loader_answers_for_its_source():
     loader = _Loader(importlib.machinery.SourceFileLoader("startup", sys.modules["ndcp.cli.startup"].__file__))
     assert "defer_pandas" in loader.get_source("startup")
+
+
+def test_the_program_collects_garbage_rarely_and_exits_with_everything_frozen():
+    out = _run("""
+        import contextlib, gc, io, runpy, sys
+        sys.argv = ["ndcp", "devices"]
+        before = gc.get_threshold()[0], gc.get_freeze_count()
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                runpy.run_module("ndcp", run_name="__main__")  # python -m ndcp
+            except SystemExit as done:
+                code = done.code
+        print(code, *before, gc.get_threshold()[0], gc.get_freeze_count() > 0, gc.get_count()[0])
+    """)
+    code, threshold_before, frozen_before, threshold, frozen, pending = out.split()
+    assert (code, frozen_before) == ("0", "0") and int(threshold_before) < COLLECT_AFTER  # CPython's default: 700
+    assert (int(threshold), frozen) == (COLLECT_AFTER, "True")
+    assert int(pending) < 100  # frozen at exit: nothing left for the last collections to walk
+
+
+def test_library_callers_keep_the_default_collector_and_the_console_script_is_the_program():
+    out = _run("""
+        import contextlib, gc, io
+        default = gc.get_threshold()
+        from ndcp.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["devices"])
+        print(code, gc.get_threshold() == default, gc.get_freeze_count())
+    """)
+    assert out.split() == ["0", "True", "0"]
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="ndcp")
+    assert script.value == "ndcp.cli:console"

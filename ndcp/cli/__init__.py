@@ -21,7 +21,7 @@ from . import calibrate, estimate, listings, recompute, search, sweep, validate
 from .common import (EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Formatter, InternalError, Parser, UsageError, build_problem,
                      build_strategy, one_line)
 from .search import build_space_options
-from .startup import defer_pandas
+from .startup import before_exit, collect_less, defer_pandas
 
 # Registration functions, in the order `ndcp --help` lists them.
 COMMANDS: list[Callable] = [estimate.register, search.register, recompute.register, listings.register_models,
@@ -76,5 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def console() -> int:
+    """The `ndcp` program (the console script and `python -m ndcp`): `main` in a process of its own, its garbage
+    collector tuned for one command (startup.collect_less, before_exit). Library callers and tests call `main`."""
+    collect_less()
+    try:
+        return main()
+    finally:
+        before_exit()
+
+
 # Also importable from here (scripts/ and tests use them): build_problem, build_strategy, build_space_options.
-__all__ = ["main", "build_parser", "COMMANDS", "build_problem", "build_strategy", "build_space_options"]
+__all__ = ["main", "console", "build_parser", "COMMANDS", "build_problem", "build_strategy", "build_space_options"]

@@ -1,4 +1,5 @@
-"""Process start of the command line: OR-Tools' CP-SAT module imported without pandas.
+"""Process start and end of the command line: OR-Tools' CP-SAT module imported without pandas, and the cyclic
+garbage collector tuned for one command.
 
 `ortools.sat.python.cp_model` imports pandas at its top (OR-Tools 9.x) for its `*_series` helpers, which ndcp never
 calls; pandas and what it imports took 0.35-0.55 s of a 1.3-1.5 s process start on a 2-core machine (measured:
@@ -10,6 +11,7 @@ cp_model ever need more of pandas at import, the stand-in is dropped and cp_mode
 """
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import sys
 import types
@@ -71,3 +73,25 @@ def defer_pandas() -> None:
     if CP_MODEL in sys.modules or any(isinstance(f, _Finder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _Finder())
+
+
+# The cyclic garbage collector's first-generation threshold for one command's run (CPython's default: 700; Python's
+# gc module, docs/solver.md §4 "The program's process"). A search allocates millions of small containers (layer
+# times, bounds, memo entries) that live until it ends, and each collection walks them again: DeepSeek-V3 on 2,048
+# H800 under 40 GiB spent 1.1 s of a 10 s search in 1,683 collections, 0.22 s in 4 with this threshold; peak memory
+# 211 vs 218 MiB (gc.callbacks, ru_maxrss). Collections free only reference cycles, which the searches hardly make
+# (Llama-3-70B on 64 H100 under 40 GiB: 8,886 objects in 122 collections).
+COLLECT_AFTER = 200_000
+
+
+def collect_less() -> None:
+    """Collect cyclic garbage less often in this process (COLLECT_AFTER), and never walk again what is loaded now
+    (gc.freeze: the modules live until exit)."""
+    gc.freeze()
+    gc.set_threshold(COLLECT_AFTER, *gc.get_threshold()[1:])
+
+
+def before_exit() -> None:
+    """Freeze everything left, so the interpreter's last collections at exit skip it: after GPT-3 175B on 64 A100
+    the exit took 0.12-0.15 s with its caches walked, 0.02 s frozen. Nothing is kept alive: the process ends."""
+    gc.freeze()

@@ -129,9 +129,9 @@ def test_the_activation_input_stored_in_fp8_halves_fc1_outputs():
     # Megatron's activation_func_fp8_input_store (DeepSeek-V3 §3.3.2: SwiGLU inputs cached in FP8): fc1's output,
     # gate and up (2 x ffn per token), 1 byte instead of 2; in BF16 runs too
     s, f = BF16.seq_len, LLAMA.ffn_hidden
-    for run in (BF16, FP8):
-        stored = replace(run, activation_func_fp8_input_store=True)
-        saved = (layer_activation_bytes(LLAMA, run, "dense", "none", 1, 1, 1, 1, 1, False)
+    for spec in (BF16, FP8):
+        stored = replace(spec, activation_func_fp8_input_store=True)
+        saved = (layer_activation_bytes(LLAMA, spec, "dense", "none", 1, 1, 1, 1, 1, False)
                  - layer_activation_bytes(LLAMA, stored, "dense", "none", 1, 1, 1, 1, 1, False))
         assert saved == pytest.approx(s * 2 * f)
 
