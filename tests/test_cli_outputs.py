@@ -1,5 +1,8 @@
-"""Every output option writes through one writer: an unwritable path is one `ndcp: error:` line, exit 2."""
+"""Every output option writes through one writer: an unwritable path is one `ndcp: error:` line, exit 2; a reader
+that stops early (`| head`) ends the command quietly, exit 0."""
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -53,3 +56,14 @@ def test_write_output_to_stdout_and_files(capsys, tmp_path):
         write_output("{}", tmp_path / "missing" / "x.json", "--json")
     with pytest.raises(SpecError, match="cannot write: ValueError"):
         write_output("{}", "bad\0path.json", "--json")
+
+
+@pytest.mark.parametrize("command", [["devices"], SEARCH], ids=["table", "report"])
+def test_a_reader_that_stops_early_ends_the_command_with_exit_0_and_nothing_on_stderr(command):
+    # `ndcp devices | head -1`: rich's console would end it with exit 1, the code of an infeasible search
+    child = subprocess.Popen([sys.executable, "-m", "ndcp", *command], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env={"COLUMNS": "100", "PATH": ""})
+    assert child.stdout.readline()
+    child.stdout.close()
+    assert child.wait(timeout=300) == 0
+    assert child.stderr.read() == b""

@@ -3,6 +3,8 @@ cluster, run) and building the problem from them, and reading a strategy from --
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -280,9 +282,20 @@ def check_max_offset(max_offset: int, model: ModelSpec) -> None:
                         f"{model.layers} layers of {model.name}")
 
 
+class _Console(Console):
+    """rich's console, but a reader that stops early (`ndcp models | head -3`) ends the command as main() ends any
+    closed pipe, exit 0: rich's own ends it with exit 1, ndcp's code for an infeasible search."""
+
+    def on_broken_pipe(self) -> None:
+        # stdout to /dev/null first, so nothing fails again writing at exit (Python's signal docs, "Note on SIGPIPE")
+        self.quiet = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise BrokenPipeError
+
+
 def console() -> Console:
     """The console for human-readable output (stdout)."""
-    return Console(highlight=False)
+    return _Console(highlight=False)
 
 
 # -- strategies --------------------------------------------------------------------------------------------------
