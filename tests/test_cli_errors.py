@@ -43,6 +43,13 @@ def test_a_bad_length_names_the_option_and_the_forms(capsys):
     assert_one_line_error(code, out, err, "--seq-len", "8k")
 
 
+@pytest.mark.parametrize("text", ["9" * 400, "1" + "0" * 30 + "k", str(2**62 + 2**12), "0.5"])
+def test_a_length_past_any_machine_or_not_whole_is_refused_with_the_range(capsys, text):
+    # 400 digits pass float's range (inf): once an internal error, found by scripts/fuzz_cli.py
+    code, out, err = run(capsys, "search", *[a if a != "512" else text for a in TINY])
+    assert_one_line_error(code, out, err, "--seq-len", "a whole number from 1 to 2^62")
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--fix", "tp=3"], ["--fix tp=3", "valid tp: 1, 2, 4, 8"]),
     (["--fix", "pp=7"], ["--fix pp=7", "valid pp: 1, 2, 4"]),

@@ -23,9 +23,9 @@ def _with_suffix(text: str, suffixes: dict[str, int], what: str, example: str) -
     suffix = match.group(2).lower() if match else ""
     if not match or suffix not in suffixes:
         raise SpecError(f"invalid {what} {text!r}: expected e.g. {example}")
-    value = float(match.group(1)) * suffixes[suffix]
-    if value != int(value) or value < 1 or value > 2**62:
-        raise SpecError(f"invalid {what} {text!r}: expected a whole number >= 1, e.g. {example}")
+    value = float(match.group(1)) * suffixes[suffix]  # inf past float's range: refused below, as too large
+    if not 1 <= value <= 2**62 or value != int(value):
+        raise SpecError(f"invalid {what} {text!r}: expected a whole number from 1 to 2^62, e.g. {example}")
     return int(value)
 
 
