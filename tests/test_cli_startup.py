@@ -36,7 +36,7 @@ def test_a_module_that_needs_more_of_pandas_than_the_stand_in_is_loaded_with_the
     path.write_text("import pandas as pd\nFRAME = pd.DataFrame\n")
     out = _run(f"""
         import importlib.machinery, importlib.util, sys
-        from ndcp.cli.startup import COLLECT_AFTER, _Loader
+        from ndcp.cli.startup import _Loader
         loader = _Loader(importlib.machinery.SourceFileLoader("needs_frames", {str(path)!r}))
         spec = importlib.util.spec_from_loader("needs_frames", loader)
         module = importlib.util.module_from_spec(spec)
