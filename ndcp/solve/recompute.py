@@ -1,57 +1,35 @@
 """Per-stage recompute plans (and layer partitions) for one degree tuple, solved exactly by a small CP-SAT model.
 
 For a batch item (layout, mbs, mbn) and an SP setting, the decisions are, per device stage s and layer kind k, the
-number of layers n[s,k,m] that run with recompute mode m (none / selective / full), the layers per stage L[s] when
-uneven partitions are searched (single-kind models, no interleaving, within +-max_offset of the default), and the
-ZeRO stage (one boolean each). With coefficients from the full estimators (estimate.memory / estimate.time):
-    memory[s] = static[s, zero] + dstatic x (L[s] - default[s]) + fixed[s] + sum r[s,k,m] n[s,k,m] + workspace[s]
-    time[s]   = sum layer[k,m] n[s,k,m] + extra[s];   slowest >= time[s]
-    fill[s]   = sum fill[k,m] n[s,k,m] + extra_fill[s]   (the schedule's bubble share, Schedule.fill; = time[s] for
-                                                          1F1B and interleaving)
-    divisor x pipeline = slowest_weight x slowest + sum_weight x sum fill[s]   (the schedule's linear form,
-                                                                            ndcp/schedules, LinearPipeline)
-Coefficients are rounded down (memory in bytes, time in units of 1e-6 of the item's step-time bound) so the optimum
-is a lower bound of the full estimators; the caller verifies the plan it returns.
+number of layers n[s,k,m] that run with each recompute option m (keep, selective, Megatron's modules, offload,
+full), the layers per stage L[s] when uneven partitions are searched (single-kind models, within +-max_offset of the
+default), and the ZeRO stage (one boolean each). The layers flow one way:
+    plan_form.py          the sub-model's terms from the full estimators, in seconds and bytes, with names
+    plan_coefficients.py  the same in the model's integer units, rounded so the model stays a relaxation
+    plan_model.py         the CP-SAT model built from them, one builder per constraint group
+    this module           solving it (a probe against the cutoff, the tuned search, a fallback), memoising outcomes by
+                          the coefficients, and reading the plan back as a strategy
+The optimum is a lower bound of the full estimators; the caller verifies the plan it returns.
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 from ortools.sat.python import cp_model
 
-from ..estimate.activations import recompute_workspace_bytes
-from ..estimate.layout import (LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts, stage_layouts,
-                               stage_mode_counts)
-from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
-                               stage_dynamic_bytes, stage_static_bytes)
-from ..estimate.data_parallel import data_parallel_terms
-from ..estimate.overlap import hidden_comms
-from ..estimate.layer_time import layer_time
-from ..estimate.time import p2p_per_microbatch, stage_extra, stage_fill
-from ..schedules import schedule_named
+from ..estimate.layout import LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts
 from ..space import Layout, SearchSpace
-from .coefficients import item_lower_bound, layer_static_bytes
-from .plan_bounds import host_room, lower_hull
 from .interrupt import solve as interruptible
-from ..specs.recompute import (HEAVIEST_FIRST, MODE_INDEX, NO_RECOMPUTE, RECOMPUTE_MODES, RecomputePlan,
-                               StageRecompute)
+from .plan_coefficients import BYTE, PlanCoefficients, floor_to, plan_coefficients
+from .plan_form import plan_form
+from .plan_model import BuiltPlanModel, build_plan_model
+from ..specs.recompute import HEAVIEST_FIRST, MODE_INDEX, RECOMPUTE_MODES, RecomputePlan, StageRecompute
 from ..specs.pipeline_layout import split_device_stages
 from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
-
-BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
-RESOLUTION = 1e-6  # the plan model's time unit, as a fraction of the item's step-time lower bound
-UPPER = 10**15  # upper bound of the model's integer variables (bytes and time units): far above any real value
-
-
-def _floor(value: float, unit: float) -> int:
-    return int(math.floor(value / unit + 1e-9))
-
-
-def _ceil(value: float, unit: float) -> int:
-    return int(math.ceil(value / unit - 1e-9))
 
 
 PROBE_SECONDS = 0.5  # a sub-model's first try with the cutoff as a constraint (see PlanModel.solve)
@@ -75,18 +53,6 @@ PLAN_TOLERANCE = 1e-4
 GAP_LIMIT = 0.9 * PLAN_TOLERANCE
 
 
-@dataclass(frozen=True)
-class _Built:
-    """A built sub-model and the variables its solution is read from."""
-
-    model: cp_model.CpModel
-    z: list
-    sizes: list
-    counts: list
-    decisions: list
-    most: int
-
-
 class PlanTimeout(Exception):
     """A sub-model ran out of time before finding any plan: nothing is known of it beyond the caller's bound."""
 
@@ -107,94 +73,10 @@ class PlanModel:
 
     def __init__(self, space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, modes: tuple[str, ...],
                  zeros: list[int]):
-        model, cluster, run = space.model, space.cluster, space.run
-        self.space, self.layout, self.mbs, self.mbn, self.sp = space, layout, mbs, mbn, sp
-        self.modes, self.zeros = modes, zeros
-        base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
-        self.base = base
-        schedule = schedule_named(layout.schedule)
-        self.linear = schedule.linear_pipeline(mbn, layout.vpp, layout.pp)
-        # Time unit: fine enough that flooring every coefficient costs well under PLAN_TOLERANCE of the step.
-        self.unit = max(1e-12, item_lower_bound(space, (layout, mbs, mbn)) * RESOLUTION)
-        self.layouts = stage_layouts(model, base)
-        self.kinds = [{k: n for (k, _), n in counts if n} for counts in stage_mode_counts(model, base)]
-        pp = layout.pp
-        self.offset = space.partition_offset(layout)
-        self.default = [self.layouts[s].layers for s in range(pp)]
-        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-        present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-        hidden = hidden_comms(run, layout.schedule, pp, layout.vpp, layout.tp, sp, layout.ep)
-        times = {(k, mode): layer_time(model, cluster, run, k, mode, *theta, layout.cp_comm, hidden)
-                 for k in present for mode in modes}
-        extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                              etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden) for s in range(pp)]
-        self.layer_time = {key: t.total for key, t in times.items()}
-        p2p = p2p_per_microbatch(model, cluster, run, base)
-        self.extra_time = [t.total + p2p for t in extras]
-        # what each layer and stage adds to the schedule's bubble (Schedule.fill; the total for 1F1B-like schedules)
-        self.layer_fill = {key: schedule.fill(t.total, t.full_backward, t.wgrad) for key, t in times.items()}
-        self.extra_fill = [stage_fill(layout.schedule, t, p2p) for t in extras]
-        keys = tuple((k, m) for k in present for m in modes)
-        self.resident = [resident_layer_table(model, run, base, self.layouts[s], keys) for s in range(pp)]
-        self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
-        # host memory of offloaded layers per (kind, mode), per stage (its in-flight micro-batches)
-        self.host = [host_offload_table(model, run, base, self.layouts[s], keys) for s in range(pp)]
-        # host memory left for them: the capacity less an offloaded optimizer's states (its lightest ZeRO stage; with
-        # uneven partitions none, as a stage may hold fewer layers: the model stays a relaxation)
-        self.host_room = [host_room(space, base, self.layouts[s], () if self.offset else zeros) for s in range(pp)]
-        self.fixed = [parts_total(stage_dynamic_bytes(model, run, base, self.layouts[s], counts={})) for s in range(pp)]
-        self.static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), self.layouts[s]))
-                        for s in range(pp)] for z in zeros]
-        self.static_per_layer = [layer_static_bytes(space, layout, z) for z in zeros]
-        # Data-parallel terms per ZeRO stage and stage: (windows: (seconds, count, pass), last bucket, optimizer, and
-        # per layer: the windows' seconds and the optimizer's). A stage's collectives and optimizer step are affine in
-        # its layers (one kind of layer, where uneven partitions are searched): the terms at its fewest layers and
-        # the slope to its most; the last bucket's share at the most layers. Fixed partition: slopes 0.
-        self.low = tuple(max(layout.vpp, d - self.offset) for d in self.default)  # a layer per chunk
-        self.high = high = tuple(d + self.offset for d in self.default)
-        self.dp_terms = []
-        for z in zeros:
-            fewest, most = (data_parallel_terms(model, cluster, run, strategy)
-                            for strategy in self._at_fewest_and_most(z))
-            self.dp_terms.append([(t.windows(mbn), m.last_bucket, t.optimizer,
-                                   tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(t.windows(mbn),
-                                                                                            m.windows(mbn))),
-                                   _slope(t.optimizer, m.optimizer, lo, hi))
-                                  for t, m, lo, hi in zip(fewest, most, self.low, high)])
-        # An offloaded optimizer's host memory per ZeRO stage and stage, affine in its layers as the DP terms: (bytes
-        # at its fewest layers, per layer above); 0 without optimizer offload
-        self.host_optimizer = []
-        for z in zeros:
-            fewest, most = ([host_optimizer_bytes(model, run, strategy, self.layouts[s]) for s in range(pp)]
-                            for strategy in self._at_fewest_and_most(z))
-            self.host_optimizer.append([(a, _slope(a, b, lo, hi))
-                                        for a, b, lo, hi in zip(fewest, most, self.low, high)])
-        # Per pass ("forward", "backward"): each layer's and each stage's extra work's wall time (the DP windows)
-        self.window = {"forward": {key: t.forward_window for key, t in times.items()},
-                       "backward": {key: t.backward_window for key, t in times.items()}}
-        self.extra_window = {"forward": [t.forward_window for t in extras],
-                             "backward": [t.backward_window for t in extras]}
-
-    @staticmethod
-    def _follow_kind_rule(m, n, moe_layers: int, s: int) -> None:
-        """On a stage with both kinds, MoE layers take the heavier recompute first (layout.mode_kind_counts), so
-        the counts the model picks are the ones the estimators will read back."""
-        # For each heaviest-first prefix of the options: dense layers run an option of the prefix only once every
-        # MoE layer does (three options: full, then full or selective).
-        options = [o for o in HEAVIEST_FIRST if ("moe", o) in n]
-        for depth in range(1, len(options)):
-            prefix = options[:depth]
-            moe_covered = m.new_bool_var(f"moe_covered{s}_{depth}")
-            m.add(sum(n[("moe", o)] for o in prefix) == moe_layers).only_enforce_if(moe_covered)
-            m.add(sum(n.get(("dense", o), 0) for o in prefix) == 0).only_enforce_if(~moe_covered)
-
-    def _at_fewest_and_most(self, zero: int) -> tuple[Strategy, Strategy]:
-        """The base strategy under ZeRO stage `zero` with every stage at its fewest layers, and at its most (the
-        default partition both times when it is fixed)."""
-        if not self.offset:
-            return self.base.with_zero(zero), self.base.with_zero(zero)
-        return tuple(self.base.with_(zero=zero, layers_per_stage=split_device_stages(counts, self.layout.vpp))
-                     for counts in (self.low, self.high))
+        self.space, self.layout, self.zeros = space, layout, zeros
+        self.form = plan_form(space, layout, mbs, mbn, sp, modes, tuple(zeros))
+        self.base = self.form.base
+        self.coefficients: PlanCoefficients = plan_coefficients(self.form)
 
     def solve(self, capacity_bytes: int, seconds: float, seed: int = 0, workers: int = 1,
               exclude: tuple[tuple[int, ...], ...] = (), cutoff_seconds: float = math.inf,
@@ -208,13 +90,14 @@ class PlanModel:
         micro-batch 1 and cp 4 with 2 hold the same tokens per device and shard over the same ranks) build the same
         sub-model, solved once (deterministic for a given seed and worker count; timeouts are not kept)."""
         deadline = time.perf_counter() + seconds
-        limit = _floor(cutoff_seconds * self.linear.divisor, self.unit) if cutoff_seconds < math.inf else None
+        form = self.form
+        limit = floor_to(cutoff_seconds * form.linear.divisor, form.unit) if cutoff_seconds < math.inf else None
         found = self._solve(capacity_bytes, exclude, limit, deadline, seed, workers, solved)
-        return None if found is None else self._solution(*found)
+        return None if found is None else self._solution(found)
 
     def _solve(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None, deadline: float,
-               seed: int, workers: int, solved: dict | None) -> tuple[_Outcome, _Built] | None:
-        """The outcome of the model's best plan and the built model; None when no plan is left or none can beat the
+               seed: int, workers: int, solved: dict | None) -> _Outcome | None:
+        """The outcome of the model's best plan; None when no plan is left or none can beat the
         cutoff `limit`. With a cutoff, a short probe first solves with `objective <= cutoff` as a constraint (usually
         settles it in milliseconds, most often proving that no plan can beat the cutoff); measured, that constraint
         can also keep CP-SAT from proving an optimum it proves in 0.5 s without it, so when the probe does not
@@ -229,7 +112,7 @@ class PlanModel:
             if outcome.status == cp_model.INFEASIBLE:
                 return None
             if outcome.status == cp_model.OPTIMAL:
-                return outcome, built
+                return outcome
         built = self._build(capacity_bytes, exclude, None)
         tuned = self._solver(deadline - time.perf_counter(), seed, workers)
         tuned.parameters.max_deterministic_time = TUNED_DETERMINISTIC_SECONDS
@@ -245,7 +128,7 @@ class PlanModel:
             raise PlanTimeout
         if outcome.status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
-        return outcome, built
+        return outcome
 
     @staticmethod
     def _solver(seconds: float, seed: int, workers: int) -> cp_model.CpSolver:
@@ -274,175 +157,44 @@ class PlanModel:
         solver.parameters.relative_gap_limit = GAP_LIMIT
         return solver
 
-    def _build(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None) -> "_Built":
-        """The CP-SAT model; `limit` (objective units) adds `objective <= limit` as a constraint."""
-        m = cp_model.CpModel()
-        pp, cap = self.layout.pp, capacity_bytes // BYTE
-        host_cap = int(self.space.cluster.device.host_memory_bytes // BYTE)
-        z = [m.new_bool_var(f"zero{k}") for k in range(len(self.zeros))]
-        m.add_exactly_one(z)
-        most = max(self.default) + self.offset
-        sizes, counts, stage_times, fills = [], [], [], []
-        fill_is_total = self.layer_fill == self.layer_time and self.extra_fill == self.extra_time
-        slowest = m.new_int_var(0, UPPER, "slowest")
-        for s in range(pp):
-            if self.offset:
-                size = m.new_int_var(max(self.layout.vpp, self.default[s] - self.offset), self.default[s] + self.offset,
-                                     f"L{s}")
-                kinds = {next(iter(self.kinds[s])): size}
-            else:
-                size = self.default[s]
-                kinds = self.kinds[s]
-            sizes.append(size)
-            n = {}
-            for kind, total in kinds.items():
-                for mode in self.modes:
-                    n[(kind, mode)] = m.new_int_var(0, most, f"n{s}_{kind}_{mode}")
-                m.add(sum(n[(kind, mode)] for mode in self.modes) == total)
-            if len(kinds) > 1:
-                self._follow_kind_rule(m, n, kinds["moe"], s)
-            counts.append(n)
-            workspace = m.new_int_var(0, UPPER, f"ws{s}")
-            for key, var in n.items():
-                need = _floor(self.workspace[key], BYTE)
-                if need:
-                    used = m.new_bool_var(f"used{s}_{key[0]}_{key[1]}")
-                    m.add(var <= most * used)
-                    m.add(workspace >= need * used)
-            static = sum(zk * _floor(self.static[k][s] - self.static_per_layer[k] * self.default[s], BYTE)
-                         for k, zk in enumerate(z))
-            per_layer = [_floor(self.static_per_layer[k], BYTE) for k in range(len(z))]
-            # static parts: z picks the ZeRO stage; the per-layer static term scales with the stage's layers
-            layer_static = m.new_int_var(0, UPPER, f"layer_static{s}")
-            for k, zk in enumerate(z):
-                m.add(layer_static == per_layer[k] * size).only_enforce_if(zk)
-            memory = (static + layer_static + _floor(self.fixed[s], BYTE) + workspace
-                      + sum(_floor(self.resident[s][key], BYTE) * var for key, var in n.items()))
-            m.add(memory <= cap)
-            # an offloaded optimizer's states within the host memory: a ZeRO stage whose states cannot fit is not chosen
-            # (verification refuses its every plan: without this the no-good cuts enumerated them all)
-            for k, zk in enumerate(z):
-                fewest, per_layer = self.host_optimizer[k][s]
-                if isinstance(size, int) and _floor(fewest, BYTE) > host_cap:
-                    m.add(zk == 0)
-                elif not isinstance(size, int) and fewest > 0:
-                    m.add(_floor(fewest, BYTE) + _floor(per_layer, BYTE) * (size - self.low[s]) <= host_cap
-                          ).only_enforce_if(zk)
-            host = [(_floor(self.host[s][key], BYTE), var) for key, var in n.items() if self.host[s][key] > 0]
-            if host:  # offloaded activations within the host memory (floored: the model stays a relaxation)
-                m.add(sum(c * v for c, v in host) <= int(self.host_room[s] // BYTE))
-            busy = sum(_floor(self.layer_time[key], self.unit) * var for key, var in n.items())
-            t = m.new_int_var(0, UPPER, f"t{s}")
-            m.add(t == busy + _floor(self.extra_time[s], self.unit))
-            m.add(slowest >= t)
-            stage_times.append(t)
-            fills.append(t if fill_is_total else
-                         sum(_floor(self.layer_fill[key], self.unit) * var for key, var in n.items())
-                         + _floor(self.extra_fill[s], self.unit))
-        if self.offset:
-            m.add(sum(sizes) == self.space.model.layers)
-        decisions = list(z) + [x for x in sizes if not isinstance(x, int)] + [v for n in counts for v in n.values()]
-        for assignment in exclude:  # no-good: differ from an excluded plan in at least one decision
-            differs = []
-            for var, value in zip(decisions, assignment):
-                d = m.new_bool_var("")
-                m.add(var != value).only_enforce_if(d)
-                differs.append(d)
-            m.add_bool_or(differs)
-        exposed, optimizer = self._data_parallel(m, z, counts, sizes)
-        # the schedule's pipeline as its linear form, plus the DP terms (all times the form's divisor)
-        line = self.linear
-        objective = (line.slowest_weight * slowest + line.sum_weight * sum(fills)
-                     + line.divisor * (exposed + optimizer))
-        if limit is not None:
-            m.add(objective <= limit)
-        m.minimize(objective)
-        return _Built(m, z, sizes, counts, decisions, most)
+    def _build(self, capacity_bytes: int, exclude: tuple[tuple[int, ...], ...], limit: int | None) -> _SubModel:
+        """The sub-model under the capacity, less the `exclude`d plans; `limit` (objective units) adds
+        `objective <= limit` as a constraint."""
+        return _SubModel(self.coefficients, capacity_bytes // BYTE, exclude, limit)
 
-    @staticmethod
-    def _read(outcome: "_Outcome", built: "_Built") -> tuple[int, list[int], list[dict]]:
-        """(index of the chosen ZeRO stage, layers per stage, counts per (kind, mode) per stage) of a solution."""
-        value = {var.index: v for var, v in zip(built.decisions, outcome.values)}
-        k = next(k for k, var in enumerate(built.z) if value[var.index])
-        layers = [value[x.index] if not isinstance(x, int) else x for x in built.sizes]
-        return k, layers, [{key: value[var.index] for key, var in n.items()} for n in built.counts]
-
-    def _solution(self, outcome: "_Outcome", built: "_Built") -> PlanSolution:
+    def _solution(self, outcome: _Outcome) -> PlanSolution:
         """The plan a solved model chose, its proven bound and how far rounding can put it below the estimators."""
-        pp, line = self.layout.pp, self.linear
-        k, layers, counts = self._read(outcome, built)
+        form, c = self.form, self.coefficients
+        line, pp = form.linear, len(c.stages)
+        k, layers, counts = read_decisions(c, outcome.values)
         stages = []
         for n in counts:
             totals = dict.fromkeys(RECOMPUTE_MODES, 0)
             for (_, mode), count in n.items():
                 totals[mode] += count
             stages.append(totals)
-        bound = math.floor(outcome.bound + 1e-9) * self.unit / line.divisor
+        bound = math.floor(outcome.bound + 1e-9) * form.unit / line.divisor
         # Every coefficient is floored to the unit: at most one unit per layer and per extra term on a stage,
         # counted slowest_weight times through the slowest stage and sum_weight times per stage, plus the DP terms.
-        per_stage = built.most + 1
-        rounding = self.unit * ((line.slowest_weight + line.sum_weight * pp) * per_stage
+        per_stage = c.most_layers + 1
+        rounding = form.unit * ((line.slowest_weight + line.sum_weight * pp) * per_stage
                                 + line.divisor * self._data_parallel_rounding(per_stage)) / line.divisor
         return PlanSolution(self._plan(stages, layers, self.zeros[k]), bound, outcome.status == cp_model.OPTIMAL,
                             outcome.values, rounding)
 
-    def _data_parallel(self, m, z, counts, sizes):
-        """Exposed DP sync and optimizer step (estimate.data_parallel.DataParallelTerms.exposed), linear in the
-        counts. A window (DataParallelTerms.windows) is the stage's forward or backward wall time per micro-batch, each
-        coefficient rounded up; per ZeRO choice z_k and kind of window an integer e >= z_k x floor(seconds) - window
-        and e >= z_k x floor(seconds x last bucket) (no constraint unless z_k = 1, as z is exactly one), and the
-        stage's exposure = sum count x e: exposure is never overestimated. With the stage's layer count L a variable
-        (uneven partitions), seconds = floor(at its fewest layers) + floor(per layer) x (L - fewest), enforced when
-        z_k = 1: each part rounded down, so still never above the estimators; the last bucket's share, seconds / L,
-        at least each line through its values at consecutive layer counts on its lower convex hull (_lower_lines)."""
-        exposed = m.new_int_var(0, UPPER, "dp_exposed")
-        optimizer = m.new_int_var(0, UPPER, "optimizer")
-        for s, n in enumerate(counts):
-            window = {which: sum(_ceil(self.window[which][key], self.unit) * var for key, var in n.items())
-                      + _ceil(self.extra_window[which][s], self.unit) for which in ("forward", "backward")}
-            extra = 0 if isinstance(sizes[s], int) else sizes[s] - self.low[s]  # layers above the fewest
-            stage = []
-            for k, zk in enumerate(z):
-                windows, last, opt, slopes, opt_slope = self.dp_terms[k][s]
-                if isinstance(extra, int):  # a fixed partition: linear in z_k (a tighter LP than an enforced one)
-                    m.add(optimizer >= _floor(opt, self.unit) * zk)
-                else:
-                    m.add(optimizer >= _floor(opt, self.unit) + _floor(opt_slope, self.unit) * extra
-                          ).only_enforce_if(zk)
-                for i, ((seconds, count, which), slope) in enumerate(zip(windows, slopes)):
-                    at_fewest = _floor(seconds, self.unit)
-                    top = max(at_fewest, at_fewest + _floor(slope, self.unit) * self.offset * 2)
-                    if count == 0 or top == 0:
-                        continue
-                    # never more than the collective itself (window >= 0, last bucket <= 1): a tight domain, and
-                    # measured, CP-SAT 9.15's presolve wrongly proved some models infeasible with [0, UPPER] here
-                    e = m.new_int_var(0, top, f"dp{s}_{k}_{i}")
-                    if isinstance(extra, int):
-                        m.add(e >= at_fewest * zk - window[which])
-                        m.add(e >= _floor(seconds * last, self.unit) * zk)
-                    else:
-                        m.add(e >= at_fewest + _floor(slope, self.unit) * extra - window[which]).only_enforce_if(zk)
-                        # the last bucket's share: 1/L of a collective affine in L (convex in L with the stage's
-                        # fixed parameters), at least the lines through its values at each layer count L may take
-                        for p, q in _lower_lines([(n, (seconds + slope * (n - self.low[s])) / n)
-                                                  for n in range(self.low[s], self.high[s] + 1)]):
-                            m.add(e >= _floor(p, self.unit) + _floor(q, self.unit) * sizes[s]).only_enforce_if(zk)
-                    stage.append(count * e)
-            m.add(exposed >= sum(stage))
-        return exposed, optimizer
-
     def _data_parallel_rounding(self, per_stage: int) -> float:
-        """Units the DP terms of _data_parallel can lie below the estimators: per window, under 1 for the floored
-        seconds, under one per layer above the fewest for the floored slope, and under one per layer and extra term
-        for the window's rounding; the same but the window's for the optimizer."""
-        slope = 2 * self.offset  # layers above a stage's fewest, at most
-        return max(sum(count for _, count, _ in windows) * (1 + slope + per_stage) + 1 + slope
-                   for terms in self.dp_terms for windows, _, _, _, _ in terms)
+        """Units the DP terms (plan_model.add_data_parallel) can lie below the estimators: per window, under 1 for
+        the floored seconds, under one per layer above the fewest for the floored slope, and under one per layer and
+        extra term for the window's rounding; the same but the window's for the optimizer."""
+        slope = 2 * self.coefficients.offset  # layers above a stage's fewest, at most
+        return max(terms.rounding_count * (1 + slope + per_stage) + 1 + slope
+                   for stage in self.coefficients.stages for terms in stage.data_parallel)
 
     def _plan(self, stages: list[dict[str, int]], layers: list[int], zero: int) -> Strategy:
         """The strategy carrying the per-virtual-stage plan, the partition (if changed) and the ZeRO stage."""
         pp, vpp = self.layout.pp, self.layout.vpp
-        partition = split_device_stages(layers, vpp) if layers != self.default else ()
+        default = [stage.default_layers for stage in self.coefficients.stages]
+        partition = split_device_stages(layers, vpp) if layers != default else ()
         chunk_layers = partition or default_partition(self.space.model.layers, pp * vpp)
         recompute = plan_from_stage_totals(self.space.model, stages, chunk_layers, pp, uneven=bool(partition))
         return self.base.with_(zero=zero, recompute=recompute, layers_per_stage=partition)
@@ -450,8 +202,8 @@ class PlanModel:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What a solve of a built sub-model gave: its status, the values of its decisions (_Built.decisions), its proven
-    bound (objective units) and whether it stopped because that bound passed the cutoff."""
+    """What a solve of a built sub-model gave: its status, the values of its decisions (BuiltPlanModel.decisions),
+    its proven bound (objective units) and whether it stopped because that bound passed the cutoff."""
 
     status: int
     values: tuple[int, ...]
@@ -459,11 +211,25 @@ class _Outcome:
     past_cutoff: bool = False
 
 
-def _solve_once(built: _Built, solver: cp_model.CpSolver, limit: int | None, solved: dict | None) -> _Outcome:
-    """Solve `built` (stopping once the proven bound passes `limit`, if given), or take the outcome of the same
-    model solved before from `solved` (keyed by the model's text, the limit, the seed and the worker count)."""
+@dataclass(frozen=True)
+class _SubModel:
+    """A sub-model to solve: its coefficients, capacity, excluded plans and cutoff constraint; built on first use."""
+
+    coefficients: PlanCoefficients
+    capacity: int
+    exclude: tuple[tuple[int, ...], ...]
+    limit: int | None
+
+    @cached_property
+    def built(self) -> BuiltPlanModel:
+        return build_plan_model(self.coefficients, self.capacity, self.exclude, self.limit)
+
+
+def _solve_once(sub: _SubModel, solver: cp_model.CpSolver, limit: int | None, solved: dict | None) -> _Outcome:
+    """Solve `sub` (stopping once the proven bound passes `limit`, if given), or take the outcome of the same model
+    solved before from `solved` (keyed by the sub-model's content, the limit, the seed and the worker count)."""
     params = solver.parameters
-    key = None if solved is None else (str(built.model.proto), limit, params.random_seed, params.num_workers)
+    key = None if solved is None else (sub, limit, params.random_seed, params.num_workers)
     if key is not None and key in solved:
         return solved[key]
     beyond = []
@@ -474,6 +240,7 @@ def _solve_once(built: _Built, solver: cp_model.CpSolver, limit: int | None, sol
                 solver.stop_search()
 
         solver.best_bound_callback = past_cutoff
+    built = sub.built
     status = interruptible(solver, built.model)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     outcome = _Outcome(status, tuple(solver.value(v) for v in built.decisions) if found else (),
@@ -484,19 +251,14 @@ def _solve_once(built: _Built, solver: cp_model.CpSolver, limit: int | None, sol
     return outcome
 
 
-def _lower_lines(points: list[tuple[int, float]]) -> list[tuple[float, float]]:
-    """(intercept, slope) of the lines through consecutive vertices of the lower convex hull of `points` (x rising):
-    each is at most every point's y, and their largest equals it at every vertex (a lone point: a flat line). Floored
-    to the model's units (intercept and slope each, with x >= 0) they stay below."""
-    hull = lower_hull(points)
-    if len(hull) == 1:
-        return [(hull[0][1], 0.0)]
-    return [(y0 - (y1 - y0) / (x1 - x0) * x0, (y1 - y0) / (x1 - x0)) for (x0, y0), (x1, y1) in zip(hull, hull[1:])]
-
-
-def _slope(at_fewest: float, at_most: float, fewest: int, most: int) -> float:
-    """Seconds per layer between a stage's fewest and most layers (0 when they are equal)."""
-    return (at_most - at_fewest) / (most - fewest) if most > fewest else 0.0
+def read_decisions(c: PlanCoefficients, values: tuple[int, ...]) -> tuple[int, list[int], list[dict]]:
+    """(index of the chosen ZeRO stage, layers per stage, counts per (kind, option) per stage) of a solution's
+    decision values, in plan_model.build_plan_model's order: the ZeRO booleans, the free sizes, the counts."""
+    rest = iter(values)
+    zero = [next(rest) for _ in range(c.zero_count)]
+    layers = [stage.default_layers if c.partition_fixed else next(rest) for stage in c.stages]
+    counts = [{key: next(rest) for key, _ in stage.resident} for stage in c.stages]
+    return zero.index(1), layers, counts
 
 
 def plan_from_stage_totals(model: ModelSpec, stages: list[dict[str, int]], chunk_layers: tuple[int, ...], pp: int,

@@ -1,0 +1,210 @@
+"""The linear form of one plan sub-model: everything the per-stage recompute model of one batch item and SP setting
+reads from the full estimators, with names, in seconds and bytes (docs/solver.md §4).
+
+A device stage s holding L[s] layers, n[s,k,m] of kind k with recompute option m, under ZeRO stage z:
+    memory[s] = static[s,z] + layer_static[z] x (L[s] - default[s]) + fixed[s] + workspace + sum resident[s,k,m] n
+    host[s]   = sum host[s,k,m] n <= host_room[s];   host optimizer[s,z] affine in L[s]
+    time[s]   = sum layer_time[k,m] n + extra_time[s];   fill[s] = sum layer_fill[k,m] n + extra_fill[s]
+    window[s, pass] = sum window[pass,k,m] n + extra_window[s, pass]       (the DP overlap windows)
+    data_parallel[s,z]: each collective's seconds affine in L[s] (at the fewest layers and a slope), exposed beyond
+                        its window (estimate.data_parallel.DataParallelTerms)
+With the partition fixed (`partition_fixed`), L[s] = default[s] and every slope is 0. The model's integer
+coefficients are derived from this form alone (plan_coefficients.py), so a cost term added here reaches the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..estimate.activations import recompute_workspace_bytes
+from ..estimate.data_parallel import data_parallel_terms
+from ..estimate.layer_time import layer_time
+from ..estimate.layout import stage_layouts, stage_mode_counts
+from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
+                               stage_dynamic_bytes, stage_static_bytes)
+from ..estimate.overlap import hidden_comms
+from ..estimate.time import p2p_per_microbatch, stage_extra, stage_fill
+from ..schedules import schedule_named
+from ..schedules.base import LinearPipeline
+from ..space import Layout, SearchSpace
+from ..specs.pipeline_layout import split_device_stages
+from ..specs.recompute import NO_RECOMPUTE
+from ..specs.strategy import Strategy
+from .coefficients import item_lower_bound, layer_static_bytes
+from .plan_bounds import host_room
+
+RESOLUTION = 1e-6  # the model's time unit, as a fraction of the item's step-time lower bound
+PASSES = ("forward", "backward")  # the data-parallel overlap windows (DataParallelTerms.windows)
+LayerKey = tuple[str, str]  # (layer kind, recompute option)
+
+
+@dataclass(frozen=True)
+class DataParallelForm:
+    """One stage's data-parallel terms under one ZeRO stage, affine in its layers between its fewest and most."""
+
+    windows: tuple[tuple[float, int, str], ...]  # (seconds at the fewest layers, count, pass): DataParallelTerms
+    last_bucket: float  # the share of a window's collective that never overlaps, at the most layers
+    optimizer: float  # the optimizer step's seconds at the fewest layers
+    window_slopes: tuple[float, ...]  # each window's seconds per layer above the fewest
+    optimizer_slope: float  # the optimizer step's seconds per layer above the fewest
+
+
+@dataclass(frozen=True)
+class StageForm:
+    """One device stage's terms (bytes and seconds)."""
+
+    default_layers: int  # layers at the default partition
+    fewest: int  # the fewest layers it may hold (a layer per chunk at least)
+    most: int  # the most layers it may hold
+    kinds: dict[str, int]  # layers per kind at the default partition
+    static: tuple[float, ...]  # model-state bytes per ZeRO stage of PlanForm.zeros, at the default partition
+    fixed: float  # activation bytes that no recompute option changes (stage_dynamic_bytes with no layers)
+    resident: dict[LayerKey, float]  # bytes a layer of (kind, option) keeps on the device
+    host: dict[LayerKey, float]  # host bytes a layer of (kind, option) puts there (its in-flight micro-batches)
+    host_room: float  # host bytes left for offloaded activations
+    host_optimizer: tuple[tuple[float, float], ...]  # per ZeRO stage: an offloaded optimizer's host bytes at the
+    # fewest layers, and per layer above
+    extra_time: float  # the stage's work beyond its layers (embedding, head, loss, MTP) plus its pipeline sends
+    extra_fill: float  # what that work adds to the schedule's bubble (Schedule.fill)
+    extra_window: dict[str, float]  # per pass: that work's share of the DP overlap windows
+    data_parallel: tuple[DataParallelForm, ...]  # per ZeRO stage
+
+
+@dataclass(frozen=True)
+class PlanForm:
+    """The sub-model of one (item, SP) and its ZeRO stages, in seconds and bytes."""
+
+    base: Strategy  # the item's strategy with no recompute, at the first of `zeros`
+    modes: tuple[str, ...]  # the recompute options searched
+    zeros: tuple[int, ...]  # the ZeRO stages decided between
+    linear: LinearPipeline  # the schedule's pipeline as a linear form
+    unit: float  # the model's time unit (seconds): RESOLUTION of the item's step-time bound
+    partition_fixed: bool  # whether every stage holds its default layers (no uneven partition searched)
+    offset: int  # how far a stage's layers may move from the default (0 when fixed)
+    total_layers: int  # the model's layers (their sum over the stages, when the partition is free)
+    host_capacity: float  # host memory per device
+    layer_time: dict[LayerKey, float]  # seconds of one layer's forward and backward per micro-batch
+    layer_fill: dict[LayerKey, float]  # its share of the schedule's bubble (Schedule.fill)
+    window: dict[str, dict[LayerKey, float]]  # per pass: its share of the DP overlap windows
+    workspace: dict[LayerKey, float]  # bytes its recompute rematerialises at once in the backward
+    static_per_layer: tuple[float, ...]  # per ZeRO stage: model-state bytes one more layer adds to a stage
+    stages: tuple[StageForm, ...]
+
+    @property
+    def fill_is_total(self) -> bool:
+        """Whether every fill equals its time (1F1B and interleaving): the model then reuses the stage times."""
+        return (self.layer_fill == self.layer_time
+                and all(st.extra_fill == st.extra_time for st in self.stages))
+
+
+def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, modes: tuple[str, ...],
+              zeros: tuple[int, ...]) -> PlanForm:
+    """The form of the item (layout, mbs, mbn) under SP setting `sp`, deciding between `modes` and `zeros`."""
+    model, cluster, run = space.model, space.cluster, space.run
+    base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
+    schedule = schedule_named(layout.schedule)
+    present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
+    keys = tuple((k, m) for k in present for m in modes)
+    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
+    hidden = hidden_comms(run, layout.schedule, layout.pp, layout.vpp, layout.tp, sp, layout.ep)
+    times = {key: layer_time(model, cluster, run, *key, *theta, layout.cp_comm, hidden) for key in keys}
+    offset = space.partition_offset(layout)
+    return PlanForm(
+        base=base, modes=modes, zeros=tuple(zeros), linear=schedule.linear_pipeline(mbn, layout.vpp, layout.pp),
+        # fine enough that flooring every coefficient costs well under PLAN_TOLERANCE of the step
+        unit=max(1e-12, item_lower_bound(space, (layout, mbs, mbn)) * RESOLUTION),
+        partition_fixed=not offset, offset=offset, total_layers=model.layers,
+        host_capacity=cluster.device.host_memory_bytes,
+        layer_time={key: t.total for key, t in times.items()},
+        layer_fill={key: schedule.fill(t.total, t.full_backward, t.wgrad) for key, t in times.items()},
+        window={"forward": {key: t.forward_window for key, t in times.items()},
+                "backward": {key: t.backward_window for key, t in times.items()}},
+        workspace={key: recompute_workspace_bytes(model, run, *key, *theta) for key in keys},
+        static_per_layer=tuple(layer_static_bytes(space, layout, z) for z in zeros),
+        stages=_stage_forms(space, layout, base, keys, tuple(zeros), hidden, offset))
+
+
+def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple[LayerKey, ...],
+                 zeros: tuple[int, ...], hidden, offset: int) -> tuple[StageForm, ...]:
+    """Each device stage's terms."""
+    model, cluster, run = space.model, space.cluster, space.run
+    pp = layout.pp
+    layouts = stage_layouts(model, base)
+    kinds = [{k: n for (k, _), n in counts if n} for counts in stage_mode_counts(model, base)]
+    default = tuple(st.layers for st in layouts)
+    low = tuple(max(layout.vpp, d - offset) for d in default)  # a layer per chunk
+    high = tuple(d + offset for d in default)
+    extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, layout.tp, layout.cp, base.mbs, base.sp,
+                          ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden) for s in range(pp)]
+    p2p = p2p_per_microbatch(model, cluster, run, base)
+    bounds = _StageBounds(base, layout.vpp, low, high, offset)
+    data_parallel = _data_parallel_forms(space, bounds, zeros)
+    optimizer = _host_optimizer_forms(space, bounds, zeros, layouts)
+    static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), layouts[s])) for s in range(pp)]
+              for z in zeros]
+    return tuple(StageForm(
+        default_layers=default[s], fewest=low[s], most=high[s], kinds=kinds[s],
+        static=tuple(static[k][s] for k in range(len(zeros))),
+        fixed=parts_total(stage_dynamic_bytes(model, run, base, layouts[s], counts={})),
+        resident=resident_layer_table(model, run, base, layouts[s], keys),
+        host=host_offload_table(model, run, base, layouts[s], keys),
+        # the host memory less an offloaded optimizer's states at its lightest ZeRO stage; with uneven partitions
+        # none, as a stage may hold fewer layers: the model stays a relaxation
+        host_room=host_room(space, base, layouts[s], () if offset else zeros),
+        host_optimizer=tuple(per_zero[s] for per_zero in optimizer),
+        extra_time=extras[s].total + p2p, extra_fill=stage_fill(layout.schedule, extras[s], p2p),
+        extra_window={"forward": extras[s].forward_window, "backward": extras[s].backward_window},
+        data_parallel=tuple(per_zero[s] for per_zero in data_parallel)) for s in range(pp))
+
+
+@dataclass(frozen=True)
+class _StageBounds:
+    """The base strategy and each stage's fewest and most layers (equal to the default when fixed)."""
+
+    base: Strategy
+    vpp: int
+    low: tuple[int, ...]
+    high: tuple[int, ...]
+    offset: int
+
+    def at_fewest_and_most(self, zero: int) -> tuple[Strategy, Strategy]:
+        """The base strategy under ZeRO stage `zero` with every stage at its fewest layers, and at its most (the
+        default partition both times when it is fixed)."""
+        if not self.offset:
+            return self.base.with_zero(zero), self.base.with_zero(zero)
+        return tuple(self.base.with_(zero=zero, layers_per_stage=split_device_stages(counts, self.vpp))
+                     for counts in (self.low, self.high))
+
+
+def _data_parallel_forms(space: SearchSpace, bounds: _StageBounds, zeros: tuple[int, ...]
+                         ) -> list[list[DataParallelForm]]:
+    """Per ZeRO stage and device stage: the collectives and optimizer step at its fewest layers and the slope to its
+    most; the last bucket's share at the most layers."""
+    model, cluster, run = space.model, space.cluster, space.run
+    mbn = bounds.base.mbn
+    out = []
+    for z in zeros:
+        fewest, most = (data_parallel_terms(model, cluster, run, strategy)
+                        for strategy in bounds.at_fewest_and_most(z))
+        out.append([DataParallelForm(
+            windows=t.windows(mbn), last_bucket=m.last_bucket, optimizer=t.optimizer,
+            window_slopes=tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(t.windows(mbn), m.windows(mbn))),
+            optimizer_slope=_slope(t.optimizer, m.optimizer, lo, hi))
+            for t, m, lo, hi in zip(fewest, most, bounds.low, bounds.high)])
+    return out
+
+
+def _host_optimizer_forms(space: SearchSpace, bounds: _StageBounds, zeros: tuple[int, ...], layouts
+                          ) -> list[list[tuple[float, float]]]:
+    """Per ZeRO stage and device stage: an offloaded optimizer's host bytes at its fewest layers and per layer above
+    (0 without optimizer offload)."""
+    out = []
+    for z in zeros:
+        fewest, most = ([host_optimizer_bytes(space.model, space.run, strategy, stage) for stage in layouts]
+                        for strategy in bounds.at_fewest_and_most(z))
+        out.append([(a, _slope(a, b, lo, hi)) for a, b, lo, hi in zip(fewest, most, bounds.low, bounds.high)])
+    return out
+
+
+def _slope(at_fewest: float, at_most: float, fewest: int, most: int) -> float:
+    """Seconds (or bytes) per layer between a stage's fewest and most layers (0 when they are equal)."""
+    return (at_most - at_fewest) / (most - fewest) if most > fewest else 0.0

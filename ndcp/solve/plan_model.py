@@ -1,0 +1,191 @@
+"""The CP-SAT model of one plan sub-model, built from its integer coefficients (plan_coefficients.py) by small
+builders, one per constraint group, in the style of OR-Tools' examples.
+
+Decisions: one boolean per ZeRO stage (exactly one), the layers per device stage when the partition is free, and per
+stage the layers of each (kind, recompute option). The objective is the schedule's pipeline as its linear form plus
+the exposed data-parallel sync and the optimizer step, all times the form's divisor (docs/solver.md §4).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from ..specs.recompute import HEAVIEST_FIRST
+from .plan_coefficients import PASSES, PlanCoefficients, StageCoefficients
+
+UPPER = 10**15  # upper bound of the model's integer variables (bytes and time units): far above any real value
+
+
+@dataclass(frozen=True)
+class BuiltPlanModel:
+    """A built sub-model and the variables its solution is read from."""
+
+    model: cp_model.CpModel
+    zero: list  # one boolean per ZeRO stage
+    sizes: list  # layers per stage: ints when the partition is fixed, else variables
+    counts: list  # per stage: {(kind, option): layers}
+    decisions: list  # the variables a plan is: zero, free sizes, counts (an excluded plan is their values)
+
+
+def build_plan_model(c: PlanCoefficients, capacity: int, exclude: tuple[tuple[int, ...], ...] = (),
+                     limit: int | None = None) -> BuiltPlanModel:
+    """The model of `c` under `capacity` bytes per device, other than the `exclude`d plans; `limit` (objective
+    units) adds `objective <= limit` as a constraint."""
+    m = cp_model.CpModel()
+    zero = add_zero_choice(m, c.zero_count)
+    slowest = m.new_int_var(0, UPPER, "slowest")
+    sizes, counts, fills = [], [], []
+    for s, stage in enumerate(c.stages):
+        size = add_stage_size(m, c, stage, s)
+        n = add_stage_counts(m, c, stage, s, size)
+        add_memory(m, c, stage, s, zero, size, n, capacity)
+        add_host(m, c, stage, zero, size, n)
+        fills.append(add_stage_time(m, c, stage, s, n, slowest))
+        sizes.append(size)
+        counts.append(n)
+    if not c.partition_fixed:  # the stages hold every layer
+        m.add(sum(sizes) == c.total_layers)
+    decisions = list(zero) + [x for x in sizes if not isinstance(x, int)] + [v for n in counts for v in n.values()]
+    add_no_goods(m, decisions, exclude)
+    exposed, optimizer = add_data_parallel(m, c, zero, counts, sizes)
+    # the schedule's pipeline as its linear form, plus the DP terms (all times the form's divisor)
+    objective = c.slowest_weight * slowest + c.sum_weight * sum(fills) + c.divisor * (exposed + optimizer)
+    if limit is not None:
+        m.add(objective <= limit)
+    m.minimize(objective)
+    return BuiltPlanModel(m, zero, sizes, counts, decisions)
+
+
+def add_zero_choice(m: cp_model.CpModel, zero_count: int) -> list:
+    """One boolean per ZeRO stage decided between; exactly one holds."""
+    zero = [m.new_bool_var(f"zero{k}") for k in range(zero_count)]
+    m.add_exactly_one(zero)
+    return zero
+
+
+def add_stage_size(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int):
+    """The stage's layers: its default when the partition is fixed, else a variable within its fewest and most."""
+    if c.partition_fixed:
+        return stage.default_layers
+    return m.new_int_var(stage.fewest, stage.most, f"L{s}")
+
+
+def add_stage_counts(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, size) -> dict:
+    """Layers per (kind, option) on the stage; each kind's add up to its layers (with a free partition the stage's
+    one kind holds `size`). On a stage with both kinds the kind rule holds (add_kind_rule)."""
+    kinds = dict(stage.kinds) if c.partition_fixed else {stage.kinds[0][0]: size}
+    n = {}
+    for kind, total in kinds.items():
+        for mode in c.modes:
+            n[(kind, mode)] = m.new_int_var(0, c.most_layers, f"n{s}_{kind}_{mode}")
+        m.add(sum(n[(kind, mode)] for mode in c.modes) == total)
+    if len(kinds) > 1:
+        add_kind_rule(m, n, kinds["moe"], s)
+    return n
+
+
+def add_kind_rule(m: cp_model.CpModel, n: dict, moe_layers: int, s: int) -> None:
+    """On a stage with both kinds, MoE layers take the heavier recompute first (layout.mode_kind_counts), so the
+    counts the model picks are the ones the estimators will read back."""
+    # For each heaviest-first prefix of the options: dense layers run an option of the prefix only once every MoE
+    # layer does (three options: full, then full or selective).
+    options = [o for o in HEAVIEST_FIRST if ("moe", o) in n]
+    for depth in range(1, len(options)):
+        prefix = options[:depth]
+        moe_covered = m.new_bool_var(f"moe_covered{s}_{depth}")
+        m.add(sum(n[("moe", o)] for o in prefix) == moe_layers).only_enforce_if(moe_covered)
+        m.add(sum(n.get(("dense", o), 0) for o in prefix) == 0).only_enforce_if(~moe_covered)
+
+
+def add_memory(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, zero: list, size, n: dict,
+               capacity: int) -> None:
+    """The stage's device memory within the capacity: model states (the chosen ZeRO stage's, scaling with the
+    stage's layers), the fixed activations, each layer's resident bytes, and the largest recompute workspace of an
+    option in use."""
+    workspace = m.new_int_var(0, UPPER, f"ws{s}")
+    need = dict(c.workspace)
+    for key, var in n.items():
+        if need[key]:
+            used = m.new_bool_var(f"used{s}_{key[0]}_{key[1]}")
+            m.add(var <= c.most_layers * used)
+            m.add(workspace >= need[key] * used)
+    static = sum(zk * stage.static[k] for k, zk in enumerate(zero))
+    # static parts: zero picks the ZeRO stage; the per-layer static term scales with the stage's layers
+    layer_static = m.new_int_var(0, UPPER, f"layer_static{s}")
+    for k, zk in enumerate(zero):
+        m.add(layer_static == stage.layer_static[k] * size).only_enforce_if(zk)
+    resident = dict(stage.resident)
+    m.add(static + layer_static + stage.fixed + workspace + sum(resident[key] * var for key, var in n.items())
+          <= capacity)
+
+
+def add_host(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, zero: list, size, n: dict) -> None:
+    """Host memory: an offloaded optimizer's states within it (a ZeRO stage whose states cannot fit is not chosen:
+    verification refuses its every plan, and without this the no-good cuts enumerated them all), and the offloaded
+    activations within the room left (floored: the model stays a relaxation)."""
+    for zk, (fewest, per_layer, any_states) in zip(zero, stage.host_optimizer):
+        if c.partition_fixed and fewest > c.host_capacity:
+            m.add(zk == 0)
+        elif not c.partition_fixed and any_states:
+            m.add(fewest + per_layer * (size - stage.fewest) <= c.host_capacity).only_enforce_if(zk)
+    host = [(bytes_, n[key]) for key, bytes_ in stage.host]
+    if host:
+        m.add(sum(b * v for b, v in host) <= stage.host_room)
+
+
+def add_stage_time(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, n: dict, slowest):
+    """The stage's time per micro-batch (its layers and its extra work), at most `slowest`; returns its fill (the
+    schedule's bubble share: the time itself for 1F1B-like schedules)."""
+    t = m.new_int_var(0, UPPER, f"t{s}")
+    m.add(t == sum(seconds * n[key] for key, seconds in stage.time) + stage.extra_time)
+    m.add(slowest >= t)
+    if c.fill_is_total:
+        return t
+    return sum(seconds * n[key] for key, seconds in stage.fill) + stage.extra_fill
+
+
+def add_no_goods(m: cp_model.CpModel, decisions: list, exclude: tuple[tuple[int, ...], ...]) -> None:
+    """Each excluded plan is cut off: a plan differs from it in at least one decision."""
+    for assignment in exclude:
+        differs = []
+        for var, value in zip(decisions, assignment):
+            d = m.new_bool_var("")
+            m.add(var != value).only_enforce_if(d)
+            differs.append(d)
+        m.add_bool_or(differs)
+
+
+def add_data_parallel(m: cp_model.CpModel, c: PlanCoefficients, zero: list, counts: list, sizes: list):
+    """Exposed DP sync and optimizer step (estimate.data_parallel.DataParallelTerms.exposed), linear in the counts.
+    A window is the stage's forward or backward wall time per micro-batch, each coefficient rounded up; per ZeRO
+    choice z_k and collective an integer e >= z_k x seconds - window and e >= z_k x seconds x last bucket (no
+    constraint unless z_k = 1, as exactly one holds), and the stage's exposure = sum count x e: never overestimated.
+    With a free partition, seconds = at its fewest layers + per layer x (L - fewest), enforced when z_k = 1, and the
+    last bucket's share at least each line of its lower convex hull in L (plan_coefficients.lower_lines)."""
+    exposed = m.new_int_var(0, UPPER, "dp_exposed")
+    optimizer = m.new_int_var(0, UPPER, "optimizer")
+    for s, (stage, n, size) in enumerate(zip(c.stages, counts, sizes)):
+        window = {which: sum(units * n[key] for key, units in stage.window[p]) + stage.extra_window[p]
+                  for p, which in enumerate(PASSES)}
+        extra = None if c.partition_fixed else size - stage.fewest  # layers above the fewest
+        exposures = []
+        for k, (zk, terms) in enumerate(zip(zero, stage.data_parallel)):
+            if extra is None:  # a fixed partition: linear in z_k (a tighter LP than an enforced one)
+                m.add(optimizer >= terms.optimizer * zk)
+            else:
+                m.add(optimizer >= terms.optimizer + terms.optimizer_slope * extra).only_enforce_if(zk)
+            for w in terms.windows:
+                # never more than the collective itself (window >= 0, last bucket <= 1): a tight domain, and
+                # measured, CP-SAT 9.15's presolve wrongly proved some models infeasible with [0, UPPER] here
+                e = m.new_int_var(0, w.top, f"dp{s}_{k}_{w.index}")
+                if extra is None:
+                    m.add(e >= w.at_fewest * zk - window[w.which])
+                    m.add(e >= w.last * zk)
+                else:
+                    m.add(e >= w.at_fewest + w.slope * extra - window[w.which]).only_enforce_if(zk)
+                    for intercept, slope in w.lines:
+                        m.add(e >= intercept + slope * size).only_enforce_if(zk)
+                exposures.append(w.count * e)
+        m.add(exposed >= sum(exposures))
+    return exposed, optimizer
