@@ -6,13 +6,15 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import replace
+from enum import IntEnum
+from typing import NamedTuple
 
 from ..space import SearchSpace
 from .context import SearchContext, with_max_offset
 from .items import READY, ItemBounds, bounded_items, explain_memory, unsolved
 from .coefficients import inner_choices
 from .plan_bounds import zero_plan_lower_bounds
-from .recompute import PLAN_TOLERANCE, PlanModel, PlanTimeout
+from .recompute import PLAN_TOLERANCE, PlanModel, PlanSolution, PlanTimeout
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
 from .uniform import uniform_search
 
@@ -84,72 +86,68 @@ def _first(progress):
     return lambda p: progress(replace(p, phase=f"uniform first: {p.phase}", lower_bound_seconds=None))
 
 
-# Queue levels past READY: an item's SP setting waiting at that setting's bound (SPLIT_SP), then each ZeRO stage of
-# it at its own bound (SOLVE and up, _solve_level: that (item, SP setting, ZeRO stage)'s plan sub-model).
-SPLIT_SP = {False: READY + 1, True: READY + 2}
-SOLVE = READY + 3
+class Step(IntEnum):
+    """What an item's queue entry waits for; entries of equal bound and item are taken in this order."""
+
+    BOUND = 0  # its next, tighter bound (ItemBounds.tighten), from `Phase.level`
+    READY = 1  # every bound level done: each of its SP settings is queued at its own bound
+    SPLIT = 2  # one SP setting: each ZeRO stage of it is queued at its own bound
+    SOLVE = 3  # one (SP setting, ZeRO stage): its plan sub-model is solved
 
 
-def _solve_level(sp: bool, zero: int | None, zeros: tuple) -> int:
-    """The queue level of a plan sub-model: its SP setting and its ZeRO stage's place in `zeros` (None, every ZeRO
-    stage in one sub-model, last)."""
-    return SOLVE + 2 * (len(zeros) if zero is None else zeros.index(zero)) + sp
+class Phase(NamedTuple):
+    """Where one queue entry of an item stands (compared as a tuple: the step, then its level or ZeRO stage's place,
+    then the SP setting)."""
+
+    step: Step
+    level: int = 0  # Step.BOUND: the item's bound level
+    slot: int = 0  # Step.SOLVE: the ZeRO stage's place among the space's (every ZeRO stage in one sub-model: last)
+    sp: bool = False  # Step.SPLIT and Step.SOLVE: the SP setting
+    zero: int | None = None  # Step.SOLVE: the ZeRO stage (None: every ZeRO stage in one sub-model)
+
+    @staticmethod
+    def of_level(level: int) -> "Phase":
+        """The phase of an item at bound level `level` (ItemBounds.levels)."""
+        return Phase(Step.BOUND, level) if level < READY else Phase(Step.READY)
+
+    @staticmethod
+    def solve(sp: bool, zero: int | None, zeros: tuple) -> "Phase":
+        """The phase of a plan sub-model: its SP setting and ZeRO stage (None last)."""
+        return Phase(Step.SOLVE, slot=len(zeros) if zero is None else zeros.index(zero), sp=sp, zero=zero)
 
 
-def _solved_at(level: int, zeros: tuple) -> tuple[bool, int | None]:
-    """(SP setting, ZeRO stage or None) of a _solve_level."""
-    k, sp = divmod(level - SOLVE, 2)
-    return bool(sp), (zeros[k] if k < len(zeros) else None)
+class Queued(NamedTuple):
+    """An entry of the item queue, least bound first."""
+
+    bound: float
+    item: int
+    phase: Phase
 
 
 def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, result: SearchResult,
            interrupted: bool) -> tuple[float, bool]:
     """Visit the items in bound order, solving each one's plan sub-models, until the certificate holds, the time
     runs out or Ctrl-C: (the least bound of any item not yet visited, interrupted)."""
-    space, items = ctx.space, bounds.items
-    # Items wait in a queue ordered by their bound: an item reaching the front below level READY gets its next,
-    # tighter bound (`ItemBounds.tighten`) and is queued again; reaching the front at READY, each of its SP settings
+    # Items wait in a queue ordered by their bound (Queued): an item reaching the front at Step.BOUND gets its next,
+    # tighter bound (`ItemBounds.tighten`) and is queued again; reaching it at Step.READY, each of its SP settings
     # is queued at its own bound; reaching the front, that setting's ZeRO stages each at its own (the full bound
     # per ZeRO stage, plan_bounds.zero_plan_lower_bounds); and reaching the front, that ZeRO stage's plan sub-model
     # is solved. A setting or ZeRO stage whose bound is higher waits: by then the K-th best usually cuts it off
     # (Llama-3.1-405B on 131,072 H100: the first items' SP-off sub-models took 0.3-0.7 s each, solved before any
     # cutoff existed; DeepSeek-V3 on 2,048 H800: a sub-model deciding the ZeRO stage took 0.42 s where the one of
     # its best ZeRO stage alone took 0.25 s, and the others' bounds were far above the K-th best).
-    _, zeros = inner_choices(space)
-    queue = bounds.queue()
+    _, zeros = inner_choices(ctx.space)
+    queue = [Queued(b, i, Phase.of_level(level)) for b, i, level in bounds.queue()]  # still a heap: same order
     # the least bound of any item not yet visited (kept up to date by the loop)
-    next_bound = queue[0][0] if queue else float("inf")
+    next_bound = queue[0].bound if queue else float("inf")
     try:
         while queue and not interrupted:
-            next_bound, i, level = queue[0]
+            next_bound, i, phase = queue[0]
             verifier.settle(next_bound)
             if verifier.certified(next_bound) or ctx.expired():
                 break
             heapq.heappop(queue)
-            if level < READY:
-                tighter = bounds.tighten(i)
-                if tighter is not None:
-                    heapq.heappush(queue, (tighter, i, level + 1))
-                continue
-            if level == READY:  # each SP setting waits at its own bound (one that cannot fit is not queued)
-                for sp, b in bounds.per_sp[i].items():
-                    heapq.heappush(queue, (b, i, SPLIT_SP[sp]))
-                result.expanded += 1
-                continue
-            layout, mbs, mbn = items[i]
-            runs = tuple(space.zero_stages(layout))
-            if next_bound > verifier.kth() * (1 + TIE):
-                pass  # a bound that cannot beat the K-th best needs no more work
-            elif level < SOLVE:  # each ZeRO stage the layout runs waits at its own bound (one that cannot fit is not)
-                sp = level == SPLIT_SP[True]
-                for zero, b in zero_plan_lower_bounds(space, items[i], sp).items():
-                    if zero is None or zero in runs:
-                        heapq.heappush(queue, (max(next_bound, b), i, _solve_level(sp, zero, zeros)))
-            else:
-                sp, zero = _solved_at(level, zeros)
-                plan = PlanModel(space, layout, mbs, mbn, sp, tuple(space.inner_choices(layout.tp)[2]),
-                                 runs if zero is None else (zero,))
-                verifier.solve(plan, _degree_key(plan.base), (), next_bound)
+            _take(ctx, bounds, verifier, result, queue, Queued(next_bound, i, phase), zeros)
             if ctx.progress is not None:
                 best = verifier.ranked()[0].step_seconds if verifier.best else None
                 ctx.progress(Progress("solving per-stage recompute plans", ctx.elapsed(), best,
@@ -163,11 +161,58 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
     return next_bound, interrupted
 
 
+def _take(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, result: SearchResult, queue: list[Queued],
+          entry: Queued, zeros: tuple) -> None:
+    """Do what the entry at the front of the queue waits for, queueing what follows from it."""
+    space, (bound, i, phase) = ctx.space, entry
+    if phase.step == Step.BOUND:
+        tighter = bounds.tighten(i)
+        if tighter is not None:
+            heapq.heappush(queue, Queued(tighter, i, Phase.of_level(phase.level + 1)))
+        return
+    if phase.step == Step.READY:  # each SP setting waits at its own bound (one that cannot fit is not queued)
+        for sp, b in bounds.per_sp[i].items():
+            heapq.heappush(queue, Queued(b, i, Phase(Step.SPLIT, sp=sp)))
+        result.expanded += 1
+        return
+    layout, mbs, mbn = bounds.items[i]
+    runs = tuple(space.zero_stages(layout))
+    if bound > verifier.kth() * (1 + TIE):
+        return  # a bound that cannot beat the K-th best needs no more work
+    if phase.step == Step.SPLIT:  # each ZeRO stage the layout runs waits at its own bound (one that cannot fit is not)
+        for zero, b in zero_plan_lower_bounds(space, bounds.items[i], phase.sp).items():
+            if zero is None or zero in runs:
+                heapq.heappush(queue, Queued(max(bound, b), i, Phase.solve(phase.sp, zero, zeros)))
+        return
+    plan = PlanModel(space, layout, mbs, mbn, phase.sp, tuple(space.inner_choices(layout.tp)[2]),
+                     runs if phase.zero is None else (phase.zero,))
+    verifier.solve(plan, _degree_key(plan.base), (), bound)
+
+
 def _degree_key(strategy) -> tuple:
     """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry (the
     schedule is part of the item, as the exhaustive oracle ranks it)."""
     s = strategy
     return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm, s.schedule, s.optimizer_offload)
+
+
+class _Verify(NamedTuple):
+    """A plan a sub-model returned, to verify with the full estimators."""
+
+    plan: PlanModel
+    key: tuple  # its ranking entry (_degree_key)
+    exclude: tuple  # the sub-model's plans found so far, this one included
+    solution: PlanSolution
+
+
+class _Resolve(NamedTuple):
+    """A sub-model to solve again without the plans found so far, while a plan faster than its item's best by more
+    than `slack` seconds may remain."""
+
+    plan: PlanModel
+    key: tuple
+    exclude: tuple
+    slack: float  # seconds: the model's rounding, at least PLAN_TOLERANCE of its bound
 
 
 class _PlanVerifier:
@@ -177,7 +222,7 @@ class _PlanVerifier:
     def __init__(self, ctx: SearchContext):
         self.ctx, self.space, self.top = ctx, ctx.space, ctx.top
         self.capacity = ctx.space.run.capacity(ctx.space.cluster.device.memory_bytes)
-        self.pending: list[tuple] = []  # (bound, sequence, action, payload)
+        self.pending: list[tuple[float, int, _Verify | _Resolve]] = []  # (bound, sequence, work)
         self.best: dict[tuple, Evaluated] = {}  # (item, sp) -> best verified plan that fits
         self.misses: list[Evaluated] = []
         self.unproven: list[float] = []  # bounds of sub-models stopped by the time limit
@@ -195,9 +240,9 @@ class _PlanVerifier:
             if key not in self.best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(self.best[key]):
                 self.best[key] = evaluated
 
-    def _push(self, bound: float, action: str, payload) -> None:
+    def _push(self, bound: float, work: _Verify | _Resolve) -> None:
         self.sequence += 1
-        heapq.heappush(self.pending, (bound, self.sequence, action, payload))
+        heapq.heappush(self.pending, (bound, self.sequence, work))
 
     def solve(self, plan: PlanModel, key: tuple, exclude: tuple, floor: float) -> None:
         """Solve a sub-model whose plans are proven no faster than `floor` seconds (kept as unproven on a timeout).
@@ -215,7 +260,7 @@ class _PlanVerifier:
             return
         if not solution.proven:
             self.unproven.append(solution.bound_seconds)
-        self._push(solution.bound_seconds, "verify", (plan, key, exclude + (solution.assignment,), solution))
+        self._push(solution.bound_seconds, _Verify(plan, key, exclude + (solution.assignment,), solution))
 
     def ranked(self) -> list[Evaluated]:
         return sorted(self.best.values(), key=Evaluated.rank_key)
@@ -232,21 +277,27 @@ class _PlanVerifier:
         while self.pending and (self.pending[0][0] <= self.kth() * (1 + TIE) or self.pending[0][0] <= bound):
             if self.ctx.expired():
                 return
-            lower, _, action, payload = heapq.heappop(self.pending)
+            lower, _, work = heapq.heappop(self.pending)
             try:
-                self._process(lower, action, *payload)
+                if isinstance(work, _Resolve):
+                    self._resolve(lower, work)
+                else:
+                    self._verify(lower, work)
             except KeyboardInterrupt:
                 self.unproven.append(lower)  # popped but not processed: only its bound is known
                 raise
 
-    def _process(self, lower: float, action: str, plan: PlanModel, key: tuple, exclude: tuple, solution) -> None:
-        """Re-solve a sub-model without its verified plans, or verify a plan (and queue a re-solve if needed)."""
-        if action == "resolve":
-            if key not in self.best or self.best[key].step_seconds > lower + solution:
-                self.solve(plan, key, exclude, lower)
-            else:
-                self.accepted = min(self.accepted, lower)
-            return
+    def _resolve(self, lower: float, work: _Resolve) -> None:
+        """Solve a sub-model again without its verified plans, unless its item's best is within the slack."""
+        key = work.key
+        if key not in self.best or self.best[key].step_seconds > lower + work.slack:
+            self.solve(work.plan, key, work.exclude, lower)
+        else:
+            self.accepted = min(self.accepted, lower)
+
+    def _verify(self, lower: float, work: _Verify) -> None:
+        """Verify a plan with the full estimators, and queue a re-solve if a faster plan may remain."""
+        plan, key, exclude, solution = work
         t0 = time.perf_counter()
         evaluated = evaluate(self.space, solution.strategy)
         self.seconds += time.perf_counter() - t0
@@ -259,7 +310,7 @@ class _PlanVerifier:
         # at least PLAN_TOLERANCE), or this one does not fit: solve again without the plans verified so far.
         slack = max(solution.rounding_seconds, PLAN_TOLERANCE * lower)
         if not evaluated.fits or evaluated.step_seconds > lower + slack:
-            self._push(lower, "resolve", (plan, key, exclude, slack))
+            self._push(lower, _Resolve(plan, key, exclude, slack))
         else:
             self.accepted = min(self.accepted, lower)
 
