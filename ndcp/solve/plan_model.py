@@ -176,8 +176,8 @@ def add_data_parallel(m: cp_model.CpModel, c: PlanCoefficients, zero: list, coun
             else:
                 m.add(optimizer >= terms.optimizer + terms.optimizer_slope * extra).only_enforce_if(zk)
             for w in terms.windows:
-                # never more than the collective itself (window >= 0, last bucket <= 1): a tight domain, and
-                # measured, CP-SAT 9.15's presolve wrongly proved some models infeasible with [0, UPPER] here
+                # never more than the collective itself (window >= 0, last bucket <= 1): a tight domain (with
+                # [0, UPPER] CP-SAT 9.15's presolve wrongly proved some models infeasible: docs/tuning.md)
                 e = m.new_int_var(0, w.top, f"dp{s}_{k}_{w.index}")
                 if extra is None:
                     m.add(e >= w.at_fewest * zk - window[w.which])

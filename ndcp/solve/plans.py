@@ -18,9 +18,7 @@ from .recompute import PLAN_TOLERANCE, PlanModel, PlanSolution, PlanTimeout
 from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
 from .uniform import uniform_search
 
-# The uniform strategies proven first (plan_search). Measured against the top K (10) in two runs over the 20
-# bench_search cases, each case's two searches one after the other: sum 110.8 -> 97.8 s and 114.1 -> 100.3 s;
-# Llama-3.1-405B on 2,048 H100 1.9 -> 0.5 s, DeepSeek-V3 on 2,048 H800 30-31 -> 23-24 s; none slower beyond the noise.
+# The uniform strategies proven first (plan_search): the optimum only, faster than a uniform top K (docs/tuning.md).
 UNIFORM_SEEDS = 1
 
 

@@ -34,10 +34,8 @@ from ..specs.strategy import Strategy
 
 PROBE_SECONDS = 0.5  # a sub-model's first try with the cutoff as a constraint (see PlanModel.solve)
 # Deterministic seconds a sub-model gets with the tuned search (PlanModel._solver) before CP-SAT's default branching
-# takes over for the time left. Over the 20 bench_search cases' sub-models the most any used was 0.05; found by
-# hypothesis (tests/estimate/test_data_parallel.py): a 43-variable sub-model (1 GB/s network, ZeRO-3 gathering in
-# forward and backward, uneven partitions) on which the LP-guided search stalls 2.7 % above the optimum for its whole
-# 60 s, while the default branching proves it in 0.02 s. Deterministic time, so the switch happens at the same point
+# takes over for the time left: far more than the bench cases' sub-models use, and the default branching proves the
+# few on which the LP-guided search stalls (docs/tuning.md). Deterministic, so the switch happens at the same point
 # on every machine.
 TUNED_DETERMINISTIC_SECONDS = 1.0
 # Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
@@ -47,9 +45,7 @@ TUNED_DETERMINISTIC_SECONDS = 1.0
 PLAN_TOLERANCE = 1e-4
 # CP-SAT stops a sub-model once its plan is within this fraction of its proven bound: just inside the tolerance, so
 # a plan it returns is accepted without a re-solve (the certificate uses the proven bound, never the plan's
-# objective). Measured on the 47 sub-models of Qwen3-235B on 1,024 H100 under 70 GiB, re-solved alone: 9.7 s at half
-# the tolerance, 3.0 s at 0.9 of it (their LP bounds start about 1.5e-4 below the optimum; closing the rest is
-# branching); the whole search 14.1 -> 9.7 s.
+# objective); closer to the tolerance, less branching (docs/tuning.md).
 GAP_LIMIT = 0.9 * PLAN_TOLERANCE
 
 
@@ -136,23 +132,17 @@ class PlanModel:
         solver.parameters.max_time_in_seconds = max(0.01, seconds)
         solver.parameters.random_seed = seed
         solver.parameters.num_workers = workers
-        # Full linearisation of the ZeRO-enforced constraints: measured, without it CP-SAT took seconds instead of
-        # tens of milliseconds to prove sub-models where several ZeRO stages' DP exposures nearly tie.
+        # Each setting below was chosen by a measurement: docs/tuning.md.
+        # Full linearisation of the ZeRO-enforced constraints: proves sub-models whose ZeRO stages nearly tie.
         solver.parameters.linearization_level = 2
-        # Light presolve, no probing or symmetry detection: measured on the plan sub-models of Llama-3-70B and
-        # Mixtral-8x7B on 64 H100 (152 models), the same optima 1.2-1.6x faster.
+        # Light presolve, no probing or symmetry detection: the sub-models are small; the same optima, faster.
         solver.parameters.max_presolve_iterations = 1
         solver.parameters.cp_model_probing_level = 0
         solver.parameters.symmetry_level = 0
-        # Branch on the LP solution: the LP bound comes within the gap limit in tenths of a second, and the default
-        # search then spent seconds finding plans as good (Qwen3-235B on 1,024 H100: 3 s per sub-model). Measured
-        # on the 285 sub-models the default search solves over the 20 bench_search cases, as the search calls them:
-        # 22.4 -> 15.3 s in all, Qwen3 7.2 -> 1.6 s, no case slower beyond noise.
+        # Branch on the LP solution: the LP bound comes within the gap limit quickly, and the default search then
+        # spends long finding plans as good.
         solver.parameters.search_branching = cp_model.LP_SEARCH
-        # Every linear constraint in the LP from the start, not added as it is violated: the 296 sub-models the 20
-        # bench_search cases solve, replayed twice each way in one run: 13.1 and 12.0 -> 10.4 and 11.0 s;
-        # Llama-3.1-405B on 16,384 and 131,072 H100 0.74 -> 0.39 s and 0.86 -> 0.41 s, Mixtral-8x22B on 2,048
-        # H100 the one case slower (0.8 -> 1.15 s).
+        # Every linear constraint in the LP from the start, not added as it is violated.
         solver.parameters.add_lp_constraints_lazily = False
         solver.parameters.relative_gap_limit = GAP_LIMIT
         return solver
