@@ -46,7 +46,8 @@ def build_plan_model(c: PlanCoefficients, capacity: int, exclude: tuple[tuple[in
         counts.append(n)
     if not c.partition_fixed:  # the stages hold every layer
         m.add(sum(sizes) == c.total_layers)
-    decisions = list(zero) + [x for x in sizes if not isinstance(x, int)] + [v for n in counts for v in n.values()]
+    free_sizes = [] if c.partition_fixed else sizes
+    decisions = list(zero) + free_sizes + [v for n in counts for v in n.values()]
     add_no_goods(m, decisions, exclude)
     exposed, optimizer = add_data_parallel(m, c, zero, counts, sizes)
     # the schedule's pipeline as its linear form, plus the DP terms (all times the form's divisor)
