@@ -174,12 +174,12 @@ def test_debug_shows_traceback(capsys):
 
 
 def test_internal_error_exit_3(capsys, monkeypatch):
-    import ndcp.cli.estimate as estimate_command
+    import ndcp.api  # `ndcp estimate` estimates through the Python API
 
     def boom(*args):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(estimate_command, "estimate_memory", boom)
+    monkeypatch.setattr(ndcp.api, "estimate_memory", boom)
     code, out, err = run_error(capsys, "estimate", *TINY)
     assert code == 3 and "Traceback" not in err
     assert "kaboom" in err and "--debug" in err and len(err.strip().splitlines()) == 1

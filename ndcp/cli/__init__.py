@@ -2,8 +2,9 @@
 
 Adding a command: a module with `register(subparsers)` that calls `common.subparser(...)`, adds its arguments
 (`common.add_problem_arguments` for the model/cluster/run, `outputs.add_json_argument` for --json) and sets
-`func=run`; `run(args)` builds the problem with `common.build_problem(args)` and returns the exit code. Raise
-SpecError for anything the user can fix: `main` turns it into one `ndcp: error: ...` line, exit 2.
+`func=run`; `run(args)` calls the Python API (ndcp.api, ndcp.policy: `build_problem(args)` builds the problem) and
+prints, returning the exit code. Options the API takes too are defined once, in ndcp.options. Raise SpecError for
+anything the user can fix: `main` turns it into one `ndcp: error: ...` line, exit 2.
 
 Exit codes: 0 success (an estimate that does not fit is still a success), 1 infeasible (search), 2 user error,
 3 internal error.
@@ -18,9 +19,8 @@ from typing import Callable
 from .. import __version__
 from ..specs.fields import SpecError
 from . import calibrate, estimate, listings, recompute, search, sweep, validate
-from .common import (EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Formatter, InternalError, Parser, UsageError, build_problem,
-                     build_strategy, one_line)
-from .search import build_space_options
+from ..policy import build_problem, build_space_options, build_strategy
+from .common import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Formatter, InternalError, Parser, UsageError, one_line
 from .startup import before_exit, collect_less, defer_pandas
 
 # Registration functions, in the order `ndcp --help` lists them.

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from ..estimate.memory import estimate_memory
-from ..estimate.time import estimate_time
+from ..api import estimate_strategy
+from ..options import ESTIMATE_STRATEGY, ESTIMATE_STRATEGY_FROM, add_options
 from ..report.emit import print_comparison
-from ..report.jsonout import estimate_document
 from ..report.terminal import estimate_line, render_estimate
-from .common import (EXIT_OK, add_problem_arguments, add_quiet_argument, add_strategy_arguments,
-                     add_strategy_from_argument, build_problem, build_strategy, console, strategy_values, subparser)
+from .common import EXIT_OK, add_problem_arguments, add_quiet_argument, console, subparser
 from .outputs import add_emit_arguments, add_json_argument, check_emit_arguments, emit_json, write_emitted
 
 EXAMPLE = ("ndcp estimate llama3-8b --device h100 --gpus 16 --global-batch 64 --seq-len 4096 \\\n"
@@ -30,9 +28,8 @@ def register(subparsers) -> None:
         "keys given in --strategy override the file. Exit 0 even when the strategy does not fit.",
         EXAMPLE)
     add_problem_arguments(parser)
-    add_strategy_arguments(parser, "e.g. tp=8,pp=16,dp=8,mbs=1,vpp=1,zero=1,sp=on,recompute=selective",
-                           "strategy as YAML (per-stage plans allowed)")
-    add_strategy_from_argument(parser, "the strategy")
+    add_options(parser.add_argument_group("strategy"), ESTIMATE_STRATEGY)
+    ESTIMATE_STRATEGY_FROM.add_to(parser)
     add_json_argument(parser)
     add_quiet_argument(parser)
     add_emit_arguments(parser, "the strategy")
@@ -40,13 +37,11 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, cluster, run_spec = build_problem(args)
-    strategy = build_strategy(model, cluster, run_spec, strategy_values(args, model, run_spec))
-    memory = estimate_memory(model, cluster, run_spec, strategy)
-    time = estimate_time(model, cluster, run_spec, strategy)
-    doc = estimate_document(model, cluster, run_spec, strategy, memory, time)
+    done = estimate_strategy(args)
+    model, cluster, run_spec, strategy, memory, time = (done.model, done.cluster, done.run, done.strategy,
+                                                        done.memory, done.time)
     check_emit_arguments(args, stdout_taken=getattr(args, "json", None) == "-")
-    if emit_json(args, doc):
+    if emit_json(args, done.document()):
         pass
     elif args.quiet:
         print(estimate_line(strategy, memory, time))

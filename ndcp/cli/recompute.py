@@ -9,9 +9,10 @@ from ..space import SearchSpace, SpaceOptions
 from ..specs.fields import SpecError
 from ..specs.strategy import RecomputePlan
 from ..specs.strategy_text import strategy_text
-from .common import (EXIT_INFEASIBLE, EXIT_OK, add_max_offset_argument, add_problem_arguments, add_quiet_argument,
-                     add_strategy_arguments, build_problem, build_strategy, check_max_offset, console, gib_text, int32,
-                     positive_int, positive_seconds, size_list, strategy_values, subparser, workers)
+from ..options import MAX_OFFSET, int32, positive_int, positive_seconds, size_list, workers
+from ..policy import build_problem, build_strategy, check_max_offset, gib_text, strategy_values
+from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_argument, add_strategy_arguments,
+                     console, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_emitted, write_plot)
 
@@ -37,7 +38,7 @@ def register(subparsers) -> None:
     group.add_argument("--caps", metavar="SIZE,...", type=size_list,
                        help="memory caps to solve under, e.g. 40GiB,50GiB,60GiB (default: 12 caps, least to capacity)")
     group.add_argument("--points", metavar="N", type=positive_int, default=12, help="default caps (default 12)")
-    add_max_offset_argument(group)
+    MAX_OFFSET.add_to(group)
     group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=10.0,
                        help="CP-SAT time limit per plan solve (default 10)")
     group.add_argument("--workers", metavar="N", type=workers, default=1, help="CP-SAT workers (default 1)")

@@ -8,6 +8,8 @@ import os
 import sys
 
 from ..report.output import write_output
+from ..options import SPACE_OPTIONS, int32, positive_int, positive_seconds
+from ..policy import build_problem, build_space_options
 from ..specs.fields import SpecError
 from ..sweep.executors import EXECUTORS, run_jobs
 from ..sweep.points import parse_counts, parse_devices, parse_gpus, parse_lengths, sweep_points
@@ -15,10 +17,8 @@ from ..sweep.report import SweepProgress, plot_sweep, print_sweep
 from ..sweep.results import append_answers, read_answers, sweep_csv, sweep_document
 from ..sweep.solve import Job, derive
 from ..specs.units import parse_count
-from .common import (EXIT_OK, add_problem_arguments, build_problem, console, int32, positive_int, positive_seconds,
-                     subparser)
+from .common import EXIT_OK, add_problem_arguments, console, subparser
 from .outputs import add_json_argument, check_plot_path, emit_json, stdout_owners, write_plot
-from .search import build_space_options
 
 EXAMPLE = ("ndcp sweep llama3-70b --device h100 --gpus 256,512,1024 --global-batch 1024 --seq-len 8k --tokens 1T \\\n"
            "    --price-per-gpu-hour 2.5 --jsonl sweep.jsonl\n"
@@ -75,9 +75,8 @@ def register(subparsers) -> None:
     group.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no table")
     group.add_argument("--plot", metavar="PATH", help="plot time to train and cost against GPUs, the knee marked "
                                                       "(.png or .svg; needs matplotlib)")
-    # The search space of each point: everything `ndcp search` searches by default.
-    parser.set_defaults(func=run, fix="", max_="", zero=(0, 1, 2, 3), sp="both", tp_cp_bound=0, max_offset=0,
-                        cp_comm=("p2p",))
+    # The search space of each point: everything `ndcp search` searches by default (--recompute is its own).
+    parser.set_defaults(func=run, **{o.name: o.unset for o in SPACE_OPTIONS if o.name != "recompute"})
 
 
 def _argument_type(parse):

@@ -5,6 +5,7 @@ rename what the specs and estimators return; they never recompute an estimate.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -67,31 +68,32 @@ def run_settings(run: RunSpec) -> dict:
     return {"precision": run.precision, "fp8_recipe": run.fp8_recipe if run.fp8 else None}
 
 
+# The `run` object's keys in the order --json writes them: the RunSpec fields and what is derived from them
+# (tokens_per_step, headroom_bytes, capacity_bytes). A field missing here follows them (run_document), so every
+# field reaches --json.
+RUN_KEYS = ("global_batch", "seq_len", "tokens_per_step", "precision", "grad_dtype", "optimizer", "flash_attention",
+            "trainer", "grad_sync", "param_gather", "overlap", "mfu_convention", "fp8_recipe", "optimizer_state_dtype",
+            "activation_func_fp8_input_store", "images_per_sample", "image_size", "memory_cap_bytes", "reserve_bytes",
+            "headroom_fraction", "headroom_bytes", "capacity_bytes")
+
+
 def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
-    """The `run` object, with the per-device capacity the estimators compare against."""
-    return {
-        "global_batch": run.global_batch,
-        "seq_len": run.seq_len,
+    """The `run` object: every RunSpec field as it is, except those written otherwise below (null: the default
+    meaning), with the tokens per step and the per-device capacity the estimators compare against."""
+    memory = cluster.device.memory_bytes
+    written = {
         "tokens_per_step": run.global_batch * run.seq_len,
-        "precision": run.precision,
-        "grad_dtype": run.grad_dtype,
-        "optimizer": run.optimizer,
-        "flash_attention": run.flash_attention,
-        "trainer": run.trainer,
-        "grad_sync": run.grad_sync,  # "trainer": the trainer's default for the strategy (docs/formulas.md §7)
-        "param_gather": run.param_gather,
-        "mfu_convention": run.mfu_convention,
+        # grad_sync, param_gather, overlap "trainer": the trainer's default for the strategy (docs/formulas.md §7)
         **run_settings(run),
-        "optimizer_state_dtype": run.optimizer_state_dtype,
-        "activation_func_fp8_input_store": run.activation_func_fp8_input_store,
-        "images_per_sample": run.images_per_sample,
         "image_size": run.image_size or None,  # None: the vision encoder's own
         "memory_cap_bytes": int(run.memory_cap_bytes) or None,
         "reserve_bytes": None if run.reserve_bytes is None else int(run.reserve_bytes),  # None: modelled per stage
         "headroom_fraction": float(run.headroom_fraction),
-        "headroom_bytes": int(run.headroom_bytes(cluster.device.memory_bytes)),
-        "capacity_bytes": int(run.capacity(cluster.device.memory_bytes)),
+        "headroom_bytes": int(run.headroom_bytes(memory)),
+        "capacity_bytes": int(run.capacity(memory)),
     }
+    keys = RUN_KEYS + tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in RUN_KEYS)
+    return {key: written[key] if key in written else getattr(run, key) for key in keys}
 
 
 def _layout(model: ModelSpec, strategy: Strategy) -> dict:
@@ -141,23 +143,24 @@ def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space:
     }
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: tuples to lists, non-finite floats to null, numpy-like scalars to Python numbers."""
+def plain(value: Any) -> Any:
+    """JSON-safe copy: tuples to lists, non-finite floats to null, numpy-like scalars to Python numbers (what
+    `--json` writes, and what the Python API returns)."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if hasattr(value, "item"):  # numpy scalar
-        return _clean(value.item())
+        return plain(value.item())
     return str(value)
 
 
 def dumps(doc: Any) -> str:
-    return json.dumps(_clean(doc), indent=2, allow_nan=False)
+    return json.dumps(plain(doc), indent=2, allow_nan=False)
 
 
 def write_json(doc: Any, path: str | Path) -> None:
@@ -166,4 +169,4 @@ def write_json(doc: Any, path: str | Path) -> None:
 
 
 __all__ = ["model_document", "device_document", "run_document", "estimate_document", "search_document", "write_json",
-           "dumps"]
+           "dumps", "plain", "RUN_KEYS"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from .fields import (SpecError, cached_hash, finite_number, from_mapping, positive_int, require,
+from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, positive_int, require,
                      state_without_hash)
 from .library import parse_yaml
 from .units import GB, MIB, lookup
@@ -24,45 +24,66 @@ INTER_NODE_LATENCY = 12e-6
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One accelerator and the node it sits in. Bytes, FLOP/s and bytes/s; latencies in seconds."""
+    """One accelerator and the node it sits in. Bytes, FLOP/s and bytes/s; latencies in seconds. Each field's
+    docstring (its first sentence: the unit) is the comment on its line of a device file (device_yaml)."""
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
 
     name: str
+    """the preset's name, or the device file's (default: the file's stem)"""
     memory_bytes: int
-    peak_flops: float  # dense BF16/FP16 matrix FLOP/s
+    """device memory, bytes"""
+    peak_flops: float
+    """dense BF16/FP16 matrix FLOP/s (the datasheet's peak without sparsity)"""
     hbm_bandwidth: float
+    """HBM bandwidth, bytes/s"""
     devices_per_node: int
-    intra_node_bandwidth: float  # scale-up (NVLink/xGMI/HCCS) per device, one direction
-    inter_node_bandwidth: float  # scale-out (IB/RoCE) per device, one direction
+    """devices per node: the scale-up (NVLink/xGMI/HCCS) domain"""
+    intra_node_bandwidth: float
+    """bytes/s per device, one way, inside a node (scale-up: NVLink/xGMI/HCCS)"""
+    inter_node_bandwidth: float
+    """bytes/s per device, one way, across nodes (scale-out: IB/RoCE)"""
     intra_node_latency: float = INTRA_NODE_LATENCY
+    """seconds per ring step inside a node (the alpha of the collectives' alpha-beta model)"""
     inter_node_latency: float = INTER_NODE_LATENCY
-    compute_efficiency: float = 0.62  # GEMM ceiling: fraction of peak a full wave of tiles reaches (estimate/gemm.py)
-    calibrated: bool = False  # True when compute_efficiency was fitted on measured runs of this chip (docs/calibration.md)
+    """seconds per ring step across nodes"""
+    compute_efficiency: float = 0.62
+    """GEMM ceiling, fraction of peak. What a full wave of tiles reaches (estimate/gemm.py)"""
+    calibrated: bool = False
+    """true when compute_efficiency was fitted on measured runs of this chip (docs/calibration.md)"""
     source: str = ""
+    """where the figures come from (datasheets, papers)"""
     # GEMM and attention-kernel model (estimate/gemm.py, docs/formulas.md §3; fitted values: docs/calibration.md §7)
-    sm_count: int = 132  # streaming multiprocessors (or CUs / AI cores): tiles that run at once, one wave
-    gemm_tile_m: int = 128  # output tile of the GEMM kernels (CUTLASS/cuBLAS 128 x 256)
+    sm_count: int = 132
+    """streaming multiprocessors (or CUs / AI cores): GEMM tiles that run at once, one wave"""
+    gemm_tile_m: int = 128
+    """rows of the GEMM kernels' output tile (CUTLASS/cuBLAS 128 x 256)"""
     gemm_tile_n: int = 256
-    flash_forward_efficiency: float = 0.52  # fused attention forward, fraction of peak
-    flash_backward_efficiency: float = 0.50  # fused attention backward, fraction of peak (on its 2.5x FLOPs)
-    unfused_attention_efficiency: float = 0.32  # per-head batched GEMMs of the core without flash attention
-    # FP8 (estimate/fp8.py, docs/formulas.md §3.1): dense FP8 matrix FLOP/s, 0 = no FP8 tensor cores (refused);
-    # mxfp8: the tensor cores apply MX block scales and take either operand layout (Blackwell), so MXFP8 runs and
-    # per-tensor recipes need no transposed FP8 copies.
+    """columns of the GEMM kernels' output tile"""
+    flash_forward_efficiency: float = 0.52
+    """fraction of peak of the fused attention forward"""
+    flash_backward_efficiency: float = 0.50
+    """fraction of peak of the fused attention backward (on its 2.5x FLOPs)"""
+    unfused_attention_efficiency: float = 0.32
+    """fraction of peak of the attention core's per-head batched GEMMs without flash attention"""
     fp8_peak_flops: float = 0.0
+    """dense FP8 matrix FLOP/s, 0 = no FP8 tensor cores (FP8 runs refused). estimate/fp8.py, docs/formulas.md §3.1"""
     mxfp8: bool = False
-    # Host link per device, one way, achievable (activation and optimizer offload, estimate/rerun.py): PCIe Gen5 x16
-    # 63 GB/s raw, ~52 GB/s in pinned copies (docs/formulas.md §5.3); Gen4 half of it; NVLink-C2C (GH200) 450 GB/s.
+    """true when the tensor cores apply MX block scales and take either operand layout (Blackwell). MXFP8 then runs,
+    and per-tensor recipes need no transposed FP8 copies"""
     host_bandwidth: float = 52e9
-    # Host memory per device for offloaded activations and optimizer states: DGX H100 2 TB over 8 GPUs (DGX A100:
-    # 1 TB over 8)
+    """host link per device, bytes/s, one way, achievable (activation and optimizer offload, estimate/rerun.py). PCIe
+    Gen5 x16: 63 GB/s raw, ~52 GB/s in pinned copies (docs/formulas.md §5.3); Gen4 half of it; NVLink-C2C (GH200)
+    450 GB/s"""
     host_memory_bytes: int = 256 * 2**30
-    # Host memory bandwidth per device (the host-side optimizer step, estimate/data_parallel.py): DGX H100, two Xeon
-    # 8480C with 8 DDR5-4800 channels each (38.4 GB/s per channel): 614.4 GB/s over 8 GPUs; DGX A100, two EPYC 7742
-    # with 8 DDR4-3200 channels each: 409.6 GB/s over 8. Datasheet peaks: the step is priced no slower than this.
+    """host memory per device for offloaded activations and optimizer states, bytes. DGX H100: 2 TB over 8 GPUs (DGX
+    A100: 1 TB over 8)"""
     host_memory_bandwidth: float = 76.8e9
+    """host memory bandwidth per device, bytes/s (the host-side optimizer step, estimate/data_parallel.py). DGX H100,
+    two Xeon 8480C with 8 DDR5-4800 channels each (38.4 GB/s per channel): 614.4 GB/s over 8 GPUs; DGX A100, two EPYC
+    7742 with 8 DDR4-3200 channels each: 409.6 GB/s over 8. Datasheet peaks: the step is priced no slower than
+    this"""
 
     def utilisation_peak(self, fp8: bool) -> float:
         """The peak MFU and HFU are measured against: the FP8 dense peak for FP8 runs (NVIDIA dgxc-benchmarking's
@@ -161,12 +182,6 @@ def device_preset(name: str) -> DeviceSpec:
 # One key per DeviceSpec field, in its units, plus `base: PRESET` (start from that preset; the keys given override
 # it). `name` defaults to the file's stem. `ndcp devices --show NAME` prints a complete file to start from.
 DEVICE_FILE_SUFFIXES = (".yaml", ".yml")
-FIELD_UNITS = {"memory_bytes": "bytes", "peak_flops": "dense BF16/FP16 FLOP/s", "hbm_bandwidth": "bytes/s",
-               "intra_node_bandwidth": "bytes/s per device, one way", "inter_node_bandwidth":
-               "bytes/s per device, one way", "intra_node_latency": "seconds per ring step",
-               "inter_node_latency": "seconds per ring step", "compute_efficiency": "GEMM ceiling, fraction of peak",
-               "flash_forward_efficiency": "fraction of peak", "flash_backward_efficiency": "fraction of peak",
-               "unfused_attention_efficiency": "fraction of peak", "fp8_peak_flops": "dense FP8 FLOP/s, 0 = none"}
 
 
 def is_device_file(text: str) -> bool:
@@ -221,13 +236,13 @@ def device_yaml(device: DeviceSpec, header: str = "") -> str:
     lines = [f"# {line}" for line in header.splitlines()]
     lines.append("# ndcp device file: every key is a DeviceSpec field (ndcp/specs/device.py); `base: PRESET` may "
                  "replace the keys left out")
+    docs = field_docs(DeviceSpec)
     for f in fields(DeviceSpec):
         if not f.init:
             continue
         value = yaml.safe_dump(getattr(device, f.name), default_flow_style=True, width=1 << 16).strip()
         value = value.removesuffix("\n...").strip()
-        unit = FIELD_UNITS.get(f.name)
-        lines.append(f"{f.name}: {value}" + (f"  # {unit}" if unit else ""))
+        lines.append(f"{f.name}: {value}  # {docs[f.name].split('. ')[0]}")
     return "\n".join(lines) + "\n"
 
 
@@ -239,7 +254,9 @@ class ClusterSpec:
     __getstate__ = state_without_hash
 
     device: DeviceSpec
+    """the accelerator, after any overrides"""
     count: int
+    """devices in the cluster"""
 
     def __post_init__(self):
         positive_int("gpus", self.count)

@@ -1,9 +1,13 @@
-"""Validation helpers shared by the spec dataclasses: typed construction from mappings with field-naming errors."""
+"""Validation helpers shared by the spec dataclasses: typed construction from mappings with field-naming errors, and
+the fields' own documentation."""
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import math
 import reprlib
+import sys
 import types
 import typing
 from typing import Any, Iterable, Mapping, NoReturn
@@ -162,6 +166,23 @@ def state_without_hash(self) -> dict:
     into another process (a spawned sweep worker, Ray), where strings hash differently: an equal spec built there
     would hash otherwise, and the caches keyed by specs would miss."""
     return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring, by field name: the string literal right under the field in the class body (the style
+    of torchtitan's job config), its whitespace joined to single spaces. The CLI's help, `--json`'s `run` object and
+    device files read them from here, so a field is documented once. Read from the module's source (parsed once per
+    class: ~1 ms for specs/run.py); a field without a docstring is absent."""
+    with open(sys.modules[cls.__module__].__file__, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    body = next(node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == cls.__name__)
+    docs = {}
+    for field, after in zip(body, body[1:]):
+        if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[field.target.id] = " ".join(after.value.value.split())
+    return docs
 
 
 def from_mapping(cls: type, data: Mapping[str, Any], context: str = "") -> Any:

@@ -31,13 +31,21 @@ class MoESpec:
     """Mixture of experts: routed experts (top-k of `experts`), optional always-on shared experts, dense prefix."""
 
     experts: int
+    """routed experts per MoE layer"""
     top_k: int
+    """routed experts each token goes to"""
     expert_ffn_hidden: int
+    """MLP width of one routed expert"""
     shared_experts: int = 0
-    shared_expert_ffn_hidden: int = 0  # 0 = same as expert_ffn_hidden
-    first_dense_layers: int = 0  # the first k layers use the dense MLP (DeepSeek-V3: 3)
-    layer_frequency: int = 1  # every n-th layer after the dense prefix is MoE (Mixtral, DeepSeek: 1)
-    capacity_factor: float = 0.0  # 0 = dropless; otherwise tokens per expert are padded/cut to this factor
+    """always-on shared experts per MoE layer (DeepSeek-V3: 1)"""
+    shared_expert_ffn_hidden: int = 0
+    """MLP width of one shared expert (0 = expert_ffn_hidden)"""
+    first_dense_layers: int = 0
+    """the first k layers use the dense MLP (DeepSeek-V3: 3)"""
+    layer_frequency: int = 1
+    """every n-th layer after the dense prefix is MoE (Mixtral, DeepSeek: 1)"""
+    capacity_factor: float = 0.0
+    """0 = dropless; otherwise tokens per expert are padded or cut to this factor of the even share"""
 
     def __post_init__(self):
         positive_int("moe.experts", self.experts)
@@ -60,10 +68,15 @@ class MLASpec:
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and KV projections with decoupled RoPE dims."""
 
     kv_lora_rank: int
+    """rank of the compressed (latent) keys and values"""
     qk_rope_head_dim: int
+    """per-head query/key dims that carry the decoupled RoPE"""
     qk_nope_head_dim: int
+    """per-head query/key dims without positions"""
     v_head_dim: int
-    q_lora_rank: int = 0  # 0 = queries are projected directly (no low-rank Q)
+    """per-head value dims"""
+    q_lora_rank: int = 0
+    """rank of the compressed queries (0 = queries are projected directly, no low-rank Q)"""
 
     def __post_init__(self):
         for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
@@ -99,33 +112,57 @@ class ModelSpec:
     __getstate__ = state_without_hash
 
     name: str
+    """the library name, or the spec file's"""
     layers: int
+    """transformer layers of the language model (MTP modules not counted)"""
     hidden: int
+    """hidden size (model width)"""
     heads: int
+    """attention (query) heads"""
     ffn_hidden: int
+    """MLP width of a dense layer"""
     vocab: int
-    kv_heads: int = 0  # 0 = same as heads (MHA)
-    head_dim: int = 0  # 0 = hidden / heads
+    """vocabulary size (embedding and output rows)"""
+    kv_heads: int = 0
+    """key/value heads (grouped-query attention; 0 = heads: multi-head attention)"""
+    head_dim: int = 0
+    """dims per attention head (0 = hidden / heads)"""
     activation: str = "swiglu"
+    """MLP activation, one of ACTIVATIONS; swiglu and geglu add a gate projection"""
     max_positions: int = 4096
+    """positions the model was trained for (rows of a learned position table)"""
     position_embedding: str = "rope"
+    """rope (rotary, no parameters) or learned (a table of max_positions x hidden)"""
     tied_embeddings: bool = False
+    """the output projection shares the token embedding's weights"""
     norm: str = "rmsnorm"
-    linear_bias: bool = False  # biases on every linear layer (GPT-2/3)
-    qkv_bias: bool = False  # biases on Q, K, V only (Qwen2)
+    """rmsnorm or layernorm (which has a bias)"""
+    linear_bias: bool = False
+    """biases on every linear layer (GPT-2/3)"""
+    qkv_bias: bool = False
+    """biases on Q, K, V only (Qwen2)"""
     attention_dropout: float = 0.0
+    """dropout probability on the attention scores (a mask kept for backward when > 0)"""
     hidden_dropout: float = 0.0
+    """dropout probability after attention and after the MLP"""
     moe: MoESpec | None = None
+    """the mixture of experts, or None for a dense model"""
     mla: MLASpec | None = None
-    mtp_depth: int = 0  # multi-token-prediction modules (DeepSeek-V3: 1)
-    # Sliding-window attention (Beltagy et al. 2020, Longformer; Mistral 7B): each query sees at most the last
-    # `sliding_window` keys (0 = full causal attention). global_every = n: layers n-1, 2n-1, ... keep full attention
-    # (Gemma 2: 2, Gemma 3: 6, gpt-oss: 2); 0 = every layer is windowed (Mistral 7B v0.1, Phi-3, StarCoder2).
+    """multi-head latent attention (DeepSeek-V2/V3), or None for standard attention"""
+    mtp_depth: int = 0
+    """multi-token-prediction modules (DeepSeek-V3: 1)"""
     sliding_window: int = 0
+    """sliding-window attention (Beltagy et al. 2020, Longformer; Mistral 7B): each query sees at most the last
+    `sliding_window` keys (0 = full causal attention)"""
     global_every: int = 0
-    causal: bool = True  # a causal decoder; False: bidirectional attention (a ViT encoder's layers)
-    encoder: EncoderSpec | None = None  # a vision encoder and projector beside the language model (docs/models.md §5)
+    """with a sliding window, layers n-1, 2n-1, ... keep full attention (Gemma 2: 2, Gemma 3: 6, gpt-oss: 2); 0 =
+    every layer is windowed (Mistral 7B v0.1, Phi-3, StarCoder2)"""
+    causal: bool = True
+    """a causal decoder; false: bidirectional attention (a ViT encoder's layers)"""
+    encoder: EncoderSpec | None = None
+    """a vision encoder and projector beside the language model (docs/models.md §5)"""
     source: str = ""
+    """where the shape comes from (a config, a paper)"""
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name.strip() != "", "name", self.name, "expected a non-empty name")

@@ -37,45 +37,68 @@ OVERLAPS = ("ep", "tp", "p2p")
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What is trained: global batch in sequences, sequence length, dtypes and the memory budget per device."""
+    """What is trained: global batch in sequences, sequence length, dtypes and the memory budget per device. Each
+    field's docstring is its documentation everywhere (the CLI's help, specs.fields.field_docs)."""
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
 
     global_batch: int
+    """global batch in sequences per optimizer step"""
     seq_len: int
-    precision: str = "bf16"  # parameter and activation dtype; "fp8": FP8 linear-layer GEMMs, BF16 everything else
-    grad_dtype: str = "fp32"  # main-gradient buffer dtype (Megatron keeps fp32 main grads for bf16)
-    optimizer: str = "adam"  # fp32 master weights (for 16-bit params) + two fp32 moments
+    """sequence length in tokens"""
+    precision: str = "bf16"
+    """parameter and activation dtype (default bf16); fp8: linear-layer GEMMs in FP8 as Transformer Engine runs them,
+    BF16 parameters and everything else (devices with FP8)"""
+    grad_dtype: str = "fp32"
+    """gradient buffer dtype (default fp32: Megatron keeps fp32 main gradients for 16-bit parameters)"""
+    optimizer: str = "adam"
+    """the optimizer: adam, the only one modelled (fp32 master weights for 16-bit parameters, two moments)"""
     flash_attention: bool = True
-    memory_cap_bytes: int = 0  # 0 = the device capacity
-    # None: the modelled CUDA context, workspaces and communicator buffers (estimate/reserve.py); bytes: a measured
-    # reserve in their place. Allocator fragmentation is added either way.
+    """fused attention kernels (FlashAttention; default true); false materialises the attention scores"""
+    memory_cap_bytes: int = 0
+    """usable memory per device (default: all of it)"""
     reserve_bytes: int | None = None
-    trainer: str = "megatron"  # one of TRAINERS: what "selective" recompute keeps, model-state layout, loss path
-    # One of GRAD_SYNCS: "microbatch" reduces gradients after every micro-batch's backward (ZeRO-2/3: straight into
-    # the shard); "step" accumulates them in a full (unsharded) buffer and reduces once, after the last micro-batch
-    # (with ZeRO-2/3 that buffer costs grad-dtype bytes per stage parameter).
+    """a measured reserve per device (e.g. nvidia-smi's usage minus torch.cuda.max_memory_reserved) that replaces the
+    modelled CUDA context, cuBLAS workspaces and NCCL buffers (default: modelled, estimate/reserve.py); allocator
+    fragmentation is added either way"""
+    trainer: str = "megatron"
+    """whose memory behaviour to model (default megatron: Megatron-Core + Transformer Engine; torchtitan: FSDP2
+    states, op-level selective AC, eager autograd; mindformers: Megatron's memory behaviour, not verified, and its
+    recompute options: none, select_recompute (mlp_act), full)"""
     grad_sync: str = "trainer"
-    # ZeRO-3 only, one of PARAM_GATHERS: "forward-backward" gathers the parameters for every micro-batch's forward
-    # and again for its backward; "microbatch" keeps them gathered from forward to backward (one gather per
-    # micro-batch); "step" keeps them gathered over the whole step (one gather per step). The last two hold the
-    # stage's parameters unsharded.
+    """when gradients are reduced over data-parallel ranks: microbatch (after every micro-batch's backward; ZeRO-2/3
+    reduce-scatter straight into the shard), step (accumulated in a full gradient buffer, reduced once per step; with
+    ZeRO-2/3 that buffer costs memory) or trainer (default: its own, e.g. Megatron once per step for ZeRO-0/1, every
+    micro-batch for ZeRO-2/3)"""
     param_gather: str = "trainer"
-    mfu_convention: str = "causal"  # one of MFU_CONVENTIONS: how MFU counts causal attention (reporting only)
-    headroom_fraction: float = 0.0  # fraction of the capacity kept free: a stage may use capacity x (1 - f)
-    fp8_recipe: str = "delayed"  # one of FP8_RECIPES; used only when precision == "fp8"
-    optimizer_state_dtype: str = "fp32"  # one of OPTIMIZER_STATE_DTYPES: dtype of Adam's two moments
-    # The MLP activation's input (fc1's output: SwiGLU's gate and up) kept in FP8 for backward (Megatron's
-    # --activation-func-fp8-input-store; DeepSeek-V3 §3.3.2 caches the SwiGLU inputs in FP8), any precision.
+    """ZeRO-3 parameter all-gathers: forward-backward (for every micro-batch's forward and again for its backward),
+    microbatch (kept gathered from forward to backward), step (kept gathered over the step; the last two hold the
+    stage's parameters unsharded) or trainer (default: forward-backward; torchtitan with PP: step)"""
+    mfu_convention: str = "causal"
+    """how MFU counts causal attention (default causal: the unmasked half, as Megatron-LM since core_r0.12; full: the
+    whole score matrix, as PaLM and torchtitan). HFU always counts what runs; reporting only"""
+    headroom_fraction: float = 0.0
+    """fraction of the capacity to keep free, 0 <= f < 1: plans may use capacity x (1 - f) (default 0)"""
+    fp8_recipe: str = "delayed"
+    """FP8 scaling recipe under precision fp8 (default delayed): delayed, tensorwise, blockwise or mxfp8 (Blackwell
+    only)"""
+    optimizer_state_dtype: str = "fp32"
+    """dtype of Adam's two moments (default fp32; bf16: Megatron's precision-aware optimizer, fp32 master weights
+    kept)"""
     activation_func_fp8_input_store: bool = False
-    # Multimodal runs (docs/models.md §5): images per sequence through the model's vision encoder, each
-    # image_size x image_size pixels (0 = the encoder's own size); their tokens are part of seq_len.
+    """keep the MLP activation's input (SwiGLU's gate and up) in FP8 for backward, as Megatron's flag of that name and
+    DeepSeek-V3 (§3.3.2) do; any precision"""
     images_per_sample: int = 0
+    """images per sequence through a vision-language model's encoder (docs/models.md §5), priced on the first
+    pipeline stage; their tokens are part of the sequence length (default: none)"""
     image_size: int = 0
-    # Communication overlapped with compute (estimate/overlap.py): "trainer" = the trainer's defaults, "none", or
-    # a "+"-joined subset of OVERLAPS; each applies only where its condition holds.
+    """side in pixels of each image through the encoder (default 0: the encoder's own; needed for any-resolution
+    encoders such as Qwen2-VL's)"""
     overlap: str = "trainer"
+    """communication overlapped with compute (estimate/overlap.py): trainer (default: the trainer's defaults, e.g.
+    Megatron overlaps pipeline sends under interleaving), none, or a '+'-joined subset of ep (MoE all-to-all with
+    another micro-batch's compute), tp (TP collectives with their GEMMs, needs sp), p2p (pipeline sends)"""
 
     def __post_init__(self):
         positive_int("global_batch", self.global_batch)

@@ -2,7 +2,7 @@
 
 Parsing checks and converts each value (SpecError names the key and what is valid); `derive_batch_split` fills in
 dp and mbn (the rest of the GPUs and of the global batch). Validity is the rulebook's (ndcp.rules), applied by the
-caller (ndcp.cli.common.build_strategy) on the whole strategy.
+caller (ndcp.policy.build_strategy) on the whole strategy.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ STRATEGY_KEYS = (STRATEGY_INT_KEYS + ("sp", "recompute", "recompute_modules", "o
                                      "schedule", "cp_comm") + LAYOUT_KEYS)
 FILE_ONLY_KEYS = ("layers_per_stage",)
 # Run settings the JSON strategy objects report (report/jsonout.py run_settings): accepted back so that a reported
-# strategy round-trips, and checked against the run's own --precision / --fp8-recipe (cli/common.py build_strategy).
+# strategy round-trips, and checked against the run's own --precision / --fp8-recipe (policy.py build_strategy).
 RUN_SETTING_KEYS = ("precision", "fp8_recipe")
 ON_WORDS, OFF_WORDS = ("on", "true", "1", "yes"), ("off", "false", "0", "no")
 

@@ -1,0 +1,45 @@
+"""The `--json` documents (ndcp.report.jsonout): the `run` object carries every RunSpec field."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ndcp.cli import main
+from ndcp.report.jsonout import RUN_KEYS, run_document
+from ndcp.specs.device import PRESETS, ClusterSpec
+from ndcp.specs.run import RunSpec
+
+FIELDS = [f.name for f in dataclasses.fields(RunSpec)]
+CLUSTER = ClusterSpec(PRESETS["h100"], 8)
+# A value other than the default for each field (optimizer has one: adam).
+OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype": "bf16", "flash_attention": False,
+         "memory_cap_bytes": 40 * 2**30, "reserve_bytes": 2 * 2**30, "trainer": "torchtitan", "grad_sync": "step",
+         "param_gather": "step", "mfu_convention": "full", "headroom_fraction": 0.1, "fp8_recipe": "blockwise",
+         "optimizer_state_dtype": "bf16", "activation_func_fp8_input_store": True, "images_per_sample": 2,
+         "image_size": 336, "overlap": "tp+p2p"}
+
+
+def test_every_run_field_reaches_the_json_run_object(capsys):
+    argv = ["estimate", "llama3-8b", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "4096",
+            "--overlap", "tp", "--strategy", "tp=2,sp=on", "--json", "-"]
+    assert main(argv) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert set(FIELDS) <= set(run)
+    assert run["overlap"] == "tp"
+    assert list(run) == list(RUN_KEYS)  # in the order --json has written them
+
+
+def test_each_run_field_is_written_from_its_value():
+    base = RunSpec(global_batch=32, seq_len=4096, precision="fp8")  # fp8: its recipe is written
+    assert sorted(OTHER) == sorted(set(FIELDS) - {"optimizer"})
+    for field, value in OTHER.items():
+        changed = dataclasses.replace(base, **{field: value})
+        before, after = run_document(base, CLUSTER), run_document(changed, CLUSTER)
+        assert before[field] != after[field] and after[field] == value, field
+
+
+def test_a_field_not_in_the_key_order_still_reaches_the_run_object(monkeypatch):
+    import ndcp.report.jsonout as jsonout
+
+    monkeypatch.setattr(jsonout, "RUN_KEYS", tuple(k for k in RUN_KEYS if k != "overlap"))
+    assert jsonout.run_document(RunSpec(32, 4096, overlap="p2p"), CLUSTER)["overlap"] == "p2p"

@@ -1,0 +1,86 @@
+"""The options table (ndcp.options): one run option per RunSpec field, its help the field's docstring; the command
+line's flags built from it; API keywords read as the flags' text is."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ndcp.cli import build_parser
+from ndcp.options import (NOT_ON_COMMAND_LINE, RUN_OPTIONS, SEARCH_KEYWORDS, SPACE_OPTIONS, flag_text,
+                          keyword_values)
+from ndcp.policy import build_run
+from ndcp.specs.fields import SpecError, field_docs
+from ndcp.specs.run import RunSpec
+
+FIELDS = [f.name for f in dataclasses.fields(RunSpec)]
+
+
+def test_every_run_field_has_one_option_or_is_named_as_having_none():
+    given = [option.field for option in RUN_OPTIONS]
+    assert len(given) == len(set(given))
+    assert sorted(given + list(NOT_ON_COMMAND_LINE)) == sorted(FIELDS)
+
+
+def test_a_run_options_help_is_its_fields_docstring():
+    docs = field_docs(RunSpec)
+    for option in RUN_OPTIONS:
+        if option.switch is not False:  # --no-flash-attention says what the switch does
+            assert option.help.startswith(docs[option.field]), option.flag
+
+
+# The run flags a command replaces with its own (sweep: lists of points).
+REPLACED = {"sweep": {"--global-batch", "--seq-len"}}
+
+
+@pytest.mark.parametrize("command", ["estimate", "search", "recompute", "sweep"])
+def test_the_commands_take_every_run_flag_with_its_help(command):
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command")
+    actions = {s: a for a in subparsers.choices[command]._actions for s in a.option_strings}
+    for option in RUN_OPTIONS:
+        if option.flag in REPLACED.get(command, ()):
+            continue
+        assert actions[option.flag].help == option.help.replace("%", "%%")
+        assert actions[option.flag].dest == option.name
+
+
+def test_the_run_of_the_defaults_is_the_default_run():
+    values = keyword_values(SEARCH_KEYWORDS, {"device": "h100", "gpus": 8, "global_batch": 32, "seq_len": 4096})
+    values.model = "tiny"
+    assert build_run(values) == RunSpec(global_batch=32, seq_len=4096)
+
+
+def test_each_run_option_reaches_its_field():
+    values = keyword_values(SEARCH_KEYWORDS, {
+        "device": "h100", "gpus": 8, "global_batch": 64, "seq_len": "8k", "memory_cap": "40GiB", "reserve": "2GiB",
+        "headroom": 0.1, "precision": "fp8", "fp8_recipe": "blockwise", "optimizer_state_dtype": "bf16",
+        "activation_func_fp8_input_store": True, "grad_dtype": "bf16", "no_flash_attention": True,
+        "trainer": "torchtitan", "grad_sync": "step", "param_gather": "step", "overlap": " TP ",
+        "mfu_convention": "full", "images_per_sample": 2, "image_size": 336})
+    values.model = "tiny"
+    run = build_run(values)
+    assert run == RunSpec(global_batch=64, seq_len=8192, memory_cap_bytes=40 * 2**30, reserve_bytes=2 * 2**30,
+                          headroom_fraction=0.1, precision="fp8", fp8_recipe="blockwise", optimizer_state_dtype="bf16",
+                          activation_func_fp8_input_store=True, grad_dtype="bf16", flash_attention=False,
+                          trainer="torchtitan", grad_sync="step", param_gather="step", overlap="tp",
+                          mfu_convention="full", images_per_sample=2, image_size=336)
+    changed = {f for f in FIELDS if getattr(run, f) != getattr(RunSpec(32, 4096), f)}
+    assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE)  # every option was exercised
+
+
+def test_python_values_are_written_as_the_flags_text():
+    assert flag_text({"tp": 8, "sp": True}) == "tp=8,sp=on"
+    assert flag_text((0, 1)) == "0,1" and flag_text(False) == "off" and flag_text(8192) == "8192"
+    values = keyword_values(SPACE_OPTIONS, {"fix": {"tp": 2, "pp": 4}, "zero": [3, 1], "sp": False, "max_offset": 1})
+    assert (values.fix, values.zero, values.sp, values.max_offset) == ("tp=2,pp=4", (1, 3), "off", 1)
+    assert keyword_values(SPACE_OPTIONS, {"fix": None}).fix == ""  # None: not given
+
+
+def test_a_keyword_is_refused_with_the_flags_message():
+    with pytest.raises(SpecError, match=r"^argument --zero: invalid ZeRO stage '4'"):
+        keyword_values(SPACE_OPTIONS, {"zero": (0, 4)})
+    with pytest.raises(SpecError, match=r"^argument --sp: invalid choice: 'sometimes' \(choose from 'on', 'off', "):
+        keyword_values(SPACE_OPTIONS, {"sp": "sometimes"})
+    with pytest.raises(SpecError, match=r"^argument --exhaustive: expected True or False"):
+        keyword_values(SEARCH_KEYWORDS, {"exhaustive": "yes"})
