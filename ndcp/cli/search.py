@@ -13,7 +13,7 @@ from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
 from ..rules import Problem, first_refusal, recompute_option_refusal, refusal_error
 from ..schedules import SCHEDULES
-from ..trainers import PROFILES
+from ..trainers import trainer_named
 from ..space import DEFAULT_SCHEDULES, DIMENSIONS, SearchSpace, SpaceOptions
 from ..specs.fields import SpecError
 from ..specs.recompute import CLASSIC_MODES
@@ -242,7 +242,7 @@ def trainer_method(args: argparse.Namespace, method: str) -> str:
     """Under an explicit --trainer whose recompute is one option on every layer (torchtitan; Megatron, whose block
     count per stage is not searched), per-layer plans it cannot express are not searched: the uniform method is."""
     trainer = getattr(args, "trainer", None)
-    if trainer and method in UNIFORM_OF and PROFILES[trainer].recompute != "per-stage":
+    if trainer and method in UNIFORM_OF and trainer_named(trainer).recompute != "per-stage":
         print(f"ndcp: note: --trainer {trainer} runs one recompute option on every layer: searching those (uniform "
               "plans); drop --trainer to plan per stage (--emit then shows what the trainer runs)", file=sys.stderr)
         return UNIFORM_OF[method]
@@ -250,14 +250,14 @@ def trainer_method(args: argparse.Namespace, method: str) -> str:
 
 
 def trainer_schedules(args: argparse.Namespace, schedules: tuple[str, ...]) -> tuple[str, ...]:
-    """The searched schedules an explicit --trainer runs (its profile, ndcp/trainers)."""
+    """The searched schedules an explicit --trainer runs (its Trainer, ndcp/trainers)."""
     trainer = getattr(args, "trainer", None)
     if not trainer:
         return schedules
-    runs = tuple(s for s in schedules if s in PROFILES[trainer].schedules)
+    runs = tuple(s for s in schedules if s in trainer_named(trainer).schedules)
     if not runs:
         raise SpecError(f"--schedules {','.join(schedules)}: --trainer {trainer} runs none of them; it runs "
-                        f"{', '.join(PROFILES[trainer].schedules)}")
+                        f"{', '.join(trainer_named(trainer).schedules)}")
     return runs
 
 
@@ -279,9 +279,9 @@ def build_space_options(args: argparse.Namespace) -> SpaceOptions:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {args.sp}")
     offload = getattr(args, "optimizer_offload", "off")
     trainer = getattr(args, "trainer", None) or "megatron"
-    if offload == "on" and not PROFILES[trainer].optimizer_offload_zero:
-        raise SpecError(f"--optimizer-offload on: {trainer} has no optimizer offload ({PROFILES[trainer].version}); "
-                        "plan with --trainer megatron")
+    if offload == "on" and not trainer_named(trainer).optimizer_offload_zero:
+        raise SpecError(f"--optimizer-offload on: {trainer} has no optimizer offload "
+                        f"({trainer_named(trainer).version}); plan with --trainer megatron")
     recompute = (RECOMPUTE_MODES if args.recompute in ("uniform", "per-layer", "greedy")
                  else CLASSIC_MODES if args.recompute == "classic" else (args.recompute,))
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(args.zero),
