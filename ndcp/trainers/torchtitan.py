@@ -97,7 +97,7 @@ def arguments(model: ModelSpec, run: RunSpec, strategy: Strategy, notes: list[st
     if model.moe is not None:
         out += ["--parallelism.expert-parallel-degree", str(s.ep)]
     if s.pp > 1:
-        out += ["--parallelism.pipeline-parallel-schedule", SCHEDULE_NAMES[s.schedule],
+        out += ["--parallelism.pipeline-parallel-schedule", TRAINER.schedule_names[s.schedule],
                 "--parallelism.pipeline-parallel-microbatch-size", str(s.mbs)] + _layout(model, s)
     out += ["--training.local-batch-size", str(s.mbs * s.mbn if s.pp > 1 else s.mbs),
             "--training.global-batch-size", str(s.global_batch), "--training.seq-len", str(run.seq_len),
@@ -195,7 +195,7 @@ def read(text: str, model: ModelSpec) -> dict:
     if v["pp"] > 1:
         v["mbs"] = value("--parallelism.pipeline-parallel-microbatch-size")
         v["mbn"] = local // v["mbs"]
-        names = {own: name for name, own in SCHEDULE_NAMES.items()}
+        names = {own: name for name, own in TRAINER.schedule_names.items()}
         schedule = value("--parallelism.pipeline-parallel-schedule")
         if schedule not in names:
             raise read_error("torchtitan", f"pipeline schedule {schedule}: ndcp prices " + ", ".join(names))
