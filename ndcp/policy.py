@@ -29,7 +29,7 @@ from .specs.run import RunSpec
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, Strategy
 from .specs.strategy_input import OFF_WORDS, ON_WORDS
 from .specs.units import GIB
-from .trainers import PROFILES, file_trainer, read_values
+from .trainers import file_trainer, read_values, trainer_named
 
 SEARCH_KEYS = DIMENSIONS + ("sp",)
 WALKED = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn")  # the degrees the space walk chooses
@@ -255,7 +255,7 @@ def trainer_method(values: argparse.Namespace, method: str) -> tuple[str, str]:
     every layer (torchtitan; Megatron, whose block count per stage is not searched), per-layer plans it cannot
     express are not searched: the uniform method is."""
     trainer = getattr(values, "trainer", None)
-    if trainer and method in UNIFORM_OF and PROFILES[trainer].recompute != "per-stage":
+    if trainer and method in UNIFORM_OF and trainer_named(trainer).recompute != "per-stage":
         return UNIFORM_OF[method], (f"--trainer {trainer} runs one recompute option on every layer: searching those "
                                     "(uniform plans); drop --trainer to plan per stage (--emit then shows what the "
                                     "trainer runs)")
@@ -263,14 +263,14 @@ def trainer_method(values: argparse.Namespace, method: str) -> tuple[str, str]:
 
 
 def trainer_schedules(values: argparse.Namespace, schedules: tuple[str, ...]) -> tuple[str, ...]:
-    """The searched schedules an explicit --trainer runs (its profile, ndcp/trainers)."""
+    """The searched schedules an explicit --trainer runs (its Trainer, ndcp/trainers)."""
     trainer = getattr(values, "trainer", None)
     if not trainer:
         return schedules
-    runs = tuple(s for s in schedules if s in PROFILES[trainer].schedules)
+    runs = tuple(s for s in schedules if s in trainer_named(trainer).schedules)
     if not runs:
         raise SpecError(f"--schedules {','.join(schedules)}: --trainer {trainer} runs none of them; it runs "
-                        f"{', '.join(PROFILES[trainer].schedules)}")
+                        f"{', '.join(trainer_named(trainer).schedules)}")
     return runs
 
 
@@ -292,9 +292,9 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {values.sp}")
     offload = getattr(values, "optimizer_offload", "off")
     trainer = getattr(values, "trainer", None) or "megatron"
-    if offload == "on" and not PROFILES[trainer].optimizer_offload_zero:
-        raise SpecError(f"--optimizer-offload on: {trainer} has no optimizer offload ({PROFILES[trainer].version}); "
-                        "plan with --trainer megatron")
+    if offload == "on" and not trainer_named(trainer).optimizer_offload_zero:
+        raise SpecError(f"--optimizer-offload on: {trainer} has no optimizer offload "
+                        f"({trainer_named(trainer).version}); plan with --trainer megatron")
     recompute = (RECOMPUTE_MODES if values.recompute in ("uniform", "per-layer", "greedy")
                  else CLASSIC_MODES if values.recompute == "classic" else (values.recompute,))
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(values.zero),

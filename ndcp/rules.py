@@ -21,7 +21,7 @@ from .specs.model import ModelSpec
 from .specs.run import RunSpec
 from .specs.recompute import MODULES, RECOMPUTE_MODES, modules_without_layers, recompute_option
 from .specs.strategy import Strategy, cp_a2a_size, default_partition
-from .trainers import PROFILES
+from .trainers import trainer_named
 
 
 @dataclass(frozen=True)
@@ -186,17 +186,17 @@ def _recompute_stages(p: Problem, d: dict) -> Refusal | None:
 
 def recompute_option_refusal(model: ModelSpec, run: RunSpec, mode: str) -> Refusal | None:
     """A recompute option the model and trainer can run: module options need the layers their modules act on, and
-    every option needs a trainer that runs it (ndcp/trainers profiles: TrainerProfile.recompute_options)."""
+    every option needs a trainer that runs it (ndcp/trainers: Trainer.recompute_options)."""
     option = recompute_option(mode)
     idle = modules_without_layers(option, model.moe is None or model.dense_layers > 0, model.moe is not None,
                                   model.mla is not None)
     if idle:
         return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: "
                        + ", ".join(f"{n} needs {MODULES[n].needs} layers" for n in idle))
-    profile = PROFILES[run.trainer]
-    if option.name not in profile.recompute_options:
+    trainer = trainer_named(run.trainer)
+    if option.name not in trainer.recompute_options:
         return Refusal("recompute_modules", "recompute", f"{run.trainer} does not run recompute={mode} ({option.source}"
-                       f"); {run.trainer} ({profile.version}) runs {', '.join(profile.recompute_options)}")
+                       f"); {run.trainer} ({trainer.version}) runs {', '.join(trainer.recompute_options)}")
     return None
 
 
@@ -206,47 +206,47 @@ def _recompute_modules(p: Problem, d: dict) -> Refusal | None:
     return next((r for r in (recompute_option_refusal(p.model, p.run, m) for m in used) if r), None)
 
 
-def _profile(p: Problem):
-    return PROFILES[p.run.trainer]
+def _trainer(p: Problem):
+    return trainer_named(p.run.trainer)
 
 
 def _trainer_etp(p: Problem, d: dict) -> Refusal | None:
     """The trainer runs expert tensor parallelism (ndcp/trainers: torchtitan 0.3 has no degree for it)."""
-    return _refuse("trainer_etp", "etp", _profile(p).expert_tensor_parallel or d["etp"] == 1,
-                   lambda: f"{p.run.trainer} has no expert tensor parallelism ({_profile(p).version}): etp must be 1")
+    return _refuse("trainer_etp", "etp", _trainer(p).expert_tensor_parallel or d["etp"] == 1,
+                   lambda: f"{p.run.trainer} has no expert tensor parallelism ({_trainer(p).version}): etp must be 1")
 
 
 def _trainer_cp_comm(p: Problem, d: dict) -> Refusal | None:
-    comm, runs = d.get("cp_comm", "p2p"), _profile(p).cp_comms
+    comm, runs = d.get("cp_comm", "p2p"), _trainer(p).cp_comms
     return _refuse("trainer_cp_comm", "cp_comm", comm in runs,
                    lambda: f"{p.run.trainer} runs context parallelism as {', '.join(runs)}")
 
 
 def trainer_zero_stages(run: RunSpec) -> tuple[int, ...]:
     """The ZeRO stages the run's trainer runs whatever the degrees (the search's choices): not those it runs only
-    with data parallelism alone (TrainerProfile.zero_dp_alone: torchtitan's DDP, so a search under it takes FSDP,
+    with data parallelism alone (Trainer.zero_dp_alone: torchtitan's DDP, so a search under it takes FSDP,
     ZeRO-3, alone)."""
-    profile = PROFILES[run.trainer]
-    return tuple(z for z in profile.zero_stages if z not in profile.zero_dp_alone)
+    trainer = trainer_named(run.trainer)
+    return tuple(z for z in trainer.zero_stages if z not in trainer.zero_dp_alone)
 
 
 def _trainer_zero(p: Problem, d: dict) -> Refusal | None:
-    zero, profile = d["zero"], _profile(p)
+    zero, trainer = d["zero"], _trainer(p)
     alone = d["tp"] == d["pp"] == d["cp"] == d["ep"] == 1
-    ok = zero in trainer_zero_stages(p.run) or (zero in profile.zero_stages and alone)
+    ok = zero in trainer_zero_stages(p.run) or (zero in trainer.zero_stages and alone)
     return _refuse("trainer_zero", "zero", ok, lambda: (
-        f"{p.run.trainer} runs ZeRO " + ", ".join(f"{z} ({how})" for z, how in zip(profile.zero_stages,
-                                                                                 profile.zero_how))))
+        f"{p.run.trainer} runs ZeRO " + ", ".join(f"{z} ({how})" for z, how in zip(trainer.zero_stages,
+                                                                                 trainer.zero_how))))
 
 
 def optimizer_offload_zero(run: RunSpec) -> tuple[int, ...]:
     """The ZeRO stages under which the run's trainer keeps the optimizer on the host (none: it cannot). Beside FP8
-    parameter gathers (ZeRO >= 1 under fp8) only under the recipes its profile names (Megatron-LM: delayed scaling,
+    parameter gathers (ZeRO >= 1 under fp8) only under the recipes its Trainer names (Megatron-LM: delayed scaling,
     arguments.py validate_args)."""
-    profile = PROFILES[run.trainer]
-    if run.fp8 and run.fp8_recipe not in profile.optimizer_offload_fp8_recipes:
-        return tuple(z for z in profile.optimizer_offload_zero if z == 0)
-    return profile.optimizer_offload_zero
+    trainer = trainer_named(run.trainer)
+    if run.fp8 and run.fp8_recipe not in trainer.optimizer_offload_fp8_recipes:
+        return tuple(z for z in trainer.optimizer_offload_zero if z == 0)
+    return trainer.optimizer_offload_zero
 
 
 def _optimizer_offload(p: Problem, d: dict) -> Refusal | None:
@@ -256,7 +256,7 @@ def _optimizer_offload(p: Problem, d: dict) -> Refusal | None:
         f"{p.run.trainer} offloads the optimizer (--optimizer-cpu-offload) only with ZeRO "
         f"{', '.join(map(str, stages))}" + (" under this FP8 recipe (with FP8 parameter gathers it needs delayed "
                                              "scaling)" if p.run.fp8 and 1 not in stages else "") if stages else
-        f"{p.run.trainer} has no optimizer offload ({_profile(p).version}); plan with --trainer megatron"))
+        f"{p.run.trainer} has no optimizer offload ({_trainer(p).version}); plan with --trainer megatron"))
 
 
 # In the walk's loop order (TP -> PP -> CP -> CP_COMM -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains

@@ -6,6 +6,7 @@ import shlex
 import yaml
 
 from ndcp.cli import main
+from ndcp.trainers import KINDS
 
 TINY = ["tiny", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "1024"]
 ESTIMATE = ["estimate", *TINY, "--strategy", "tp=2,pp=2,mbs=1,zero=1,sp=on,recompute=selective", "-q"]
@@ -56,7 +57,7 @@ def test_emit_file_without_emit(capsys):
 def test_estimate_strategy_from_each_trainer_gives_the_same_estimate(capsys, tmp_path):
     base = ["estimate", *TINY, "--strategy", "tp=2,pp=2,mbs=1,zero=3,sp=on,recompute=full", "--json", "-"]
     expected, _ = run(capsys, *base)
-    for kind in ("megatron", "torchtitan", "mindformers"):
+    for kind in KINDS:
         path = tmp_path / kind
         run(capsys, *base[:-2], "--emit", kind, "--emit-file", str(path), "-q")
         if kind == "torchtitan":  # tiny has no torchtitan registry config: the user names theirs

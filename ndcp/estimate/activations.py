@@ -26,7 +26,7 @@ from ..specs.encoder import encoder_run, image_side
 from ..specs.model import ModelSpec
 from ..specs.recompute import HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 from ..specs.run import RunSpec
-from .trainers import trainer_profile
+from .trainers import trainer_behaviour
 from .fp8 import linear_input_bytes
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti §4.1)
@@ -200,7 +200,7 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
     option = recompute_option(mode)  # what it keeps (specs/recompute.py)
     if option.keeps == KEEPS_LAYER_INPUT:
         return run.activation_bytes * mbs * run.seq_len / cp * model.hidden / (tp if sp else 1)
-    if trainer_profile(run).op_level_inventory and _torchtitan_modelled(model, kind):
+    if trainer_behaviour(run).op_level_inventory and _torchtitan_modelled(model, kind):
         # torchtitan keeps what its eager autograd keeps, or what its op-level SAC policy keeps when the option
         # drops anything (its own selective policy, not a tag filter: module docstring)
         tokens = mbs * run.seq_len // cp
@@ -258,7 +258,7 @@ def head_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs:
     tokens = mbs * run.seq_len / cp
     seq_shard = tp if sp else 1
     embedding = (MASK_BYTES * tokens * h / seq_shard) if model.hidden_dropout > 0 else 0.0
-    profile = trainer_profile(run)
+    profile = trainer_behaviour(run)
     if profile.op_level_inventory:
         output_inputs = sum(sharded_bytes(t, tp, sp) for t in _torchtitan_norm(run, tokens, h, "norm"))
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..specs.device import DeviceSpec
 from ..specs.fields import SpecError
 from ..specs.run import RunSpec
-from .trainers import trainer_profile
+from .trainers import trainer_behaviour
 
 # HBM bytes per element of one cast to FP8 (read BF16: 2, write FP8: 1), by recipe (docs/formulas.md §3.1):
 #   delayed: the scale comes from the amax history, the amax of this tensor is taken inside the cast kernel: 2 + 1;
@@ -60,7 +60,7 @@ def weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
     .fp8_param_gather: "keep the compute param in fp8 (do not use any other intermediate dtype)"). The memory
     estimators take no device, so a per-tensor recipe on Blackwell (no transpose needed) is charged the Hopper
     layout: 1 byte per linear parameter too many there."""
-    if not run.fp8 or not trainer_profile(run).fp8_weight_copies:
+    if not run.fp8 or not trainer_behaviour(run).fp8_weight_copies:
         return 0.0
     copies = 1.0 + TRANSPOSE_BYTES if run.fp8_recipe in PER_TENSOR_RECIPES else CAST_BYTES[run.fp8_recipe] - 2.0
     return copies - (run.param_bytes if zero >= 1 else 0.0)

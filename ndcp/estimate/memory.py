@@ -23,7 +23,7 @@ from .activations import (head_activation_bytes, layer_activation_bytes, offload
                           recompute_workspace_bytes)
 from .layout import StageLayout, stage_layouts, stage_mode_counts
 from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
-from .trainers import data_parallel_sync, trainer_profile
+from .trainers import data_parallel_sync, trainer_behaviour
 from .data_parallel import host_optimizer_bytes_per_parameter
 from .fp8 import weight_copy_bytes_per_parameter
 from .parameters import StageParameters, expert_data_parallel, optimizer_shard, stage_parameters
@@ -38,7 +38,7 @@ def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, floa
     (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan parallelize_llama.apply_fsdp); AdamW steps
     those fp32 shards, so the states are 4 (params) + grad dtype + 8 (two moments): 16/d with fp32 grads.
     """
-    if trainer_profile(run).fp32_sharded_parameters:
+    if trainer_behaviour(run).fp32_sharded_parameters:
         params, states = 4, 8
     else:
         params, states = run.param_bytes, run.optimizer_state_bytes
@@ -275,7 +275,7 @@ def _parameter_gather_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) 
     layer = model.moe_layer or model.dense_layer
     blocks = 2 * run.param_bytes * ((layer.attention + layer.mlp) / strategy.tp
                                     + layer.experts / (strategy.ep * strategy.etp))
-    if not trainer_profile(run).keeps_root_gathered or strategy.pp > 1:
+    if not trainer_behaviour(run).keeps_root_gathered or strategy.pp > 1:
         return blocks
     vocab = model.vocab * model.hidden  # vocabulary-parallel embedding and output projection
     root = vocab / strategy.tp + (model.embedding_params - vocab) + (model.output_params - model.norm_params) \

@@ -11,8 +11,8 @@ Each overlap has the condition its trainer checks before enabling it (docs/formu
   split into chunks pipelined with its GEMM; needs tp > 1 and sequence parallelism (Megatron-LM arguments.py).
 - "p2p", the pipeline sends overlapped with the next chunk's compute: Megatron's --overlap-p2p-communication,
   which Megatron-LM enables by default and turns off without interleaving (arguments.py); DualPipe's own.
-The run says which overlaps the trainer is asked for (RunSpec.overlap; "trainer": its defaults, below); a
-schedule's own (Schedule.hides) always apply.
+The run says which overlaps the trainer is asked for (RunSpec.overlap; "trainer": its defaults,
+TrainerBehaviour.default_overlaps in specs/trainer_behaviour.py); a schedule's own (Schedule.hides) always apply.
 """
 from __future__ import annotations
 
@@ -21,19 +21,16 @@ from functools import lru_cache
 from ..schedules import schedule_named
 from ..specs.recompute import LAYER_FORWARD, MOE_FORWARD, recompute_option
 from ..specs.run import RunSpec
+from .trainers import trainer_behaviour
 
 NO_OVERLAP: frozenset = frozenset()
 HIDDEN_KEYS = ("tp_comm", "ep_comm", "pp_comm")  # TimeEstimate.hidden, the JSON `hidden_comm`
-# What each trainer overlaps by default: Megatron-LM the pipeline sends when interleaving
-# (--overlap-p2p-communication defaults on; --tp-comm-overlap and --overlap-moe-expert-parallel-comm default off);
-# torchtitan's pipelining runs its sends blocking; MindFormers as Megatron's, not verified (estimate/trainers.py).
-TRAINER_OVERLAPS = {"megatron": frozenset({"p2p"}), "torchtitan": NO_OVERLAP, "mindformers": frozenset({"p2p"})}
 
 
 def requested(run: RunSpec) -> frozenset:
     """The overlaps the run asks the trainer for (RunSpec.overlap resolved)."""
     if run.overlap == "trainer":
-        return TRAINER_OVERLAPS[run.trainer]
+        return trainer_behaviour(run).default_overlaps
     return NO_OVERLAP if run.overlap == "none" else frozenset(run.overlap.split("+"))
 
 
@@ -86,5 +83,5 @@ def ep_overlapped(all_to_all: float, compute: float) -> tuple[float, float]:
     return exposed / 2, exposed / 2
 
 
-__all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "TRAINER_OVERLAPS", "requested", "hidden_comms", "strategy_overlaps",
+__all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "hidden_comms", "strategy_overlaps",
            "layer_overlaps", "tp_overlapped", "ep_overlapped"]

@@ -10,7 +10,7 @@ from ..estimate.memory import estimate_memory
 from ..estimate.time import estimate_time
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.run import TRAINERS, RunSpec
+from ..specs.run import RunSpec
 from ..specs.strategy import Strategy
 from ..specs.units import GIB
 from ..trainers import KINDS, Emitted, covers, emit, nearest, stage_plans
@@ -25,9 +25,9 @@ def _summary(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Str
 
 def comparison(kind: str, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> list[str]:
     """Lines comparing the plan's estimate with the estimate of what `kind` runs (re-estimated with that trainer's
-    memory behaviour where ndcp models it); empty when the trainer runs the plan as estimated."""
+    memory behaviour); empty when the trainer runs the plan as estimated."""
     ran, _ = nearest(kind, model, run, strategy)
-    trainer_run = replace(run, trainer=kind) if kind in TRAINERS and kind != run.trainer else run
+    trainer_run = replace(run, trainer=kind) if kind != run.trainer else run
     if ran == strategy and trainer_run == run:
         return []
     return [f"as planned ({run.trainer}): {_summary(model, cluster, run, strategy)}",

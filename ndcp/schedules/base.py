@@ -40,8 +40,6 @@ class Schedule:
     name: str = ""
     # Rule name -> what it requires, for reports (merged into ndcp.rules.RULES).
     rules: dict[str, str] = {}
-    # How each trainer names or enables the schedule (the emitters read this).
-    trainer_names: dict[str, str] = {}
     # Device stage s also holds the parameters (and their gradients and optimizer states) of stage pp - 1 - s.
     mirrored: bool = False
     # Communication the schedule overlaps with compute by construction ("ep": the MoE all-to-all, "p2p": the

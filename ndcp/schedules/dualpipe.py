@@ -11,7 +11,7 @@ from .base import LinearPipeline, Refusal, Schedule
 class DualPipe(Schedule):
     name = "dualpipe"
     rules = {"dualpipe_shape": "DualPipe needs an even pp >= 2 and an even mbn >= 2 x pp (DualPipe.step asserts)"}
-    trainer_names: dict[str, str] = {}  # DeepSeek's DualPipe module (github.com/deepseek-ai/DualPipe)
+    # Run by DeepSeek's DualPipe module (github.com/deepseek-ai/DualPipe); no trainer ndcp emits for runs it
     mirrored = True
     hides = frozenset({"ep", "p2p"})
 

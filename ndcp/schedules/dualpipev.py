@@ -13,7 +13,6 @@ class DualPipeV(DualPipe):
     name = "dualpipev"
     rules = {"dualpipev_shape": "DualPipe-V needs pp >= 2, mbn >= 2 x pp (DualPipeV.step asserts) and at least "
                                 "2 x pp layers (one per stage of the V)"}
-    trainer_names = {"torchtitan": "DualPipeV"}  # torch.distributed.pipelining ScheduleDualPipeV
     mirrored = False
 
     def refusal(self, layers: int, pp: int, vpp: int, mbn: int | None, explicit_partition: bool = False

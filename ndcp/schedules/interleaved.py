@@ -9,8 +9,6 @@ class Interleaved(Schedule):
     name = "interleaved"
     rules = {"vpp_layers": "interleaving needs pp > 1 and at least one layer per virtual stage (layers >= pp x vpp)",
              "vpp_mbn": "interleaving needs mbn >= pp (a micro-batch group size in [pp, mbn])"}
-    trainer_names = {"torchtitan": "Interleaved1F1B"}  # torchtitan pipeline_parallel_schedule; Megatron and
-    # MindFormers interleave when given virtual stages (--num-layers-per-virtual-pipeline-stage, pp_interleave_num)
 
     def accepts_vpp(self, vpp: int) -> bool:
         return vpp > 1

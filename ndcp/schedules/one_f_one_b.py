@@ -8,7 +8,6 @@ from .base import LinearPipeline, Refusal, Schedule
 class OneFOneB(Schedule):
     name = "1f1b"
     rules: dict[str, str] = {}
-    trainer_names = {"torchtitan": "1F1B"}  # Megatron and MindFormers run it when pp > 1 without virtual stages
 
     def accepts_vpp(self, vpp: int) -> bool:
         return vpp == 1

@@ -12,7 +12,8 @@ from .one_f_one_b import OneFOneB
 class ZeroBubbleH1(Schedule):
     name = "zb-h1"
     rules = {"zb_pipeline": "zero-bubble ZB-H1 needs pp > 1 and mbn >= pp (its warm-up fills every stage)"}
-    trainer_names: dict[str, str] = {}  # Qi et al.'s Megatron-LM fork (sail-sg/zero-bubble-pipeline-parallelism)
+    # Run by Qi et al.'s Megatron-LM fork (sail-sg/zero-bubble-pipeline-parallelism); no trainer ndcp emits for runs
+    # it
 
     def accepts_vpp(self, vpp: int) -> bool:
         return vpp == 1

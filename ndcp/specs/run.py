@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from .fields import (cached_hash, finite_number, non_negative_int, one_of, positive_int, require,
                      state_without_hash)
+from .trainer_behaviour import BEHAVIOURS
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 GRAD_DTYPES = ("bf16", "fp16", "fp32")
@@ -16,8 +17,8 @@ OPTIMIZER_STATE_DTYPES = ("fp32", "bf16")  # Adam moments; bf16 = Megatron's pre
 # Whose memory behaviour the estimate models (estimate/activations.py, estimate/memory.py): Megatron-Core with
 # Transformer Engine (Korthikanti's selective recompute, distributed optimizer), or torchtitan (FSDP2, op-level
 # selective activation checkpointing, eager PyTorch autograd), or MindFormers (Megatron's memory behaviour, not
-# verified, with its own recompute options: estimate/trainers.py MINDFORMERS).
-TRAINERS = ("megatron", "torchtitan", "mindformers")  # each has a profile in estimate/trainers.py
+# verified, with its own recompute options: specs/trainer_behaviour.py MINDFORMERS).
+TRAINERS = tuple(BEHAVIOURS)  # the names of specs/trainer_behaviour.py BEHAVIOURS (each a Trainer in ndcp/trainers)
 # When data-parallel collectives run (estimate/trainers.py data_parallel_sync; docs/formulas.md §7): "trainer" takes
 # the trainer's own default for the strategy's ZeRO stage and pipeline.
 GRAD_SYNCS = ("trainer", "microbatch", "step")

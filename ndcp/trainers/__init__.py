@@ -1,7 +1,15 @@
-"""Trainer handoff: each trainer's capability profile, launch configuration and reader, one module per trainer.
+"""The trainers: one Trainer per trainer (ndcp/trainers/NAME.py), registered here; everything that depends on the
+trainer asks this registry (`trainer_named`), never the trainer's name.
+
+A Trainer (base.py) holds every part of one trainer: its behaviour as the estimators price it, what it can run
+(ZeRO stages, recompute options, schedules and their names, FP8 recipes, ...), how its configuration is recognised,
+and `nearest`, `emit` and `read`. Its behaviour is the one part defined lower, in specs/trainer_behaviour.py: the
+estimators look it up by RunSpec.trainer and must not import this package (it sits above them: it emits and reads
+launch configurations), and specs.run.TRAINERS, the validated names, are that table's names. A new trainer is its
+module here, its pinned facts (facts/NAME.yaml), a line in REGISTRY and its behaviour in specs/trainer_behaviour.py.
 
 `emit(kind, ...)` writes the configuration that runs a plan (or, when the trainer cannot express it, the nearest plan
-it runs: the Emitted carries that strategy and notes saying what changed); `read_values(kind, text, ...)` reads a
+it runs: the Emitted carries that strategy and notes saying what changed); `read_values(path, ...)` reads a
 configuration back into strategy values for `--strategy-from`, so emit -> read gives the same strategy.
 """
 from __future__ import annotations
@@ -10,53 +18,55 @@ from pathlib import Path
 
 from ..specs.fields import SpecError
 from ..specs.model import ModelSpec
-from ..specs.run import TRAINERS, RunSpec
+from ..specs.run import RunSpec
 from ..specs.strategy import Strategy, default_partition
 from . import megatron, mindformers, torchtitan
-from .base import Emitted, TrainerProfile, covers, facts, stage_plans
+from .base import Emitted, Trainer, covers, facts, stage_plans
 
-MODULES = {"megatron": megatron, "torchtitan": torchtitan, "mindformers": mindformers}
-KINDS = tuple(MODULES)
-PROFILES: dict[str, TrainerProfile] = {name: module.PROFILE for name, module in MODULES.items()}
+REGISTRY: dict[str, Trainer] = {t.name: t for t in (megatron.TRAINER, torchtitan.TRAINER, mindformers.TRAINER)}
+KINDS = tuple(REGISTRY)  # the registered trainers' names (--emit's choices)
+
+
+def trainer_named(name: str) -> Trainer:
+    """The registered trainer of this name (a RunSpec's trainer is validated against specs.run.TRAINERS)."""
+    return REGISTRY[name]
 
 
 def emit(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
     """The launch configuration of `kind` for one strategy (notes also written as comments at the top)."""
-    if kind not in MODULES:
+    if kind not in REGISTRY:
         raise SpecError(f"--emit {kind}: unknown trainer; valid: {', '.join(KINDS)}")
-    emitted = MODULES[kind].emit(model, run, strategy, devices_per_node)
+    emitted = REGISTRY[kind].emit(model, run, strategy, devices_per_node)
     text = "".join(f"# note: {n}\n" for n in emitted.notes) + emitted.text
     return Emitted(text, emitted.notes, emitted.strategy)
 
 
 def nearest(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     """The strategy `kind` runs for this plan (the plan itself when it can express it) and what changed."""
-    return MODULES[kind].nearest(model, run, strategy)
+    return REGISTRY[kind].nearest(model, run, strategy)
 
 
-def detect(text: str) -> str:
-    """Which trainer a configuration is for: torchtitan names --module/--config, MindFormers is a YAML with a
-    parallel_config, Megatron is a list of --flags."""
-    if "--module" in text and "--config" in text:
-        return "torchtitan"
-    if "parallel_config:" in text:
-        return "mindformers"
-    if "--tensor-model-parallel-size" in text or "--micro-batch-size" in text or "--num-layers" in text:
-        return "megatron"
-    raise SpecError("--strategy-from: cannot tell the trainer: expected Megatron-LM arguments, torchtitan arguments "
-                    "(--module/--config) or a MindFormers YAML (parallel_config)")
+def detect(text: str) -> Trainer:
+    """The trainer a configuration is for: the one registered trainer whose `recognises` accepts its text."""
+    found = [t for t in REGISTRY.values() if t.recognises(text)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise SpecError("--strategy-from: cannot tell the trainer: the file reads as "
+                        + " and as ".join(t.config_kind for t in found))
+    kinds = [t.config_kind for t in REGISTRY.values()]
+    raise SpecError(f"--strategy-from: cannot tell the trainer: expected {', '.join(kinds[:-1])} or {kinds[-1]}")
 
 
 def file_trainer(path: str | None) -> str | None:
-    """The trainer of a --strategy-from file (megatron, torchtitan, mindformers: its run's memory behaviour and
-    recompute options), or None when the file is absent or unreadable: read_values reports why."""
+    """The trainer of a --strategy-from file (its run's memory behaviour and recompute options), or None when the
+    file is absent or unreadable: read_values reports why."""
     if not path:
         return None
     try:
-        kind = detect(Path(path).expanduser().read_text(encoding="utf-8"))
+        return detect(Path(path).expanduser().read_text(encoding="utf-8")).name
     except (OSError, UnicodeDecodeError, ValueError, SpecError):
         return None
-    return kind if kind in TRAINERS else None
 
 
 def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
@@ -66,8 +76,7 @@ def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise SpecError(f"--strategy-from {path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
-    kind = detect(text)
-    values = MODULES[kind].read(text, model)
+    values = detect(text).read(text, model)
     for key, flag, expected in (("global_batch", "--global-batch", run.global_batch),
                                 ("seq_len", "--seq-len", run.seq_len)):
         given = values.pop(key, None)
@@ -86,6 +95,5 @@ def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
     return {k: v for k, v in values.items() if v is not None}
 
 
-__all__ = ["MODULES", "KINDS", "PROFILES", "Emitted", "TrainerProfile", "emit", "nearest", "detect", "read_values",
-           "file_trainer",
-           "covers", "stage_plans", "facts"]
+__all__ = ["REGISTRY", "KINDS", "Trainer", "Emitted", "trainer_named", "emit", "nearest", "detect", "read_values",
+           "file_trainer", "covers", "stage_plans", "facts"]

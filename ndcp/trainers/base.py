@@ -1,16 +1,19 @@
-"""What every trainer module shares: its capability profile, the emitted configuration, and the pinned flag facts.
+"""What every trainer module shares: the Trainer it defines, the emitted configuration, and the pinned flag facts.
 
-A trainer module (megatron.py, torchtitan.py, mindformers.py) holds one TrainerProfile (what the trainer can run, at
-a stated version), `nearest` (the strategy it runs for a plan: the plan itself when it can express it, else the
-closest one that recomputes at least as much and shards at least as much), `emit` (its launch configuration) and
-`read` (a configuration back into strategy values, for --strategy-from). Pure functions of (model, run, strategy):
-nothing here estimates.
+A trainer module (megatron.py, torchtitan.py, mindformers.py) defines one Trainer, TRAINER, at its end: the
+trainer's behaviour as the estimators price it (specs/trainer_behaviour.py, held here as `behaviour`), what it can
+run at a stated version, how its configuration is recognised, `nearest` (the strategy it runs for a plan: the plan
+itself when it can express it, else the closest one that recomputes at least as much and shards at least as much),
+`emit` (its launch configuration) and `read` (a configuration back into strategy values, for --strategy-from).
+ndcp/trainers/__init__.py registers the Trainers; everything that depends on the trainer asks the registry. Pure
+functions of (model, run, strategy): nothing here estimates.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -19,57 +22,12 @@ from ..schedules import default_schedule
 from ..specs.fields import SpecError
 from ..specs.model import ModelSpec
 from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES, modules_cover, recompute_option
+from ..specs.run import RunSpec
 from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, default_partition
 from ..specs.strategy_input import resolve_layout
+from ..specs.trainer_behaviour import TrainerBehaviour
 
 FACTS_DIR = Path(__file__).parent / "facts"
-
-
-@dataclass(frozen=True)
-class TrainerProfile:
-    """What one trainer can run, read from its source at `version` (ndcp/trainers/facts/<name>.yaml)."""
-
-    name: str
-    version: str
-    zero_stages: tuple[int, ...]  # ZeRO stages it runs (how: `zero_how`)
-    zero_how: tuple[str, ...]  # per stage in zero_stages: the trainer's own name for it
-    recompute: str  # "uniform" (one mode, every layer), "count" (one full count per stage), "per-stage" (any plan)
-    # The recompute options (specs/recompute.py OPTIONS) it runs on a layer; the search offers it these only
-    # (rules.recompute_option_refusal), and `nearest` turns any other into one of them that covers it.
-    recompute_options: tuple[str, ...]
-    precisions: tuple[str, ...]  # specs.run.PRECISIONS it emits
-    fp8_recipes: tuple[str, ...]  # specs.run.FP8_RECIPES it emits
-    cp_comms: tuple[str, ...]  # specs.strategy.CP_COMM_TYPES it runs
-    expert_tensor_parallel: bool  # an etp other than 1
-    layouts: str  # how it places layers: "any" (an explicit per-stage list) or "even" (layers per stage alike)
-    schedules: tuple[str, ...]  # ndcp/schedules names it runs
-    optimizer_offload_zero: tuple[int, ...] = ()  # ZeRO stages under which it keeps the optimizer on the host
-    # ZeRO stages of zero_stages it runs only with data parallelism alone (no TP, PP, CP or EP): a search takes the
-    # others (rules.trainer_zero_stages)
-    zero_dp_alone: tuple[int, ...] = ()
-    # FP8 recipes under which it keeps the optimizer on the host beside FP8 parameter gathers (ZeRO >= 1 under FP8);
-    # under the others only ZeRO-0 offloads (rules.optimizer_offload_zero)
-    optimizer_offload_fp8_recipes: tuple[str, ...] = ()
-
-
-def nearest_schedule(profile: TrainerProfile, strategy: Strategy, notes: list[str]) -> Strategy:
-    """The strategy on a schedule the trainer runs: its own, else the default schedule for its vpp."""
-    if strategy.schedule in profile.schedules:
-        return strategy
-    fallback = default_schedule(strategy.vpp)
-    notes.append(f"{profile.name} has no {strategy.schedule} schedule ({profile.version}): emitted {fallback}")
-    return strategy.with_(schedule=fallback)
-
-
-def nearest_optimizer_offload(profile: TrainerProfile, strategy: Strategy, notes: list[str]) -> Strategy:
-    """The strategy with its optimizer on the device when the trainer cannot keep it on the host at its ZeRO
-    stage (the device then holds the optimizer states: more memory than planned)."""
-    if not strategy.optimizer_offload or strategy.zero in profile.optimizer_offload_zero:
-        return strategy
-    notes.append(f"{profile.name} has no optimizer offload" + (f" with ZeRO-{strategy.zero}" if
-                 profile.optimizer_offload_zero else "") + ": emitted the optimizer on the device, which needs "
-                 "more device memory than planned")
-    return strategy.with_(optimizer_offload=False)
 
 
 @dataclass(frozen=True)
@@ -84,6 +42,74 @@ class Emitted:
     def recompute(self) -> RecomputePlan | None:
         """The recompute plan the text expresses (None: the plan's own)."""
         return None if self.strategy is None else self.strategy.recompute
+
+
+@dataclass(frozen=True, eq=False)  # one object per trainer: compared (and hashed) by identity
+class Trainer:
+    """One trainer: how the estimators price it, what it can run (read from its source at `version`,
+    ndcp/trainers/facts/<name>.yaml), and its launch configuration written, recognised and read back. Every field
+    is required: a trainer supplies every part (tests/trainers/test_registry.py)."""
+
+    # -- how the estimators price it (the pure-data part, defined in specs so the estimators can look it up)
+    behaviour: TrainerBehaviour
+    # -- what it runs
+    version: str  # the release its capabilities below were read from
+    zero_stages: tuple[int, ...]  # ZeRO stages it runs (how: `zero_how`)
+    zero_how: tuple[str, ...]  # per stage in zero_stages: the trainer's own name for it
+    # ZeRO stages of zero_stages it runs only with data parallelism alone (no TP, PP, CP or EP): a search takes the
+    # others (rules.trainer_zero_stages)
+    zero_dp_alone: tuple[int, ...]
+    recompute: str  # "uniform" (one mode, every layer), "count" (one full count per stage), "per-stage" (any plan)
+    # The recompute options (specs/recompute.py OPTIONS) it runs on a layer; the search offers it these only
+    # (rules.recompute_option_refusal), and `nearest` turns any other into one of them that covers it.
+    recompute_options: tuple[str, ...]
+    precisions: tuple[str, ...]  # specs.run.PRECISIONS it emits
+    fp8_recipes: tuple[str, ...]  # specs.run.FP8_RECIPES it emits
+    # The FP8 recipe a run under this trainer used when a measured run does not state one (validation/runs.py)
+    default_fp8_recipe: str
+    cp_comms: tuple[str, ...]  # specs.strategy.CP_COMM_TYPES it runs
+    expert_tensor_parallel: bool  # an etp other than 1
+    layouts: str  # how it places layers: "any" (an explicit per-stage list) or "even" (layers per stage alike)
+    schedules: tuple[str, ...]  # ndcp/schedules names it runs
+    # Its own name for each schedule it takes by name (empty: it picks the schedule from the shape, as Megatron and
+    # MindFormers interleave when given virtual stages)
+    schedule_names: dict[str, str]
+    optimizer_offload_zero: tuple[int, ...]  # ZeRO stages under which it keeps the optimizer on the host
+    # FP8 recipes under which it keeps the optimizer on the host beside FP8 parameter gathers (ZeRO >= 1 under FP8);
+    # under the others only ZeRO-0 offloads (rules.optimizer_offload_zero)
+    optimizer_offload_fp8_recipes: tuple[str, ...]
+    # -- its launch configuration
+    config_kind: str  # what its configuration is, for messages ("Megatron-LM arguments")
+    recognises: Callable[[str], bool]  # whether a configuration's text is this trainer's (--strategy-from)
+    # The strategy it runs for a plan (the plan itself when it can express it) and what changed
+    nearest: Callable[[ModelSpec, RunSpec, Strategy], tuple[Strategy, list[str]]]
+    emit: Callable[[ModelSpec, RunSpec, Strategy, int], Emitted]  # its configuration for a strategy (devices/node)
+    read: Callable[[str, ModelSpec], dict]  # a configuration's text back into strategy values
+
+    @property
+    def name(self) -> str:
+        """Its name (specs.run.TRAINERS), its behaviour's."""
+        return self.behaviour.name
+
+
+def nearest_schedule(trainer: Trainer, strategy: Strategy, notes: list[str]) -> Strategy:
+    """The strategy on a schedule the trainer runs: its own, else the default schedule for its vpp."""
+    if strategy.schedule in trainer.schedules:
+        return strategy
+    fallback = default_schedule(strategy.vpp)
+    notes.append(f"{trainer.name} has no {strategy.schedule} schedule ({trainer.version}): emitted {fallback}")
+    return strategy.with_(schedule=fallback)
+
+
+def nearest_optimizer_offload(trainer: Trainer, strategy: Strategy, notes: list[str]) -> Strategy:
+    """The strategy with its optimizer on the device when the trainer cannot keep it on the host at its ZeRO
+    stage (the device then holds the optimizer states: more memory than planned)."""
+    if not strategy.optimizer_offload or strategy.zero in trainer.optimizer_offload_zero:
+        return strategy
+    notes.append(f"{trainer.name} has no optimizer offload" + (f" with ZeRO-{strategy.zero}" if
+                 trainer.optimizer_offload_zero else "") + ": emitted the optimizer on the device, which needs "
+                 "more device memory than planned")
+    return strategy.with_(optimizer_offload=False)
 
 
 def stage_plans(model: ModelSpec, strategy: Strategy) -> list[StageRecompute]:
@@ -150,16 +176,10 @@ def facts(trainer: str) -> dict:
     return data
 
 
-def unknown_flags(trainer: str, names: list[str]) -> list[str]:
-    """The names that the trainer's pinned facts do not list."""
-    known = facts(trainer)["flags"]
-    return [n for n in names if n not in known]
-
-
 def read_error(trainer: str, message: str) -> SpecError:
     return SpecError(f"--strategy-from ({trainer}): {message}")
 
 
-__all__ = ["TrainerProfile", "Emitted", "stage_plans", "used_options", "covers", "uniform_cover", "with_plan",
+__all__ = ["Trainer", "Emitted", "stage_plans", "used_options", "covers", "uniform_cover", "with_plan",
            "partition_of", "facts",
-           "unknown_flags", "read_error", "FACTS_DIR", "nearest_schedule"]
+           "read_error", "FACTS_DIR", "nearest_schedule", "nearest_optimizer_offload"]

@@ -1,4 +1,5 @@
-"""Megatron-LM (pretrain_gpt.py on Megatron-Core): profile, launch arguments, and reading arguments back.
+"""Megatron-LM (pretrain_gpt.py on Megatron-Core): launch arguments, reading arguments back, and its Trainer
+(TRAINER, at the end: what it runs, and its behaviour as priced, specs/trainer_behaviour.py MEGATRON).
 
 Flag names, types and choices are pinned in facts/megatron.yaml (read from Megatron-LM's parse_args at the commit
 named there); tests check every emitted flag against it and scripts/check_trainers.py feeds the emitted arguments to
@@ -17,29 +18,10 @@ from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy, accounted_partition, cp_a2a_size
 from ..specs.recompute import (CLASSIC_MODES, HEAVIEST, MEGATRON_MODULE_OPTIONS, NO_RECOMPUTE, option_for_modules,
                                recompute_option)
-from .base import (Emitted, TrainerProfile, facts, nearest_optimizer_offload, nearest_schedule, partition_of,
-                   read_error, stage_plans, uniform_cover, used_options, with_plan)
+from ..specs.trainer_behaviour import MEGATRON
+from .base import (Emitted, Trainer, facts, nearest_optimizer_offload, nearest_schedule, partition_of, read_error,
+                   stage_plans, uniform_cover, used_options, with_plan)
 
-PROFILE = TrainerProfile(
-    name="megatron", version="Megatron-LM main (Megatron-Core 0.16+)",
-    zero_stages=(0, 1, 2, 3),
-    # ZeRO-0: DDP; 1: the distributed optimizer; 2/3: Megatron FSDP (arguments.py --data-parallel-sharding-strategy)
-    zero_how=("DDP", "--use-distributed-optimizer", "--use-megatron-fsdp optim_grads",
-              "--use-megatron-fsdp optim_grads_params"),
-    recompute="count",  # --recompute-num-layers: one count, applied to every (virtual) stage; or selective everywhere
-    # --recompute-granularity full/selective, --recompute-modules (transformer_config.py recompute_modules) and
-    # --fine-grained-activation-offloading (the offload option)
-    recompute_options=CLASSIC_MODES + MEGATRON_MODULE_OPTIONS + ("offload",),
-    precisions=("bf16", "fp16", "fp8"), fp8_recipes=("delayed", "tensorwise", "blockwise", "mxfp8"),
-    cp_comms=("p2p", "allgather", "a2a", "a2a+p2p"), expert_tensor_parallel=True,
-    layouts="any",  # --pipeline-model-parallel-layout places any per-stage partition
-    schedules=("1f1b", "interleaved"),
-    # --optimizer-cpu-offload (HybridDeviceOptimizer) under DDP or the distributed optimizer; Megatron FSDP refuses
-    # it (megatron/core/optimizer/fully_sharded_optimizer.py: "does not currently support optimizer CPU offload")
-    optimizer_offload_zero=(0, 1),
-    # arguments.py validate_args refuses --optimizer-cpu-offload with --fp8-param-gather unless the recipe is delayed
-    optimizer_offload_fp8_recipes=("delayed",),
-)
 # Transformer Engine's FP8 recipes by ndcp's names (Megatron-LM --fp8-recipe choices, facts/megatron.yaml)
 FP8_RECIPE_FLAGS = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}  # Megatron FSDP --data-parallel-sharding-strategy
@@ -51,7 +33,7 @@ def _expressible(plans: list[StageRecompute], counts: tuple[int, ...]) -> tuple[
     Megatron recomputes either one module set on every layer (--recompute-granularity selective
     --recompute-modules), or the first N layers of every (virtual) stage fully (--recompute-method block)."""
     used = used_options(plans)
-    foreign = used - set(PROFILE.recompute_options)  # e.g. MindFormers' select set: covered below
+    foreign = used - set(TRAINER.recompute_options)  # e.g. MindFormers' select set: covered below
     if len(used) <= 1 and not foreign and (not used or all(p.count(next(iter(used))) == c
                                                            for p, c in zip(plans, counts))):
         return plans, None  # one option on every layer, or none at all
@@ -60,7 +42,7 @@ def _expressible(plans: list[StageRecompute], counts: tuple[int, ...]) -> tuple[
             f"Megatron offloads the same modules on every layer: the plan's {sorted(used)} per stage became "
             "offload on every layer")
     if HEAVIEST not in used:
-        mode = uniform_cover(plans, PROFILE.recompute_options)
+        mode = uniform_cover(plans, TRAINER.recompute_options)
         if mode != HEAVIEST:
             return [StageRecompute(**{mode: c}) for c in counts], (
                 f"Megatron recomputes one module set on every layer: the plan's {sorted(used)} per stage became "
@@ -80,7 +62,7 @@ OFFLOAD = "offload"  # the activation-offload option (specs/recompute.py)
 def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     """The strategy Megatron runs for this plan, and what changed."""
     notes: list[str] = []
-    s = nearest_optimizer_offload(PROFILE, nearest_schedule(PROFILE, strategy, notes), notes)
+    s = nearest_optimizer_offload(TRAINER, nearest_schedule(TRAINER, strategy, notes), notes)
     plans, why = _expressible(stage_plans(model, s), partition(model, s))
     if why is None:
         return s, notes
@@ -259,7 +241,7 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: 
 def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
     """The environment and pretrain_gpt.py arguments that run `strategy` (or the nearest plan Megatron runs)."""
     s, notes = nearest(model, run, strategy)
-    if run.trainer != "megatron":
+    if run.trainer != TRAINER.name:
         notes.append(f"planned with {run.trainer}'s memory behaviour, not Megatron's: plan with --trainer megatron")
     out = flags(model, run, s, devices_per_node, notes)
     env = environment(s)
@@ -371,4 +353,34 @@ def _read_recompute(a: argparse.Namespace, counts: tuple[int, ...]):
     return {"stages": [{NO_RECOMPUTE: c - min(n, c), HEAVIEST: min(n, c)} for c in counts]}
 
 
-__all__ = ["PROFILE", "nearest", "emit", "flags", "environment", "read", "arguments"]
+def recognises(text: str) -> bool:
+    """Whether a configuration is Megatron-LM's: a list of its --flags naming the model or its parallelism."""
+    return "--tensor-model-parallel-size" in text or "--micro-batch-size" in text or "--num-layers" in text
+
+
+TRAINER = Trainer(
+    behaviour=MEGATRON, version="Megatron-LM main (Megatron-Core 0.16+)",
+    zero_stages=(0, 1, 2, 3),
+    # ZeRO-0: DDP; 1: the distributed optimizer; 2/3: Megatron FSDP (arguments.py --data-parallel-sharding-strategy)
+    zero_how=("DDP", "--use-distributed-optimizer", "--use-megatron-fsdp optim_grads",
+              "--use-megatron-fsdp optim_grads_params"),
+    zero_dp_alone=(),
+    recompute="count",  # --recompute-num-layers: one count, applied to every (virtual) stage; or selective everywhere
+    # --recompute-granularity full/selective, --recompute-modules (transformer_config.py recompute_modules) and
+    # --fine-grained-activation-offloading (the offload option)
+    recompute_options=CLASSIC_MODES + MEGATRON_MODULE_OPTIONS + (OFFLOAD,),
+    precisions=("bf16", "fp16", "fp8"), fp8_recipes=tuple(FP8_RECIPE_FLAGS),
+    default_fp8_recipe="delayed",  # Transformer Engine's DelayedScaling, --fp8-recipe's default
+    cp_comms=("p2p", "allgather", "a2a", "a2a+p2p"), expert_tensor_parallel=True,
+    layouts="any",  # --pipeline-model-parallel-layout places any per-stage partition
+    # 1F1B when pp > 1 without virtual stages, interleaved with them (--num-layers-per-virtual-pipeline-stage)
+    schedules=("1f1b", "interleaved"), schedule_names={},
+    # --optimizer-cpu-offload (HybridDeviceOptimizer) under DDP or the distributed optimizer; Megatron FSDP refuses
+    # it (megatron/core/optimizer/fully_sharded_optimizer.py: "does not currently support optimizer CPU offload")
+    optimizer_offload_zero=(0, 1),
+    # arguments.py validate_args refuses --optimizer-cpu-offload with --fp8-param-gather unless the recipe is delayed
+    optimizer_offload_fp8_recipes=("delayed",),
+    config_kind="Megatron-LM arguments", recognises=recognises, nearest=nearest, emit=emit, read=read,
+)
+
+__all__ = ["TRAINER", "nearest", "emit", "flags", "environment", "read", "arguments", "recognises"]

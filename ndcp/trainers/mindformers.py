@@ -1,4 +1,5 @@
-"""MindFormers (MindSpore Transformers 1.6): profile, YAML fragment, and reading a YAML back.
+"""MindFormers (MindSpore Transformers 1.6): YAML fragment, reading a YAML back, and its Trainer (TRAINER, at the
+end: what it runs, and its behaviour as priced, specs/trainer_behaviour.py MINDFORMERS).
 
 Keys are pinned in facts/mindformers.yaml (read from mindformers 1.6.0's configs/ and mindformers/modules, and
 MindSpore's set_auto_parallel_context documentation for the optimizer-parallel level).
@@ -13,26 +14,10 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
 from ..specs.recompute import HEAVIEST, MINDFORMERS_SELECT, NO_RECOMPUTE
-from .base import (Emitted, TrainerProfile, nearest_optimizer_offload, nearest_schedule, read_error, stage_plans,
+from ..specs.trainer_behaviour import MINDFORMERS
+from .base import (Emitted, Trainer, nearest_optimizer_offload, nearest_schedule, read_error, stage_plans,
                    used_options, with_plan)
 
-PROFILE = TrainerProfile(
-    name="mindformers", version="MindFormers 1.6.0 on MindSpore 2.5+",
-    # parallel.enable_parallel_optimizer shards the weights and their optimizer states over data_parallel, and
-    # parallel_optimizer_config.gradient_accumulation_shard the accumulated gradients (configs/README.md): ZeRO-3
-    zero_stages=(0, 3), zero_how=("enable_parallel_optimizer off", "enable_parallel_optimizer + "
-                                  "gradient_accumulation_shard"),
-    recompute="per-stage",  # recompute_config.recompute / select_recompute: per-stage lists
-    # recompute_config.recompute (the whole layer) and select_recompute with its default patterns (the dense SwiGLU
-    # activation: specs/recompute.py mlp_act), each on the first N layers of a stage (mindformers/models/utils.py
-    # LayerSetting.set, _check_layer_rule, _set_select_recompute)
-    recompute_options=(NO_RECOMPUTE, MINDFORMERS_SELECT, HEAVIEST),
-    precisions=("bf16", "fp16"), fp8_recipes=(),
-    cp_comms=("p2p", "a2a"),  # context_parallel_algo colossalai_cp (ring) / ulysses_cp (all-to-all)
-    expert_tensor_parallel=True,  # moe_config.expert_model_parallel (modules/transformer/moe.py)
-    layouts="any",  # model_config.offset per stage (per chunk with pp_interleave_num)
-    schedules=("1f1b", "interleaved"),
-)
 CP_ALGOS = {"p2p": "colossalai_cp", "a2a": "ulysses_cp"}
 # The select_recompute pattern whose output is what mlp_act drops (mindformers/models/utils.py LayerSetting
 # default_patterns; as a YAML key, single-quoted, e.g. research/qwen2_5/finetune_qwen2.5_72B_32K.yaml)
@@ -49,16 +34,16 @@ _Dumper.add_representer(list, lambda d, data: d.represent_sequence(
 
 def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     notes: list[str] = []
-    s = nearest_optimizer_offload(PROFILE, nearest_schedule(PROFILE, strategy, notes), notes)
-    if s.cp > 1 and s.cp_comm not in PROFILE.cp_comms:
+    s = nearest_optimizer_offload(TRAINER, nearest_schedule(TRAINER, strategy, notes), notes)
+    if s.cp > 1 and s.cp_comm not in TRAINER.cp_comms:
         notes.append(f"cp_comm={s.cp_comm} has no MindFormers context_parallel_algo: emitted colossalai_cp (p2p)")
         s = s.with_(cp_comm="p2p")
-    if s.zero not in PROFILE.zero_stages:
+    if s.zero not in TRAINER.zero_stages:
         notes.append(f"MindFormers' optimizer parallelism shards weights, gradients and optimizer states together: "
                      f"ZeRO-{s.zero} emitted as ZeRO-3, which shards more")
         s = s.with_zero(3)
     plans = stage_plans(model, s)
-    foreign = used_options(plans) - set(PROFILE.recompute_options)
+    foreign = used_options(plans) - set(TRAINER.recompute_options)
     if foreign:  # e.g. Korthikanti's selective (the attention core) or Megatron's recompute modules
         notes.append(f"MindFormers recomputes a layer fully (recompute) or its SwiGLU activation (select_recompute: "
                      f"feed_forward.mul, .silu), not as ndcp's {sorted(foreign)} do: those layers are recomputed "
@@ -218,4 +203,32 @@ def read(text: str, model: ModelSpec) -> dict:
     return v
 
 
-__all__ = ["PROFILE", "nearest", "emit", "config", "read"]
+def recognises(text: str) -> bool:
+    """Whether a configuration is MindFormers': a YAML with a parallel_config."""
+    return "parallel_config:" in text
+
+
+TRAINER = Trainer(
+    behaviour=MINDFORMERS, version="MindFormers 1.6.0 on MindSpore 2.5+",
+    # parallel.enable_parallel_optimizer shards the weights and their optimizer states over data_parallel, and
+    # parallel_optimizer_config.gradient_accumulation_shard the accumulated gradients (configs/README.md): ZeRO-3
+    zero_stages=(0, 3), zero_how=("enable_parallel_optimizer off", "enable_parallel_optimizer + "
+                                  "gradient_accumulation_shard"),
+    zero_dp_alone=(),
+    recompute="per-stage",  # recompute_config.recompute / select_recompute: per-stage lists
+    # recompute_config.recompute (the whole layer) and select_recompute with its default patterns (the dense SwiGLU
+    # activation: specs/recompute.py mlp_act), each on the first N layers of a stage (mindformers/models/utils.py
+    # LayerSetting.set, _check_layer_rule, _set_select_recompute)
+    recompute_options=(NO_RECOMPUTE, MINDFORMERS_SELECT, HEAVIEST),
+    precisions=("bf16", "fp16"), fp8_recipes=(),
+    default_fp8_recipe="delayed",  # as Megatron's (MindFormers emits no FP8 recipe here)
+    cp_comms=("p2p", "a2a"),  # context_parallel_algo colossalai_cp (ring) / ulysses_cp (all-to-all)
+    expert_tensor_parallel=True,  # moe_config.expert_model_parallel (modules/transformer/moe.py)
+    layouts="any",  # model_config.offset per stage (per chunk with pp_interleave_num)
+    # 1F1B when pipeline_stage > 1, interleaved with pp_interleave_num > 1
+    schedules=("1f1b", "interleaved"), schedule_names={},
+    optimizer_offload_zero=(), optimizer_offload_fp8_recipes=(),  # no optimizer offload modelled
+    config_kind="a MindFormers YAML (parallel_config)", recognises=recognises, nearest=nearest, emit=emit, read=read,
+)
+
+__all__ = ["TRAINER", "nearest", "emit", "config", "read", "recognises"]

@@ -1,4 +1,5 @@
-"""torchtitan 0.3: profile, command-line arguments (`--module/--config` + overrides), and reading them back.
+"""torchtitan 0.3: command-line arguments (`--module/--config` + overrides), reading them back, and its Trainer
+(TRAINER, at the end: what it runs, and its behaviour as priced, specs/trainer_behaviour.py TORCHTITAN).
 
 torchtitan 0.3 configures through a Python config registry (`--module llama3 --config llama3_70b`) and overrides
 of its dataclass fields on the command line (`--parallelism.tensor-parallel-degree 8`); the activation-checkpoint
@@ -10,30 +11,17 @@ from __future__ import annotations
 import shlex
 
 from ..estimate.layout import partition
-from ..schedules import SCHEDULES, schedule_named
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
-from .base import (Emitted, TrainerProfile, facts, nearest_optimizer_offload, nearest_schedule, partition_of,
-                   read_error, stage_plans, uniform_cover, with_plan)
+from ..specs.trainer_behaviour import TORCHTITAN
+from .base import (Emitted, Trainer, facts, nearest_optimizer_offload, nearest_schedule, partition_of, read_error,
+                   stage_plans, uniform_cover, with_plan)
 
 AC_MODES = {"none": "none", "selective": "selective", "full": "full"}  # ndcp mode -> activation-checkpoint:<mode>
-
-PROFILE = TrainerProfile(
-    name="torchtitan", version="torchtitan 0.3.0",
-    # FSDP2 (ZeRO-3: data_parallel_shard_degree = dp); DDP (ZeRO-0) only without TP, PP, CP or EP: torchtitan
-    # applies DDP only when no other parallelism is on (parallelize_llama: `elif parallel_dims.dp_replicate_enabled`)
-    zero_stages=(0, 3), zero_how=("DDP (data parallel only)", "FSDP2 (fully_shard)"),
-    recompute="uniform",  # activation-checkpoint:none|selective|full on every transformer block
-    recompute_options=tuple(AC_MODES),  # activation-checkpoint:<mode>
-    # FP8 is a model converter in a registry config (llama3_8b_mxfp8, deepseek_v3_671b_float8; they need torchao and
-    # an FP8 GPU to build), not a command-line option: ndcp emits BF16 configs
-    precisions=("bf16",), fp8_recipes=(),
-    cp_comms=("p2p",), expert_tensor_parallel=False,  # no expert TP degree in 0.3: EP borrows from FSDP and TP
-    layouts="any",  # --parallelism.module-fqns-per-model-part places any partition
-    schedules=tuple(n for n, s in SCHEDULES.items() if "torchtitan" in s.trainer_names),
-    zero_dp_alone=(0,),  # DDP only without TP, PP, CP or EP (above)
-)
+# ndcp schedule -> --parallelism.pipeline-parallel-schedule (torchtitan pipeline_parallel_schedule; the
+# torch.distributed.pipelining classes Schedule1F1B, ScheduleInterleaved1F1B, ScheduleDualPipeV)
+SCHEDULE_NAMES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "dualpipev": "DualPipeV"}
 # ndcp model -> torchtitan 0.3 registry module and config (models/*/config_registry.py; facts/torchtitan.yaml).
 # llama3_405b is not here: it converts the linear layers to Float8 (an FP8 plan ndcp does not emit for torchtitan).
 CONFIGS = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
@@ -49,15 +37,15 @@ def runs_ddp(strategy: Strategy) -> bool:
 def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     """The strategy torchtitan runs for this plan, and what changed."""
     notes: list[str] = []
-    s = nearest_optimizer_offload(PROFILE, nearest_schedule(PROFILE, strategy, notes), notes)
-    if s.zero not in PROFILE.zero_stages or (s.zero == 0 and not runs_ddp(s)):
+    s = nearest_optimizer_offload(TRAINER, nearest_schedule(TRAINER, strategy, notes), notes)
+    if s.zero not in TRAINER.zero_stages or (s.zero == 0 and not runs_ddp(s)):
         notes.append(f"torchtitan has no ZeRO-{s.zero} here (DDP only without TP/PP/CP/EP, else FSDP2): "
                      "emitted FSDP2 (ZeRO-3), which shards more")
         s = s.with_zero(3)
     if s.etp != 1:
         notes.append(f"torchtitan 0.3 has no expert tensor parallelism: etp {s.etp} -> 1 (experts over EP only)")
         s = s.with_(etp=1)
-    if s.cp_comm not in PROFILE.cp_comms:
+    if s.cp_comm not in TRAINER.cp_comms:
         notes.append(f"cp_comm={s.cp_comm} is Megatron-Core's: torchtitan's context parallelism runs p2p")
         s = s.with_(cp_comm="p2p")
     if not s.recompute.is_uniform or s.recompute.mode not in AC_MODES:
@@ -109,11 +97,11 @@ def arguments(model: ModelSpec, run: RunSpec, strategy: Strategy, notes: list[st
     if model.moe is not None:
         out += ["--parallelism.expert-parallel-degree", str(s.ep)]
     if s.pp > 1:
-        out += ["--parallelism.pipeline-parallel-schedule", schedule_named(s.schedule).trainer_names["torchtitan"],
+        out += ["--parallelism.pipeline-parallel-schedule", TRAINER.schedule_names[s.schedule],
                 "--parallelism.pipeline-parallel-microbatch-size", str(s.mbs)] + _layout(model, s)
     out += ["--training.local-batch-size", str(s.mbs * s.mbn if s.pp > 1 else s.mbs),
             "--training.global-batch-size", str(s.global_batch), "--training.seq-len", str(run.seq_len),
-            # ndcp prices eager steps (TrainerProfile op_level_inventory); torchtitan refuses CUDA graphs with PP
+            # ndcp prices eager steps (TrainerBehaviour op_level_inventory); torchtitan refuses CUDA graphs with PP
             "--training.disable-cuda-graphs"]
     mode = s.recompute.mode if s.recompute.is_uniform else uniform_cover(stage_plans(model, s), tuple(AC_MODES))
     return out + [f"activation-checkpoint:{AC_MODES[mode]}"]  # a subcommand: after every other option
@@ -123,7 +111,7 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: i
     """torchtitan 0.3 arguments (`torchrun ... -m torchtitan.train ARGS`) for the strategy, or the nearest plan it
     runs."""
     s, notes = nearest(model, run, strategy)
-    if run.trainer != "torchtitan":
+    if run.trainer != TRAINER.name:
         notes.append(f"planned with {run.trainer}'s memory behaviour; torchtitan's differs (FSDP2 states, op-level "
                      "selective AC): plan with --trainer torchtitan")
     if s.pp == 1 and s.mbn > 1:
@@ -207,11 +195,10 @@ def read(text: str, model: ModelSpec) -> dict:
     if v["pp"] > 1:
         v["mbs"] = value("--parallelism.pipeline-parallel-microbatch-size")
         v["mbn"] = local // v["mbs"]
-        names = {s.trainer_names.get("torchtitan"): name for name, s in SCHEDULES.items()}
+        names = {own: name for name, own in TRAINER.schedule_names.items()}
         schedule = value("--parallelism.pipeline-parallel-schedule")
         if schedule not in names:
-            raise read_error("torchtitan", f"pipeline schedule {schedule}: ndcp prices "
-                             + ", ".join(n for n in names if n))
+            raise read_error("torchtitan", f"pipeline schedule {schedule}: ndcp prices " + ", ".join(names))
         v["schedule"] = names[schedule]
         _read_layout(value, v, model)
     else:
@@ -241,4 +228,29 @@ def _read_layout(value, v: dict, model: ModelSpec) -> None:
     partition_of(v, model)
 
 
-__all__ = ["PROFILE", "CONFIGS", "nearest", "emit", "arguments", "read", "runs_ddp"]
+def recognises(text: str) -> bool:
+    """Whether a configuration is torchtitan's: it names a registry module and config (--module, --config)."""
+    return "--module" in text and "--config" in text
+
+
+TRAINER = Trainer(
+    behaviour=TORCHTITAN, version="torchtitan 0.3.0",
+    # FSDP2 (ZeRO-3: data_parallel_shard_degree = dp); DDP (ZeRO-0) only without TP, PP, CP or EP: torchtitan
+    # applies DDP only when no other parallelism is on (parallelize_llama: `elif parallel_dims.dp_replicate_enabled`)
+    zero_stages=(0, 3), zero_how=("DDP (data parallel only)", "FSDP2 (fully_shard)"),
+    zero_dp_alone=(0,),  # DDP only without TP, PP, CP or EP (above)
+    recompute="uniform",  # activation-checkpoint:none|selective|full on every transformer block
+    recompute_options=tuple(AC_MODES),  # activation-checkpoint:<mode>
+    # FP8 is a model converter in a registry config (llama3_8b_mxfp8, deepseek_v3_671b_float8; they need torchao and
+    # an FP8 GPU to build), not a command-line option: ndcp emits BF16 configs
+    precisions=("bf16",), fp8_recipes=(),
+    default_fp8_recipe="tensorwise",  # torchao Float8 dynamic scaling, torchtitan's float8 converter default
+    cp_comms=("p2p",), expert_tensor_parallel=False,  # no expert TP degree in 0.3: EP borrows from FSDP and TP
+    layouts="any",  # --parallelism.module-fqns-per-model-part places any partition
+    schedules=tuple(SCHEDULE_NAMES), schedule_names=SCHEDULE_NAMES,
+    optimizer_offload_zero=(), optimizer_offload_fp8_recipes=(),  # no optimizer offload in 0.3
+    config_kind="torchtitan arguments (--module/--config)",
+    recognises=recognises, nearest=nearest, emit=emit, read=read,
+)
+
+__all__ = ["TRAINER", "CONFIGS", "SCHEDULE_NAMES", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]

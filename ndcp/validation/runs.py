@@ -14,8 +14,9 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
   Llama-style (RoPE, RMSNorm, no biases, untied); a null vocabulary or layer count cannot be filled: the row is
   skipped with that reason;
 - precision: "fp16" -> fp16, anything naming fp8 -> fp8 (FP8 linear layers, docs/formulas.md §3.1) with the stated
-  `fp8_recipe`, else delayed (Megatron/Transformer Engine) or tensorwise (torchtitan Float8 dynamic scaling),
-  noted; FP8 on a device without FP8 is skipped; anything else 16-bit (including "bf16-assumed") -> bf16;
+  `fp8_recipe`, else the trainer's default (Trainer.default_fp8_recipe: delayed for Megatron/Transformer Engine,
+  tensorwise for torchtitan's Float8 dynamic scaling), noted; FP8 on a device without FP8 is skipped; anything
+  else 16-bit (including "bf16-assumed") -> bf16;
 - trainer: torchtitan for rows whose source or recompute detail names torchtitan (their memory is FSDP2's, their
   selective AC torchtitan's op-level policy: estimate/activations.py), else Megatron;
 - MFU convention: `outcome.mfu_convention` (YAML) or an `mfu_convention` column (CSV), "causal" or "full"
@@ -48,6 +49,7 @@ from ..specs.recompute import CLASSIC_MODES, HEAVIEST, NO_RECOMPUTE, RECOMPUTE_M
 from ..specs.run import MFU_CONVENTIONS, RunSpec
 from ..specs.strategy import RecomputePlan, Strategy, accounted_partition, default_partition
 from ..specs.units import GIB
+from ..trainers import trainer_named
 from .values import as_bool, as_fraction, as_number, int_or, is_null, read_text
 
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
@@ -136,7 +138,7 @@ def _fp8_run(run: RunSpec, recipe: Any, cluster: ClusterSpec, notes: list[str]) 
     if not run.fp8:
         return run
     if is_null(recipe):
-        recipe = "tensorwise" if run.trainer == "torchtitan" else "delayed"
+        recipe = trainer_named(run.trainer).default_fp8_recipe
         notes.append(f"fp8 recipe unstated -> {recipe}")
     try:
         run = replace(run, fp8_recipe=str(recipe).strip().lower())

@@ -9,6 +9,7 @@ from ndcp.specs.library import load_model
 from ndcp.estimate.activations import layer_inventory
 from ndcp.specs.recompute import (CLASSIC_MODES, HEAVIEST, HEAVIEST_FIRST, MLP_ACTIVATION, MODULES, NO_RECOMPUTE,
                                   OPTION_BY_NAME, OPTIONS, RECOMPUTE_MODES, modules_cover, option_for_modules)
+from ndcp.specs.run import TRAINERS
 
 CLUSTER = ClusterSpec(device_preset("h100"), 64)
 
@@ -70,7 +71,7 @@ def test_mlp_act_is_covered_by_the_dense_mlp_module_and_full():
 @given(name=st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b"]),
        kind=st.sampled_from(["dense", "moe"]), tp=st.sampled_from([1, 2, 8]), cp=st.sampled_from([1, 2]),
        mbs=st.sampled_from([1, 2]), sp=st.booleans(), flash=st.booleans(), fp8=st.booleans(),
-       trainer=st.sampled_from(["megatron", "torchtitan", "mindformers"]), seq=st.sampled_from([2048, 8192]))
+       trainer=st.sampled_from(TRAINERS), seq=st.sampled_from([2048, 8192]))
 def test_heavier_options_keep_no_more_and_rerun_no_less(name, kind, tp, cp, mbs, sp, flash, fp8, trainer, seq):
     """The order the solver's bounds rely on: an option recomputing more modules keeps no more bytes and re-runs no
     less work; none keeps the most and re-runs nothing, full keeps the least (specs/recompute.py)."""
@@ -141,7 +142,7 @@ def test_the_mindformers_select_row_drops_inventory_tensors_and_reruns_the_activ
 def test_the_select_option_is_offered_to_mindformers_only():
     from ndcp.rules import recompute_option_refusal
     dense, moe_only, deepseek = load_model("llama3-70b"), load_model("mixtral-8x7b"), load_model("deepseek-v3")
-    runs = {t: RunSpec(global_batch=64, seq_len=8192, trainer=t) for t in ("megatron", "torchtitan", "mindformers")}
+    runs = {t: RunSpec(global_batch=64, seq_len=8192, trainer=t) for t in TRAINERS}
     assert recompute_option_refusal(dense, runs["mindformers"], "mlp_act") is None
     assert recompute_option_refusal(deepseek, runs["mindformers"], "mlp_act") is None  # its first 3 layers are dense
     assert "mlp_act needs dense layers" in recompute_option_refusal(moe_only, runs["mindformers"], "mlp_act").message

@@ -1,4 +1,4 @@
-"""What each trainer can run (its profile) and the nearest plan it runs for one it cannot express: never less
+"""What each trainer can run (its Trainer) and the nearest plan it runs for one it cannot express: never less
 recompute or sharding than planned, and the search under --trainer takes only what the trainer runs."""
 from dataclasses import replace
 
@@ -8,7 +8,7 @@ from ndcp.rules import strategy_refusal
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, StageRecompute, Strategy, device_preset
 from ndcp.specs.library import load_model
-from ndcp.trainers import PROFILES, covers, emit, nearest, stage_plans
+from ndcp.trainers import KINDS, REGISTRY, covers, emit, nearest, stage_plans, trainer_named
 from ndcp.trainers.megatron import environment
 
 LLAMA = load_model("llama3-70b")
@@ -29,7 +29,7 @@ PLANS = [MIXED, MODULES, SELECT, per_stage(*({"none": 20 - v, "selective": v} fo
          per_stage(*({"none": 20 - v, "mlp_act": v} for v in range(4)))]
 
 
-@pytest.mark.parametrize("kind", ["megatron", "torchtitan", "mindformers"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("plan", PLANS)
 def test_the_nearest_plan_recomputes_at_least_as_much_on_every_stage(kind, plan):
     strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=plan)
@@ -89,16 +89,16 @@ def test_under_torchtitan_the_rules_and_the_search_take_what_it_runs():
     space = SearchSpace(TINY_MOE, cluster, run, SpaceOptions())
     assert space.inner_choices(2)[0] == [3]
     assert all(layout.etp == 1 for layout, _, _ in space.walk().batches)
-    assert PROFILES["megatron"].zero_stages == (0, 1, 2, 3)
+    assert trainer_named("megatron").zero_stages == (0, 1, 2, 3)
 
 
 def test_each_trainer_names_the_recompute_options_it_runs():
     from ndcp.specs.recompute import OPTION_BY_NAME
-    assert set(PROFILES["torchtitan"].recompute_options) == {"none", "selective", "full"}
-    assert PROFILES["mindformers"].recompute_options == ("none", "mlp_act", "full")
-    megatron = set(PROFILES["megatron"].recompute_options)
+    assert set(trainer_named("torchtitan").recompute_options) == {"none", "selective", "full"}
+    assert trainer_named("mindformers").recompute_options == ("none", "mlp_act", "full")
+    megatron = set(trainer_named("megatron").recompute_options)
     assert {"selective", "layernorm", "moe_act", "mlp", "offload", "full"} <= megatron and "mlp_act" not in megatron
-    assert all(o in OPTION_BY_NAME for p in PROFILES.values() for o in p.recompute_options)
+    assert all(o in OPTION_BY_NAME for t in REGISTRY.values() for o in t.recompute_options)
 
 
 def test_a_select_plan_runs_as_the_lightest_option_covering_it():
@@ -117,7 +117,7 @@ def test_the_search_offers_each_trainer_its_own_recompute_options():
     from ndcp.specs.recompute import RECOMPUTE_MODES
     cluster = ClusterSpec(device_preset("h100"), 64)
     offered = {t: SearchSpace(LLAMA, cluster, replace(RUN, trainer=t), SpaceOptions(recompute_modes=RECOMPUTE_MODES)
-                              )._recompute_modes for t in ("megatron", "torchtitan", "mindformers")}
+                              )._recompute_modes for t in KINDS}
     assert offered["mindformers"] == ["none", "mlp_act", "full"]
     assert offered["torchtitan"] == ["none", "selective", "full"]
     assert "mlp_act" not in offered["megatron"] and {"selective", "layernorm", "mlp", "offload"} <= set(

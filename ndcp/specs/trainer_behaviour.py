@@ -1,0 +1,99 @@
+"""What each trainer does that the estimators price differently (memory layout, data-parallel sync, activation
+inventory, loss path, default overlaps), as named facts, each with the source it was read from.
+
+This is the pure-data part of a trainer (ndcp/trainers/NAME.py holds the whole Trainer, this part included as
+`Trainer.behaviour`). It lives here, below the estimators, because the estimators look it up by
+`RunSpec.trainer` (estimate/trainers.py trainer_behaviour) and must not import ndcp/trainers, which sits above
+them (it emits and reads launch configurations). `specs.run.TRAINERS`, the validated trainer names, are the names
+of BEHAVIOURS, so a trainer's name is written once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TrainerBehaviour:
+    """One trainer's behaviour as the estimators price it, each field with the source it was read from."""
+
+    name: str
+    version: str  # the release whose code the facts below were read from
+    # Data-parallel sharding keeps fp32 parameters (sharded like the optimizer states, cast to the compute dtype when
+    # gathered) instead of 16-bit parameters plus an fp32 master copy (estimate/memory.py state_bytes_per_param).
+    fp32_sharded_parameters: bool
+    # Data-parallel sync (estimate/trainers.py data_parallel_sync; docs/formulas.md §7). The ZeRO stages whose
+    # gradients accumulate in a full buffer and are reduced once per step by default; the others reduce after every
+    # micro-batch.
+    grad_sync_per_step: tuple[int, ...]
+    # ZeRO-3 parameter gathers by default (specs.run.PARAM_GATHERS), without pipeline parallelism.
+    zero3_gather: str
+    # With pipeline parallelism, gradients accumulate unsharded and gathered parameters stay gathered over the step's
+    # micro-batches: one reduction and (ZeRO-3) one gather per step, the stage's parameters held unsharded.
+    pipeline_holds_step: bool
+    # ZeRO-3 without pipeline parallelism keeps the root module (embedding, final norm, output) gathered.
+    keeps_root_gathered: bool
+    # Activations of dense attention/MLP blocks follow the trainer's own op-level inventory (eager autograd, and
+    # its selective checkpoint policy) instead of Megatron/Transformer Engine's (estimate/activations.py).
+    op_level_inventory: bool
+    # fp32 copies of the logits alive at the start of backward (the loss path, estimate/activations.py).
+    fp32_logit_copies: int
+    # FP8 training keeps FP8 copies of the linear weights next to (or, with --fp8-param-gather, instead of) the
+    # 16-bit ones (estimate/fp8.py weight_copy_bytes_per_parameter); False: the weights are cast per GEMM.
+    fp8_weight_copies: bool
+    # The overlaps (specs.run.OVERLAPS) it runs by default: what RunSpec.overlap "trainer" asks for
+    # (estimate/overlap.py requested; docs/formulas.md §7.1).
+    default_overlaps: frozenset[str]
+
+
+MEGATRON = TrainerBehaviour(
+    name="megatron", version="Megatron-Core 0.8-0.12 with Transformer Engine", fp32_sharded_parameters=False,
+    # DDP and the distributed optimizer accumulate into the main-grad buffer and reduce at the last micro-batch
+    # (--overlap-grad-reduce); Megatron FSDP optim_grads / optim_grads_params (ZeRO-2/3) reduce-scatter every
+    # micro-batch and re-gather parameters for backward, as DeepSpeed ZeRO-2/3 do (no no_sync with ZeRO-2/3).
+    grad_sync_per_step=(0, 1), zero3_gather="forward-backward", pipeline_holds_step=False,
+    keeps_root_gathered=False, op_level_inventory=False,
+    fp32_logit_copies=1,  # vocab-parallel cross entropy casts the logits to fp32 once, softmax in place
+    fp8_weight_copies=True,  # Transformer Engine keeps FP8 weight copies (estimate/fp8.py)
+    # Megatron-LM arguments.py: --overlap-p2p-communication defaults on (it takes effect when interleaving);
+    # --tp-comm-overlap and --overlap-moe-expert-parallel-comm default off
+    default_overlaps=frozenset({"p2p"}),
+)
+TORCHTITAN = TrainerBehaviour(
+    name="torchtitan", version="torchtitan 0.1-0.2 (FSDP2, op-level SAC)",
+    fp32_sharded_parameters=True,  # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), apply_fsdp
+    grad_sync_per_step=(),  # train.py train_step: forward_backward_step per micro-batch, gradient sync left on
+    zero3_gather="forward-backward",  # fully_shard: reshard_after_forward=True for the transformer blocks
+    # torch.distributed.pipelining stage.backward_maybe_with_nosync: DDP no_sync, FSDP set_requires_gradient_sync
+    # (False) and set_reshard_after_backward(False) until the last backward; apply_fsdp: reshard_after_forward=False
+    # when PP is on
+    pipeline_holds_step=True,
+    keeps_root_gathered=True,  # fully_shard: the root's reshard_after_forward is False
+    op_level_inventory=True,  # parallelize_llama._apply_ac_to_transformer_block
+    fp32_logit_copies=3,  # log_softmax output, nll_loss gradient, log_softmax input gradient
+    fp8_weight_copies=False,  # torchao Float8Linear casts the weight per GEMM and keeps no copy
+    default_overlaps=frozenset(),  # torch.distributed.pipelining runs its sends blocking
+)
+# MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or
+# MindSpore source or measured; each is Megatron's, not verified, so its memory and time estimates are Megatron's
+# except for what the recompute options drop and re-run (specs/recompute.py: its select set, read from
+# mindformers/models/utils.py LayerSetting). What is known to differ is stated where it applies.
+MINDFORMERS = TrainerBehaviour(
+    name="mindformers", version="MindFormers 1.6.0 on MindSpore 2.5+ (facts as Megatron's, not verified)",
+    # as Megatron's, not verified: MindFormers configs keep param_init_type float32 with a bf16 compute_dtype, and
+    # how MindSpore's optimizer parallelism stores the parameters it shards was not read
+    fp32_sharded_parameters=False,
+    grad_sync_per_step=(0, 1),  # as Megatron's, not verified (gradient_accumulation_shard under ZeRO-3 not priced)
+    zero3_gather="forward-backward",  # as Megatron's, not verified
+    pipeline_holds_step=False,  # as Megatron's, not verified
+    keeps_root_gathered=False,  # as Megatron's, not verified
+    # as Megatron's Transformer Engine inventory, not verified: MindSpore's autograd on LlamaFeedForward keeps the
+    # SiLU output as well as the gate, up and product (one more ffn-wide tensor than Megatron's fused SwiGLU), and
+    # without select_comm_recompute the all-gathered norm output under sequence parallelism; both are left out
+    op_level_inventory=False,
+    fp32_logit_copies=1,  # as Megatron's, not verified
+    fp8_weight_copies=True,  # as Megatron's, not verified
+    default_overlaps=frozenset({"p2p"}),  # as Megatron's, not verified
+)
+BEHAVIOURS: dict[str, TrainerBehaviour] = {b.name: b for b in (MEGATRON, TORCHTITAN, MINDFORMERS)}
+
+__all__ = ["TrainerBehaviour", "BEHAVIOURS", "MEGATRON", "TORCHTITAN", "MINDFORMERS"]
