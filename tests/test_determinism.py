@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -80,19 +77,20 @@ CAPPED = CASES["llama3-8b-16"] + ["--memory-cap", "24GiB", "--top", "3"]
 HASH_SEEDS = ("1", "2")  # PYTHONHASHSEED: the order of sets and the hash of every str key differ between the two
 
 
-def _search_in_a_fresh_process(argv: list[str], hash_seed: str) -> str:
-    """The `--json` of `ndcp search` in a new interpreter (no cache warm), less the clock, as text in its key order."""
-    done = subprocess.run([sys.executable, "-m", "ndcp", "search", *argv, "--json", "-"], capture_output=True,
-                          text=True, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": hash_seed}, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return json.dumps(strip_clock(json.loads(done.stdout)), sort_keys=False)
+def _search_in_a_fresh_process(monkeypatch, argv: list[str], hash_seed: str) -> str:
+    """The `--json` of `ndcp search` in a new interpreter (no cache warm; check_same_answers' runner), less the
+    clock, as text in its key order."""
+    monkeypatch.setenv("PYTHONHASHSEED", hash_seed)
+    code, doc = check_same_answers.answer(ROOT, ["search", *argv])
+    assert code == 0, doc
+    return json.dumps(doc, sort_keys=False)
 
 
-def test_search_json_is_byte_identical_across_processes_and_hash_seeds():
+def test_search_json_is_byte_identical_across_processes_and_hash_seeds(monkeypatch):
     """Two fresh processes with different string hashing give the same JSON, key order and every float's digits
     included (json round-trips floats exactly), once the clock is removed: no answer depends on set order, dict
     order built from sets, or anything a cache carried over within one process."""
-    first, second = (_search_in_a_fresh_process(CAPPED, seed) for seed in HASH_SEEDS)
+    first, second = (_search_in_a_fresh_process(monkeypatch, CAPPED, seed) for seed in HASH_SEEDS)
     doc = json.loads(first)
     assert doc["status"] == "optimal" and doc["method"] == "cp-sat per-layer" and doc["solver_calls"] > 1
     plans = [s["strategy"]["recompute"] for s in doc["strategies"]]
