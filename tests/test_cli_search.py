@@ -195,8 +195,9 @@ def test_report_on_stdout_and_json_file(capsys, tmp_path):
 def test_progress_lines_when_not_a_tty(capsys, monkeypatch):
     """Off a terminal, progress goes to stderr as plain lines, at most one per interval."""
     monkeypatch.setattr(SearchProgress, "INTERVAL", 0.0)
-    for recompute in ("uniform", "classic"):  # classic: the per-layer oracle over none/selective/full
-        code, out, err = run(capsys, *TINY, "--exhaustive", "--recompute", recompute)
+    two_gpus = ["tiny", "--device", "h100", "--gpus", "2", "--global-batch", "32", "--seq-len", "1024"]  # TINY on 2
+    for recompute in ("uniform", "classic"):  # classic: the per-layer oracle over none/selective/full (8 GPUs: 2.5 s)
+        code, out, err = run(capsys, *two_gpus, "--exhaustive", "--recompute", recompute)
         assert code == 0
         lines = [line for line in err.splitlines() if line]
         assert lines and all(line.startswith("ndcp: exhaustive ") for line in lines)
