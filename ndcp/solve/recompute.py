@@ -28,6 +28,7 @@ from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_t
                                stage_dynamic_bytes, stage_static_bytes)
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.overlap import hidden_comms
+from ..estimate.keys import Degrees, StageKey
 from ..estimate.layer_time import layer_time
 from ..estimate.time import p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
@@ -121,13 +122,11 @@ class PlanModel:
         pp = layout.pp
         self.offset = space.partition_offset(layout)
         self.default = [self.layouts[s].layers for s in range(pp)]
-        theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
         present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
         hidden = hidden_comms(run, layout.schedule, pp, layout.vpp, layout.tp, sp, layout.ep)
-        times = {(k, mode): layer_time(model, cluster, run, k, mode, *theta, layout.cp_comm, hidden)
-                 for k in present for mode in modes}
-        extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                              etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden) for s in range(pp)]
+        key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden)
+        times = {(k, mode): layer_time(model, cluster, run, key.layer(k, mode)) for k in present for mode in modes}
+        extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, key) for s in range(pp)]
         self.layer_time = {key: t.total for key, t in times.items()}
         p2p = p2p_per_microbatch(model, cluster, run, base)
         self.extra_time = [t.total + p2p for t in extras]
@@ -136,7 +135,8 @@ class PlanModel:
         self.extra_fill = [stage_fill(layout.schedule, t, p2p) for t in extras]
         keys = tuple((k, m) for k in present for m in modes)
         self.resident = [resident_layer_table(model, run, base, self.layouts[s], keys) for s in range(pp)]
-        self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, *theta) for k in present for m in modes}
+        self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, key.degrees) for k in present
+                          for m in modes}
         # host memory of offloaded layers per (kind, mode), per stage (its in-flight micro-batches)
         self.host = [host_offload_table(model, run, base, self.layouts[s], keys) for s in range(pp)]
         # host memory left for them: the capacity less an offloaded optimizer's states (its lightest ZeRO stage; with
