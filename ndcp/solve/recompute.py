@@ -124,9 +124,9 @@ class PlanModel:
         self.default = [self.layouts[s].layers for s in range(pp)]
         present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
         hidden = hidden_comms(run, layout.schedule, pp, layout.vpp, layout.tp, sp, layout.ep)
-        key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden)
-        times = {(k, mode): layer_time(model, cluster, run, key.layer(k, mode)) for k in present for mode in modes}
-        extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, key) for s in range(pp)]
+        stage_key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden)
+        times = {(k, m): layer_time(model, cluster, run, stage_key.layer(k, m)) for k in present for m in modes}
+        extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, stage_key) for s in range(pp)]
         self.layer_time = {key: t.total for key, t in times.items()}
         p2p = p2p_per_microbatch(model, cluster, run, base)
         self.extra_time = [t.total + p2p for t in extras]
@@ -135,7 +135,7 @@ class PlanModel:
         self.extra_fill = [stage_fill(layout.schedule, t, p2p) for t in extras]
         keys = tuple((k, m) for k in present for m in modes)
         self.resident = [resident_layer_table(model, run, base, self.layouts[s], keys) for s in range(pp)]
-        self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, key.degrees) for k in present
+        self.workspace = {(k, m): recompute_workspace_bytes(model, run, k, m, stage_key.degrees) for k in present
                           for m in modes}
         # host memory of offloaded layers per (kind, mode), per stage (its in-flight micro-batches)
         self.host = [host_offload_table(model, run, base, self.layouts[s], keys) for s in range(pp)]
