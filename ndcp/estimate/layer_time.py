@@ -92,11 +92,14 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: LayerK
     shared across them (nor on cp_comm without CP), and only the overlaps inside the layer count
     (estimate/overlap.py layer_overlaps)."""
     kind, mode, degrees, cp_comm, hidden = key
+    inside = layer_overlaps(hidden, kind, mode)
     if kind == "dense" and (degrees.ep != 1 or degrees.etp != 1):
         degrees = Degrees(degrees.tp, degrees.cp, 1, 1, degrees.mbs, degrees.sp)
     if degrees.cp == 1:
         cp_comm = "p2p"
-    return _layer_time(model, cluster, run, LayerKey(kind, mode, degrees, cp_comm, layer_overlaps(hidden, kind, mode)))
+    if degrees is not key.degrees or cp_comm != key.cp_comm or inside != hidden:
+        key = LayerKey(kind, mode, degrees, cp_comm, inside)
+    return _layer_time(model, cluster, run, key)
 
 
 @lru_cache(maxsize=65536)

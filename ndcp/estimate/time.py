@@ -107,12 +107,16 @@ def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role:
         return ZERO_TIME
     degrees, cp_comm, hidden = key
     if not model.mtp_depth or role == "first":  # nothing else depends on ep, etp or overlaps: share the cached terms
-        degrees, hidden = Degrees(degrees.tp, degrees.cp, 1, 1, degrees.mbs, degrees.sp), NO_OVERLAP
+        if degrees.ep != 1 or degrees.etp != 1:
+            degrees = Degrees(degrees.tp, degrees.cp, 1, 1, degrees.mbs, degrees.sp)
+        hidden = NO_OVERLAP
     else:  # the MTP layer's own overlaps (as _mtp_time's layer_time reads them): the others change nothing here
         hidden = layer_overlaps(hidden, model.mtp_layer_kind, NO_RECOMPUTE)
     if not model.mtp_depth or degrees.cp == 1:
         cp_comm = "p2p"
-    return _stage_extra_time(model, cluster, run, role, StageKey(degrees, cp_comm, hidden))
+    if degrees is not key.degrees or cp_comm != key.cp_comm or hidden != key.hidden:
+        key = StageKey(degrees, cp_comm, hidden)
+    return _stage_extra_time(model, cluster, run, role, key)
 
 
 @lru_cache(maxsize=65536)
