@@ -28,6 +28,7 @@ from ..specs.recompute import HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, rec
 from ..specs.run import RunSpec
 from .trainers import trainer_behaviour
 from .fp8 import linear_input_bytes
+from .keys import Degrees
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti §4.1)
 FP32 = 4
@@ -189,15 +190,16 @@ def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: i
 
 
 @lru_cache(maxsize=65536)
-def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int, ep: int, etp: int,
-                           mbs: int, sp: bool) -> float:
-    """Bytes one body layer keeps for one micro-batch under recompute `mode` (none | selective | full).
+def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, degrees: Degrees) -> float:
+    """Bytes one body layer of `kind` keeps for one micro-batch split by `degrees` under recompute `mode` (none |
+    selective | full, or a module option: specs/recompute.py).
 
     Megatron: selective drops the attention core (Korthikanti §5, "selective activation recomputation"); full keeps
     only the layer input, sequence-sharded when SP is on (Megatron keeps the checkpoint in the SP layout): 2sbh(/t).
     torchtitan: eager autograd, op-level SAC, and the block input (Shard(1) under SP) respectively.
     """
     option = recompute_option(mode)  # what it keeps (specs/recompute.py)
+    tp, cp, _, etp, mbs, sp = degrees
     if option.keeps == KEEPS_LAYER_INPUT:
         return run.activation_bytes * mbs * run.seq_len / cp * model.hidden / (tp if sp else 1)
     if trainer_behaviour(run).op_level_inventory and _torchtitan_modelled(model, kind):
@@ -221,25 +223,22 @@ def _sharded_inventory(model: ModelSpec, run: RunSpec, moe: bool, tp: int, cp: i
 
 
 @lru_cache(maxsize=65536)
-def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int, ep: int,
-                              etp: int, mbs: int, sp: bool) -> float:
+def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, degrees: Degrees) -> float:
     """Extra bytes while one recomputed layer runs its backward: what the recompute rematerialises (SAPP ND's
     backward overhead, docs/reference-planner.md §2.3)."""
     if mode == NO_RECOMPUTE:
         return 0.0
-    keep = layer_activation_bytes(model, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
-    return recompute_option(mode).buffers * (keep - layer_activation_bytes(model, run, kind, mode, tp, cp, ep, etp,
-                                                                           mbs, sp))
+    keep = layer_activation_bytes(model, run, kind, NO_RECOMPUTE, degrees)
+    return recompute_option(mode).buffers * (keep - layer_activation_bytes(model, run, kind, mode, degrees))
 
 
-def offloaded_layer_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int, ep: int, etp: int,
-                          mbs: int, sp: bool) -> float:
+def offloaded_layer_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, degrees: Degrees) -> float:
     """Bytes one layer under `mode` moves to the host per micro-batch: what it would keep, less what it keeps on the
     device (0 unless the option offloads; docs/formulas.md §5.3)."""
     if HOST_OFFLOAD not in recompute_option(mode).reruns:
         return 0.0
-    return (layer_activation_bytes(model, run, kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp)
-            - layer_activation_bytes(model, run, kind, mode, tp, cp, ep, etp, mbs, sp))
+    return (layer_activation_bytes(model, run, kind, NO_RECOMPUTE, degrees)
+            - layer_activation_bytes(model, run, kind, mode, degrees))
 
 
 @lru_cache(maxsize=16384)
@@ -277,8 +276,8 @@ def _encoder_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, mbs: int,
         return 0.0
     e = model.encoder
     images = mbs * run.images_per_sample
-    layers = e.layers * layer_activation_bytes(model.encoder_model, images_run, "dense", NO_RECOMPUTE, tp, 1, 1, 1,
-                                               images, sp)
+    layers = e.layers * layer_activation_bytes(model.encoder_model, images_run, "dense", NO_RECOMPUTE,
+                                               Degrees(tp, 1, 1, 1, images, sp))
     rows = images * e.image_tokens(image_side(e, run))
     hidden = 2 * e.projector_width / tp if e.projector == "mlp" else 0  # pre- and post-GELU
     return layers + run.activation_bytes * rows * (e.projector_input + hidden)

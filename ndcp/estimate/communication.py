@@ -22,6 +22,7 @@ from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import cp_a2a_size
+from .keys import Degrees
 
 RANK_ORDER = ("tp", "cp", "dp", "pp")  # innermost (fastest-varying) first
 EXPERT_RANK_ORDER = ("etp", "ep", "edp", "pp")
@@ -150,12 +151,15 @@ def _cp_a2a_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
 CP_COMM_TIME = {"p2p": _cp_p2p, "allgather": _cp_allgather, "a2a": _cp_a2a, "a2a+p2p": _cp_a2a_p2p}
 
 
-def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, cp: int,
-                    cp_comm: str, core: float, core_backward: float) -> tuple[float, float]:
-    """Exposed (forward, backward) seconds of one layer's context-parallel communication, one micro-batch."""
+def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degrees: Degrees, cp_comm: str,
+                    core: float, core_backward: float) -> tuple[float, float]:
+    """Exposed (forward, backward) seconds of one layer's context-parallel communication, one micro-batch split by
+    `degrees`, whose attention core takes `core` seconds forward and `core_backward` backward."""
+    tp, cp = degrees.tp, degrees.cp
     if cp <= 1:
         return 0.0, 0.0
-    return CP_COMM_TIME[cp_comm](cluster, tp, cp, *cp_bytes(model, run, tokens, tp), core, core_backward)
+    return CP_COMM_TIME[cp_comm](cluster, tp, cp, *cp_bytes(model, run, degrees.tokens(run.seq_len), tp), core,
+                                 core_backward)
 
 
 __all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "fits_in_node", "link", "tp_link", "cp_link", "ep_link",

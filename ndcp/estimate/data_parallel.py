@@ -17,6 +17,7 @@ from ..specs.run import RunSpec
 from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import memory_seconds
+from .keys import PlacementKey
 from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
 from .trainers import data_parallel_sync
 
@@ -116,8 +117,7 @@ def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, st
     Expert parameters sync over the expert-data-parallel group, the rest over data x context parallel ranks.
     Depends only on where parameters sit and how ZeRO shards them, so it is cached on those fields."""
     s = strategy
-    return _data_parallel_terms(model, cluster, run, s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp,
-                                s.zero, s.schedule, s.optimizer_offload, stages)
+    return _data_parallel_terms(model, cluster, run, PlacementKey.of(s), s.zero, s.optimizer_offload, stages)
 
 
 class _Placement(NamedTuple):
@@ -133,9 +133,9 @@ class _Placement(NamedTuple):
 
 
 @lru_cache(maxsize=16384)
-def _placement(model: ModelSpec, cluster: ClusterSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int,
-               cp: int, dp: int, ep: int, etp: int, schedule: str) -> _Placement:
+def _placement(model: ModelSpec, cluster: ClusterSpec, key: PlacementKey) -> _Placement:
     """_Placement, shared by the ZeRO stages (the solver's bounds ask for each of them)."""
+    pp, vpp, layers_per_stage, tp, cp, dp, ep, etp, schedule = key
     # the schedule places parameters (a mirrored one holds two stages' worth: their gradients sync too)
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=0, sp=False,
                          schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
@@ -148,13 +148,11 @@ def _placement(model: ModelSpec, cluster: ClusterSpec, pp: int, vpp: int, layers
 
 
 @lru_cache(maxsize=65536)
-def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int,
-                         layers_per_stage: tuple[int, ...], tp: int, cp: int, dp: int, ep: int, etp: int,
-                         zero: int, schedule: str = "", optimizer_offload: bool = False,
-                         stages: tuple[int, ...] | None = None) -> tuple[DataParallelTerms, ...]:
-    place = _placement(model, cluster, pp, vpp, layers_per_stage, tp, cp, dp, ep, etp, schedule)
+def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, placement: PlacementKey, zero: int,
+                         optimizer_offload: bool, stages: tuple[int, ...] | None) -> tuple[DataParallelTerms, ...]:
+    place = _placement(model, cluster, placement)
     sharding = place.strategy.with_zero(zero)
-    sync = data_parallel_sync(run, zero, pp)
+    sync = data_parallel_sync(run, zero, placement.pp)
     out = []
     for params in place.stages if stages is None else (place.stages[i] for i in stages):
         dense = _collectives(run, zero, params.dense, place.dense_group, place.dense_link)

@@ -18,7 +18,8 @@ from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_by
                       memory_seconds, total_flops)
 from .fp8 import cast_bytes_per_element
 from .gemm import attention_core_seconds, weight_gemm_seconds
-from .overlap import NO_OVERLAP, ep_overlapped, layer_overlaps, tp_overlapped
+from .keys import Degrees, LayerKey
+from .overlap import ep_overlapped, layer_overlaps, tp_overlapped
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
 
 
@@ -86,18 +87,19 @@ def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens:
     return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
 
 
-def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-               ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
-               ) -> LayerTime:
-    """One body layer of `kind` under recompute `mode` (see _layer_time); a dense layer does not depend on ep/etp,
-    so its cached terms are shared across them (nor on cp_comm without CP). `hidden`: the overlaps the strategy
-    runs (estimate/overlap.py hidden_comms)."""
-    if kind == "dense":
-        ep = etp = 1
-    if cp == 1:
+def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: LayerKey) -> LayerTime:
+    """One body layer of `key` (see _layer_time); a dense layer does not depend on ep/etp, so its cached terms are
+    shared across them (nor on cp_comm without CP), and only the overlaps inside the layer count
+    (estimate/overlap.py layer_overlaps)."""
+    kind, mode, degrees, cp_comm, hidden = key
+    inside = layer_overlaps(hidden, kind, mode)
+    if kind == "dense" and (degrees.ep != 1 or degrees.etp != 1):
+        degrees = Degrees(degrees.tp, degrees.cp, 1, 1, degrees.mbs, degrees.sp)
+    if degrees.cp == 1:
         cp_comm = "p2p"
-    return _layer_time(model, cluster, run, kind, mode, tp, cp, ep, etp, mbs, sp, cp_comm,
-                       layer_overlaps(hidden, kind, mode))
+    if degrees is not key.degrees or cp_comm != key.cp_comm or inside != hidden:
+        key = LayerKey(kind, mode, degrees, cp_comm, inside)
+    return _layer_time(model, cluster, run, key)
 
 
 @lru_cache(maxsize=65536)
@@ -142,10 +144,9 @@ class _Passes(NamedTuple):
 
 
 @lru_cache(maxsize=131072)
-def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, mode: str, tp: int, cp: int,
-                ep: int, etp: int, mbs: int, sp: bool, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
-                ) -> LayerTime:
-    """One body layer of `kind` under recompute `mode` for one micro-batch of mbs sequences of local length seq/cp.
+def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: LayerKey) -> LayerTime:
+    """One body layer of key.kind under recompute key.mode for one micro-batch of mbs sequences of local length
+    seq/cp.
 
     recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
     selective: the attention core). tp_comm: 2 forward all-reduces (SP: reduce-scatter + all-gather, same volume)
@@ -153,13 +154,13 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
     the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch + combine all-to-alls, forward and backward
     (MoE only). wgrad: the weight-gradient GEMMs (one forward of the linear layers). `hidden` overlaps move TP or
     EP time from exposed to tp_hidden / ep_hidden (estimate/overlap.py)."""
-    p = _layer_passes(model, cluster, run, kind, tp, cp, ep, etp, mbs, sp, cp_comm, hidden)
+    p = _layer_passes(model, cluster, run, key.kind, key.degrees, key.cp_comm, key.hidden)
     executed, recompute = p.executed, 0.0
-    reruns = recompute_option(mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
+    reruns = recompute_option(key.mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
     for piece in reruns:
         if piece in MODULE_PIECES:  # Megatron-Core recompute modules (estimate/rerun.py)
-            shape = LayerShape(kind, mode, mbs * run.seq_len / cp, tp, sp, ep, etp, p.tp_forward, p.ep_forward, cp,
-                               mbs, p.forward, p.backward)
+            shape = LayerShape(key, key.degrees.tokens(run.seq_len), p.tp_forward, p.ep_forward, p.forward,
+                               p.backward)
             seconds, flops = rerun_cost(model, cluster, run, shape, piece, reruns)
             recompute += seconds
             executed += flops
@@ -168,8 +169,8 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
             executed += p.linear_flops + p.core_flops
         elif piece == ATTENTION_CORE:  # the core, and without flash attention its score-matrix elementwise passes
             executed += p.core_flops
-            recompute += p.core + (0.0 if run.flash_attention else _unfused_core_elementwise(model, cluster, run, kind,
-                                                                                             tp, cp, mbs, sp))
+            recompute += p.core + (0.0 if run.flash_attention else _unfused_core_elementwise(model, cluster, run,
+                                                                                             key.kind, key.degrees))
         else:
             raise ValueError(f"no time model for recompute piece {piece!r}")
     tp_exposed = p.tp_forward + p.tp_backward
@@ -179,12 +180,13 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
 
 
 @lru_cache(maxsize=65536)
-def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int, ep: int,
-                  etp: int, mbs: int, sp: bool, cp_comm: str, hidden: frozenset) -> _Passes:
+def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, degrees: Degrees, cp_comm: str,
+                  hidden: frozenset) -> _Passes:
     """_layer_time's forward and backward with no recompute, shared by the recompute options with the same
     overlaps."""
     device, dtype = cluster.device, run.activation_bytes
-    tokens, keys = mbs * run.seq_len / cp, run.seq_len
+    tp, cp, ep, etp, _, sp = degrees
+    tokens, keys = degrees.tokens(run.seq_len), run.seq_len
     flash = run.flash_attention
     linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops = _layer_compute(
         model, cluster, run, kind, tp, ep, etp, tokens)
@@ -202,7 +204,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tp_total = tp_forward + tp_backward
     if "tp" in hidden:
         tp_forward, tp_backward = tp_overlapped(tp_forward, linear)
-    cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, tokens, tp, cp, cp_comm, core, core_backward)
+    cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, degrees, cp_comm, core, core_backward)
     a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
     ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
     if "ep" in hidden:
@@ -211,10 +213,10 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
 
 
-def _unfused_core_elementwise(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, cp: int,
-                              mbs: int, sp: bool) -> float:
+def _unfused_core_elementwise(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,
+                              degrees: Degrees) -> float:
     """Without flash attention, the score matrix's elementwise passes a re-run attention core repeats."""
-    tokens, dtype = mbs * run.seq_len / cp, run.activation_bytes
+    tokens, dtype, tp, sp = degrees.tokens(run.seq_len), run.activation_bytes, degrees.tp, degrees.sp
     return memory_seconds(elementwise_bytes(model, kind, tokens, run.seq_len, tp, sp, False, dtype)
                           - elementwise_bytes(model, kind, tokens, run.seq_len, tp, sp, True, dtype), cluster.device)
 

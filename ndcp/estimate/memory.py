@@ -26,6 +26,7 @@ from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
 from .trainers import data_parallel_sync, trainer_behaviour
 from .data_parallel import host_optimizer_bytes_per_parameter
 from .fp8 import weight_copy_bytes_per_parameter
+from .keys import Degrees
 from .parameters import StageParameters, expert_data_parallel, optimizer_shard, stage_parameters
 
 
@@ -135,10 +136,6 @@ class MemoryEstimate:
                 "activation_bytes_per_layer": dict(self.activation_bytes_per_layer)}
 
 
-def _theta(strategy: Strategy) -> tuple:
-    return strategy.tp, strategy.cp, strategy.ep, strategy.etp, strategy.mbs, strategy.sp
-
-
 def parts_total(parts: dict[str, float]) -> int:
     """Bytes of a set of parts as the estimate reports them: each part in whole bytes, then added."""
     return sum(int(v) for v in parts.values())
@@ -158,7 +155,7 @@ def _in_flight(strategy: Strategy, layout: StageLayout) -> float:
 
 def _resident_activation_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout, kind: str,
                                mode: str) -> float:
-    return _in_flight(strategy, layout) * layer_activation_bytes(model, run, kind, mode, *_theta(strategy))
+    return _in_flight(strategy, layout) * layer_activation_bytes(model, run, kind, mode, Degrees.of_strategy(strategy))
 
 
 def _with_fragmentation(activations: float) -> float:
@@ -178,7 +175,7 @@ def resident_layer_table(model: ModelSpec, run: RunSpec, strategy: Strategy, lay
     """resident_layer_bytes of each (kind, mode) of `keys` on this stage, the same numbers at a fraction of the
     cost: the per-micro-batch bytes are shared by every stage and strategy with the same degrees."""
     in_flight = _in_flight(strategy, layout)
-    per_microbatch = _per_layer_table(layer_activation_bytes, model, run, keys, _theta(strategy))
+    per_microbatch = _per_layer_table(layer_activation_bytes, model, run, keys, Degrees.of_strategy(strategy))
     return {key: _with_fragmentation(in_flight * b) for key, b in per_microbatch.items()}
 
 
@@ -187,15 +184,15 @@ def host_offload_table(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     """host_offload_bytes of one body layer of each (kind, mode) of `keys` on this stage (same numbers, shared
     per-micro-batch bytes as resident_layer_table)."""
     in_flight = _in_flight(strategy, layout)
-    per_microbatch = _per_layer_table(offloaded_layer_bytes, model, run, keys, _theta(strategy))
+    per_microbatch = _per_layer_table(offloaded_layer_bytes, model, run, keys, Degrees.of_strategy(strategy))
     return {key: in_flight * b for key, b in per_microbatch.items()}
 
 
 @lru_cache(maxsize=32768)
-def _per_layer_table(per_layer, model: ModelSpec, run: RunSpec, keys: tuple, theta: tuple) -> dict:
-    """per_layer(model, run, kind, mode, *theta) for each (kind, mode) of `keys` (layer_activation_bytes or
+def _per_layer_table(per_layer, model: ModelSpec, run: RunSpec, keys: tuple, degrees: Degrees) -> dict:
+    """per_layer(model, run, kind, mode, degrees) for each (kind, mode) of `keys` (layer_activation_bytes or
     offloaded_layer_bytes; a cached dict: callers must not change it)."""
-    return {(k, m): per_layer(model, run, k, m, *theta) for k, m in keys}
+    return {(k, m): per_layer(model, run, k, m, degrees) for k, m in keys}
 
 
 def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
@@ -204,22 +201,22 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
     collective buffers and the reserve (reserve.py: context, workspaces, communicators, and fragmentation in
     proportion to the activations). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
     to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
-    theta = _theta(strategy)
-    tp, cp, _, _, mbs, sp = theta
+    degrees = Degrees.of_strategy(strategy)
     in_flight = _in_flight(strategy, layout)
     if counts is None:
         counts = dict(stage_mode_counts(model, strategy)[layout.stage])
     body = sum(n * _resident_activation_bytes(model, run, strategy, layout, kind, mode)
                for (kind, mode), n in counts.items())
-    head = head_activation_bytes(model, run, tp, cp, mbs, sp)
+    head = head_activation_bytes(model, run, degrees.tp, degrees.cp, degrees.mbs, degrees.sp)
     last = layout.holds_head
     activations = body + in_flight * (head["embedding"] if layout.is_first else 0.0)
     if last:
         activations += head["output_inputs"]
         if model.mtp_depth:
             activations += model.mtp_depth * layer_activation_bytes(model, run, model.mtp_layer_kind, NO_RECOMPUTE,
-                                                                    *theta)
-    workspace = max((recompute_workspace_bytes(model, run, kind, mode, *theta) for kind, mode in counts), default=0.0)
+                                                                    degrees)
+    workspace = max((recompute_workspace_bytes(model, run, kind, mode, degrees) for kind, mode in counts),
+                    default=0.0)
     # the vision encoder's activations sit beside the embedding's (docs/models.md §5), a part of their own
     encoder = {"encoder_activations": in_flight * head["encoder"] if layout.is_first else 0.0} if model.encoder else {}
     return {
@@ -240,7 +237,8 @@ def host_offload_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     if counts is None:
         counts = dict(stage_mode_counts(model, strategy)[layout.stage])
     in_flight = _in_flight(strategy, layout)
-    return sum(n * in_flight * offloaded_layer_bytes(model, run, kind, mode, *_theta(strategy))
+    degrees = Degrees.of_strategy(strategy)
+    return sum(n * in_flight * offloaded_layer_bytes(model, run, kind, mode, degrees)
                for (kind, mode), n in counts.items())
 
 
@@ -292,7 +290,8 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
     """Peak bytes per device stage and whether the worst one fits the capacity (device memory or the run's cap)."""
     stages = tuple(stage_memory(model, run, strategy, layout) for layout in stage_layouts(model, strategy))
     kind = _majority_kind(model)
-    per_layer = {mode: int(layer_activation_bytes(model, run, kind, mode, *_theta(strategy))) for mode in RECOMPUTE_MODES}
+    degrees = Degrees.of_strategy(strategy)
+    per_layer = {mode: int(layer_activation_bytes(model, run, kind, mode, degrees)) for mode in RECOMPUTE_MODES}
     return MemoryEstimate(run.capacity(cluster.device.memory_bytes), stages, per_layer,
                           cluster.device.host_memory_bytes)
 

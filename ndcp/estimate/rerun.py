@@ -21,25 +21,20 @@ from ..specs.run import RunSpec
 from .activations import offloaded_layer_bytes
 from .compute import memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, total_flops
 from .gemm import weight_gemm_seconds
+from .keys import LayerKey
 
 MODULE_PIECES = (NORMS, MLP_FORWARD, MLP_ACTIVATION, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD)
 
 
 @dataclass(frozen=True)
 class LayerShape:
-    """What every module piece reads of its layer: sizes, degrees, and the layer's own forward communication."""
+    """What every module piece reads of its layer: its key (kind, recompute option, degrees), local tokens, and the
+    layer's own forward communication and compute."""
 
-    kind: str
-    mode: str  # the layer's recompute option
+    key: LayerKey
     tokens: float  # local tokens of the micro-batch (mbs x seq / cp)
-    tp: int
-    sp: bool
-    ep: int
-    etp: int
     tp_forward: float  # the layer's exposed forward TP communication (two collectives: attention's and the MLP's)
     ep_forward: float  # the layer's exposed forward dispatch + combine all-to-alls
-    cp: int
-    mbs: int
     forward: float  # the layer's forward and backward compute, seconds (what host copies overlap with)
     backward: float
 
@@ -50,7 +45,8 @@ def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, ro
 
 
 def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: int) -> float:
-    rows = shape.tokens / shape.tp if shape.sp else shape.tokens
+    degrees = shape.key.degrees
+    rows = shape.tokens / degrees.tp if degrees.sp else shape.tokens
     return memory_seconds(norms * 2 * rows * model.hidden * run.activation_bytes, cluster.device)
 
 
@@ -58,29 +54,29 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
                reruns: tuple[str, ...]) -> tuple[float, float]:
     """(seconds, matmul FLOPs) of one module piece of `reruns` (the option's pieces, for the fused-norm rule);
     (0, 0) when the piece does not act on this kind of layer."""
-    tokens, tp = shape.tokens, shape.tp
+    tokens, tp, kind = shape.tokens, shape.key.degrees.tp, shape.key.kind
     if piece == NORMS:
-        return _norm_seconds(model, cluster, run, shape, 1 if MLP_FORWARD in reruns and shape.kind == "dense"
+        return _norm_seconds(model, cluster, run, shape, 1 if MLP_FORWARD in reruns and kind == "dense"
                              else 2), 0.0
     if piece == MLP_FORWARD:
-        if shape.kind != "dense":
+        if kind != "dense":
             return 0.0, 0.0
         gemms = mlp_gemms(model, model.ffn_hidden, tokens, tp)
-        seconds = (weight_gemm_seconds(model, shape.kind, gemms, tokens, cluster.device, run)
+        seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
                    + _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp)
                    + _norm_seconds(model, cluster, run, shape, 1) + shape.tp_forward / 2)
         return seconds, total_flops(gemms)
     if piece == MLP_ACTIVATION:  # elementwise, as the experts' activation below: memory-bound, no matmul FLOPs
-        if shape.kind != "dense" or MLP_FORWARD in reruns:  # the whole MLP re-runs it already
+        if kind != "dense" or MLP_FORWARD in reruns:  # the whole MLP re-runs it already
             return 0.0, 0.0
         return _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp), 0.0
-    if shape.kind != "moe" and piece in (MOE_FORWARD, MOE_ACTIVATION):
+    if kind != "moe" and piece in (MOE_FORWARD, MOE_ACTIVATION):
         return 0.0, 0.0
     if piece == MOE_FORWARD:
         m = model.moe
-        gemms = moe_gemms(model, tokens, tp, shape.ep, shape.etp)
+        gemms = moe_gemms(model, tokens, tp, shape.key.degrees.ep, shape.key.degrees.etp)
         width = (m.expert_ffn_hidden * m.top_k * (m.capacity_factor or 1.0) + m.shared_hidden * m.shared_experts)
-        seconds = (weight_gemm_seconds(model, shape.kind, gemms, tokens, cluster.device, run)
+        seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
                    + _activation_seconds(model, cluster, run, tokens, width / tp) + shape.ep_forward)
         return seconds, total_flops(gemms)
     if piece == MOE_ACTIVATION:
@@ -91,13 +87,12 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         if model.mla is None:
             return 0.0, 0.0
         gemms = mla_up_projection_gemms(model, tokens, tp)
-        return weight_gemm_seconds(model, shape.kind, gemms, tokens, cluster.device, run), total_flops(gemms)
+        return weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run), total_flops(gemms)
     if piece == HOST_OFFLOAD:
         # The activations a layer would keep, less its input, cross the host link each way: to the host while the
         # next layer runs its forward, back while the layer after it (in backward order) runs its backward (the
         # prefetch); only what outlasts that compute is exposed (docs/formulas.md §5.3).
-        moved = offloaded_layer_bytes(model, run, shape.kind, shape.mode, shape.tp, shape.cp, shape.ep, shape.etp,
-                                      shape.mbs, shape.sp)
+        moved = offloaded_layer_bytes(model, run, kind, shape.key.mode, shape.key.degrees)
         copy = moved / cluster.device.host_bandwidth
         return max(0.0, copy - shape.forward) + max(0.0, copy - shape.backward), 0.0
     raise ValueError(f"no time model for recompute piece {piece!r}")

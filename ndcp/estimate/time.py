@@ -21,6 +21,7 @@ from .compute import (encoder_gemms, memory_seconds, model_flops_per_step, mtp_p
                       total_flops)
 from .data_parallel import Windows, data_parallel_seconds
 from .gemm import gemm_seconds
+from .keys import Degrees, LayerKey, StageKey
 from .layer_time import ZERO_TIME, LayerTime, layer_time, tp_all_reduce_seconds
 from .layout import stage_mode_counts
 from .overlap import HIDDEN_KEYS, NO_OVERLAP, layer_overlaps, strategy_overlaps
@@ -41,15 +42,16 @@ def _embedding_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens
     return LayerTime(rows, rows, 0.0, collective(nbytes, tp, bandwidth, latency), 0.0, 0.0)
 
 
-def _encoder_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, mbs: int, sp: bool) -> LayerTime:
+def _encoder_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degrees: Degrees) -> LayerTime:
     """The vision encoder and projector, on the stage that embeds (docs/models.md §5): mbs x images_per_sample
     images through its bidirectional layers (TP and SP as the language model's; CP does not split an image, no
     recompute), and its patch-embedding and projector GEMMs."""
     images_run = encoder_run(model.encoder, run)
     if images_run is None:
         return ZERO_TIME
-    images = mbs * run.images_per_sample
-    layers = layer_time(model.encoder_model, cluster, images_run, "dense", NO_RECOMPUTE, tp, 1, 1, 1, images, sp)
+    images, tp = degrees.mbs * run.images_per_sample, degrees.tp
+    layers = layer_time(model.encoder_model, cluster, images_run,
+                        LayerKey("dense", NO_RECOMPUTE, Degrees(tp, 1, 1, 1, images, degrees.sp)))
     gemms = encoder_gemms(model, images, image_side(model.encoder, run), tp)
     linear = gemm_seconds(gemms, cluster.device, run.activation_bytes)
     return layers.scaled(model.encoder.layers) + LayerTime(linear, 2 * linear, 0.0, 0.0, 0.0, 0.0,
@@ -76,16 +78,14 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
     return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0, 3 * logits_gemm.flops, wgrad=logits)
 
 
-def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool, ep: int,
-              etp: int, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP) -> LayerTime:
+def _mtp_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: StageKey) -> LayerTime:
     """All MTP modules: 2h->h projection, one transformer layer and the shared output head each (DeepSeek-V3 §2.2)."""
     if not model.mtp_depth:
         return ZERO_TIME
-    tokens = mbs * run.seq_len / cp
+    tp, tokens = key.degrees.tp, key.degrees.tokens(run.seq_len)
     block = (_mtp_projection_time(model, cluster, run, tokens, tp)
-             + layer_time(model, cluster, run, model.mtp_layer_kind, NO_RECOMPUTE, tp, cp, ep, etp, mbs, sp, cp_comm,
-                          hidden)
-             + _output_head_time(model, cluster, run, tokens, tp, sp))
+             + layer_time(model, cluster, run, key.layer(model.mtp_layer_kind, NO_RECOMPUTE))
+             + _output_head_time(model, cluster, run, tokens, tp, key.degrees.sp))
     return block.scaled(model.mtp_depth)
 
 
@@ -97,47 +97,45 @@ def _mtp_projection_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, t
     return LayerTime(projection, 2 * projection, 0.0, 0.0, 0.0, 0.0, 3 * projection_gemm.flops / tp, wgrad=projection)
 
 
-def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
-                     sp: bool, *, ep: int = 1, etp: int = 1, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP
-                     ) -> LayerTime:
+def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, key: StageKey) -> LayerTime:
     """Work outside the body layers: "first" = embedding; "last" = final norm, output layer, loss and MTP modules;
-    "only" (pp = 1) = both; anything else = nothing. ep/etp (and the overlaps `hidden`) shape the MTP module's MoE
+    "only" (pp = 1) = both; anything else = nothing. The key's ep/etp (and its overlaps) shape the MTP module's MoE
     layer (only)."""
     if role == "only":
-        return (stage_extra_time(model, cluster, run, "first", tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm)
-                + stage_extra_time(model, cluster, run, "last", tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm,
-                                   hidden=hidden))
+        return stage_extra_time(model, cluster, run, "first", key) + stage_extra_time(model, cluster, run, "last", key)
     if role not in ("first", "last"):
         return ZERO_TIME
-    if not model.mtp_depth or role == "first":
-        ep, etp, hidden = 1, 1, NO_OVERLAP  # nothing else depends on them: share the cached terms
+    degrees, cp_comm, hidden = key
+    if not model.mtp_depth or role == "first":  # nothing else depends on ep, etp or overlaps: share the cached terms
+        if degrees.ep != 1 or degrees.etp != 1:
+            degrees = Degrees(degrees.tp, degrees.cp, 1, 1, degrees.mbs, degrees.sp)
+        hidden = NO_OVERLAP
     else:  # the MTP layer's own overlaps (as _mtp_time's layer_time reads them): the others change nothing here
         hidden = layer_overlaps(hidden, model.mtp_layer_kind, NO_RECOMPUTE)
-    if not model.mtp_depth or cp == 1:
+    if not model.mtp_depth or degrees.cp == 1:
         cp_comm = "p2p"
-    return _stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep, etp, cp_comm, hidden)
+    if degrees is not key.degrees or cp_comm != key.cp_comm or hidden != key.hidden:
+        key = StageKey(degrees, cp_comm, hidden)
+    return _stage_extra_time(model, cluster, run, role, key)
 
 
 @lru_cache(maxsize=65536)
-def _stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, tp: int, cp: int, mbs: int,
-                      sp: bool, ep: int, etp: int, cp_comm: str = "p2p", hidden: frozenset = NO_OVERLAP) -> LayerTime:
-    tokens = mbs * run.seq_len / cp
+def _stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, key: StageKey) -> LayerTime:
+    degrees = key.degrees
+    tokens, tp, sp = degrees.tokens(run.seq_len), degrees.tp, degrees.sp
     if role == "first":
-        return _embedding_time(model, cluster, run, tokens, tp, sp) + _encoder_time(model, cluster, run, tp, mbs, sp)
-    return _output_head_time(model, cluster, run, tokens, tp, sp) + _mtp_time(model, cluster, run, tp, cp, mbs, sp,
-                                                                             ep, etp, cp_comm, hidden)
+        return _embedding_time(model, cluster, run, tokens, tp, sp) + _encoder_time(model, cluster, run, degrees)
+    return _output_head_time(model, cluster, run, tokens, tp, sp) + _mtp_time(model, cluster, run, key)
 
 
-def stage_extra(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, schedule: str, stage: int, pp: int, tp: int,
-                cp: int, mbs: int, sp: bool, *, ep: int = 1, etp: int = 1, cp_comm: str = "p2p",
-                hidden: frozenset = NO_OVERLAP) -> LayerTime:
+def stage_extra(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, schedule: str, stage: int, pp: int,
+                key: StageKey) -> LayerTime:
     """One micro-batch's work outside the body layers on device stage `stage`: the shares of the roles the
     schedule gives it (Schedule.extra_roles: the first stage embeds, the last computes the loss, unless the
     schedule places them otherwise)."""
     total = ZERO_TIME
     for role, share in schedule_named(schedule).extra_roles(stage, pp):
-        part = stage_extra_time(model, cluster, run, role, tp, cp, mbs, sp, ep=ep, etp=etp, cp_comm=cp_comm,
-                                hidden=hidden)
+        part = stage_extra_time(model, cluster, run, role, key)
         total = total + (part if share == 1 else part.scaled(share))
     return total
 
@@ -197,18 +195,16 @@ class TimeEstimate:
 def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts) -> LayerTime:
     """One micro-batch through one device stage (all its chunks): body layers plus the stage's extra work."""
     s = strategy
-    hidden = strategy_overlaps(run, s)
-    total = stage_extra(model, cluster, run, s.schedule, stage, s.pp, s.tp, s.cp, s.mbs, s.sp, ep=s.ep, etp=s.etp,
-                        cp_comm=s.cp_comm, hidden=hidden)
+    key = StageKey(Degrees.of_strategy(s), s.cp_comm, strategy_overlaps(run, s))
+    total = stage_extra(model, cluster, run, s.schedule, stage, s.pp, key)
     for (kind, mode), n in mode_counts:
-        total = total + layer_time(model, cluster, run, kind, mode, s.tp, s.cp, s.ep, s.etp, s.mbs, s.sp,
-                                   s.cp_comm, hidden).scaled(n)
+        total = total + layer_time(model, cluster, run, key.layer(kind, mode)).scaled(n)
     return total
 
 
 def _p2p_sends(model, cluster, run, strategy: Strategy) -> float:
     s = strategy
-    return pipeline_p2p_seconds(model, cluster, run, s.pp, s.vpp, s.tp, s.cp, s.mbs, s.sp,
+    return pipeline_p2p_seconds(model, cluster, run, s.pp, s.vpp, Degrees.of_strategy(s),
                                 p2p_crosses_node(cluster, s.tp, s.cp, s.dp))
 
 
@@ -224,12 +220,12 @@ def p2p_crosses_node(cluster: ClusterSpec, tp: int, cp: int, dp: int) -> bool:
 
 
 @lru_cache(maxsize=65536)
-def pipeline_p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int, tp: int, cp: int,
-                         mbs: int, sp: bool, crosses_node: bool) -> float:
+def pipeline_p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int, degrees: Degrees,
+                         crosses_node: bool) -> float:
     """p2p_per_microbatch from the fields it depends on (shared by every dp with the same node crossing)."""
     if pp == 1:
         return 0.0
-    return 2 * vpp * p2p_seconds(model, cluster, run, tp, cp, mbs, sp, crosses_node)
+    return 2 * vpp * p2p_seconds(model, cluster, run, degrees.tp, degrees.cp, degrees.mbs, degrees.sp, crosses_node)
 
 
 def stage_times(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> list[LayerTime]:

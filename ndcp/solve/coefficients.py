@@ -30,6 +30,7 @@ from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_s
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
 from ..estimate.overlap import LAYER_OVERLAPS, hidden_comms
+from ..estimate.keys import Degrees, LayerKey, StageKey
 from ..estimate.layer_time import layer_time
 from ..estimate.time import (overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds,
                              pipeline_seconds, stage_extra, stage_extra_time, stage_fill, stage_times)
@@ -106,21 +107,18 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
                   ) -> _NoRecompute:
     """A micro-batch's times with no recompute (memo: a dict the caller keeps for one space). Only the overlaps inside
     the layers shape them (estimate/overlap.py layer_overlaps), so items differing in the others share them."""
-    hidden = hidden & LAYER_OVERLAPS
-    key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
-    found = memo.get((key, layout.cp_comm, hidden))
+    key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden & LAYER_OVERLAPS)
+    found = memo.get(key)
     if found is None:
         model, cluster, run = space.model, space.cluster, space.run
-        per_kind = {kind: layer_time(model, cluster, run, kind, NO_RECOMPUTE, *key, layout.cp_comm, hidden).total
+        per_kind = {kind: layer_time(model, cluster, run, key.layer(kind, NO_RECOMPUTE)).total
                     for kind, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n}
-        first, last = (stage_extra_time(model, cluster, run, role, layout.tp, layout.cp, mbs, sp, ep=layout.ep,
-                                        etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden)
-                       for role in ("first", "last"))
+        first, last = (stage_extra_time(model, cluster, run, role, key) for role in ("first", "last"))
         dense, moe = per_kind.get("dense", 0.0), per_kind.get("moe", 0.0)
         # a lone stage's extra work is both (stage_extra_time's "only" role adds the same two)
         found = _NoRecompute(model.dense_layers * dense + model.moe_layers * moe, dense, moe, first.total,
                              last.total, (first + last).total)
-        memo[(key, layout.cp_comm, hidden)] = found
+        memo[key] = found
     return found
 
 
@@ -146,7 +144,7 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
         return t.work(1), t.work(1)
     crosses = p2p_crosses_node(cluster, layout.tp, layout.cp, layout.dp)
     p2p = 0.0 if "p2p" in hidden else pipeline_p2p_seconds(
-        model, cluster, space.run, layout.pp, layout.vpp, layout.tp, layout.cp, mbs, sp, crosses)
+        model, cluster, space.run, layout.pp, layout.vpp, Degrees.of(layout, mbs, sp), crosses)
     total = t.work(layout.pp) + layout.pp * p2p
     slowest = total / layout.pp
     if fixed:  # each stage's own layers and extra work: the slowest stage exactly
@@ -234,12 +232,12 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: dict | None =
     inner, zeros = inner_choices(space)
     hides = tuple((sp, overlaps(space, layout, sp)) for sp in sorted({sp for sp, _ in inner})
                   if sp_allowed(sp, layout.tp))
-    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs)
-    key = ("widest layer", theta, layout.cp_comm, hides)
+    degrees = Degrees.of(layout, mbs, False)  # at each SP setting of `hides` below
+    key = ("widest layer", degrees, layout.cp_comm, hides)
     per_layer = memo.get(key)
     if per_layer is None:
         kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-        heaviest = [layer_time(model, cluster, run, k, m, *theta, sp, layout.cp_comm, hidden)
+        heaviest = [layer_time(model, cluster, run, LayerKey(k, m, degrees._replace(sp=sp), layout.cp_comm, hidden))
                     for k in kinds for sp, hidden in hides for m in widest_options(space, layout)]
         per_layer = memo[key] = Windows(max(t.forward_window for t in heaviest),
                                         max(t.backward_window for t in heaviest))
@@ -249,11 +247,11 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: dict | None =
     extra_hides = tuple((sp, overlaps(space, layout, sp)) for sp in {False, layout.tp > 1})
     for s in ends:
         layers = sum(n for _, n in chunks[s])
-        key = ("widest extra", theta, layout.cp_comm, extra_hides, layout.schedule, s, layout.pp)
+        key = ("widest extra", degrees, layout.cp_comm, extra_hides, layout.schedule, s, layout.pp)
         extra = memo.get(key)
         if extra is None:
-            extras = [stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp, layout.cp, mbs, sp,
-                                  ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden)
+            extras = [stage_extra(model, cluster, run, layout.schedule, s, layout.pp,
+                                  StageKey(degrees._replace(sp=sp), layout.cp_comm, hidden))
                       for sp, hidden in extra_hides]
             extra = memo[key] = Windows(max(t.forward_window for t in extras), max(t.backward_window for t in extras))
         windows[s] = Windows(layers * per_layer.forward + extra.forward, layers * per_layer.backward + extra.backward)

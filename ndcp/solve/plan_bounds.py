@@ -15,6 +15,7 @@ from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.layout import stage_layouts
 from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
                                stage_dynamic_bytes)
+from ..estimate.keys import Degrees, StageKey
 from ..estimate.layer_time import layer_time
 from ..estimate.time import p2p_per_microbatch, stage_extra, stage_times
 from ..rules import sp_allowed
@@ -53,7 +54,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     default - offset layers."""
     model, run = space.model, space.run
     capacity = run.capacity(space.cluster.device.memory_bytes)
-    theta = (base.tp, base.cp, base.ep, base.etp, base.mbs, base.sp)
+    degrees = Degrees.of_strategy(base)
     layouts = stage_layouts(model, base)
     modes = tuple(space.inner_choices(base.tp)[2])
     offloads = tuple(m for m in modes if HOST_OFFLOAD in recompute_option(m).reruns)  # the others take no host memory
@@ -77,7 +78,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         rest = {k: max(saves[(k, m)] for m in modes if m not in offloading) for k in counts}
         gain = max((saves[(k, m)] - rest[k] for k in counts for m in offloading), default=0.0)
         least_host = min((host[(k, m)] for k in counts for m in offloading), default=0.0)
-        workspace = _least_workspace(model, run, tuple(counts), modes, theta)
+        workspace = _least_workspace(model, run, tuple(counts), modes, degrees)
         for z in [z for z in out if out[z] is not None]:
             room = host_room(space, base, stage, () if z is None else (z,))
             held = int(min(sum(counts.values()), max(0.0, room) // least_host)) if least_host > 0 else 0
@@ -91,10 +92,10 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
 
 
 @lru_cache(maxsize=16384)
-def _least_workspace(model, run, kinds: tuple[str, ...], modes: tuple[str, ...], theta: tuple) -> float:
+def _least_workspace(model, run, kinds: tuple[str, ...], modes: tuple[str, ...], degrees: Degrees) -> float:
     """Once any layer recomputes, its backward rematerialises at least this much (the least recompute workspace of
     any kind and recomputing mode)."""
-    return min((recompute_workspace_bytes(model, run, k, m, *theta) for k in kinds for m in modes
+    return min((recompute_workspace_bytes(model, run, k, m, degrees) for k in kinds for m in modes
                 if m != NO_RECOMPUTE), default=0.0)
 
 
@@ -234,13 +235,12 @@ def zero_plan_lower_bounds(space: SearchSpace, item: Item, sp: bool, least_only:
     sheds = _bytes_to_shed(space, layout, base, offsets, [None] if offsets else zeros)
     if not sheds:
         return {}
-    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
     p2p = p2p_per_microbatch(model, cluster, run, base)
     plain_times = stage_times(model, cluster, run, base)
     plain = [t.total + p2p for t in plain_times]
     stage_sum = sum(plain)
-    hidden = overlaps(space, layout, sp)
-    times = _layer_totals(model, cluster, run, modes, theta, layout.cp_comm, hidden)
+    key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, overlaps(space, layout, sp))
+    times = _layer_totals(model, cluster, run, modes, key)
     # every ZeRO stage that can fit sheds on the same constrained stages, with the same layers
     constrained = next(iter(sheds.values()))
     options = {s: _StageOptions.of(stage, times, modes) for s, stage in constrained.items()}
@@ -257,9 +257,7 @@ def zero_plan_lower_bounds(space: SearchSpace, item: Item, sp: bool, least_only:
                                          option.hull)
             if offsets:
                 plain_time = (sum(n * times[(k, NO_RECOMPUTE)] for k, n in counts.items()) + p2p
-                              + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, layout.tp,
-                                            layout.cp, mbs, sp, ep=layout.ep, etp=layout.etp,
-                                            cp_comm=layout.cp_comm, hidden=hidden).total)
+                              + stage_extra(model, cluster, run, layout.schedule, s, layout.pp, key).total)
             else:
                 plain_time = plain[s]
             slowest = max(slowest, plain_time + extra)
@@ -275,8 +273,7 @@ def zero_plan_lower_bounds(space: SearchSpace, item: Item, sp: bool, least_only:
                                terms, max(t.optimizer for t in terms))
             for s in shed:
                 if s not in growth:
-                    growth[s] = _growth(model, cluster, run, modes, theta, layout.cp_comm, hidden,
-                                        tuple(constrained[s].counts.items()))
+                    growth[s] = _growth(model, cluster, run, modes, key, tuple(constrained[s].counts.items()))
                 bound = stretch.bound(s, extras[s], plain_times[s], growth[s], bound)
                 if bound >= found:
                     break
@@ -285,25 +282,24 @@ def zero_plan_lower_bounds(space: SearchSpace, item: Item, sp: bool, least_only:
 
 
 @lru_cache(maxsize=16384)
-def _layer_times(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_comm: str, hidden: frozenset) -> dict:
-    """LayerTime per (kind, mode) of the model's body layer kinds, the no-recompute mode among them (a cached dict:
-    callers must not change it)."""
+def _layer_times(model, cluster, run, modes: tuple[str, ...], key: StageKey) -> dict:
+    """LayerTime per (kind, mode) of the model's body layer kinds, the no-recompute mode among them, run as `key`
+    says (a cached dict: callers must not change it)."""
     kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
-    return {(k, m): layer_time(model, cluster, run, k, m, *theta, cp_comm, hidden)
-            for k in kinds for m in modes + (NO_RECOMPUTE,)}
+    return {(k, m): layer_time(model, cluster, run, key.layer(k, m)) for k in kinds for m in modes + (NO_RECOMPUTE,)}
 
 
 @lru_cache(maxsize=16384)
-def _layer_totals(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_comm: str, hidden: frozenset) -> dict:
+def _layer_totals(model, cluster, run, modes: tuple[str, ...], key: StageKey) -> dict:
     """_layer_times' total seconds per (kind, mode) (a cached dict: callers must not change it)."""
-    return {key: t.total for key, t in _layer_times(model, cluster, run, modes, theta, cp_comm, hidden).items()}
+    return {layer: t.total for layer, t in _layer_times(model, cluster, run, modes, key).items()}
 
 
 @lru_cache(maxsize=16384)
-def _growth(model, cluster, run, modes: tuple[str, ...], theta: tuple, cp_comm: str, hidden: frozenset,
-            counts: tuple[tuple[str, int], ...]) -> "_Growth":
+def _growth(model, cluster, run, modes: tuple[str, ...], key: StageKey, counts: tuple[tuple[str, int], ...]
+            ) -> "_Growth":
     """_Growth of a stage holding `counts` layers per kind, shared by the items with the same layer times."""
-    return _Growth.of(dict(counts), _layer_times(model, cluster, run, modes, theta, cp_comm, hidden))
+    return _Growth.of(dict(counts), _layer_times(model, cluster, run, modes, key))
 
 
 # Where _Stretch evaluates a stage's added time, as fractions of its range above the least: fine near the least

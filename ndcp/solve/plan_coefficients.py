@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 
 from .plan_bounds import lower_hull
-from .plan_form import PASSES, LayerKey, PlanForm, StageForm
+from .plan_form import PASSES, KindOption, PlanForm, StageForm
 
 BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
 
-Terms = tuple[tuple[LayerKey, int], ...]  # an integer per (kind, option), in the order of the model's variables
+Terms = tuple[tuple[KindOption, int], ...]  # an integer per (kind, option), in the order of the model's variables
 
 
 def floor_to(value: float, unit: float) -> int:

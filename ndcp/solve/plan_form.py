@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.data_parallel import data_parallel_terms
+from ..estimate.keys import Degrees, StageKey
 from ..estimate.layer_time import layer_time
 from ..estimate.layout import stage_layouts, stage_mode_counts
 from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
@@ -34,7 +35,7 @@ from .plan_bounds import host_room
 
 RESOLUTION = 1e-6  # the model's time unit, as a fraction of the item's step-time lower bound
 PASSES = ("forward", "backward")  # the data-parallel overlap windows (DataParallelTerms.windows)
-LayerKey = tuple[str, str]  # (layer kind, recompute option)
+KindOption = tuple[str, str]  # (layer kind, recompute option)
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ class StageForm:
     kinds: dict[str, int]  # layers per kind at the default partition
     static: tuple[float, ...]  # model-state bytes per ZeRO stage of PlanForm.zeros, at the default partition
     fixed: float  # activation bytes that no recompute option changes (stage_dynamic_bytes with no layers)
-    resident: dict[LayerKey, float]  # bytes a layer of (kind, option) keeps on the device
-    host: dict[LayerKey, float]  # host bytes a layer of (kind, option) puts there (its in-flight micro-batches)
+    resident: dict[KindOption, float]  # bytes a layer of (kind, option) keeps on the device
+    host: dict[KindOption, float]  # host bytes a layer of (kind, option) puts there (its in-flight micro-batches)
     host_room: float  # host bytes left for offloaded activations
     host_optimizer: tuple[tuple[float, float], ...]  # per ZeRO stage: an offloaded optimizer's host bytes at the
     # fewest layers, and per layer above
@@ -82,10 +83,10 @@ class PlanForm:
     offset: int  # how far a stage's layers may move from the default (0 when fixed)
     total_layers: int  # the model's layers (their sum over the stages, when the partition is free)
     host_capacity: float  # host memory per device
-    layer_time: dict[LayerKey, float]  # seconds of one layer's forward and backward per micro-batch
-    layer_fill: dict[LayerKey, float]  # its share of the schedule's bubble (Schedule.fill)
-    window: dict[str, dict[LayerKey, float]]  # per pass: its share of the DP overlap windows
-    workspace: dict[LayerKey, float]  # bytes its recompute rematerialises at once in the backward
+    layer_time: dict[KindOption, float]  # seconds of one layer's forward and backward per micro-batch
+    layer_fill: dict[KindOption, float]  # its share of the schedule's bubble (Schedule.fill)
+    window: dict[str, dict[KindOption, float]]  # per pass: its share of the DP overlap windows
+    workspace: dict[KindOption, float]  # bytes its recompute rematerialises at once in the backward
     static_per_layer: tuple[float, ...]  # per ZeRO stage: model-state bytes one more layer adds to a stage
     stages: tuple[StageForm, ...]
 
@@ -104,9 +105,9 @@ def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, 
     schedule = schedule_named(layout.schedule)
     present = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
     keys = tuple((k, m) for k in present for m in modes)
-    theta = (layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp)
     hidden = hidden_comms(run, layout.schedule, layout.pp, layout.vpp, layout.tp, sp, layout.ep)
-    times = {key: layer_time(model, cluster, run, *key, *theta, layout.cp_comm, hidden) for key in keys}
+    stage_key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden)
+    times = {key: layer_time(model, cluster, run, stage_key.layer(*key)) for key in keys}
     offset = space.partition_offset(layout)
     return PlanForm(
         base=base, modes=modes, zeros=tuple(zeros), linear=schedule.linear_pipeline(mbn, layout.vpp, layout.pp),
@@ -118,13 +119,13 @@ def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, 
         layer_fill={key: schedule.fill(t.total, t.full_backward, t.wgrad) for key, t in times.items()},
         window={"forward": {key: t.forward_window for key, t in times.items()},
                 "backward": {key: t.backward_window for key, t in times.items()}},
-        workspace={key: recompute_workspace_bytes(model, run, *key, *theta) for key in keys},
+        workspace={key: recompute_workspace_bytes(model, run, *key, stage_key.degrees) for key in keys},
         static_per_layer=tuple(layer_static_bytes(space, layout, z) for z in zeros),
-        stages=_stage_forms(space, layout, base, keys, tuple(zeros), hidden, offset))
+        stages=_stage_forms(space, layout, base, keys, tuple(zeros), stage_key, offset))
 
 
-def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple[LayerKey, ...],
-                 zeros: tuple[int, ...], hidden, offset: int) -> tuple[StageForm, ...]:
+def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple[KindOption, ...],
+                 zeros: tuple[int, ...], stage_key: StageKey, offset: int) -> tuple[StageForm, ...]:
     """Each device stage's terms."""
     model, cluster, run = space.model, space.cluster, space.run
     pp = layout.pp
@@ -133,8 +134,7 @@ def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple
     default = tuple(st.layers for st in layouts)
     low = tuple(max(layout.vpp, d - offset) for d in default)  # a layer per chunk
     high = tuple(d + offset for d in default)
-    extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, layout.tp, layout.cp, base.mbs, base.sp,
-                          ep=layout.ep, etp=layout.etp, cp_comm=layout.cp_comm, hidden=hidden) for s in range(pp)]
+    extras = [stage_extra(model, cluster, run, layout.schedule, s, pp, stage_key) for s in range(pp)]
     p2p = p2p_per_microbatch(model, cluster, run, base)
     bounds = _StageBounds(base, layout.vpp, low, high, offset)
     data_parallel = _data_parallel_forms(space, bounds, zeros)

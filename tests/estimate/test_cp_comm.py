@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ndcp.estimate.communication import cp_bytes, cp_comm_seconds
+from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import layer_time
 from ndcp.estimate.time import estimate_time
 from ndcp.rules import strategy_refusal
@@ -26,7 +27,8 @@ KV, Q, OUT = TOKENS * 2 * 8 * 128 * 2, TOKENS * 4096 * 2, TOKENS * 4096 * 2  # b
 
 
 def _seconds(cp_comm, cp=8, gpus=64, tp=1, core=0.0, core_backward=0.0):
-    return cp_comm_seconds(LLAMA, ClusterSpec(H100, gpus), LONG, 131072 / cp, tp, cp, cp_comm, core, core_backward)
+    degrees = Degrees(tp, cp, 1, 1, 1, False)  # one sequence of LONG's 131072 tokens
+    return cp_comm_seconds(LLAMA, ClusterSpec(H100, gpus), LONG, degrees, cp_comm, core, core_backward)
 
 
 def test_volumes_per_rank():
@@ -68,7 +70,7 @@ def test_only_the_ring_overlaps_attention():
 
 def test_layer_time_carries_the_variant_in_cp_comm_and_backward_comm():
     cluster = ClusterSpec(H100, 64)
-    p2p, gather = (layer_time(LLAMA, cluster, LONG, "dense", "none", 1, 8, 1, 1, 1, False, c)
+    p2p, gather = (layer_time(LLAMA, cluster, LONG, LayerKey("dense", "none", Degrees(1, 8, 1, 1, 1, False), c))
                    for c in ("p2p", "allgather"))
     forward, backward = _seconds("allgather")
     assert gather.cp_comm == pytest.approx(forward + backward)

@@ -11,6 +11,7 @@ from ndcp.estimate.compute import Gemm, layer_gemms, memory_seconds
 from ndcp.estimate.data_parallel import _collectives
 from ndcp.estimate.fp8 import cast_bytes_per_element, check_fp8, weight_copy_bytes_per_parameter
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
+from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.memory import model_state_bytes
 from ndcp.estimate.parameters import stage_parameters
 from ndcp.estimate.layer_time import layer_time
@@ -55,7 +56,8 @@ def test_a_large_fp8_gemm_runs_at_the_fp8_peak_times_the_ceiling():
 def test_linear_layers_run_fp8_plus_casts_and_the_rest_stays_bf16():
     tokens = 8192
     gemms = layer_gemms(LLAMA, "dense", tokens, 1)
-    bf16, fp8 = (layer_time(LLAMA, ClusterSpec(H100, 8), r, "dense", "none", 1, 1, 1, 1, 1, False) for r in (BF16, FP8))
+    bf16, fp8 = (layer_time(LLAMA, ClusterSpec(H100, 8), r, LayerKey("dense", "none", Degrees(1, 1, 1, 1, 1, False)))
+                 for r in (BF16, FP8))
     linear_bf16, linear_fp8 = gemm_seconds(gemms, H100, 2), gemm_seconds(gemms, H100, 2, fp8=True)
     per_element = cast_bytes_per_element(FP8, H100)
     assert per_element == 4.0  # delayed on Hopper: read 2, write 1, transpose 1
@@ -67,8 +69,9 @@ def test_linear_layers_run_fp8_plus_casts_and_the_rest_stays_bf16():
     assert fp8.forward < 0.8 * bf16.forward
     # the output layer (and the embedding) stay BF16
     for role in ("first", "last"):
-        assert stage_extra_time(LLAMA, ClusterSpec(H100, 8), FP8, role, 1, 1, 1, False).total == pytest.approx(
-            stage_extra_time(LLAMA, ClusterSpec(H100, 8), BF16, role, 1, 1, 1, False).total)
+        key = StageKey(Degrees(1, 1, 1, 1, 1, False))
+        assert stage_extra_time(LLAMA, ClusterSpec(H100, 8), FP8, role, key).total == pytest.approx(
+            stage_extra_time(LLAMA, ClusterSpec(H100, 8), BF16, role, key).total)
 
 
 def test_the_moe_router_stays_bf16():
@@ -80,8 +83,8 @@ def test_the_moe_router_stays_bf16():
     router = Gemm(tokens, model.hidden, model.moe.experts)
     assert router in gemms
     low = tuple(g for g in gemms if g != router)
-    t_bf16 = layer_time(model, cluster, run_bf16, "moe", "none", 1, 1, 1, 1, 1, False)
-    t_fp8 = layer_time(model, cluster, run_fp8, "moe", "none", 1, 1, 1, 1, 1, False)
+    t_bf16 = layer_time(model, cluster, run_bf16, LayerKey("moe", "none", Degrees(1, 1, 1, 1, 1, False)))
+    t_fp8 = layer_time(model, cluster, run_fp8, LayerKey("moe", "none", Degrees(1, 1, 1, 1, 1, False)))
     cast = memory_seconds(cast_bytes_per_element(run_fp8, H100) * sum((g.m + g.n) * g.k * g.count for g in low), H100)
     assert t_fp8.forward - t_bf16.forward == pytest.approx(
         gemm_seconds(low, H100, 2, fp8=True) - gemm_seconds(low, H100, 2) + cast)
@@ -113,16 +116,16 @@ def test_fp8_weight_copies_and_fp8_linear_inputs():
     # output, which in BF16 is the output projection's input itself, is kept in BF16 for the fused attention's
     # backward beside the projection's FP8 copy: 2 bytes more
     s, h, attention = FP8.seq_len, LLAMA.hidden, LLAMA.heads * LLAMA.dim_per_head
-    saved = (layer_activation_bytes(LLAMA, BF16, "dense", "none", 1, 1, 1, 1, 1, False)
-             - layer_activation_bytes(LLAMA, FP8, "dense", "none", 1, 1, 1, 1, 1, False))
+    saved = (layer_activation_bytes(LLAMA, BF16, "dense", "none", Degrees(1, 1, 1, 1, 1, False))
+             - layer_activation_bytes(LLAMA, FP8, "dense", "none", Degrees(1, 1, 1, 1, 1, False)))
     assert saved == pytest.approx(s * (h + attention + h + LLAMA.ffn_hidden) - 2 * s * attention)
     # recomputing the attention core (selective) drops that BF16 output again
-    selective = (layer_activation_bytes(LLAMA, BF16, "dense", "selective", 1, 1, 1, 1, 1, False)
-                 - layer_activation_bytes(LLAMA, FP8, "dense", "selective", 1, 1, 1, 1, 1, False))
+    selective = (layer_activation_bytes(LLAMA, BF16, "dense", "selective", Degrees(1, 1, 1, 1, 1, False))
+                 - layer_activation_bytes(LLAMA, FP8, "dense", "selective", Degrees(1, 1, 1, 1, 1, False)))
     assert selective == pytest.approx(s * (h + attention + h + LLAMA.ffn_hidden))
     # full recompute keeps the BF16 layer input either way
-    assert layer_activation_bytes(LLAMA, FP8, "dense", "full", 1, 1, 1, 1, 1, False) == pytest.approx(
-        layer_activation_bytes(LLAMA, BF16, "dense", "full", 1, 1, 1, 1, 1, False))
+    assert layer_activation_bytes(LLAMA, FP8, "dense", "full", Degrees(1, 1, 1, 1, 1, False)) == pytest.approx(
+        layer_activation_bytes(LLAMA, BF16, "dense", "full", Degrees(1, 1, 1, 1, 1, False)))
 
 
 def test_the_activation_input_stored_in_fp8_halves_fc1_outputs():
@@ -131,8 +134,8 @@ def test_the_activation_input_stored_in_fp8_halves_fc1_outputs():
     s, f = BF16.seq_len, LLAMA.ffn_hidden
     for spec in (BF16, FP8):
         stored = replace(spec, activation_func_fp8_input_store=True)
-        saved = (layer_activation_bytes(LLAMA, spec, "dense", "none", 1, 1, 1, 1, 1, False)
-                 - layer_activation_bytes(LLAMA, stored, "dense", "none", 1, 1, 1, 1, 1, False))
+        saved = (layer_activation_bytes(LLAMA, spec, "dense", "none", Degrees(1, 1, 1, 1, 1, False))
+                 - layer_activation_bytes(LLAMA, stored, "dense", "none", Degrees(1, 1, 1, 1, 1, False)))
         assert saved == pytest.approx(s * 2 * f)
 
 

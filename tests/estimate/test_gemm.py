@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from ndcp.estimate.compute import FLASH_BACKWARD_RATIO, Gemm
 from ndcp.estimate.gemm import (UNFUSED_BACKWARD_RATIO, attention_core_seconds, flash_efficiencies, gemm_efficiency,
                                 gemm_pass_seconds, gemm_seconds, training_gemm_seconds)
+from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import layer_time
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
 from ndcp.specs.fields import SpecError
@@ -142,8 +143,8 @@ def test_korthikanti_table4_forward_within_10_percent():
     gpt_22b = ModelSpec("gpt-22b", 48, 6144, 64, 24576, 51200, activation="gelu", position_embedding="learned",
                         norm="layernorm", linear_bias=True, tied_embeddings=True, max_positions=2048)
     cluster = ClusterSpec(device_preset("a100-80g"), 8)
-    t = layer_time(gpt_22b, cluster, RunSpec(global_batch=4, seq_len=2048, flash_attention=False), "dense", "none",
-                   8, 1, 1, 1, 4, False)
+    t = layer_time(gpt_22b, cluster, RunSpec(global_batch=4, seq_len=2048, flash_attention=False),
+                   LayerKey("dense", "none", Degrees(8, 1, 1, 1, 4, False)))
     assert t.forward + t.tp_comm == pytest.approx(7.7e-3, rel=0.10)
 
 
@@ -155,7 +156,7 @@ def test_korthikanti_table4_selective_rerun_is_one_unfused_core_forward():
     cluster = ClusterSpec(device_preset("a100-80g"), 8)
     run = RunSpec(global_batch=4, seq_len=2048, flash_attention=False)
     for sp in (False, True):
-        t = layer_time(gpt_22b, cluster, run, "dense", "selective", 8, 1, 1, 1, 4, sp)
+        t = layer_time(gpt_22b, cluster, run, LayerKey("dense", "selective", Degrees(8, 1, 1, 1, 4, sp)))
         assert t.recompute == pytest.approx(1.3e-3, rel=0.05)
 
 

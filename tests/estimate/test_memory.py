@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate.activations import layer_activation_bytes
+from ndcp.estimate.keys import Degrees
 from ndcp.estimate.layout import default_partition
 from ndcp.estimate.memory import estimate_memory, state_bytes_per_param
 from ndcp.specs import ClusterSpec, ModelSpec, RecomputePlan, RunSpec, Strategy, device_preset
@@ -126,7 +127,7 @@ def test_more_recompute_never_raises_and_larger_mbs_never_lowers_activations(tp,
 
 # -- trainer-specific inventories ----------------------------------------------------------------------------------
 def _layer(run: RunSpec, model: ModelSpec, mode: str, tp: int = 1, cp: int = 1, mbs: int = 1, sp: bool = False):
-    return layer_activation_bytes(model, run, "dense", mode, tp, cp, 1, 1, mbs, sp)
+    return layer_activation_bytes(model, run, "dense", mode, Degrees(tp, cp, 1, 1, mbs, sp))
 
 
 def test_megatron_te_llama_layer_inventory():
@@ -153,7 +154,7 @@ def test_megatron_moe_layer_keeps_no_expert_output():
     s, h = 4096, model.hidden
     expected = (2 * 2 * s * h + 2 * s * (1536 + 1536) + 2 * s * (512 + 512 + 64) + 3 * s * 128 * 128 + 4 * s * 128
                 + 4 * s * 256 + 8 * s * h + 8 * s * 2 * 2 * 2048 + 8 * s * 2048 + 2 * s * 2 * 2048 + s * 2048)
-    kept = layer_activation_bytes(model, run, "moe", "layernorm+mla_up_proj", 1, 1, 64, 1, 1, False)
+    kept = layer_activation_bytes(model, run, "moe", "layernorm+mla_up_proj", Degrees(1, 1, 64, 1, 1, False))
     assert kept == pytest.approx(expected, rel=1e-9)
 
 

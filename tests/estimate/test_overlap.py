@@ -4,6 +4,7 @@ breakdown reports both."""
 import pytest
 
 from ndcp.estimate.overlap import hidden_comms, layer_overlaps, requested
+from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import layer_time
 from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, Strategy, device_preset
@@ -56,8 +57,9 @@ CLUSTER = ClusterSpec(device_preset("h100"), 16)
 
 @pytest.mark.parametrize("hidden,tp,sp", [("ep", 1, False), ("tp", 4, True)])
 def test_overlap_moves_time_from_exposed_to_hidden(hidden, tp, sp):
-    args = (MIXTRAL, CLUSTER, RUN, "moe", "none", tp, 1, 4, 1, 1, sp)
-    plain, overlapped = layer_time(*args), layer_time(*args, "p2p", frozenset({hidden}))
+    layer = LayerKey("moe", "none", Degrees(tp, 1, 4, 1, 1, sp))
+    plain = layer_time(MIXTRAL, CLUSTER, RUN, layer)
+    overlapped = layer_time(MIXTRAL, CLUSTER, RUN, layer._replace(hidden=frozenset({hidden})))
     key = f"{hidden}_comm"
     assert getattr(overlapped, f"{hidden}_hidden") > 0
     assert getattr(overlapped, key) + getattr(overlapped, f"{hidden}_hidden") == pytest.approx(getattr(plain, key))

@@ -5,6 +5,7 @@ import pytest
 
 from ndcp.estimate.activations import layer_activation_bytes, recompute_workspace_bytes
 from ndcp.estimate.compute import mla_up_projection_gemms, mlp_gemms, total_flops
+from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.memory import estimate_memory
 from ndcp.estimate.layer_time import layer_time
 from ndcp.estimate.time import estimate_time
@@ -14,24 +15,24 @@ from ndcp.specs.recompute import RecomputePlan
 
 H100 = device_preset("h100")
 RUN = RunSpec(global_batch=128, seq_len=8192)
-THETA = (8, 1, 1, 1, 1, True)  # tp, cp, ep, etp, mbs, sp
+DEGREES = Degrees(tp=8, cp=1, ep=1, etp=1, mbs=1, sp=True)
 
 
 def test_module_reruns_count_their_gemm_flops():
     llama, deepseek = load_model("llama3-70b"), load_model("deepseek-v3")
     cluster = ClusterSpec(H100, 64)
     tokens = 8192
-    none = layer_time(llama, cluster, RUN, "dense", "none", *THETA).flops
-    mlp = layer_time(llama, cluster, RUN, "dense", "mlp", *THETA).flops
+    none = layer_time(llama, cluster, RUN, LayerKey("dense", "none", DEGREES)).flops
+    mlp = layer_time(llama, cluster, RUN, LayerKey("dense", "mlp", DEGREES)).flops
     assert mlp - none == pytest.approx(total_flops(mlp_gemms(llama, llama.ffn_hidden, tokens, 8)))
-    up = layer_time(deepseek, cluster, RUN, "moe", "mla_up_proj", 8, 1, 8, 1, 1, True).flops
-    base = layer_time(deepseek, cluster, RUN, "moe", "none", 8, 1, 8, 1, 1, True).flops
+    up = layer_time(deepseek, cluster, RUN, LayerKey("moe", "mla_up_proj", DEGREES._replace(ep=8))).flops
+    base = layer_time(deepseek, cluster, RUN, LayerKey("moe", "none", DEGREES._replace(ep=8))).flops
     assert up - base == pytest.approx(total_flops(mla_up_projection_gemms(deepseek, tokens, 8)))
 
 
 def test_layernorm_recompute_is_memory_bound_and_cheap():
     llama = load_model("llama3-70b")
-    t = layer_time(llama, ClusterSpec(H100, 64), RUN, "dense", "layernorm", *THETA)
+    t = layer_time(llama, ClusterSpec(H100, 64), RUN, LayerKey("dense", "layernorm", DEGREES))
     # two norms, read + write T x h / t under SP, at HBM bandwidth: 2 x 2 x 8192 x 8192 / 8 x 2 bytes / 3.35 TB/s
     assert t.recompute == pytest.approx(2 * 2 * 8192 * 8192 / 8 * 2 / 3.35e12)
 
@@ -39,17 +40,17 @@ def test_layernorm_recompute_is_memory_bound_and_cheap():
 def test_offload_exposes_only_the_copy_that_outlasts_compute():
     llama = load_model("llama3-70b")
     cluster = ClusterSpec(H100, 64)
-    moved = (layer_activation_bytes(llama, RUN, "dense", "none", *THETA)
-             - layer_activation_bytes(llama, RUN, "dense", "offload", *THETA))
-    plain = layer_time(llama, cluster, RUN, "dense", "none", *THETA)
-    offload = layer_time(llama, cluster, RUN, "dense", "offload", *THETA)
+    moved = (layer_activation_bytes(llama, RUN, "dense", "none", DEGREES)
+             - layer_activation_bytes(llama, RUN, "dense", "offload", DEGREES))
+    plain = layer_time(llama, cluster, RUN, LayerKey("dense", "none", DEGREES))
+    offload = layer_time(llama, cluster, RUN, LayerKey("dense", "offload", DEGREES))
     copy = moved / H100.host_bandwidth
     assert offload.recompute == pytest.approx(max(0, copy - plain.forward) + max(0, copy - plain.backward))
     # a host link 10x faster hides the copies entirely (NVLink-C2C class)
     fast = ClusterSpec(replace(H100, host_bandwidth=520e9), 64)
-    assert layer_time(llama, fast, RUN, "dense", "offload", *THETA).recompute == 0.0
+    assert layer_time(llama, fast, RUN, LayerKey("dense", "offload", DEGREES)).recompute == 0.0
     # two layers' worth on the device while one runs its backward (its own and the prefetched next one)
-    assert recompute_workspace_bytes(llama, RUN, "dense", "offload", *THETA) == pytest.approx(2 * moved)
+    assert recompute_workspace_bytes(llama, RUN, "dense", "offload", DEGREES) == pytest.approx(2 * moved)
 
 
 def test_offload_lowers_peak_memory_and_costs_time_by_the_host_link():
@@ -84,23 +85,23 @@ def test_the_mlp_activation_rerun_is_the_dense_counterpart_of_moe_act(trainer):
     llama = load_model("llama3-70b")
     cluster = ClusterSpec(H100, 64)
     run = replace(RUN, trainer=trainer)
-    none = layer_time(llama, cluster, run, "dense", "none", *THETA)
-    act = layer_time(llama, cluster, run, "dense", "mlp_act", *THETA)
+    none = layer_time(llama, cluster, run, LayerKey("dense", "none", DEGREES))
+    act = layer_time(llama, cluster, run, LayerKey("dense", "mlp_act", DEGREES))
     assert act.recompute == pytest.approx(3 * 8192 * llama.ffn_hidden / 8 * 2 / 3.35e12)
     assert act.flops == none.flops and act.forward == none.forward
-    saved = (layer_activation_bytes(llama, run, "dense", "none", *THETA)
-             - layer_activation_bytes(llama, run, "dense", "mlp_act", *THETA))
+    saved = (layer_activation_bytes(llama, run, "dense", "none", DEGREES)
+             - layer_activation_bytes(llama, run, "dense", "mlp_act", DEGREES))
     assert saved == 2 * 8192 * llama.ffn_hidden / 8
-    full_saved = (layer_activation_bytes(llama, run, "dense", "none", *THETA)
-                  - layer_activation_bytes(llama, run, "dense", "full", *THETA))
+    full_saved = (layer_activation_bytes(llama, run, "dense", "none", DEGREES)
+                  - layer_activation_bytes(llama, run, "dense", "full", DEGREES))
     assert 0 < saved < full_saved
-    mlp = layer_time(llama, cluster, run, "dense", "mlp", *THETA)
-    assert act.recompute < mlp.recompute < layer_time(llama, cluster, run, "dense", "full", *THETA).recompute
+    mlp = layer_time(llama, cluster, run, LayerKey("dense", "mlp", DEGREES))
+    assert act.recompute < mlp.recompute < layer_time(llama, cluster, run, LayerKey("dense", "full", DEGREES)).recompute
     deepseek = load_model("deepseek-v3")
-    moe = (8, 1, 8, 1, 1, True)
-    assert layer_time(deepseek, cluster, run, "moe", "mlp_act", *moe).recompute == 0.0
-    assert (layer_activation_bytes(deepseek, run, "moe", "mlp_act", *moe)
-            == layer_activation_bytes(deepseek, run, "moe", "none", *moe))
+    moe = DEGREES._replace(ep=8)
+    assert layer_time(deepseek, cluster, run, LayerKey("moe", "mlp_act", moe)).recompute == 0.0
+    assert (layer_activation_bytes(deepseek, run, "moe", "mlp_act", moe)
+            == layer_activation_bytes(deepseek, run, "moe", "none", moe))
 
 
 def test_a_mindformers_plan_with_the_select_set_estimates_between_none_and_full():

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from ndcp.estimate.compute import attention_core_flops
 from ndcp.estimate.gemm import attention_core_seconds
+from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.layer_time import LayerTime, layer_time
 from ndcp.estimate.time import PART_KEYS, estimate_time, stage_extra_time
 from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
@@ -70,17 +71,17 @@ def test_moe_model_has_expert_communication():
 def test_layer_time_fields_and_cache():
     run = RunSpec(global_batch=8, seq_len=8192)
     c = cluster()
-    t = layer_time(LLAMA_8B, c, run, "dense", "none", 2, 1, 1, 1, 1, True)
+    t = layer_time(LLAMA_8B, c, run, LayerKey("dense", "none", Degrees(2, 1, 1, 1, 1, True)))
     assert t.total == pytest.approx(t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm)
-    assert layer_time(LLAMA_8B, c, run, "dense", "none", 2, 1, 1, 1, 1, True) is t  # lru_cache
-    assert isinstance(stage_extra_time(LLAMA_8B, c, run, "only", 2, 1, 1, True), LayerTime)
+    assert layer_time(LLAMA_8B, c, run, LayerKey("dense", "none", Degrees(2, 1, 1, 1, 1, True))) is t  # lru_cache
+    assert isinstance(stage_extra_time(LLAMA_8B, c, run, "only", StageKey(Degrees(2, 1, 1, 1, 1, True))), LayerTime)
 
 
 def test_recompute_modes_rerun_what_they_drop():
     run, c = RunSpec(global_batch=8, seq_len=8192), cluster()
-    none = layer_time(LLAMA_8B, c, run, "dense", "none", 4, 1, 1, 1, 1, True)
-    full = layer_time(LLAMA_8B, c, run, "dense", "full", 4, 1, 1, 1, 1, True)
-    selective = layer_time(LLAMA_8B, c, run, "dense", "selective", 4, 1, 1, 1, 1, True)
+    none = layer_time(LLAMA_8B, c, run, LayerKey("dense", "none", Degrees(4, 1, 1, 1, 1, True)))
+    full = layer_time(LLAMA_8B, c, run, LayerKey("dense", "full", Degrees(4, 1, 1, 1, 1, True)))
+    selective = layer_time(LLAMA_8B, c, run, LayerKey("dense", "selective", Degrees(4, 1, 1, 1, 1, True)))
     assert none.recompute == 0
     tp_forward = full.recompute - full.forward  # full = the layer forward plus its forward TP all-reduces
     assert 0 < tp_forward <= full.tp_comm * (1 + 1e-12)  # tp_forward is a difference: allow its rounding
@@ -90,10 +91,10 @@ def test_recompute_modes_rerun_what_they_drop():
 
 def test_context_parallel_ring_hides_behind_attention_when_it_can():
     run = RunSpec(global_batch=8, seq_len=32768)
-    t = layer_time(LLAMA_8B, cluster(), run, "dense", "none", 1, 2, 1, 1, 1, False)
+    t = layer_time(LLAMA_8B, cluster(), run, LayerKey("dense", "none", Degrees(1, 2, 1, 1, 1, False)))
     assert t.cp_comm == 0  # 2 ranks in a node, 32k tokens: the K/V exchange is shorter than the attention it feeds
-    slow = layer_time(LLAMA_8B, cluster("a100-80g"), RunSpec(global_batch=8, seq_len=4096), "dense", "none", 8, 4, 1,
-                      1, 1, True)
+    slow = layer_time(LLAMA_8B, cluster("a100-80g"), RunSpec(global_batch=8, seq_len=4096),
+                      LayerKey("dense", "none", Degrees(8, 4, 1, 1, 1, True)))
     assert slow.cp_comm > 0  # across nodes on HDR with short chunks
 
 
@@ -103,7 +104,8 @@ def test_korthikanti_table4_layer_time_within_10_percent():
     c, run = cluster("a100-80g", 8), RunSpec(global_batch=4, seq_len=2048, flash_attention=False)
     for mode, sp, published in (("none", False, 19.6e-3), ("full", False, 27.2e-3), ("selective", False, 20.9e-3),
                                 ("selective", True, 20.3e-3)):
-        assert layer_time(GPT_22B, c, run, "dense", mode, 8, 1, 1, 1, 4, sp).total == pytest.approx(published, rel=0.1)
+        layer = LayerKey("dense", mode, Degrees(8, 1, 1, 1, 4, sp))
+        assert layer_time(GPT_22B, c, run, layer).total == pytest.approx(published, rel=0.1)
 
 
 STRATEGIES = st.builds(

@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate.activations import layer_activation_bytes
+from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import layer_time
 from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, device_preset
 from ndcp.specs.library import load_model
@@ -81,8 +82,9 @@ def test_heavier_options_keep_no_more_and_rerun_no_less(name, kind, tp, cp, mbs,
     run = RunSpec(global_batch=64, seq_len=seq, flash_attention=flash, trainer=trainer,
                   precision="fp8" if fp8 else "bf16")
     sp = sp and tp > 1
-    kept = {o.name: layer_activation_bytes(model, run, kind, o.name, tp, cp, 1, 1, mbs, sp) for o in OPTIONS}
-    rerun = {o.name: layer_time(model, CLUSTER, run, kind, o.name, tp, cp, 1, 1, mbs, sp).recompute for o in OPTIONS}
+    degrees = Degrees(tp, cp, 1, 1, mbs, sp)
+    kept = {o.name: layer_activation_bytes(model, run, kind, o.name, degrees) for o in OPTIONS}
+    rerun = {o.name: layer_time(model, CLUSTER, run, LayerKey(kind, o.name, degrees)).recompute for o in OPTIONS}
     for lighter, heavier in _comparable_pairs():
         assert kept[lighter] >= kept[heavier] * (1 - 1e-12), (lighter, heavier)
         assert rerun[lighter] <= rerun[heavier] * (1 + 1e-12), (lighter, heavier)
@@ -106,8 +108,8 @@ def test_module_options_drop_the_tensors_of_their_modules(name, kind, option, sa
     model = load_model(name)
     run = RunSpec(global_batch=64, seq_len=8192)
     ep = 8 if kind == "moe" else 1
-    none = layer_activation_bytes(model, run, kind, "none", 8, 1, ep, 1, 1, True)
-    kept = layer_activation_bytes(model, run, kind, option, 8, 1, ep, 1, 1, True)
+    none = layer_activation_bytes(model, run, kind, "none", Degrees(8, 1, ep, 1, 1, True))
+    kept = layer_activation_bytes(model, run, kind, option, Degrees(8, 1, ep, 1, 1, True))
     assert (none - kept) / 2**20 == pytest.approx(saved, rel=1e-3)
 
 
