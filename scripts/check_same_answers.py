@@ -4,7 +4,7 @@
 
 A refactor that claims "behaviour unchanged" runs this against a worktree of the commit before it:
     git worktree add /tmp/before HEAD~3
-    python scripts/check_same_answers.py --against /tmp/before [--quick] [--jobs 2]
+    python scripts/check_same_answers.py --against /tmp/before [--quick] [--jobs 2] [--allow-new-keys]
 Each command runs in a fresh process (`python -m ndcp`, PYTHONPATH set to the tree), so no cache carries over.
 Removed before comparing: `solve_seconds`, `timing` and `wall` keys anywhere (the clock, not the answer). Exit 0
 when every case agrees, 1 when one differs (its first differing path is printed).
@@ -103,9 +103,28 @@ def first_difference(a, b, path: str = "") -> str:
     return f"{path or '.'}: {a!r} vs {b!r}"[:300]
 
 
-def compare(args: list[str], against: Path) -> str | None:
-    """None when both trees answer `args` alike, else what differs."""
+def without_new_keys(after, before, path: str = "", found: set | None = None):
+    """`after` less the keys `before` lacks (their paths, with list indices as [], added to `found`)."""
+    if isinstance(after, dict) and isinstance(before, dict):
+        out = {}
+        for key, value in after.items():
+            if key not in before:
+                if found is not None:
+                    found.add(f"{path}.{key}")
+                continue
+            out[key] = without_new_keys(value, before[key], f"{path}.{key}", found)
+        return out
+    if isinstance(after, list) and isinstance(before, list) and len(after) == len(before):
+        return [without_new_keys(a, b, f"{path}[]", found) for a, b in zip(after, before)]
+    return after
+
+
+def compare(args: list[str], against: Path, new_keys: set | None = None) -> str | None:
+    """None when both trees answer `args` alike, else what differs. Given `new_keys` (a set), keys only the
+    tree under test writes are allowed (additions to the JSON contract) and collected there."""
     after, before = answer(ROOT, args), answer(against, args)
+    if new_keys is not None:
+        after = (after[0], without_new_keys(after[1], before[1], "", new_keys))
     if after == before:
         return None
     if after[0] != before[0]:
@@ -118,16 +137,21 @@ def main() -> int:
     parser.add_argument("--against", type=Path, required=True, help="the other source tree (e.g. a git worktree)")
     parser.add_argument("--quick", action="store_true", help="the documented commands and the first 8 bench cases")
     parser.add_argument("--jobs", type=int, default=1, help="commands run at once (default 1)")
+    parser.add_argument("--allow-new-keys", action="store_true",
+                        help="keys only this tree writes are additions, not differences (they are listed)")
     options = parser.parse_args()
     todo = cases(options.quick)
+    new_keys: set | None = set() if options.allow_new_keys else None
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        results = list(pool.map(lambda args: compare(args, options.against), todo))
+        results = list(pool.map(lambda args: compare(args, options.against, new_keys), todo))
     differing = 0
     for args, diff in zip(todo, results):
         print(("same     " if diff is None else "DIFFERS  ") + " ".join(args))
         if diff is not None:
             differing += 1
             print(f"         {diff}")
+    if new_keys:
+        print("keys added: " + ", ".join(sorted(new_keys)))
     print(f"{len(todo) - differing} of {len(todo)} commands answer the same")
     return 1 if differing else 0
 
