@@ -20,7 +20,7 @@ The certificate loop expands items in order of their bounds, so most items never
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 from functools import lru_cache
 
@@ -98,17 +98,34 @@ class _StageShape(NamedTuple):
     only: float
 
 
+@dataclass
+class BoundMemo:
+    """The per-layer and per-stage terms the bound levels share between the items of one space (ItemBounds keeps
+    one per search): items with the same layer shape, or the same layout, compute them once."""
+
+    no_recompute: dict = field(default_factory=dict)
+    """StageKey (the layer overlaps only) -> _NoRecompute: a micro-batch's times with no recompute."""
+    widest_layer: dict = field(default_factory=dict)
+    """(Degrees, cp_comm, the SP settings and their overlaps) -> Windows: a layer's widest DP overlap windows."""
+    widest_extra: dict = field(default_factory=dict)
+    """(Degrees, cp_comm, the SP settings and their overlaps, schedule, stage, pp) -> Windows: the same of a stage's
+    extra work."""
+    end_stage_terms: dict = field(default_factory=dict)
+    """Layout -> per ZeRO stage (the end stages' DataParallelTerms, the largest optimizer step): the same for every
+    micro-batch size of the layout."""
+
+
 def overlaps(space: SearchSpace, layout: Layout, sp: bool) -> frozenset:
     """The communication the layout's strategies overlap with compute (estimate/overlap.py)."""
     return hidden_comms(space.run, layout.schedule, layout.pp, layout.vpp, layout.tp, sp, layout.ep)
 
 
-def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden: frozenset, memo: dict
+def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden: frozenset, memo: BoundMemo
                   ) -> _NoRecompute:
-    """A micro-batch's times with no recompute (memo: a dict the caller keeps for one space). Only the overlaps inside
+    """A micro-batch's times with no recompute (`memo`: the caller's for one space). Only the overlaps inside
     the layers shape them (estimate/overlap.py layer_overlaps), so items differing in the others share them."""
     key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden & LAYER_OVERLAPS)
-    found = memo.get(key)
+    found = memo.no_recompute.get(key)
     if found is None:
         model, cluster, run = space.model, space.cluster, space.run
         per_kind = {kind: layer_time(model, cluster, run, key.layer(kind, NO_RECOMPUTE)).total
@@ -118,7 +135,7 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
         # a lone stage's extra work is both (stage_extra_time's "only" role adds the same two)
         found = _NoRecompute(model.dense_layers * dense + model.moe_layers * moe, dense, moe, first.total,
                              last.total, (first + last).total)
-        memo[key] = found
+        memo.no_recompute[key] = found
     return found
 
 
@@ -133,7 +150,7 @@ def _stage_shapes(model, schedule: str, pp: int, vpp: int) -> tuple[_StageShape,
 
 
 def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, fixed: bool,
-                           memo: dict) -> tuple[float, float]:
+                           memo: BoundMemo) -> tuple[float, float]:
     """(sum over device stages, a lower bound of the slowest stage) of one micro-batch's stage times with no
     recompute. The sum is exact; the slowest is the balanced share, or with the partition `fixed`, exact: each
     stage's own layers (per kind) plus its extra work."""
@@ -153,7 +170,7 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     return total, slowest
 
 
-def item_work_bounds(space: SearchSpace, items, check=None, memo: dict | None = None) -> list[float]:
+def item_work_bounds(space: SearchSpace, items, check=None, memo: BoundMemo | None = None) -> list[float]:
     """Seconds no strategy of each item can beat, from its work alone: the micro-batches times the mean over device
     stages of one micro-batch's time with no recompute (its body layers, embedding and output head, at the best SP
     setting), with no bubble, pipeline sends, DP exposure or optimizer time. Every schedule's pipeline is at least
@@ -164,7 +181,7 @@ def item_work_bounds(space: SearchSpace, items, check=None, memo: dict | None = 
     `memo` keeps the per-layer terms for the later levels (ItemBounds.memo)."""
     inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
-    memo = {} if memo is None else memo
+    memo = BoundMemo() if memo is None else memo
     hidden: dict = {}  # per (schedule, pp, vpp, tp, ep): what each SP setting overlaps inside the layers
     works: dict = {}  # per layer shape and those overlaps: the least work of one micro-batch
     bounds = []
@@ -187,15 +204,15 @@ def item_work_bounds(space: SearchSpace, items, check=None, memo: dict | None = 
 
 
 def item_lower_bounds(space: SearchSpace, items, check=None, fixed_partition: bool = False,
-                      memo: dict | None = None) -> list[float]:
+                      memo: BoundMemo | None = None) -> list[float]:
     """Seconds no strategy of each item can beat: no recompute, the best SP, no DP exposure or optimizer time, and
     stages balanced unless the partition is fixed (space.partition_offset, or `fixed_partition`: the bound of the
     default partition's plans only) (docs/solver.md §3.3). Cheap: the per-layer terms are shared across items (and
-    across calls given the same `memo`, a dict the caller keeps for one space). `check(n)` is called every 256
+    across calls given the same `memo`, the BoundMemo the caller keeps for one space). `check(n)` is called every 256
     items, n = items bounded so far (the caller's deadline, interrupt or progress)."""
     inner, _ = inner_choices(space)
     sps = sorted({sp for sp, _ in inner})
-    memo = {} if memo is None else memo
+    memo = BoundMemo() if memo is None else memo
     bounds = []
     for n, (layout, mbs, mbn) in enumerate(items):
         if check is not None and n % 256 == 0:
@@ -218,28 +235,28 @@ def item_lower_bound(space: SearchSpace, item: Item) -> float:
     return item_lower_bounds(space, [item], fixed_partition=True)[0]
 
 
-def item_data_parallel_floor(space: SearchSpace, item: Item, memo: dict | None = None) -> float:
+def item_data_parallel_floor(space: SearchSpace, item: Item, memo: BoundMemo | None = None) -> float:
     """Seconds of DP/ZeRO exposure plus optimizer step that every strategy of this item pays, cheaply: on the first
     and last stages (a lower bound of the worst stage), with overlap windows no shorter than any plan's: every layer
     at its heaviest recompute and best-hiding SP setting, plus the extra work's (exposure shrinks as a window
-    grows). Needs the partition fixed; with offsets allowed it is 0. `memo`: a dict the caller keeps for one space,
+    grows). Needs the partition fixed; with offsets allowed it is 0. `memo`: the BoundMemo the caller keeps for one space,
     where items share the windows of a layer and of a stage's extra work."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     if space.partition_offset(layout):
         return 0.0
-    memo = {} if memo is None else memo
+    memo = BoundMemo() if memo is None else memo
     inner, zeros = inner_choices(space)
     hides = tuple((sp, overlaps(space, layout, sp)) for sp in sorted({sp for sp, _ in inner})
                   if sp_allowed(sp, layout.tp))
     degrees = Degrees.of(layout, mbs, False)  # at each SP setting of `hides` below
-    key = ("widest layer", degrees, layout.cp_comm, hides)
-    per_layer = memo.get(key)
+    key = (degrees, layout.cp_comm, hides)
+    per_layer = memo.widest_layer.get(key)
     if per_layer is None:
         kinds = [k for k, n in (("dense", model.dense_layers), ("moe", model.moe_layers)) if n]
         heaviest = [layer_time(model, cluster, run, LayerKey(k, m, degrees._replace(sp=sp), layout.cp_comm, hidden))
                     for k in kinds for sp, hidden in hides for m in widest_options(space, layout)]
-        per_layer = memo[key] = Windows(max(t.forward_window for t in heaviest),
+        per_layer = memo.widest_layer[key] = Windows(max(t.forward_window for t in heaviest),
                                         max(t.backward_window for t in heaviest))
     chunks = stage_chunks(model, layout.pp, layout.vpp)
     ends = sorted({0, layout.pp - 1})
@@ -247,18 +264,17 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: dict | None =
     extra_hides = tuple((sp, overlaps(space, layout, sp)) for sp in {False, layout.tp > 1})
     for s in ends:
         layers = sum(n for _, n in chunks[s])
-        key = ("widest extra", degrees, layout.cp_comm, extra_hides, layout.schedule, s, layout.pp)
-        extra = memo.get(key)
+        key = (degrees, layout.cp_comm, extra_hides, layout.schedule, s, layout.pp)
+        extra = memo.widest_extra.get(key)
         if extra is None:
             extras = [stage_extra(model, cluster, run, layout.schedule, s, layout.pp,
                                   StageKey(degrees._replace(sp=sp), layout.cp_comm, hidden))
                       for sp, hidden in extra_hides]
-            extra = memo[key] = Windows(max(t.forward_window for t in extras), max(t.backward_window for t in extras))
+            extra = memo.widest_extra[key] = Windows(max(t.forward_window for t in extras), max(t.backward_window for t in extras))
         windows[s] = Windows(layers * per_layer.forward + extra.forward, layers * per_layer.backward + extra.backward)
-    key = ("end stages' terms", layout)  # per ZeRO stage: the same for every micro-batch size of the layout
-    per_zero = memo.get(key)
+    per_zero = memo.end_stage_terms.get(layout)
     if per_zero is None:
-        per_zero = memo[key] = [
+        per_zero = memo.end_stage_terms[layout] = [
             (terms, max(t.optimizer for t in terms))
             for terms in (data_parallel_terms(model, cluster, run, layout.strategy(1, 1, z, False, NO_RECOMPUTE),
                                               tuple(ends)) for z in zeros)]

@@ -6,8 +6,8 @@ import heapq
 
 from ..rules import sp_allowed
 from ..space import SearchSpace
-from .coefficients import (inner_choices, item_data_parallel_floor, item_lower_bounds, item_memory_lower_bound,
-                           item_work_bounds)
+from .coefficients import (BoundMemo, inner_choices, item_data_parallel_floor, item_lower_bounds,
+                           item_memory_lower_bound, item_work_bounds)
 from .plan_bounds import item_plan_lower_bounds
 from .context import SearchContext
 from .explain import explain_infeasible
@@ -45,7 +45,7 @@ def bounded_items(ctx: SearchContext, method: str):
         if ctx.progress is not None:
             ctx.progress(Progress(f"bounding batch items {done:,}/{len(walk.batches):,}", ctx.elapsed(), None, None))
 
-    memo: dict = {}  # the per-layer terms the later levels share
+    memo = BoundMemo()  # the per-layer terms the later levels share
     try:
         bounds = item_work_bounds(space, walk.batches, check, memo)
     except (TimeoutError, KeyboardInterrupt) as stop:
@@ -62,13 +62,13 @@ class ItemBounds:
     per SP setting. The uniform search and the per-layer one share one when their spaces agree (no partition
     offsets), so no item is tightened twice."""
 
-    def __init__(self, space: SearchSpace, items, bounds: list[float], memo: dict | None = None):
+    def __init__(self, space: SearchSpace, items, bounds: list[float], memo: BoundMemo | None = None):
         self.space, self.items = space, items
         self.seconds: list[float | None] = list(bounds)
         self.levels = [0] * len(bounds)
         self.per_sp: dict[int, dict[bool, float]] = {}  # item -> {sp: bound} (level 3; an sp left out cannot fit)
         # the per-layer terms of the bounds, shared between items (and levels: item_work_bounds fills it too)
-        self.memo: dict = {} if memo is None else memo
+        self.memo = BoundMemo() if memo is None else memo
 
     def tighten(self, i: int) -> float | None:
         """Item i's bound at its next level (seconds), recorded; None when it is proven not to fit: level 1 takes the
