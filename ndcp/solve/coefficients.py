@@ -124,7 +124,8 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
                   ) -> _NoRecompute:
     """A micro-batch's times with no recompute (`memo`: the caller's for one space). Only the overlaps inside
     the layers shape them (estimate/overlap.py layer_overlaps), so items differing in the others share them."""
-    key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden & LAYER_OVERLAPS)
+    key = StageKey(Degrees(layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp), layout.cp_comm,
+                   hidden & LAYER_OVERLAPS)
     found = memo.no_recompute.get(key)
     if found is None:
         model, cluster, run = space.model, space.cluster, space.run

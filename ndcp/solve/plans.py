@@ -135,7 +135,8 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
     # cutoff existed; DeepSeek-V3 on 2,048 H800: a sub-model deciding the ZeRO stage took 0.42 s where the one of
     # its best ZeRO stage alone took 0.25 s, and the others' bounds were far above the K-th best).
     _, zeros = inner_choices(ctx.space)
-    queue = [Queued(b, i, Phase.of_level(level)) for b, i, level in bounds.queue()]  # still a heap: same order
+    at_level = [Phase.of_level(level) for level in range(READY + 1)]
+    queue = [Queued(b, i, at_level[level]) for b, i, level in bounds.queue()]  # still a heap: the same order
     # the least bound of any item not yet visited (kept up to date by the loop)
     next_bound = queue[0].bound if queue else float("inf")
     try:
