@@ -13,8 +13,6 @@ from functools import lru_cache
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.layout import stage_layouts
-from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
-                               stage_dynamic_bytes)
 from ..estimate.keys import Degrees, StageKey
 from ..estimate.layer_time import layer_time
 from ..estimate.time import p2p_per_microbatch, stage_extra, stage_times
@@ -23,16 +21,7 @@ from ..space import Layout, SearchSpace
 from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
 from .coefficients import (Item, fewest_layers, inner_choices, least_static_bytes, overlaps, pipeline_bound,
                            role_stages)
-
-
-def host_room(space: SearchSpace, base, stage, zeros) -> float:
-    """Host memory left for offloaded activations on a stage: the host memory less an offloaded optimizer's states
-    at the lightest of `zeros` (none given: no states, as with uneven partitions, where a stage may hold fewer layers:
-    the room is never underestimated)."""
-    if not base.optimizer_offload:  # the optimizer stays on the device
-        return float(space.cluster.device.host_memory_bytes)
-    states = min((host_optimizer_bytes(space.model, space.run, base.with_zero(z), stage) for z in zeros), default=0.0)
-    return space.cluster.device.host_memory_bytes - states
+from .plan_form import host_room, stage_memory
 
 
 @dataclass(frozen=True)
@@ -68,11 +57,10 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
             break  # no ZeRO stage fits on a stage already checked: the item cannot fit whatever the others hold
         stage = layouts[s]
         counts, fewer = fewest_layers(model, stage, offsets)
-        per_layer = resident_layer_table(model, run, base, stage, tuple((k, m) for k in counts
-                                                                        for m in modes + (NO_RECOMPUTE,)))
-        host = host_offload_table(model, run, base, stage, tuple((k, m) for k in counts for m in offloads))
+        per_layer, host, fixed = stage_memory(space, base, stage,
+                                              tuple((k, m) for k in counts for m in modes + (NO_RECOMPUTE,)),
+                                              tuple((k, m) for k in counts for m in offloads))
         offloading = tuple(m for m in offloads if any(host[(k, m)] > 0 for k in counts))
-        fixed = parts_total(stage_dynamic_bytes(model, run, base, stage, counts={}))
         plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
         saves = {key: per_layer[(key[0], NO_RECOMPUTE)] - b for key, b in per_layer.items()}
         rest = {k: max(saves[(k, m)] for m in modes if m not in offloading) for k in counts}

@@ -10,10 +10,14 @@ A device stage s holding L[s] layers, n[s,k,m] of kind k with recompute option m
                         its window (estimate.data_parallel.DataParallelTerms)
 With the partition fixed (`partition_fixed`), L[s] = default[s] and every slope is 0. The model's integer
 coefficients are derived from this form alone (plan_coefficients.py), so a cost term added here reaches the model.
+The level-3 bounds (plan_bounds.py) take a stage's memory terms and host room from here too (`stage_memory`,
+`host_room`); the uniform items' exact tables (coefficients.expand_item) price whole uniform strategies with the
+estimators' stage functions instead, and do not decompose by layer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..estimate.activations import recompute_workspace_bytes
 from ..estimate.data_parallel import data_parallel_terms
@@ -31,7 +35,6 @@ from ..specs.pipeline_layout import split_device_stages
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import Strategy
 from .coefficients import item_lower_bound, layer_static_bytes
-from .plan_bounds import host_room
 
 RESOLUTION = 1e-6  # the model's time unit, as a fraction of the item's step-time lower bound
 PASSES = ("forward", "backward")  # the data-parallel overlap windows (DataParallelTerms.windows)
@@ -141,12 +144,11 @@ def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple
     optimizer = _host_optimizer_forms(space, bounds, zeros, layouts)
     static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), layouts[s])) for s in range(pp)]
               for z in zeros]
+    memory = [stage_memory(space, base, stage, keys, keys) for stage in layouts]
     return tuple(StageForm(
         default_layers=default[s], fewest=low[s], most=high[s], kinds=kinds[s],
         static=tuple(static[k][s] for k in range(len(zeros))),
-        fixed=parts_total(stage_dynamic_bytes(model, run, base, layouts[s], counts={})),
-        resident=resident_layer_table(model, run, base, layouts[s], keys),
-        host=host_offload_table(model, run, base, layouts[s], keys),
+        fixed=memory[s].fixed, resident=memory[s].resident, host=memory[s].host,
         # the host memory less an offloaded optimizer's states at its lightest ZeRO stage; with uneven partitions
         # none, as a stage may hold fewer layers: the model stays a relaxation
         host_room=host_room(space, base, layouts[s], () if offset else zeros),
@@ -203,6 +205,35 @@ def _host_optimizer_forms(space: SearchSpace, bounds: _StageBounds, zeros: tuple
                         for strategy in bounds.at_fewest_and_most(z))
         out.append([(a, _slope(a, b, lo, hi)) for a, b, lo, hi in zip(fewest, most, bounds.low, bounds.high)])
     return out
+
+
+class StageMemory(NamedTuple):
+    """One device stage's memory terms that recompute and offload act on (bytes)."""
+
+    resident: dict[KindOption, float]  # what a layer of (kind, option) keeps on the device
+    host: dict[KindOption, float]  # what it puts in host memory (its in-flight micro-batches)
+    fixed: float  # activations no option changes (stage_dynamic_bytes with no layers)
+
+
+def stage_memory(space: SearchSpace, base: Strategy, stage, keys: tuple[KindOption, ...],
+                 host_keys: tuple[KindOption, ...]) -> StageMemory:
+    """The memory terms of device stage `stage` (a StageLayout) under `base`, for the (kind, option) pairs `keys`
+    (their host bytes for `host_keys`): the one place the plan model (PlanForm) and the level-3 bounds
+    (plan_bounds._bytes_to_shed) take them from."""
+    model, run = space.model, space.run
+    return StageMemory(resident_layer_table(model, run, base, stage, keys),
+                       host_offload_table(model, run, base, stage, host_keys),
+                       parts_total(stage_dynamic_bytes(model, run, base, stage, counts={})))
+
+
+def host_room(space: SearchSpace, base: Strategy, stage, zeros) -> float:
+    """Host memory left for offloaded activations on a stage: the host memory less an offloaded optimizer's states
+    at the lightest of `zeros` (none given: no states, as with uneven partitions, where a stage may hold fewer layers:
+    the room is never underestimated)."""
+    if not base.optimizer_offload:  # the optimizer stays on the device
+        return float(space.cluster.device.host_memory_bytes)
+    states = min((host_optimizer_bytes(space.model, space.run, base.with_zero(z), stage) for z in zeros), default=0.0)
+    return space.cluster.device.host_memory_bytes - states
 
 
 def _slope(at_fewest: float, at_most: float, fewest: int, most: int) -> float:
