@@ -76,11 +76,9 @@ def defer_pandas() -> None:
 
 
 # The cyclic garbage collector's first-generation threshold for one command's run (CPython's default: 700; Python's
-# gc module, docs/solver.md §4 "The program's process"). A search allocates millions of small containers (layer
-# times, bounds, memo entries) that live until it ends, and each collection walks them again: DeepSeek-V3 on 2,048
-# H800 under 40 GiB spent 1.1 s of a 10 s search in 1,683 collections, 0.22 s in 4 with this threshold; peak memory
-# 211 vs 218 MiB (gc.callbacks, ru_maxrss). Collections free only reference cycles, which the searches hardly make
-# (Llama-3-70B on 64 H100 under 40 GiB: 8,886 objects in 122 collections).
+# gc module). A search allocates millions of small containers (layer times, bounds, memo entries) that live until it
+# ends, and each collection walks them again; collections free only reference cycles, which the searches hardly
+# make. The measurements: docs/solver.md §4 "The program's process".
 COLLECT_AFTER = 200_000
 
 
@@ -92,6 +90,6 @@ def collect_less() -> None:
 
 
 def before_exit() -> None:
-    """Freeze everything left, so the interpreter's last collections at exit skip it: after GPT-3 175B on 64 A100
-    the exit took 0.12-0.15 s with its caches walked, 0.02 s frozen. Nothing is kept alive: the process ends."""
+    """Freeze everything left, so the interpreter's last collections at exit skip it (docs/solver.md §4). Nothing
+    is kept alive: the process ends."""
     gc.freeze()
