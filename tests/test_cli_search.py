@@ -1,6 +1,9 @@
 """`ndcp search`, run in-process: the JSON contract, CP-SAT against the exhaustive oracle, CSV, --fix/--max,
-and exit codes (0 found, 1 infeasible with an explanation, 2 one-line user errors)."""
+and exit codes (0 found, 1 infeasible with an explanation, 2 one-line user errors, 4 stopped before any
+strategy was verified)."""
 import csv
+import subprocess
+import sys
 import json
 
 import pytest
@@ -235,3 +238,13 @@ def test_an_explicit_trainer_gets_only_plans_it_can_express(capsys):
     assert "runs one recompute option on every layer" in err
     assert all(isinstance(s["strategy"]["recompute"], str) for s in doc["strategies"])
     assert_one_line_error(*run(capsys, *args, "--trainer", "torchtitan", "--schedules", "dualpipe"), "runs none")
+
+
+def test_a_search_stopped_before_any_verified_strategy_is_unknown_with_its_own_exit_code():
+    # status unknown (exit 4): neither a strategy found (0) nor proven infeasible (1)
+    done = subprocess.run([sys.executable, "-m", "ndcp", "search", "llama3-70b", "--device", "h100", "--gpus", "512",
+                           "--global-batch", "1024", "--seq-len", "8192", "--time-limit", "0.001", "--json", "-"],
+                          capture_output=True, text=True)
+    answer = json.loads(done.stdout)
+    assert (done.returncode, answer["status"], answer["strategies"]) == (4, "unknown", [])
+    assert "nothing verified" in done.stderr

@@ -13,7 +13,9 @@ from rich.console import Console
 from ..options import CLUSTER_OPTIONS, RUN_OPTIONS, add_options, strategy_options
 from ..policy import build_strategy  # also importable from here (tests)
 
-EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+# exit codes: a strategy found; proven infeasible; a user error; an internal error; stopped before any strategy was
+# verified (status unknown: nothing is known to fit or proven not to)
+EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 
 
 class UsageError(Exception):
@@ -85,6 +87,6 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
     add_options(parser.add_argument_group("strategy"), strategy_options(strategy_help, file_help))
 
 
-__all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "UsageError", "InternalError", "Parser",
+__all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "UsageError", "InternalError", "Parser",
            "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
            "console", "one_line", "build_strategy"]

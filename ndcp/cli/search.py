@@ -18,7 +18,9 @@ from ..report.jsonout import search_document
 from ..report.plots import plot_search
 from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
-from .common import EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_argument, console, one_line, subparser
+from ..solve.result import UNKNOWN
+from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, console,
+                     one_line, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_emitted, write_plot)
 
@@ -33,10 +35,12 @@ def register(subparsers) -> None:
         "Search the parallel strategies (tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, ZeRO, SP, recompute) for the\n"
         "fastest step time that fits in memory. CP-SAT solves a relaxation and verifies its best points with the\n"
         "full estimators until no unverified strategy can enter the top K (status `optimal`); at the time limit\n"
-        "it reports the best verified strategies with the proven bound and the gap (status `feasible`).\n"
-        "--exhaustive prices every valid strategy instead (the reference oracle).\n\n"
+        "it reports the best verified strategies with the proven bound and the gap (status `feasible`); stopped\n"
+        "(time limit or Ctrl-C) before any strategy was verified, status `unknown`. --exhaustive prices every valid\n"
+        "strategy instead (the reference oracle).\n\n"
         "--fix and --max take comma-separated key=value over tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, zero, sp.\n"
-        "Exit 0 when a strategy is found, 1 when none fits (the reason is printed), 2 for usage errors.",
+        "Exit 0 when a strategy is found, 1 when none fits (status `infeasible`, proven; the reason is printed),\n"
+        "2 for usage errors, 3 for an internal error, 4 when stopped before any strategy was verified (`unknown`).",
         EXAMPLE)
     add_problem_arguments(parser)
     add_options(parser.add_argument_group("search space"), SPACE_OPTIONS)
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"ndcp: note: {note}", file=sys.stderr)
         result = run_search(planned, args, progress)
     found = bool(result.strategies)
-    code = EXIT_OK if found else EXIT_INFEASIBLE
+    code = EXIT_OK if found else EXIT_UNKNOWN if result.status == UNKNOWN else EXIT_INFEASIBLE
     if args.plot:
         write_plot(args.plot, lambda path: plot_search(result, path))
     if found and args.emit and args.emit_file:

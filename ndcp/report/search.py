@@ -35,8 +35,8 @@ TIME_SHARES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pp", ("pp_comm",)),
     ("bubble", ("bubble",)),
 )
-STATUS_STYLES = {"optimal": "bold green", "feasible": "bold yellow", "heuristic": "bold yellow",
-                 "infeasible": "bold red"}
+STATUS_STYLES = {"optimal": "bold green", "feasible": "bold yellow", "unknown": "bold yellow",
+                 "heuristic": "bold yellow", "infeasible": "bold red"}
 
 
 # -- small helpers -----------------------------------------------------------------------------------------------
@@ -125,8 +125,9 @@ def status_text(result) -> Text:
         text.append(f" — best verified step {format_seconds(best.step_seconds)}, proven bound "
                     f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit; "
                     f"{unproven_hint(result)})")
-    elif status == "feasible":
-        text.append(f" — {result.explanation or 'no strategy found before the time limit'}; raise --time-limit")
+    elif status == "unknown":
+        text.append(f" — {result.explanation or 'no strategy verified before the time limit'}: nothing is known to "
+                    f"fit, nor proven not to; raise --time-limit")
     else:
         text.append(f" — {result.explanation or 'no strategy fits'}")
     return text

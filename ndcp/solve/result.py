@@ -92,10 +92,15 @@ class Progress:
         return max(0.0, (self.incumbent_seconds - self.lower_bound_seconds) / self.incumbent_seconds)
 
 
+UNKNOWN = "unknown"
+STATUSES = ("optimal", "feasible", "infeasible", UNKNOWN, "heuristic")
+
+
 @dataclass
 class SearchResult:
-    """What a search proves: `optimal` (certificate complete), `feasible` (time limit: best verified + bound + gap),
-    `infeasible` (nothing fits, with why)."""
+    """What a search proves (STATUSES): `optimal` (certificate complete), `feasible` (time limit or Ctrl-C: best
+    verified + bound + gap), `infeasible` (proven: nothing fits, with why), `unknown` (time limit or Ctrl-C before any
+    strategy was verified: the bound, nothing more); `heuristic` for the greedy method (no proof)."""
 
     method: str
     status: str
@@ -111,7 +116,7 @@ class SearchResult:
     explanation: str = ""
     solver_calls: int = 0
     expanded: int = 0  # batch items given exact coefficients (CP-SAT); the rest kept their lower bounds
-    interrupted: bool = False  # stopped by Ctrl-C (status `feasible`, with what was proven by then)
+    interrupted: bool = False  # stopped by Ctrl-C (status `feasible` or `unknown`, with what was proven by then)
     space_complete: bool = True  # False: the time limit stopped the walk, space_size counts what it reached
 
     @property
@@ -165,6 +170,10 @@ def finish(result: SearchResult, start: float, ranked: list[Evaluated] | None = 
         result.strategies = ranked[:top]
         result.nearest_misses = nearest_misses(misses, ranked[0].step_seconds if ranked else float("inf"))
         result.over_memory = len(misses)
+    if result.status == "feasible" and not result.strategies:
+        # stopped (time limit or Ctrl-C) before any strategy was verified: nothing is known to fit, and nothing is
+        # proven not to (that is "infeasible")
+        result.status = UNKNOWN
     result.verify_seconds = verify_seconds
     result.solve_seconds = time.perf_counter() - start
     return result

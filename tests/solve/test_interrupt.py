@@ -33,7 +33,8 @@ def interrupt_on_call(monkeypatch, module, name: str, call: int) -> None:
 def test_interrupted_search_returns_feasible_with_a_bound(monkeypatch, module, name, call):
     interrupt_on_call(monkeypatch, module, name, call)
     result = cpsat_search(SPACE, top=10, time_limit=60)
-    assert result.status == "feasible" and "interrupted" in result.explanation
+    # a verified strategy by then: feasible with its bound; none yet: unknown, only the bound known
+    assert result.status == ("feasible" if result.strategies else "unknown") and "interrupted" in result.explanation
     uninterrupted = cpsat_search(SPACE, top=1)
     assert result.lower_bound_seconds <= uninterrupted.strategies[0].step_seconds
 
@@ -105,5 +106,5 @@ def test_ctrl_c_during_the_uniform_phase_stops_the_per_layer_search_with_a_valid
     exact = certificate.plan_search(SPACE, top=1, time_limit=60)
     interrupt_on_call(monkeypatch, uniform, "expand_item", 1)
     result = certificate.plan_search(SPACE, top=1, time_limit=60)
-    assert result.status == "feasible" and result.interrupted
+    assert result.status == ("feasible" if result.strategies else "unknown") and result.interrupted
     assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
