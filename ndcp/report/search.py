@@ -122,12 +122,14 @@ def status_text(result) -> Text:
         text.append(f" — fastest greedy plan, step {format_seconds(best.step_seconds)}: the reference planner's "
                     "greedy recompute, not proven and with no bound (--recompute per-layer gives the proven optimum)")
     elif status == "feasible" and best is not None:
+        stop = "interrupted" if result.interrupted else "time limit"
         text.append(f" — best verified step {format_seconds(best.step_seconds)}, proven bound "
-                    f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % (time limit; "
+                    f"{format_seconds(result.lower_bound_seconds)}, gap {100 * result.gap:.2f} % ({stop}; "
                     f"{unproven_hint(result)})")
     elif status == "unknown":
+        again = "" if result.interrupted else "; raise --time-limit"
         text.append(f" — {result.explanation or 'no strategy verified before the time limit'}: nothing is known to "
-                    f"fit, nor proven not to; raise --time-limit")
+                    f"fit, nor proven not to{again}")
     else:
         text.append(f" — {result.explanation or 'no strategy fits'}")
     return text
