@@ -22,7 +22,8 @@ from .space import DEFAULT_SCHEDULES
 from .specs import strategy_input
 from .specs.device import PRESETS
 from .specs.fields import SpecError, field_docs
-from .specs.run import FP8_RECIPES, GRAD_SYNCS, MFU_CONVENTIONS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec
+from .specs.run import (FP8_RECIPES, GRAD_SYNCS, MFU_CONVENTIONS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS,
+                        RunSpec)
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from .specs.units import GIB, parse_length
 

@@ -87,6 +87,6 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
     add_options(parser.add_argument_group("strategy"), strategy_options(strategy_help, file_help))
 
 
-__all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "UsageError", "InternalError", "Parser",
-           "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
+__all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "UsageError", "InternalError",
+           "Parser", "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
            "console", "one_line", "build_strategy"]

@@ -124,8 +124,7 @@ def _no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: bool, hidden
                   ) -> _NoRecompute:
     """A micro-batch's times with no recompute (`memo`: the caller's for one space). Only the overlaps inside
     the layers shape them (estimate/overlap.py layer_overlaps), so items differing in the others share them."""
-    key = StageKey(Degrees(layout.tp, layout.cp, layout.ep, layout.etp, mbs, sp), layout.cp_comm,
-                   hidden & LAYER_OVERLAPS)
+    key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden & LAYER_OVERLAPS)
     found = memo.no_recompute.get(key)
     if found is None:
         model, cluster, run = space.model, space.cluster, space.run
@@ -240,8 +239,8 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: BoundMemo | N
     """Seconds of DP/ZeRO exposure plus optimizer step that every strategy of this item pays, cheaply: on the first
     and last stages (a lower bound of the worst stage), with overlap windows no shorter than any plan's: every layer
     at its heaviest recompute and best-hiding SP setting, plus the extra work's (exposure shrinks as a window
-    grows). Needs the partition fixed; with offsets allowed it is 0. `memo`: the BoundMemo the caller keeps for one space,
-    where items share the windows of a layer and of a stage's extra work."""
+    grows). Needs the partition fixed; with offsets allowed it is 0. `memo`: the BoundMemo the caller keeps for one
+    space, where items share the windows of a layer and of a stage's extra work."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     if space.partition_offset(layout):
@@ -271,7 +270,8 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: BoundMemo | N
             extras = [stage_extra(model, cluster, run, layout.schedule, s, layout.pp,
                                   StageKey(degrees._replace(sp=sp), layout.cp_comm, hidden))
                       for sp, hidden in extra_hides]
-            extra = memo.widest_extra[key] = Windows(max(t.forward_window for t in extras), max(t.backward_window for t in extras))
+            extra = memo.widest_extra[key] = Windows(max(t.forward_window for t in extras),
+                                                     max(t.backward_window for t in extras))
         windows[s] = Windows(layers * per_layer.forward + extra.forward, layers * per_layer.backward + extra.backward)
     per_zero = memo.end_stage_terms.get(layout)
     if per_zero is None:
