@@ -99,6 +99,13 @@ class PlanCoefficients:
         return max(st.default_layers for st in self.stages) + self.offset
 
 
+def counted_kinds(partition_fixed: bool, kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """The layer kinds the model counts on a stage holding `kinds`, in the order of its variables (and of every
+    Terms): each of them, or with a free partition the first, which then holds all the stage's layers (uneven
+    partitions are searched for single-kind models only)."""
+    return kinds if partition_fixed else kinds[:1]
+
+
 def plan_coefficients(form: PlanForm) -> PlanCoefficients:
     """The form in the model's units."""
     keys = tuple(form.layer_time)
@@ -113,10 +120,7 @@ def plan_coefficients(form: PlanForm) -> PlanCoefficients:
 
 def _stage(form: PlanForm, stage: StageForm, fill_is_total: bool) -> StageCoefficients:
     unit = form.unit
-    # the stage's (kind, option) pairs, kinds in the stage's order: the order of the model's variables; with a free
-    # partition the stage's first kind holds all its layers (single-kind models)
-    kinds = list(stage.kinds) if form.partition_fixed else [next(iter(stage.kinds))]
-    on_stage = [(kind, mode) for kind in kinds for mode in form.modes]
+    on_stage = [(kind, mode) for kind in counted_kinds(form.partition_fixed, tuple(stage.kinds)) for mode in form.modes]
     return StageCoefficients(
         default_layers=stage.default_layers, fewest=stage.fewest, most=stage.most,
         kinds=tuple(stage.kinds.items()),

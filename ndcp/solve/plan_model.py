@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from ..specs.recompute import HEAVIEST_FIRST
-from .plan_coefficients import PASSES, PlanCoefficients, StageCoefficients
+from .plan_coefficients import PASSES, PlanCoefficients, StageCoefficients, counted_kinds
 
 UPPER = 10**15  # upper bound of the model's integer variables (bytes and time units): far above any real value
 
@@ -75,14 +75,15 @@ def add_stage_size(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoeffic
 def add_stage_counts(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, size) -> dict:
     """Layers per (kind, option) on the stage; each kind's add up to its layers (with a free partition the stage's
     one kind holds `size`). On a stage with both kinds the kind rule holds (add_kind_rule)."""
-    kinds = dict(stage.kinds) if c.partition_fixed else {stage.kinds[0][0]: size}
+    layers = dict(stage.kinds)
+    kinds = counted_kinds(c.partition_fixed, tuple(layers))
     n = {}
-    for kind, total in kinds.items():
+    for kind in kinds:
         for mode in c.modes:
             n[(kind, mode)] = m.new_int_var(0, c.most_layers, f"n{s}_{kind}_{mode}")
-        m.add(sum(n[(kind, mode)] for mode in c.modes) == total)
+        m.add(sum(n[(kind, mode)] for mode in c.modes) == (layers[kind] if c.partition_fixed else size))
     if len(kinds) > 1:
-        add_kind_rule(m, n, kinds["moe"], s)
+        add_kind_rule(m, n, layers["moe"], s)
     return n
 
 

@@ -23,7 +23,7 @@ from ortools.sat.python import cp_model
 from ..estimate.layout import LAYER_KINDS, chunk_kinds, default_partition, mode_kind_counts
 from ..space import Layout, SearchSpace
 from .interrupt import solve as interruptible
-from .plan_coefficients import BYTE, PlanCoefficients, floor_to, plan_coefficients
+from .plan_coefficients import BYTE, PlanCoefficients, counted_kinds, floor_to, plan_coefficients
 from .plan_form import plan_form
 from .plan_model import BuiltPlanModel, build_plan_model
 from ..specs.recompute import HEAVIEST_FIRST, MODE_INDEX, RECOMPUTE_MODES, RecomputePlan, StageRecompute
@@ -247,7 +247,8 @@ def read_decisions(c: PlanCoefficients, values: tuple[int, ...]) -> tuple[int, l
     rest = iter(values)
     zero = [next(rest) for _ in range(c.zero_count)]
     layers = [stage.default_layers if c.partition_fixed else next(rest) for stage in c.stages]
-    counts = [{key: next(rest) for key, _ in stage.resident} for stage in c.stages]
+    counts = [{(kind, mode): next(rest) for kind in counted_kinds(c.partition_fixed, tuple(k for k, _ in stage.kinds))
+               for mode in c.modes} for stage in c.stages]
     return zero.index(1), layers, counts
 
 
