@@ -187,12 +187,18 @@ def _data_parallel_forms(space: SearchSpace, bounds: _StageBounds, zeros: tuple[
     for z in zeros:
         fewest, most = (data_parallel_terms(model, cluster, run, strategy)
                         for strategy in bounds.at_fewest_and_most(z))
-        out.append([DataParallelForm(
-            windows=t.windows(mbn), last_bucket=m.last_bucket, optimizer=t.optimizer,
-            window_slopes=tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(t.windows(mbn), m.windows(mbn))),
-            optimizer_slope=_slope(t.optimizer, m.optimizer, lo, hi))
-            for t, m, lo, hi in zip(fewest, most, bounds.low, bounds.high)])
+        out.append([_data_parallel_form(t, m, lo, hi, mbn)
+                    for t, m, lo, hi in zip(fewest, most, bounds.low, bounds.high)])
     return out
+
+
+def _data_parallel_form(fewest, most, lo: int, hi: int, mbn: int) -> DataParallelForm:
+    """One stage's DataParallelForm from its DataParallelTerms at its fewest (`lo`) and most (`hi`) layers."""
+    windows = fewest.windows(mbn)
+    return DataParallelForm(
+        windows=windows, last_bucket=most.last_bucket, optimizer=fewest.optimizer,
+        window_slopes=tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(windows, most.windows(mbn))),
+        optimizer_slope=_slope(fewest.optimizer, most.optimizer, lo, hi))
 
 
 def _host_optimizer_forms(space: SearchSpace, bounds: _StageBounds, zeros: tuple[int, ...], layouts
