@@ -141,12 +141,11 @@ def _visit(ctx: SearchContext, bounds: ItemBounds, verifier: _PlanVerifier, resu
     next_bound = queue[0].bound if queue else float("inf")
     try:
         while queue and not interrupted:
-            next_bound, i, phase = queue[0]
+            next_bound = queue[0].bound
             verifier.settle(next_bound)
             if verifier.certified(next_bound) or ctx.expired():
                 break
-            heapq.heappop(queue)
-            _take(ctx, bounds, verifier, result, queue, Queued(next_bound, i, phase), zeros)
+            _take(ctx, bounds, verifier, result, queue, heapq.heappop(queue), zeros)
             if ctx.progress is not None:
                 best = verifier.ranked()[0].step_seconds if verifier.best else None
                 ctx.progress(Progress("solving per-stage recompute plans", ctx.elapsed(), best,
