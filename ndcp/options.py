@@ -119,27 +119,24 @@ def zero_stages(text: str) -> tuple[int, ...]:
     return tuple(sorted(stages))
 
 
+def _all_or_list(text: str, valid: tuple[str, ...]) -> tuple[str, ...]:
+    """"all" (every one of `valid`) or a comma-separated list of some of them, each once, in the order given."""
+    if text.strip().lower() == "all":
+        return tuple(valid)
+    names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    if not names or any(t not in valid for t in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected all or a comma-separated list of {', '.join(valid)}")
+    return names
+
+
 def schedule_names(text: str) -> tuple[str, ...]:
     """--schedules: "all" or a comma-separated list of registered schedules (ndcp/schedules)."""
-    if text.strip().lower() == "all":
-        return tuple(SCHEDULES)
-    names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
-    wrong = [t for t in names if t not in SCHEDULES]
-    if not names or wrong:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected all or a comma-separated list of {', '.join(SCHEDULES)}")
-    return names
+    return _all_or_list(text, tuple(SCHEDULES))
 
 
 def cp_comm_types(text: str) -> tuple[str, ...]:
     """--cp-comm: "all" or a comma-separated list of CP communication types."""
-    if text.strip().lower() == "all":
-        return CP_COMM_TYPES
-    types = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
-    wrong = [t for t in types if t not in CP_COMM_TYPES]
-    if not types or wrong:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected all or a comma-separated list of "
-                                         f"{', '.join(CP_COMM_TYPES)}")
-    return types
+    return _all_or_list(text, CP_COMM_TYPES)
 
 
 # -- options -----------------------------------------------------------------------------------------------------
