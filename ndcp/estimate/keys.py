@@ -49,6 +49,11 @@ class Degrees(NamedTuple):
         s = strategy
         return cls(s.tp, s.cp, s.ep, s.etp, s.mbs, s.sp)
 
+    def without_experts(self) -> "Degrees":
+        """The same split with no expert parallelism (ep = etp = 1): what a term that does not depend on the experts'
+        placement is cached by, so strategies differing only there share it. Itself when already so."""
+        return self if self.ep == self.etp == 1 else self._replace(ep=1, etp=1)
+
     def tokens(self, seq_len: int) -> float:
         """Local tokens of one micro-batch on one device: mbs sequences of seq_len / cp tokens."""
         return self.mbs * seq_len / self.cp

@@ -93,8 +93,8 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: LayerK
     (estimate/overlap.py layer_overlaps)."""
     kind, mode, degrees, cp_comm, hidden = key
     inside = layer_overlaps(hidden, kind, mode)
-    if kind == "dense" and (degrees.ep != 1 or degrees.etp != 1):
-        degrees = Degrees(degrees.tp, degrees.cp, 1, 1, degrees.mbs, degrees.sp)
+    if kind == "dense":
+        degrees = degrees.without_experts()
     if degrees.cp == 1:
         cp_comm = "p2p"
     if degrees is not key.degrees or cp_comm != key.cp_comm or inside != hidden:

@@ -107,8 +107,7 @@ def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role:
         return ZERO_TIME
     degrees, cp_comm, hidden = key
     if not model.mtp_depth or role == "first":  # nothing else depends on ep, etp or overlaps: share the cached terms
-        if degrees.ep != 1 or degrees.etp != 1:
-            degrees = Degrees(degrees.tp, degrees.cp, 1, 1, degrees.mbs, degrees.sp)
+        degrees = degrees.without_experts()
         hidden = NO_OVERLAP
     else:  # the MTP layer's own overlaps (as _mtp_time's layer_time reads them): the others change nothing here
         hidden = layer_overlaps(hidden, model.mtp_layer_kind, NO_RECOMPUTE)
