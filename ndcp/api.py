@@ -16,20 +16,23 @@ message `ndcp` prints after `ndcp: error:`; a search where nothing fits is no er
 from __future__ import annotations
 
 import argparse
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .estimate.memory import estimate_memory
 from .estimate.time import estimate_time
 from .options import ESTIMATE_KEYWORDS, SEARCH_KEYWORDS, keyword_values
-from .policy import (build_problem, build_space_options, build_strategy, check_fixed_values, check_max_offset,
-                     check_recompute_runs, pinned_by_file, strategy_values, trainer_method)
+from .launch import LaunchCheck, check_launch
+from .policy import (ANY_TRAINER, build_problem, build_space_options, build_strategy, check_fixed_values,
+                     check_max_offset, check_recompute_runs, pinned_by_file, planned_trainer, strategy_values,
+                     trainer_method)
 from .report.jsonout import estimate_document, plain, search_document
 from .space import SearchSpace
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError
 from .specs.model import ModelSpec
-from .specs.run import RunSpec
+from .specs.run import TRAINERS, RunSpec
 from .specs.strategy import Strategy
 
 
@@ -45,6 +48,8 @@ class PlannedSearch:
     """one of ndcp.solve.search.METHODS"""
     notes: tuple[str, ...]
     """what the policy decided for the user to know (the command line prints them as `ndcp: note:` lines)"""
+    trainer: str | None
+    """the trainer whose plans it returns (ndcp.policy.planned_trainer); None under --trainer any"""
 
 
 def search_values(model: str, **options: Any) -> argparse.Namespace:
@@ -75,7 +80,7 @@ def plan_search(values: argparse.Namespace) -> PlannedSearch:
     if values.recompute == "greedy" and values.exhaustive:
         raise SpecError("--recompute greedy prices every candidate's greedy plan already; drop --exhaustive")
     method, note = trainer_method(values, search_method(values.recompute, values.exhaustive))
-    return PlannedSearch(model, cluster, run, space, method, (note,) if note else ())
+    return PlannedSearch(model, cluster, run, space, method, (note,) if note else (), planned_trainer(values))
 
 
 def run_search(planned: PlannedSearch, values: argparse.Namespace, progress: Callable | None = None):
@@ -87,6 +92,75 @@ def run_search(planned: PlannedSearch, values: argparse.Namespace, progress: Cal
     return solve(planned.space, planned.method, options)
 
 
+@dataclass(frozen=True)
+class TrainerBest:
+    """Under --trainer any: the best plan of the trainer the run is priced for, beside the trainer-free one."""
+
+    trainer: str
+    result: Any
+    """its search's ndcp.solve.search.SearchResult"""
+    lacks: tuple[str, ...]
+    """what the trainer-free winner uses that the trainer cannot run (its Trainer.nearest's notes)"""
+    faster_by: float | None
+    """how much faster the trainer-free winner is, as a fraction of the trainer's best step (None: either is
+    missing)"""
+
+    def document(self) -> dict:
+        """The `trainer_plan` block of `search --json`."""
+        best = self.result.best
+        return {"trainer": self.trainer, "status": self.result.status,
+                "best": best.as_dict(rank=1) if best is not None else None,
+                "faster_by": self.faster_by, "lacks": list(self.lacks)}
+
+
+@dataclass(frozen=True)
+class SearchAnswer:
+    """A search's answer: its result, and what the options asked beside it (the trainer's best plan under
+    --trainer any; the checked --emit configuration of the winner)."""
+
+    planned: PlannedSearch
+    result: Any
+    """ndcp.solve.search.SearchResult"""
+    trainer_best: TrainerBest | None = None
+    launch: LaunchCheck | None = None
+
+    def document(self) -> dict:
+        """The `ndcp search --json` document."""
+        p = self.planned
+        doc = search_document(p.model, p.cluster, p.run, p.space, self.result)
+        doc["planned_for"] = p.trainer or ANY_TRAINER
+        if self.trainer_best is not None:
+            doc["trainer_plan"] = self.trainer_best.document()
+        if self.launch is not None:
+            doc["emitted"] = self.launch.document()
+        return doc
+
+
+def _trainer_best(planned: PlannedSearch, values: argparse.Namespace, result: Any,
+                  progress: Callable | None) -> TrainerBest:
+    from .trainers import nearest
+
+    restricted = copy.copy(values)
+    restricted.trainer = planned.run.trainer
+    theirs = run_search(plan_search(restricted), restricted, progress)
+    ours = result.best
+    lacks = tuple(nearest(planned.run.trainer, planned.model, planned.run, ours.strategy)[1]) if ours else ()
+    faster = (1 - ours.step_seconds / theirs.best.step_seconds) if ours and theirs.best else None
+    return TrainerBest(planned.run.trainer, theirs, lacks, faster)
+
+
+def answer_search(planned: PlannedSearch, values: argparse.Namespace, progress: Callable | None = None
+                  ) -> SearchAnswer:
+    """The search's answer: its result; under --trainer any the priced trainer's best plan too (a second search);
+    with --emit the winner's configuration checked (ndcp.launch)."""
+    result = run_search(planned, values, progress)
+    beside = _trainer_best(planned, values, result, progress) if planned.trainer is None else None
+    kind = getattr(values, "emit", None)
+    launch = (check_launch(kind, values, (planned.model, planned.cluster, planned.run), result.best.strategy)
+              if kind and result.best is not None else None)
+    return SearchAnswer(planned, result, beside, launch)
+
+
 def search(model: str, *, device: str, gpus: int, global_batch: int, seq_len: int | str, **options: Any) -> dict:
     """`ndcp search MODEL --device ... --gpus ... --global-batch ... --seq-len ... [options]`: its `--json` document.
 
@@ -94,9 +168,7 @@ def search(model: str, *, device: str, gpus: int, global_batch: int, seq_len: in
     (`ndcp search --help`): memory_cap="40GiB", trainer="megatron", recompute="uniform", top=5, fix="tp=8" or
     {"tp": 8}, ... Raises SpecError for a user error."""
     values = search_values(model, device=device, gpus=gpus, global_batch=global_batch, seq_len=seq_len, **options)
-    planned = plan_search(values)
-    result = run_search(planned, values)
-    return plain(search_document(planned.model, planned.cluster, planned.run, planned.space, result))
+    return plain(answer_search(plan_search(values), values).document())
 
 
 @dataclass(frozen=True)
@@ -119,6 +191,9 @@ class Estimated:
 
 def estimate_strategy(values: argparse.Namespace) -> Estimated:
     """The estimate the options describe (raises SpecError)."""
+    if getattr(values, "trainer", None) == ANY_TRAINER:
+        raise SpecError("--trainer any: an estimate prices one trainer's behaviour; give --trainer one of "
+                        + ", ".join(TRAINERS))
     model, cluster, run = build_problem(values)
     strategy = build_strategy(model, cluster, run, strategy_values(values, model, run))
     return Estimated(model, cluster, run, strategy, estimate_memory(model, cluster, run, strategy),
@@ -140,4 +215,5 @@ def estimate(model: str, *, device: str, gpus: int, global_batch: int, seq_len: 
 
 
 __all__ = ["search", "estimate", "SpecError", "PlannedSearch", "search_values", "plan_search", "run_search",
+           "SearchAnswer", "TrainerBest", "answer_search",
            "Estimated", "estimate_values", "estimate_strategy"]

@@ -284,8 +284,10 @@ RUN_OPTIONS = (
     # A switch that turns the field off: its help says what the switch does.
     run_option("flash_attention", "--no-flash-attention", switch=False,
                help="materialise the attention scores (no FlashAttention)"),
-    run_option("trainer", "--trainer", "; with --strategy-from, the default is that file's trainer",
-               choices=TRAINERS, default=None),
+    run_option("trainer", "--trainer", ". A search returns only plans this trainer runs exactly as --emit writes "
+               "them; without --trainer: --emit's trainer, else --strategy-from's, else megatron; `any`: every plan "
+               "ndcp prices (priced with that default trainer's behaviour), its best plan for the default trainer "
+               "beside it", choices=TRAINERS + ("any",), default=None),
     run_option("grad_sync", "--grad-sync", choices=GRAD_SYNCS),
     run_option("param_gather", "--param-gather", choices=PARAM_GATHERS),
     run_option("overlap", "--overlap", metavar="WHAT"),

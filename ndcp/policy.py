@@ -1,7 +1,8 @@
 """What a planning command checks and decides before anything is estimated or solved, for the command line and the
 Python API alike (ndcp.api): the problem (model, cluster, run) from the options, a strategy from its keys, and the
-search policy: the space options, the --fix checks, and what an explicit --trainer runs (its recompute method and
-schedules).
+search policy: the space options, the --fix checks, and which trainer's plans a search returns (`planned_trainer`:
+--trainer, else --emit's, else the --strategy-from file's, else megatron; `--trainer any` lifts the restriction) with
+what that trainer runs (its recompute method and schedules).
 
 `values` is the options' values by name (an argparse Namespace from the command line, or ndcp.options.keyword_values
 from API keywords: the same names and defaults). Anything the user can fix raises SpecError with the message the
@@ -72,11 +73,9 @@ def build_problem(values: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, R
 
 def build_run(values: argparse.Namespace) -> RunSpec:
     """The RunSpec of the run options: each field from its option (ndcp.options.RUN_OPTIONS), the options left out
-    meaning the field's default (no cap: 0; no --trainer: --strategy-from's trainer, else megatron; no
-    --fp8-recipe: delayed)."""
+    meaning the field's default (no cap: 0; the trainer: `priced_trainer`; no --fp8-recipe: delayed)."""
     fields = {option.field: getattr(values, option.name) for option in RUN_OPTIONS}
-    fields.update(memory_cap_bytes=values.memory_cap or 0,
-                  trainer=values.trainer or file_trainer(getattr(values, "strategy_from", None)) or "megatron",
+    fields.update(memory_cap_bytes=values.memory_cap or 0, trainer=priced_trainer(values),
                   fp8_recipe=values.fp8_recipe or "delayed", overlap=str(values.overlap).strip().lower())
     return RunSpec(**fields)
 
@@ -245,32 +244,55 @@ def split_fixed_cp_comm(text: str, searched: tuple[str, ...]) -> tuple[str, tupl
     return ",".join(rest), (pinned,)
 
 
-# -- what an explicit --trainer runs -----------------------------------------------------------------------------
+# -- which trainer's plans, and what it runs ---------------------------------------------------------------------
+DEFAULT_TRAINER = "megatron"
+ANY_TRAINER = "any"  # --trainer any: every plan ndcp prices, whether or not a trainer runs it
 # The uniform-plan method searching the same space as each per-layer one (ndcp.solve.search.METHODS).
 UNIFORM_OF = {"per-layer": "uniform", "exhaustive per-layer": "exhaustive"}
 
 
+def _implied_trainer(values: argparse.Namespace) -> str:
+    """The trainer a run means when --trainer names none: --emit's, else the --strategy-from file's, else megatron."""
+    return (getattr(values, "emit", None) or file_trainer(getattr(values, "strategy_from", None))
+            or DEFAULT_TRAINER)
+
+
+def planned_trainer(values: argparse.Namespace) -> str | None:
+    """The trainer whose plans a search returns: only plans it runs exactly as --emit writes them (its recompute
+    method, schedules, recompute options). --trainer, else `_implied_trainer`; None under --trainer any."""
+    given = getattr(values, "trainer", None)
+    if given == ANY_TRAINER:
+        return None
+    return given or _implied_trainer(values)
+
+
+def priced_trainer(values: argparse.Namespace) -> str:
+    """The trainer whose behaviour the estimators price (RunSpec.trainer): the planned one; under --trainer any,
+    `_implied_trainer`."""
+    return planned_trainer(values) or _implied_trainer(values)
+
+
 def trainer_method(values: argparse.Namespace, method: str) -> tuple[str, str]:
-    """(the method searched, a note for the user or ""): under an explicit --trainer whose recompute is one option on
-    every layer (torchtitan; Megatron, whose block count per stage is not searched), per-layer plans it cannot
-    express are not searched: the uniform method is."""
-    trainer = getattr(values, "trainer", None)
+    """(the method searched, a note for the user or ""): when the planned trainer runs one recompute option on every
+    layer (torchtitan; Megatron, whose block count per stage is not searched), per-layer plans it cannot express are
+    not searched: the uniform method is (said in a note when --trainer or --emit named the trainer)."""
+    trainer = planned_trainer(values)
     if trainer and method in UNIFORM_OF and trainer_named(trainer).recompute != "per-stage":
-        return UNIFORM_OF[method], (f"--trainer {trainer} runs one recompute option on every layer: searching those "
-                                    "(uniform plans); drop --trainer to plan per stage (--emit then shows what the "
-                                    "trainer runs)")
+        said = getattr(values, "trainer", None) or getattr(values, "emit", None)  # the default goes without saying
+        return UNIFORM_OF[method], (f"{trainer} runs one recompute option on every layer: searching those (uniform "
+                                    "plans); --trainer any plans per stage") if said else ""
     return method, ""
 
 
 def trainer_schedules(values: argparse.Namespace, schedules: tuple[str, ...]) -> tuple[str, ...]:
-    """The searched schedules an explicit --trainer runs (its Trainer, ndcp/trainers)."""
-    trainer = getattr(values, "trainer", None)
+    """The searched schedules the planned trainer runs (its Trainer, ndcp/trainers); all of them under any."""
+    trainer = planned_trainer(values)
     if not trainer:
         return schedules
     runs = tuple(s for s in schedules if s in trainer_named(trainer).schedules)
     if not runs:
-        raise SpecError(f"--schedules {','.join(schedules)}: --trainer {trainer} runs none of them; it runs "
-                        f"{', '.join(trainer_named(trainer).schedules)}")
+        raise SpecError(f"--schedules {','.join(schedules)}: {trainer} runs none of them; it runs "
+                        f"{', '.join(trainer_named(trainer).schedules)} (--trainer any searches every schedule)")
     return runs
 
 
@@ -291,7 +313,7 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
     if "sp" in fixed and bool(fixed["sp"]) not in sp_choices:
         raise SpecError(f"--fix sp={'on' if fixed['sp'] else 'off'} contradicts --sp {values.sp}")
     offload = getattr(values, "optimizer_offload", "off")
-    trainer = getattr(values, "trainer", None) or "megatron"
+    trainer = priced_trainer(values)
     if offload == "on" and not trainer_named(trainer).optimizer_offload_zero:
         raise SpecError(f"--optimizer-offload on: {trainer} has no optimizer offload "
                         f"({trainer_named(trainer).version}); plan with --trainer megatron")
@@ -306,5 +328,5 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
 
 __all__ = ["build_problem", "build_run", "check_max_offset", "strategy_values", "pinned_by_file", "build_strategy",
            "parse_degree_bounds", "check_bounds_agree", "check_recompute_runs", "check_fixed_values",
-           "split_fixed_cp_comm", "trainer_method", "trainer_schedules", "build_space_options", "gib_text",
-           "SEARCH_KEYS", "WALKED", "UNIFORM_OF", "ON_OFF_BOTH"]
+           "split_fixed_cp_comm", "planned_trainer", "priced_trainer", "trainer_method", "trainer_schedules", "build_space_options", "gib_text",
+           "SEARCH_KEYS", "WALKED", "UNIFORM_OF", "ON_OFF_BOTH", "DEFAULT_TRAINER", "ANY_TRAINER"]

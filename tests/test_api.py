@@ -53,12 +53,15 @@ def test_search_answers_as_the_command_line_json(capsys, keywords, command):
 
 
 def test_the_search_policy_is_the_apis():
-    """An explicit --trainer that runs one recompute option on every layer searches uniform plans, with a note (the
-    command line prints it); without --trainer, per-layer plans are searched."""
-    for trainer, method in ((None, "per-layer"), ("torchtitan", "uniform"), ("megatron", "uniform")):
+    """A search plans for a trainer (megatron by default): one that runs one recompute option on every layer searches
+    uniform plans, with a note (the command line prints it) when --trainer named it; --trainer any searches per-layer
+    plans."""
+    for trainer, method, noted in ((None, "uniform", False), ("torchtitan", "uniform", True),
+                                   ("megatron", "uniform", True), ("any", "per-layer", False)):
         planned = plan_search(search_values("llama3-8b", **PROBLEM, trainer=trainer))
-        assert planned.method == method and bool(planned.notes) == (trainer is not None)
-        assert planned.run.trainer == (trainer or "megatron")
+        assert planned.method == method and bool(planned.notes) == noted
+        assert planned.trainer == (None if trainer == "any" else trainer or "megatron")
+        assert planned.run.trainer == ("megatron" if trainer in (None, "any") else trainer)
 
 
 def test_estimate_answers_as_the_command_line_json(capsys):

@@ -102,3 +102,65 @@ def test_search_under_mindformers_plans_its_select_set_and_reads_it_back(capsys,
     assert got.split(": ", 1)[1] == out.split(": ", 1)[1].split("; proven")[0] + "\n"
     megatron, _ = run(capsys, "search", *args, "--trainer", "megatron", "-q")
     assert "mact" not in megatron
+
+
+# -- the emitted file is the plan, or no answer -----------------------------------------------------------------
+PER_STAGE_PLAN = ("{tp: 8, pp: 4, mbs: 1, zero: 1, sp: on, recompute: {stages: [{none: 18, full: 2}, {none: 20}, "
+                  "{none: 20}, {none: 19, full: 1}]}}")
+
+
+def per_stage(tmp_path) -> list[str]:
+    """`ndcp estimate` of a plan with 2, 0, 0, 1 fully recomputed layers per stage: Megatron runs one count on every
+    stage (2 here)."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PER_STAGE_PLAN)
+    return ["estimate", "llama3-70b", "--device", "h100", "--gpus", "64", "--global-batch", "128", "--seq-len",
+            "8192", "--strategy-file", str(plan)]
+
+
+def test_emit_of_a_plan_the_trainer_cannot_run_exits_1_and_writes_nothing(capsys, tmp_path):
+    path = tmp_path / "launch.sh"
+    code = main([*per_stage(tmp_path), "-q", "--emit", "megatron", "--emit-file", str(path)])
+    _, err = capsys.readouterr()
+    assert code == 1 and not path.exists()
+    assert "megatron file: the file runs a" in err and "--emit-anyway writes it" in err
+
+
+def test_emit_anyway_writes_the_file_saying_what_is_wrong(capsys, tmp_path):
+    path = tmp_path / "launch.sh"
+    out, _ = run(capsys, *per_stage(tmp_path), "-q", "--emit", "megatron", "--emit-file", str(path), "--emit-anyway")
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# ndcp: WARNING: ") and "--recompute-num-layers 2" in path.read_text()
+
+
+def test_search_json_has_the_emitted_block(capsys, tmp_path):
+    out, _ = run(capsys, "search", *TINY, "--json", "-", "--emit", "megatron", "--emit-file", str(tmp_path / "m"))
+    doc = json.loads(out)
+    emitted, best = doc["emitted"], doc["strategies"][0]
+    assert emitted["trainer"] == "megatron" and emitted["same_as_plan"] and emitted["fits"]
+    assert (emitted["step_seconds"], emitted["peak_bytes"]) == (best["time"]["step_seconds"],
+                                                                best["memory"]["peak_bytes"])
+    assert doc["planned_for"] == "megatron"
+
+
+def test_emit_without_trainer_plans_for_that_trainer(capsys):
+    out, _ = run(capsys, "search", *TINY, "--json", "-", "--emit", "torchtitan", "--emit-file", "/dev/null")
+    doc = json.loads(out)
+    assert doc["planned_for"] == "torchtitan" and doc["run"]["trainer"] == "torchtitan"
+
+
+def test_trainer_any_shows_the_trainers_best_beside(capsys):
+    big = ["llama3-70b", "--device", "h100", "--gpus", "64", "--global-batch", "128", "--seq-len", "8192",
+           "--memory-cap", "40GiB"]
+    out, err = run(capsys, "search", *big, "--trainer", "any", "--json", "-", "--time-limit", "60")
+    doc = json.loads(out)
+    beside = doc["trainer_plan"]
+    assert doc["planned_for"] == "any" and beside["trainer"] == "megatron"
+    ours, theirs = doc["strategies"][0]["time"]["step_seconds"], beside["best"]["time"]["step_seconds"]
+    assert theirs >= ours and beside["faster_by"] == 1 - ours / theirs
+
+
+def test_estimate_refuses_trainer_any(capsys):
+    code = main([*ESTIMATE, "--trainer", "any"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "--trainer any: an estimate prices one trainer" in err

@@ -200,16 +200,17 @@ def test_progress_lines_when_not_a_tty(capsys, monkeypatch):
     monkeypatch.setattr(SearchProgress, "INTERVAL", 0.0)
     two_gpus = ["tiny", "--device", "h100", "--gpus", "2", "--global-batch", "32", "--seq-len", "1024"]  # TINY on 2
     for recompute in ("uniform", "classic"):  # classic: the per-layer oracle over none/selective/full (8 GPUs: 2.5 s)
-        code, out, err = run(capsys, *two_gpus, "--exhaustive", "--recompute", recompute)
+        code, out, err = run(capsys, *two_gpus, "--exhaustive", "--recompute", recompute, "--trainer", "any")
         assert code == 0
         lines = [line for line in err.splitlines() if line]
-        assert lines and all(line.startswith("ndcp: exhaustive ") for line in lines)
-        assert "incumbent" in lines[0] and "priced" in lines[0]
+        progress, rest = lines[:-1], lines[-1]  # under --trainer any: megatron's best plan last
+        assert progress and all(line.startswith("ndcp: exhaustive ") for line in progress)
+        assert "incumbent" in lines[0] and "priced" in lines[0] and rest.startswith("ndcp: best megatron plan: ")
 
 
 def test_per_layer_exhaustive_refuses_an_enumeration_too_large_to_finish(capsys):
     code, out, err = run(capsys, "llama3-70b", "--device", "h100", "--gpus", "64", "--global-batch", "128",
-                         "--seq-len", "8192", "--exhaustive")
+                         "--seq-len", "8192", "--exhaustive", "--trainer", "any")
     assert code == 2
     assert "per-layer" in err and "--recompute uniform" in err and "Traceback" not in err
 

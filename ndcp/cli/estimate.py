@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 
 from ..api import estimate_strategy
+from ..launch import check_launch
 from ..options import ESTIMATE_STRATEGY, ESTIMATE_STRATEGY_FROM, add_options
-from ..report.emit import print_comparison
 from ..report.terminal import estimate_line, render_estimate
-from .common import EXIT_OK, add_problem_arguments, add_quiet_argument, console, subparser
-from .outputs import add_emit_arguments, add_json_argument, check_emit_arguments, emit_json, write_emitted
+from .common import EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_argument, console, subparser
+from .outputs import add_emit_arguments, add_json_argument, check_emit_arguments, emit_json, write_launch
 
 EXAMPLE = ("ndcp estimate llama3-8b --device h100 --gpus 16 --global-batch 64 --seq-len 4096 \\\n"
            "    --strategy tp=2,pp=2,mbs=1,zero=1,sp=on,recompute=selective\n"
@@ -41,15 +41,18 @@ def run(args: argparse.Namespace) -> int:
     model, cluster, run_spec, strategy, memory, time = (done.model, done.cluster, done.run, done.strategy,
                                                         done.memory, done.time)
     check_emit_arguments(args, stdout_taken=getattr(args, "json", None) == "-")
-    if emit_json(args, done.document()):
+    launch = check_launch(args.emit, args, (model, cluster, run_spec), strategy) if args.emit else None
+    document = done.document()
+    if launch is not None:
+        document["emitted"] = launch.document()
+    if emit_json(args, document):
         pass
     elif args.quiet:
         print(estimate_line(strategy, memory, time))
     else:
         render_estimate(console(), model, cluster, run_spec, strategy, memory, time, [])
-    if args.emit:
-        write_emitted(args, model, run_spec, strategy)
-        print_comparison(args.emit, model, cluster, run_spec, strategy)
+    if launch is not None and not write_launch(args, launch):
+        return EXIT_INFEASIBLE
     return EXIT_OK
 
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..report.emit import KINDS, emit
+from ..launch import LaunchCheck
+from ..report.emit import KINDS, launch_lines
 from ..report.jsonout import write_json
 from ..report.output import STDOUT, write_output
 from ..specs.fields import SpecError
@@ -43,29 +44,40 @@ def stdout_owners(args: argparse.Namespace) -> tuple[bool, bool]:
 # -- trainer configurations (search, estimate, recompute) --------------------------------------------------------
 def add_emit_arguments(parser, what: str) -> None:
     parser.add_argument("--emit", choices=EMIT_KINDS,
-                        help=f"print the launch configuration of {what} for a trainer: Megatron-LM flags, a "
-                             "torchtitan TOML or a MindFormers YAML")
+                        help=f"print the launch configuration of {what} for a trainer (Megatron-LM arguments, "
+                             "torchtitan command-line arguments or a MindFormers YAML), checked first: read back as "
+                             "--strategy-from reads it, it must run the plan (same step time and peak) and fit, else "
+                             "nothing is written and the exit status is 1; without --trainer, --emit X plans for X")
     parser.add_argument("--emit-file", metavar="PATH", help="write the --emit configuration to PATH instead of stdout")
+    parser.add_argument("--emit-anyway", action="store_true",
+                        help="write the --emit configuration even when it is not the plan or does not fit (its "
+                             "first lines say so)")
 
 
 def check_emit_arguments(args: argparse.Namespace, stdout_taken: bool) -> None:
     emit_kind, emit_file = getattr(args, "emit", None), getattr(args, "emit_file", None)
-    if emit_file and not emit_kind:
-        raise SpecError("--emit-file needs --emit megatron|torchtitan|mindformers")
+    if (emit_file or getattr(args, "emit_anyway", False)) and not emit_kind:
+        raise SpecError(f"{'--emit-file' if emit_file else '--emit-anyway'} needs --emit "
+                        + "|".join(EMIT_KINDS))
     if emit_kind and not emit_file and stdout_taken:
         raise SpecError("--emit writes to stdout, which --json -/--csv - already use; add --emit-file PATH")
 
 
-def write_emitted(args: argparse.Namespace, model, run, strategy) -> None:
-    """The --emit configuration of `strategy`, to --emit-file or stdout (its notes are comments at the top of the
-    text); with a file, the notes also go to stderr."""
-    emitted = emit(args.emit, model, run, strategy)
-    write_output(emitted.text, args.emit_file or STDOUT, "--emit-file")
-    if not args.emit_file:
-        return
-    print(f"ndcp: wrote the {args.emit} configuration to {args.emit_file}", file=sys.stderr)
-    for note in emitted.notes:
-        print(f"ndcp: note: {note}", file=sys.stderr)
+def write_launch(args: argparse.Namespace, check: LaunchCheck) -> bool:
+    """Write the checked --emit configuration to --emit-file or stdout when it is the plan and fits, or under
+    --emit-anyway (then its first lines say what is wrong); what the check found goes to stderr. Returns whether
+    the command may exit 0: the file was the plan and fits, or --emit-anyway."""
+    for line in launch_lines(check):
+        print(f"ndcp: {line}", file=sys.stderr)
+    if not check.ok and not args.emit_anyway:
+        print(f"ndcp: not written: the {check.trainer} configuration is not an answer (--emit-anyway writes it)",
+              file=sys.stderr)
+        return False
+    warning = "".join(f"# ndcp: WARNING: {reason}\n" for reason in check.reasons)
+    write_output(warning + check.text, args.emit_file or STDOUT, "--emit-file")
+    if args.emit_file:
+        print(f"ndcp: wrote the {check.trainer} configuration to {args.emit_file}", file=sys.stderr)
+    return True
 
 
 # -- plots (search, recompute) -----------------------------------------------------------------------------------
@@ -87,4 +99,4 @@ def write_plot(path: str, draw: Callable[[str], Any]) -> None:
 
 
 __all__ = ["add_json_argument", "emit_json", "stdout_owners", "EMIT_KINDS", "add_emit_arguments",
-           "check_emit_arguments", "write_emitted", "check_plot_path", "write_plot"]
+           "check_emit_arguments", "write_launch", "check_plot_path", "write_plot"]

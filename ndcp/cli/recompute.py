@@ -10,11 +10,12 @@ from ..specs.fields import SpecError
 from ..specs.strategy import RecomputePlan
 from ..specs.strategy_text import strategy_text
 from ..options import MAX_OFFSET, int32, positive_int, positive_seconds, size_list, workers
+from ..launch import check_launch
 from ..policy import build_problem, build_strategy, check_max_offset, gib_text, strategy_values
 from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_argument, add_strategy_arguments,
                      console, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
-                      stdout_owners, write_emitted, write_plot)
+                      stdout_owners, write_launch, write_plot)
 
 EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 \\\n"
            "    --strategy tp=2,pp=4,mbs=2,zero=1,sp=on\n"
@@ -96,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
         points = [(p.cap_bytes, p.peak_bytes, p.step_seconds) for p in result.points] + [
             (c, None, None) for c in result.infeasible_caps]
         write_plot(args.plot, lambda path: plot_frontier(points, path))
-    if result.points and args.emit:
-        write_emitted(args, model, run_spec, result.points[-1].strategy)
+    if result.points and args.emit and not write_launch(
+            args, check_launch(args.emit, args, (model, cluster, run_spec), result.points[-1].strategy)):
+        return EXIT_INFEASIBLE
     if result.least_bytes is None:
         print(f"ndcp: infeasible: no recompute plan of this strategy fits under "
               f"{gib_text(max(args.caps or [capacity]))}", file=sys.stderr)

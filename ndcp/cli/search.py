@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..api import plan_search, run_search
+from ..api import answer_search, plan_search
 from ..options import SEARCH_STRATEGY_FROM, SOLVER_OPTIONS, SPACE_OPTIONS, add_options
 from ..policy import parse_degree_bounds  # also importable from here (tests)
 from ..report.csvout import write_ranking_csv
-from ..report.emit import print_comparison
-from ..report.jsonout import search_document
+from ..report.emit import trainer_best_lines
 from ..report.plots import plot_search
 from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
@@ -22,7 +21,7 @@ from ..solve.result import UNKNOWN
 from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, console,
                      one_line, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
-                      stdout_owners, write_emitted, write_plot)
+                      stdout_owners, write_launch, write_plot)
 
 EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024 --seq-len 8192 \\\n"
            "    --memory-cap 75GiB --top 10\n"
@@ -68,17 +67,17 @@ def run(args: argparse.Namespace) -> int:
     with SearchProgress(shown, "exhaustive" if args.exhaustive else "greedy" if greedy else "cp-sat") as progress:
         for note in planned.notes:
             print(f"ndcp: note: {note}", file=sys.stderr)
-        result = run_search(planned, args, progress)
+        answer = answer_search(planned, args, progress)
+    result = answer.result
     found = bool(result.strategies)
     code = EXIT_OK if found else EXIT_UNKNOWN if result.status == UNKNOWN else EXIT_INFEASIBLE
     if args.plot:
         write_plot(args.plot, lambda path: plot_search(result, path))
-    if found and args.emit and args.emit_file:
-        write_emitted(args, model, run_spec, result.best.strategy)
-        print_comparison(args.emit, model, cluster, run_spec, result.best.strategy)
+    if answer.launch is not None and args.emit_file and not write_launch(args, answer.launch):
+        code = EXIT_INFEASIBLE
     if args.csv:
         write_ranking_csv(result, args.csv)
-    emit_json(args, search_document(model, cluster, run_spec, space, result))
+    emit_json(args, answer.document())
     if json_only or csv_only:  # stdout holds one document: nothing else goes there
         if not found:
             print(f"ndcp: {result.status}: {one_line(result.explanation or 'no strategy found')}", file=sys.stderr)
@@ -87,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
         print(result_line(result))
     else:
         render_search(console(), model, cluster, run_spec, space, result)
-    if found and args.emit and not args.emit_file:
-        write_emitted(args, model, run_spec, result.best.strategy)
-        print_comparison(args.emit, model, cluster, run_spec, result.best.strategy)
+    if answer.trainer_best is not None:
+        for line in trainer_best_lines(answer.trainer_best):
+            print(f"ndcp: {line}", file=sys.stderr)
+    if answer.launch is not None and not args.emit_file and not write_launch(args, answer.launch):
+        code = EXIT_INFEASIBLE
     return code
-
 
 __all__ = ["register", "run", "parse_degree_bounds", "EXAMPLE"]

@@ -9,7 +9,7 @@ import sys
 
 from ..report.output import write_output
 from ..options import SPACE_OPTIONS, int32, positive_int, positive_seconds
-from ..policy import build_problem, build_space_options
+from ..policy import build_problem, build_space_options, trainer_method
 from ..specs.fields import SpecError
 from ..sweep.executors import EXECUTORS, run_jobs
 from ..sweep.points import parse_counts, parse_devices, parse_gpus, parse_lengths, sweep_points
@@ -102,7 +102,9 @@ def _price(text: str) -> float:
 def build_jobs(args: argparse.Namespace) -> list[Job]:
     """One validated Job per point (every user error is found here, before any search starts)."""
     points = sweep_points(args.device, args.gpus, args.global_batch, args.seq_len)
-    method = "per-layer" if args.recompute == "per-layer" else "uniform"
+    method, note = trainer_method(args, "per-layer" if args.recompute == "per-layer" else "uniform")
+    if note:
+        print(f"ndcp: note: {note}", file=sys.stderr)
     jobs = []
     for point in points:
         single = copy.copy(args)

@@ -1,43 +1,41 @@
-"""--emit: a trainer's launch configuration for one strategy (ndcp/trainers), and when the trainer runs another plan
-than the one estimated (the nearest it can express, or another trainer's memory behaviour), both estimates.
+"""--emit: what the checked launch configuration (ndcp.launch.LaunchCheck) runs, in lines for stderr (stdout may hold
+the configuration or a JSON document): its notes, its estimate read back, and why it is not the plan or does not fit.
 """
 from __future__ import annotations
 
-import sys
-from dataclasses import replace
-
-from ..estimate.memory import estimate_memory
-from ..estimate.time import estimate_time
-from ..specs.device import ClusterSpec
-from ..specs.model import ModelSpec
-from ..specs.run import RunSpec
-from ..specs.strategy import Strategy
+from ..launch import LaunchCheck
+from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB
-from ..trainers import KINDS, Emitted, covers, emit, nearest, stage_plans
+from ..trainers import KINDS
+
+SHOWN_GAIN = 0.005  # --trainer any: the trainer-free winner's gain worth a line on what the trainer lacks
 
 
-def _summary(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> str:
-    memory, time = estimate_memory(model, cluster, run, strategy), estimate_time(model, cluster, run, strategy)
-    fits = "fits" if memory.fits else "does not fit"
-    return (f"step {time.step_seconds:.3f} s, peak {memory.peak_bytes / GIB:.2f} GiB of "
-            f"{memory.capacity_bytes / GIB:.2f} GiB ({fits})")
+def launch_lines(check: LaunchCheck) -> list[str]:
+    """The notes of the configuration, then what it runs as read back: `the plan` when it is and fits, else why
+    not, one reason a line."""
+    lines = [f"note: {note}" for note in check.notes]
+    back = check.read_back
+    if back is not None:
+        fits = "fits" if back.fits else "does not fit"
+        lines.append(f"as emitted for {check.trainer}: step {back.step_seconds:.3f} s, peak "
+                     f"{back.peak_bytes / GIB:.2f} GiB of {back.capacity_bytes / GIB:.2f} GiB ({fits})"
+                     + (": the plan" if check.ok else ""))
+    return lines + [f"{check.trainer} file: {reason}" for reason in check.reasons if reason not in check.notes]
 
 
-def comparison(kind: str, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> list[str]:
-    """Lines comparing the plan's estimate with the estimate of what `kind` runs (re-estimated with that trainer's
-    memory behaviour); empty when the trainer runs the plan as estimated."""
-    ran, _ = nearest(kind, model, run, strategy)
-    trainer_run = replace(run, trainer=kind) if kind != run.trainer else run
-    if ran == strategy and trainer_run == run:
-        return []
-    return [f"as planned ({run.trainer}): {_summary(model, cluster, run, strategy)}",
-            f"as emitted for {kind}: {_summary(model, cluster, trainer_run, ran)}"]
+def trainer_best_lines(best) -> list[str]:
+    """Under --trainer any (ndcp.api.TrainerBest): the trainer's best plan beside the trainer-free winner, and when
+    that winner is at least 0.5 % faster, what the trainer lacks to run it and what it would buy."""
+    found = best.result.best
+    if found is None:
+        return [f"{best.trainer} runs no plan that fits ({best.result.status})"]
+    line = (f"best {best.trainer} plan: {strategy_text(found.strategy, experts_if_used=True)}, step "
+            f"{found.step_seconds:.3f} s")
+    if best.faster_by is None or best.faster_by < SHOWN_GAIN:
+        return [line + " (within 0.5 % of the plan above)"]
+    lacks = "; ".join(best.lacks) or "the plan above"
+    return [line, f"the plan above is {100 * best.faster_by:.1f} % faster; {best.trainer} lacks: {lacks}"]
 
 
-def print_comparison(kind: str, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> None:
-    """The comparison, on stderr (stdout holds the configuration or a JSON document)."""
-    for line in comparison(kind, model, cluster, run, strategy):
-        print(f"ndcp: {line}", file=sys.stderr)
-
-
-__all__ = ["Emitted", "KINDS", "emit", "comparison", "print_comparison", "stage_plans", "covers"]
+__all__ = ["KINDS", "launch_lines", "trainer_best_lines", "SHOWN_GAIN"]

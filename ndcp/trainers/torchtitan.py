@@ -28,6 +28,11 @@ CONFIGS = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama
            "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b")}
 
 
+# The config name emitted for a model torchtitan has no registry config for: every setting `read` takes is then on
+# the command line, so the file reads back as the run's model (the user's own config replaces it at launch).
+PLACEHOLDER_CONFIG = "CONFIG"
+
+
 def runs_ddp(strategy: Strategy) -> bool:
     """Whether torchtitan runs this strategy's data parallelism as DDP: ZeRO-0 with no other parallelism."""
     s = strategy
@@ -64,7 +69,7 @@ def _module_config(model: ModelSpec, run: RunSpec, notes: list[str]) -> tuple[st
     if found is None:
         notes.append(f"torchtitan 0.3 has no registry config for {model.name}: register one (a config_registry "
                      "function) and replace MODULE and CONFIG")
-        return "MODULE", "CONFIG"
+        return "MODULE", PLACEHOLDER_CONFIG
     return found
 
 
@@ -159,7 +164,8 @@ def read(text: str, model: ModelSpec) -> dict:
         raise read_error("torchtitan", f"cannot split the arguments: {error}") from None
     options, mode = _options(tokens)
     config = (options.get("config") or [None])[0]
-    defaults = facts("torchtitan")["configs"].get(config)
+    defaults = ({"model": model.name} if config == PLACEHOLDER_CONFIG
+                else facts("torchtitan")["configs"].get(config))
     if defaults is None:
         raise read_error("torchtitan", f"--config {config}: not a pinned torchtitan 0.3 config; known: "
                          + ", ".join(facts("torchtitan")["configs"]))

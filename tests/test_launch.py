@@ -1,0 +1,56 @@
+"""What the user launches (ndcp.launch): the --emit configuration, read back as --strategy-from reads it, is the plan
+(same step time, same peak) and fits, or the check says why not."""
+from ndcp.api import search_values
+from ndcp.estimate.time import estimate_time
+from ndcp.launch import check_launch
+from ndcp.policy import build_problem
+from ndcp.report.emit import launch_lines
+from ndcp.specs import RecomputePlan, StageRecompute, Strategy
+from ndcp.trainers import stage_plans
+
+PROBLEM = dict(device="h100", gpus=64, global_batch=128, seq_len=8192)
+
+
+def problem(**options):
+    values = search_values("llama3-70b", **PROBLEM, **options)
+    return values, build_problem(values)
+
+
+def test_a_plan_the_trainer_runs_reads_back_as_the_plan():
+    values, found = problem()
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=RecomputePlan.uniform("full"))
+    check = check_launch("megatron", values, found, strategy)
+    assert check.ok and check.same_as_plan and check.fits and check.reasons == ()
+    assert check.read_back.strategy == strategy
+    assert launch_lines(check)[-1].endswith("(fits): the plan")
+    assert set(check.document()) == {"trainer", "step_seconds", "peak_bytes", "fits", "same_as_plan", "reasons"}
+
+
+def test_a_plan_the_trainer_cannot_express_is_not_the_plan():
+    values, found = problem()
+    plan = RecomputePlan(mode="per-stage", stages=(StageRecompute(none=18, full=2), StageRecompute(none=20),
+                                                   StageRecompute(none=20), StageRecompute(none=19, full=1)))
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=plan)
+    check = check_launch("megatron", values, found, strategy)
+    assert not check.ok and not check.same_as_plan
+    assert "--recompute-num-layers 2" in check.text  # two full layers on every stage instead of three in all
+    assert any("the file runs a" in reason for reason in check.reasons)
+    model, cluster, run = found
+    assert check.read_back.step_seconds > estimate_time(model, cluster, run, strategy).step_seconds  # recomputes more
+    assert [p.count("full") for p in stage_plans(model, check.read_back.strategy)] == [2, 2, 2, 2]
+
+
+def test_another_trainers_file_says_to_plan_for_it():
+    values, found = problem()
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=3, sp=True)
+    check = check_launch("torchtitan", values, found, strategy)
+    assert not check.same_as_plan  # torchtitan with PP holds the stage's parameters gathered over the step
+    assert any("plan with --trainer torchtitan" in reason for reason in check.reasons)
+
+
+def test_a_file_that_does_not_fit_is_no_answer():
+    values, found = problem(memory_cap="20GiB")
+    strategy = Strategy(dp=8, tp=8, pp=1, mbs=1, mbn=16, zero=1, sp=True)
+    check = check_launch("megatron", values, found, strategy)
+    assert check.same_as_plan and not check.fits and not check.ok
+    assert check.document()["fits"] is False and any("does not fit" in reason for reason in check.reasons)
