@@ -233,3 +233,18 @@ def test_cluster_overrides(capsys):
     d = doc["device"]
     assert d["devices_per_node"] == 4 and d["memory_bytes"] == 40 * 2**30
     assert d["intra_node_bandwidth"] == 300e9 and d["inter_node_bandwidth"] == 25e9
+
+
+def test_ctrl_c_before_a_search_verified_anything_is_status_unknown(capsys, monkeypatch):
+    """Ctrl-C while a search command starts (reading its model, building its space) is status `unknown`, exit 4;
+    in a command with no search at stake, exit 130."""
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("ndcp.cli.search.plan_search", interrupt)
+    assert main(["search", "tiny", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "1024"]) == 4
+    assert capsys.readouterr().err == "ndcp: unknown: interrupted before any strategy was verified\n"
+    monkeypatch.setattr("ndcp.cli.estimate.estimate_strategy", interrupt)
+    assert main(["estimate", "tiny", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "1024"]) \
+        == 130
+    assert capsys.readouterr().err == "ndcp: interrupted\n"

@@ -20,7 +20,8 @@ from .. import __version__
 from ..specs.fields import SpecError
 from . import calibrate, estimate, listings, recompute, search, sweep, validate
 from ..policy import build_problem, build_space_options, build_strategy
-from .common import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Formatter, InternalError, Parser, UsageError, one_line
+from .common import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, SEARCH_COMMANDS, Formatter,
+                     InternalError, Parser, UsageError, one_line)
 from .startup import before_exit, collect_less, defer_pandas
 
 # Registration functions, in the order `ndcp --help` lists them.
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit code (0 ok, 1 infeasible, 2 user error, 3 internal error)."""
+    """Run one command; returns the exit code (0 ok, 1 infeasible, 2 user error, 3 internal error, 4 unknown, 130
+    interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     defer_pandas()
     debug = "--debug" in argv
@@ -63,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exit_.code
         return code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_USAGE)
     except KeyboardInterrupt:
-        print("ndcp: interrupted", file=sys.stderr)
-        return 130
+        return interrupted(argv)
     except BrokenPipeError:
         return EXIT_OK
     except Exception as error:  # noqa: BLE001 - the last line of defence
@@ -74,6 +75,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ndcp: internal error: {what}" + ("" if debug else " (rerun with --debug for the traceback)"),
               file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def interrupted(argv: list[str]) -> int:
+    """Ctrl-C outside a running search's own handling: before a search command has verified any strategy (while it
+    starts, reads its model, builds its space or model) its status is `unknown` (exit 4); other commands exit 130."""
+    command = next((word for word in argv if not word.startswith("-")), None)
+    if command in SEARCH_COMMANDS:
+        print("ndcp: unknown: interrupted before any strategy was verified", file=sys.stderr)
+        return EXIT_UNKNOWN
+    print("ndcp: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def console() -> int:

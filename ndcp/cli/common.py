@@ -16,6 +16,10 @@ from ..policy import build_strategy  # also importable from here (tests)
 # exit codes: a strategy found; proven infeasible; a user error; an internal error; stopped before any strategy was
 # verified (status unknown: nothing is known to fit or proven not to)
 EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL, EXIT_UNKNOWN = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130  # Ctrl-C where no search answer is at stake (128 + SIGINT, the shells' convention)
+# Commands whose answer is a search: Ctrl-C before it has verified anything is status `unknown` (exit 4), as a search
+# stopped by its time limit is; once it has, the search itself reports what it proved (ndcp.solve.result.finish).
+SEARCH_COMMANDS = ("search", "sweep", "recompute")
 
 
 class UsageError(Exception):
@@ -87,6 +91,7 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
     add_options(parser.add_argument_group("strategy"), strategy_options(strategy_help, file_help))
 
 
-__all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "UsageError", "InternalError",
+__all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "EXIT_INTERRUPTED",
+           "SEARCH_COMMANDS", "UsageError", "InternalError",
            "Parser", "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
            "console", "one_line", "build_strategy"]

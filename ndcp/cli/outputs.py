@@ -67,14 +67,16 @@ def write_launch(args: argparse.Namespace, check: LaunchCheck) -> bool:
     """Write the checked --emit configuration to --emit-file or stdout when it is the plan and fits, or under
     --emit-anyway (then its first lines say what is wrong); what the check found goes to stderr. Returns whether
     the command may exit 0: the file was the plan and fits, or --emit-anyway."""
-    for line in launch_lines(check):
-        print(f"ndcp: {line}", file=sys.stderr)
     if not check.ok and not args.emit_anyway:
+        for line in launch_lines(check):
+            print(f"ndcp: {line}", file=sys.stderr)
         print(f"ndcp: not written: the {check.trainer} configuration is not an answer (--emit-anyway writes it)",
               file=sys.stderr)
         return False
     warning = "".join(f"# ndcp: WARNING: {reason}\n" for reason in check.reasons)
-    write_output(warning + check.text, args.emit_file or STDOUT, "--emit-file")
+    write_output(warning + check.text, args.emit_file or STDOUT, "--emit-file")  # an unwritable path: exit 2 here
+    for line in launch_lines(check):
+        print(f"ndcp: {line}", file=sys.stderr)
     if args.emit_file:
         print(f"ndcp: wrote the {check.trainer} configuration to {args.emit_file}", file=sys.stderr)
     return True
