@@ -219,7 +219,8 @@ def host_assumption(cluster: ClusterSpec) -> str:
     the figure comes from: the device's `host_memory_bytes` (a preset's, ndcp/specs/device.py, or a device file's)."""
     d = cluster.device
     source = (f"the {d.name} preset's host_memory_bytes, ndcp/specs/device.py; a device file sets its own"
-              if PRESETS.get(d.name) == d else f"host_memory_bytes of device {d.name}")
+              if PRESETS.get(d.name) == d else
+              f"host_memory_bytes of device {d.name}, as its file or the overrides give it")
     return (f"{format_bytes(d.host_memory_bytes)} per device x {d.devices_per_node} = "
             f"{format_bytes(d.host_memory_bytes * d.devices_per_node)} per node, for offload ({source})")
 
@@ -433,8 +434,7 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
         console.print(Text(f"note: {note}", style="yellow"))
 
 
-__all__ = ["render_estimate", "estimate_line", "format_bytes", "format_count", "format_seconds", "gib", "group_parts", "memory_bar",
-           "memory_bars", "memory_bar_lines", "legend", "shown_stages", "GROUP_GLYPHS", "assumptions_panel", "host_assumption",
-           "strategy_line", "memory_table",
-           "fit_line", "host_line", "print_fit", "time_table",
-           "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]
+__all__ = ["render_estimate", "estimate_line", "format_bytes", "format_count", "format_seconds", "gib", "group_parts",
+           "memory_bar", "memory_bars", "memory_bar_lines", "legend", "shown_stages", "GROUP_GLYPHS",
+           "assumptions_panel", "host_assumption", "strategy_line", "memory_table", "fit_line", "host_line", "print_fit",
+           "time_table", "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]

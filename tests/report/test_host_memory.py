@@ -82,7 +82,8 @@ def test_host_memory_over_capacity_does_not_fit_and_says_by_how_much():
     assert f"DOES NOT FIT: host memory over by {format_bytes(over)} per device" in text
     [line] = host_lines(text)
     assert f"over by {format_bytes(over)} of 16.00 GiB per device (128.00 GiB per node)" in line
-    assert "16.00 GiB per device x 8 = 128.00 GiB per node" in text and "host_memory_bytes of device small-host" in text
+    assert "16.00 GiB per device x 8 = 128.00 GiB per node" in text
+    assert "host_memory_bytes of device small-host, as its file or the overrides give it" in text
 
 
 def test_search_winner_that_offloads_shows_host_memory():
