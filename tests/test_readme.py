@@ -4,6 +4,7 @@ generated from the parsers (scripts/render_cli_docs.py), has a section for every
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shlex
 import xml.etree.ElementTree as ElementTree
@@ -18,6 +19,14 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 MAX_LINES = 150
 CODE_BLOCK = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 TEST_COMMAND = ".venv/bin/python -m pytest"
+
+
+def script(name: str):
+    """A module of scripts/ (not a package), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def section(title: str) -> str:
@@ -96,3 +105,23 @@ def test_cli_docs_have_every_command_and_option():
         options = {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help", "--debug"}
         missing = sorted(o for o in options if not re.search(rf"`{re.escape(o)}(?=[ ,`])", body))
         assert not missing, f"docs/cli.md, ndcp {name}: {missing} (rerun scripts/render_cli_docs.py)"
+
+
+def test_the_cli_docs_script_writes_a_section_per_command_with_markdown_safe_help():
+    render_cli_docs = script("render_cli_docs")
+    page = render_cli_docs.render()
+    assert [line.removeprefix("## ndcp ") for line in page.splitlines() if line.startswith("## ndcp ")] == \
+        list(subcommands())
+    # `tp*pp` would start emphasis in Markdown, `<f` a tag; code spans stay as written
+    assert render_cli_docs.markdown_text("0 <= f, `a*b` and a*b") == "0 &lt;= f, `a*b` and a\\*b"
+    assert render_cli_docs.paragraphs("one\ntwo\n\n  ndcp models\n  ndcp devices") == \
+        ["one two", "```\nndcp models\nndcp devices\n```"]
+
+
+def test_the_picture_script_records_a_real_search_report():
+    console = script("render_report_picture").record(
+        "search tiny --device h100 --gpus 8 --global-batch 32 --seq-len 1024 --top 2", width=100)
+    text = console.export_text(clear=False)
+    assert "Assumptions" in text and "optimal" in text and "Memory per device" in text
+    svg = console.export_svg()
+    assert svg.startswith("<svg") and "Assumptions" in svg
