@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Check that two source trees give the same answers: the `--json` of the README's, the examples' and
-`scripts/bench_search.py`'s searches (and a few estimates), byte for byte once wall-clock fields are removed.
+"""Check that two source trees give the same answers: the `--json` of the README's, docs/benchmarks.md's, the
+examples' and `scripts/bench_search.py`'s searches (and a few estimates), byte for byte once wall-clock fields are
+removed.
 
 A refactor that claims "behaviour unchanged" runs this against a worktree of the commit before it:
     git worktree add /tmp/before HEAD~3
@@ -25,7 +26,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_search import MATRIX, argv as bench_argv  # noqa: E402
 
 CLOCK_KEYS = {"solve_seconds", "timing", "wall"}
-# The README's and the examples' commands (their flags as written there), beyond the bench matrix.
+# The README's, docs/benchmarks.md's and the examples' commands (their flags as written there), beyond the bench
+# matrix.
 DOCUMENTED = [
     "search llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192",
     "search llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192 --headroom 0.1",

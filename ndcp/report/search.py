@@ -21,7 +21,7 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB
-from .terminal import (assumptions_panel, fit_line, format_bytes, format_seconds, gib, print_memory, strategy_line,
+from .terminal import (assumptions_panel, format_bytes, format_seconds, gib, print_fit, print_memory, strategy_line,
                        throughput_line)
 
 # Step-time columns of the ranking: header -> the time parts (estimate/time.py names) it adds up.
@@ -324,12 +324,12 @@ def print_ranking(console: Console, result, ep: bool = True) -> None:
         console.print(line)
 
 
-def best_detail(console: Console, result, layers: int | None = None) -> None:
+def best_detail(console: Console, result, devices_per_node: int, layers: int | None = None) -> None:
     best = result.best
     console.print(Text("Best strategy", style="bold underline"))
     console.print(strategy_line(best.strategy, layers))
     print_memory(console, best.memory)
-    console.print(fit_line(best.memory))
+    print_fit(console, best.memory, devices_per_node)
     console.print(throughput_line(best.time))
 
 
@@ -356,7 +356,7 @@ def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run:
     if result.strategies:
         print_ranking(console, result, ep=model.moe is not None)
         console.print()
-        best_detail(console, result, model.layers)
+        best_detail(console, result, cluster.device.devices_per_node, model.layers)
     if result.nearest_misses:
         console.print()
         title = "Nearest misses (faster, but over the memory capacity)" if result.best is not None else \

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..estimate.reserve import FRAGMENTATION_FRACTION
-from ..specs.device import ClusterSpec
+from ..specs.device import PRESETS, ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.pipeline_layout import megatron_layout
@@ -202,6 +202,7 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
         reserve = f"reserve per stage: CUDA context, cuBLAS workspaces, NCCL buffers per process group, {fragmentation}"
     table.add_row("memory", f"device {format_bytes(d.memory_bytes)}, {cap} -> capacity {format_bytes(capacity)} "
                             f"per device; {reserve}")
+    table.add_row("host", host_assumption(cluster))
     if not d.calibrated:
         table.add_row("calibration", f"{d.name}: compute efficiency not calibrated on measured runs (default "
                                      f"{d.compute_efficiency:g})")
@@ -211,6 +212,17 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
                               f"{run.optimizer} optimizer ({run.optimizer_state_dtype} moments); flash attention {'on' if run.flash_attention else 'off'}; "
                               f"{run.trainer} memory behaviour; MFU counts {run.mfu_convention} attention")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
+
+
+def host_assumption(cluster: ClusterSpec) -> str:
+    """The host memory assumed for offloaded activations and optimizer states, per device and per node, and where
+    the figure comes from: the device's `host_memory_bytes` (a preset's, ndcp/specs/device.py, or a device file's)."""
+    d = cluster.device
+    source = (f"the {d.name} preset's host_memory_bytes, ndcp/specs/device.py; a device file sets its own"
+              if PRESETS.get(d.name) == d else
+              f"host_memory_bytes of device {d.name}, as its file or the overrides give it")
+    return (f"{format_bytes(d.host_memory_bytes)} per device x {d.devices_per_node} = "
+            f"{format_bytes(d.host_memory_bytes * d.devices_per_node)} per node, for offload ({source})")
 
 
 def strategy_line(strategy: Strategy, layers: int | None = None) -> Text:
@@ -316,12 +328,18 @@ def other_note(memory) -> Text:
 
 
 def fit_line(memory) -> Text:
-    """"fits" with the headroom, or "over by X GiB on stage N" for the worst stage."""
+    """"fits" with the headroom, or "over by X GiB on stage N" for the worst stage (or for the host memory, when the
+    device memory fits and the offloaded bytes do not)."""
     capacity, peak = memory.capacity_bytes, memory.peak_bytes
     if memory.fits:
         return Text.assemble(("fits", "bold green"),
                              f": peak {format_bytes(peak)} on stage {memory.peak_stage}, "
                              f"{format_bytes(capacity - peak)} free of {format_bytes(capacity)}")
+    if peak <= capacity:
+        host_over = memory.host_peak_bytes - memory.host_capacity_bytes
+        return Text.assemble(("DOES NOT FIT", "bold red"),
+                             f": host memory over by {format_bytes(host_over)} per device (device memory: peak "
+                             f"{format_bytes(peak)} of {format_bytes(capacity)})")
     over = [s.stage for s in memory.stages if s.total_bytes > capacity]
     text = Text.assemble(("DOES NOT FIT", "bold red"),
                          f": over by {format_bytes(peak - capacity)} on stage {memory.peak_stage} "
@@ -329,6 +347,29 @@ def fit_line(memory) -> Text:
     if len(over) > 1:
         text.append(f"; stages over capacity: {', '.join(map(str, over))}")
     return text
+
+
+def host_line(memory, devices_per_node: int) -> Text | None:
+    """The host memory a plan's offloaded activations and optimizer states take, or None when it takes none: the
+    busiest device (and its stage), a node of `devices_per_node` such devices, against the host memory of a device
+    (DeviceSpec.host_memory_bytes) and of a node (that times the devices per node)."""
+    used, capacity = memory.host_peak_bytes, memory.host_capacity_bytes
+    if not used:
+        return None
+    stage = max(memory.stages, key=lambda s: s.host_bytes).stage
+    over = used > capacity
+    verdict = f"over by {format_bytes(used - capacity)}" if over else f"{format_bytes(capacity - used)} free"
+    return Text.assemble(("host memory", "bold red" if over else "bold"),
+                         f" (offload): peak {format_bytes(used)} per device on stage {stage}, "
+                         f"{format_bytes(used * devices_per_node)} per node of {devices_per_node}; {verdict} of "
+                         f"{format_bytes(capacity)} per device ({format_bytes(capacity * devices_per_node)} per node)")
+
+
+def print_fit(console: Console, memory, devices_per_node: int) -> None:
+    """The fit verdict, and the host-memory line when the plan offloads."""
+    console.print(fit_line(memory))
+    if (host := host_line(memory, devices_per_node)) is not None:
+        console.print(host)
 
 
 def time_table(time) -> Table:
@@ -382,7 +423,7 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
     console.print()
     print_memory(console, memory)
     console.print(other_note(memory))
-    console.print(fit_line(memory))
+    print_fit(console, memory, cluster.device.devices_per_node)
     console.print()
     if time is not None:
         console.print(time_table(time))
@@ -393,8 +434,7 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
         console.print(Text(f"note: {note}", style="yellow"))
 
 
-__all__ = ["render_estimate", "estimate_line", "format_bytes", "format_count", "format_seconds", "gib", "group_parts", "memory_bar",
-           "memory_bars", "memory_bar_lines", "legend", "shown_stages", "GROUP_GLYPHS", "assumptions_panel",
-           "strategy_line", "memory_table",
-           "fit_line", "time_table",
-           "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]
+__all__ = ["render_estimate", "estimate_line", "format_bytes", "format_count", "format_seconds", "gib", "group_parts",
+           "memory_bar", "memory_bars", "memory_bar_lines", "legend", "shown_stages", "GROUP_GLYPHS",
+           "assumptions_panel", "host_assumption", "strategy_line", "memory_table", "fit_line", "host_line", "print_fit",
+           "time_table", "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]

@@ -1,4 +1,4 @@
-"""The CP-SAT searches and their optimality certificates (README "How the proof works"), importable from here:
+"""The CP-SAT searches and their optimality certificates (docs/solver.md §6), importable from here:
 
 - `cpsat_search` (uniform.py): uniform recompute; the relaxation's points verified band by band in objective order.
 - `plan_search` (plans.py): per-layer recompute and partitions; plan sub-models solved in item-bound order, seeded

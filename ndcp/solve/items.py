@@ -1,5 +1,5 @@
 """What the CP-SAT searches share about batch items: their first bounds, the levels that tighten them, and why nothing
-fits when no item does (README "How the proof works", steps 1-2)."""
+fits when no item does (docs/solver.md §2 and §4)."""
 from __future__ import annotations
 
 import heapq

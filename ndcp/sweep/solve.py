@@ -2,7 +2,7 @@
 
 `solve_job` is a top-level function of plain, picklable arguments, so the same call runs in this process, in a
 spawned worker process or in a Ray task, and gives the same answer everywhere: one CP-SAT worker and a fixed seed
-(the search's determinism, README "Determinism").
+(the search's determinism, docs/solver.md §9).
 
 Derived, per point (docs/sweep.md): tokens per step = global batch x sequence length; steps = ceil(tokens to train
 / tokens per step) (whole optimizer steps); time to train = steps x step time; GPU-hours = GPUs x time to train /
