@@ -183,6 +183,8 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
         if model.moe.shared_experts:
             shape += f" + {model.moe.shared_experts} shared"
     table.add_row("model", f"{model.name}: {size}; {shape}")
+    for line in model.assumptions:
+        table.add_row("assumed", Text(line))
     table.add_row("batch", f"global batch {run.global_batch} x sequence {run.seq_len} "
                            f"= {run.global_batch * run.seq_len:,} tokens per step")
     table.add_row("devices", f"{cluster.count} x {d.name} ({cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of "
@@ -211,6 +213,11 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
                               f"{run.optimizer} optimizer ({run.optimizer_state_dtype} moments); flash attention {'on' if run.flash_attention else 'off'}; "
                               f"{run.trainer} memory behaviour; MFU counts {run.mfu_convention} attention")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
+
+
+def assumed_lines(model: ModelSpec) -> list[Text]:
+    """The model's assumptions (ModelSpec.assumptions) as lines, for the reports without an assumptions panel."""
+    return [Text.assemble(("assumed: ", "bold yellow"), line) for line in model.assumptions]
 
 
 def strategy_line(strategy: Strategy, layers: int | None = None) -> Text:
@@ -395,6 +402,7 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
 
 __all__ = ["render_estimate", "estimate_line", "format_bytes", "format_count", "format_seconds", "gib", "group_parts", "memory_bar",
            "memory_bars", "memory_bar_lines", "legend", "shown_stages", "GROUP_GLYPHS", "assumptions_panel",
+           "assumed_lines",
            "strategy_line", "memory_table",
            "fit_line", "time_table",
            "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]

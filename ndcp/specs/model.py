@@ -163,6 +163,9 @@ class ModelSpec:
     """a vision encoder and projector beside the language model (docs/models.md §5)"""
     source: str = ""
     """where the shape comes from (a config, a paper)"""
+    assumptions: tuple[str, ...] = ()
+    """what reading the source assumed or approximated, one line each (a Hugging Face config of a model_type ndcp
+    does not know, read the Llama way; docs/models.md §1): every report's assumptions print them"""
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name.strip() != "", "name", self.name, "expected a non-empty name")
@@ -170,6 +173,9 @@ class ModelSpec:
             text = getattr(self, name)
             require(isinstance(text, str) and _printable(text), name, text,
                     "expected printable text (no control characters or unpaired surrogates)")
+        require(isinstance(self.assumptions, tuple) and all(isinstance(line, str) and _printable(line)
+                                                            for line in self.assumptions),
+                "assumptions", self.assumptions, "expected a list of printable lines")
         positive_int("layers", self.layers, MAX_LAYERS)
         for name in ("hidden", "heads", "ffn_hidden", "vocab", "max_positions"):
             positive_int(name, getattr(self, name))
