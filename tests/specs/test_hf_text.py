@@ -58,7 +58,7 @@ def test_activations_by_architecture():
 def test_sliding_window_patterns():
     def pattern(name):
         model = load_model(str(FIXTURES / name))
-        return model.sliding_window, [model.is_windowed_layer(i) for i in range(model.layers)]
+        return model.sliding_window, [model.is_local_layer(i) for i in range(model.layers)]
 
     window, layers = pattern("gemma-2-9b")  # Gemma 2: local, global, local, ...
     assert window == 4096 and layers[:4] == [True, False, True, False]
@@ -141,7 +141,7 @@ def test_unknown_type_without_llama_keys_says_what_is_accepted():
 def test_qwen_max_window_layers():
     config = json.loads((FIXTURES / "qwen3-8b" / "config.json").read_text())
     windowed = dict(config, use_sliding_window=True, sliding_window=4096, max_window_layers=0)
-    assert model_from_hf_config(windowed, "q").windowed_layers == 36
+    assert model_from_hf_config(windowed, "q").local_layers == 36
     assert model_from_hf_config(dict(windowed, max_window_layers=36), "q").sliding_window == 0
     with pytest.raises(SpecError, match="max_window_layers=28"):  # the top 8 layers only: not a periodic pattern
         model_from_hf_config(dict(windowed, max_window_layers=28), "q")
