@@ -156,4 +156,5 @@ def windows(cfg: HFConfig, layers: int, every: int = 0) -> dict[str, int]:
     return {"sliding_window": cfg.take("sliding_window", "sliding_window", window),
             "global_every": cfg.take("global_every", key if types is not None else "sliding_window", every)}
 
-__all__ = ["HFConfig", "activation", "head_dim", "fit_moe_layers", "global_every", "windows", "GELU_NAMES", "SILU_NAMES"]
+__all__ = ["HFConfig", "activation", "head_dim", "fit_moe_layers", "global_every", "windows",
+           "GELU_NAMES", "SILU_NAMES"]

@@ -264,7 +264,8 @@ def _deepseek_moe(cfg: HFConfig, layers: int, first_dense_default: int = 0,
         "top_k": cfg.take("moe.top_k", "num_experts_per_tok", cfg.int("num_experts_per_tok")),
         "expert_ffn_hidden": cfg.take("moe.expert_ffn_hidden", "moe_intermediate_size",
                                       cfg.int("moe_intermediate_size")),
-        "shared_experts": cfg.take("moe.shared_experts", "n_shared_experts", cfg.int("n_shared_experts", shared_default)),
+        "shared_experts": cfg.take("moe.shared_experts", "n_shared_experts",
+                                   cfg.int("n_shared_experts", shared_default)),
         "first_dense_layers": cfg.take("moe.first_dense_layers", "first_k_dense_replace", first),
         "layer_frequency": cfg.take("moe.layer_frequency", "moe_layer_freq", frequency),
     }
@@ -273,8 +274,9 @@ def _deepseek_moe(cfg: HFConfig, layers: int, first_dense_default: int = 0,
 def glm4_moe(cfg: HFConfig) -> dict[str, Any]:
     """GLM-4.5 / GLM-4.5-Air (GLM-4.5 Team 2025 §2.1; transformers Glm4MoeConfig): grouped-query attention with an
     explicit head_dim and q/k/v biases (attention_bias), DeepSeek-style routed and shared experts after
-    `first_k_dense_replace` dense layers (defaults: 1 dense layer, 1 shared expert), MTP layers (num_nextn_predict_layers). Partial rotary
-    embeddings and the QK norm (use_qk_norm) change no parameter count beyond a few hundred norm weights."""
+    `first_k_dense_replace` dense layers (defaults: 1 dense layer, 1 shared expert), MTP layers
+    (num_nextn_predict_layers). Partial rotary embeddings and the QK norm (use_qk_norm) change no parameter count
+    beyond a few hundred norm weights."""
     fields = _biases(cfg, _llama_like(cfg, 131072), mlp_key="")
     fields["mtp_depth"] = cfg.take("mtp_depth", "num_nextn_predict_layers", cfg.int("num_nextn_predict_layers", 0))
     experts = _deepseek_moe(cfg, fields["layers"], first_dense_default=1, shared_default=1)
@@ -292,7 +294,7 @@ def llama4_text(cfg: HFConfig) -> dict[str, Any]:
     fields = _biases(cfg, _llama_like(cfg, 4096 * 32), mlp_key="")
     layers = fields["layers"]
     fields["ffn_hidden"] = cfg.take("ffn_hidden", "intermediate_size_mlp", cfg.int("intermediate_size_mlp", 16384))
-    if "moe_layers" in cfg.data and cfg.data["moe_layers"] is not None:
+    if cfg.raw("moe_layers", None) is not None:
         key, sparse = "moe_layers", sorted(set(cfg.indices("moe_layers")))
     else:
         key, step = "interleave_moe_layer_step", cfg.int("interleave_moe_layer_step", 1)
