@@ -19,13 +19,12 @@ from .estimate.reserve import (CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES, CUDA_CONT
                                NCCL_CHANNELS, NCCL_CONNECTION_BYTES, RING_CONNECTIONS)
 from .schedules import SCHEDULES
 from .space import DEFAULT_SCHEDULES
-from .specs import strategy_input
 from .specs.device import PRESETS
 from .specs.fields import SpecError, field_docs
 from .specs.run import (FP8_RECIPES, GRAD_SYNCS, MFU_CONVENTIONS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS,
                         RunSpec)
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
-from .specs.units import GIB, parse_length
+from .specs.units import GIB, parse_length, parse_size
 
 MAX_WORKERS = 256
 # The modelled reserve, for --reserve's help: context + workspaces, and one ring communicator (estimate/reserve.py).
@@ -35,9 +34,9 @@ RING_GROUP = NCCL_CHANNELS * RING_CONNECTIONS * NCCL_CONNECTION_BYTES
 
 # -- value types (argparse `type`s; the API reads its keywords with them too) ------------------------------------
 def size_argument(text: str) -> int:
-    """A size such as 70GiB (specs.strategy_input.parse_size) as an argparse type."""
+    """A size such as 70GiB (specs.units.parse_size) as an argparse type."""
     try:
-        return strategy_input.parse_size(text)
+        return parse_size(text)
     except SpecError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 

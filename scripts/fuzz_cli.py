@@ -55,6 +55,15 @@ HF = {
                     "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4,
                     "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1,
                     "first_k_dense_replace": 1, "moe_layer_freq": 1, "num_nextn_predict_layers": 1},
+    "glm4_moe": {"model_type": "glm4_moe", "num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 6,
+                 "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256,
+                 "attention_bias": True, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                 "moe_intermediate_size": 32, "n_shared_experts": 1, "first_k_dense_replace": 1,
+                 "num_nextn_predict_layers": 1},
+    "llama4_text": {"model_type": "llama4_text", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "intermediate_size_mlp": 128,
+                    "vocab_size": 256, "num_local_experts": 4, "num_experts_per_tok": 1,
+                    "interleave_moe_layer_step": 2, "attention_chunk_size": 128, "no_rope_layers": [1, 1, 1, 0]},
 }
 
 RAW_TEXTS = [

@@ -27,6 +27,12 @@ def test_a_size_without_a_unit_is_refused_with_the_unit_to_add(capsys, option):
     assert_one_line_error(code, out, err, option, "needs a unit", "70GiB", "70GB")
 
 
+@pytest.mark.parametrize("option", ["--memory-cap", "--reserve", "--device-memory"])
+def test_a_size_in_b_under_a_mebibyte_is_refused_as_a_slip_for_gigabytes(capsys, option):
+    code, out, err = run(capsys, "estimate", *TINY, option, "70B")
+    assert_one_line_error(code, out, err, option, "70B reads as 70 bytes", "did you mean 70GB or 70GiB?")
+
+
 def test_sizes_with_units(capsys):
     doc = json_of(capsys, "estimate", *TINY, "--memory-cap", "70GiB")
     assert doc["memory"]["capacity_bytes"] == 70 * 2**30

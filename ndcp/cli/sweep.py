@@ -146,9 +146,9 @@ def run(args: argparse.Namespace) -> int:
         write_plot(args.plot, lambda path: plot_sweep(rows, path, priced, f"ndcp sweep {jobs[0].model.name}"))
     if args.csv:
         write_output(sweep_csv(rows), args.csv, "--csv")
-    emit_json(args, sweep_document(rows, jobs[0].model.name, args.tokens, args.price_per_gpu_hour))
+    emit_json(args, sweep_document(rows, jobs[0].model, args.tokens, args.price_per_gpu_hour))
     if not (json_only or csv_only or args.quiet):
-        print_sweep(console(), rows, priced)
+        print_sweep(console(), jobs[0].model, rows, priced)
     return EXIT_OK
 
 

@@ -117,16 +117,21 @@ def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1
 
 def attended_keys(model: ModelSpec, keys: float, causal: bool) -> float:
     """Keys one query attends to, on average over positions and body layers (docs/models.md §3): all `keys` for the
-    full score matrix or a bidirectional (encoder) model; keys/2 under the causal mask; within a sliding window
-    w < keys the band sum_i min(i, w) / keys = w - w^2 / (2 keys) on the windowed layers."""
+    full score matrix or a bidirectional (encoder) model; keys/2 under the causal mask; on the local layers, within a
+    sliding window w < keys the band sum_i min(i, w) / keys = w - w^2 / (2 keys), within chunks of c < keys tokens
+    (Llama 4) the causal half of each chunk, (n c^2 + r^2) / (2 keys) for n whole chunks and r tokens left."""
     if not causal or not model.causal:  # the full score matrix, or a bidirectional encoder's
         return keys
-    window = model.sliding_window
-    if not window or window >= keys:
+    window, chunk = model.sliding_window, model.attention_chunk
+    if window and window < keys:
+        local = window - window * window / (2 * keys)
+    elif chunk and chunk < keys:
+        whole = keys // chunk
+        local = (whole * chunk * chunk + (keys - whole * chunk) ** 2) / (2 * keys)
+    else:
         return keys / 2
-    windowed = model.windowed_layers
-    band = window - window * window / (2 * keys)
-    return (windowed * band + (model.layers - windowed) * keys / 2) / model.layers
+    count = model.local_layers
+    return (count * local + (model.layers - count) * keys / 2) / model.layers
 
 
 def attention_core_flops(model: ModelSpec, queries: float, keys: float, tp: int, causal: bool) -> float:

@@ -14,7 +14,7 @@ from ..solve.frontier import Frontier, stage_counts
 from ..specs.recompute import CLASSIC_MODES, OPTION_BY_NAME, RECOMPUTE_MODES
 from ..specs.units import GIB
 from .output import write_output
-from .terminal import format_seconds
+from .terminal import assumed_lines, format_seconds
 
 CSV_COLUMNS = ("cap_gib", "caps_gib", "peak_gib", "step_seconds", "proven", "bound_seconds", "zero",
                "layers_per_stage", "none_per_stage", "selective_per_stage", "full_per_stage",
@@ -50,6 +50,7 @@ def frontier_rows(model, result: Frontier) -> list[dict]:
 
 def frontier_document(model, result: Frontier) -> dict:
     return {
+        "model_assumptions": list(model.assumptions),
         "strategy": result.strategy.as_dict(),
         "least_memory_bytes": result.least_bytes,
         "frontier": frontier_rows(model, result),
@@ -152,6 +153,8 @@ def frontier_line(result: Frontier) -> str:
 
 
 def render_frontier(console, model, result: Frontier, degrees: str) -> None:
+    for line in assumed_lines(model):
+        console.print(line)
     console.print(Text(f"Strategy: {degrees}", style="bold"))
     if result.least_bytes is not None:
         console.print(f"least memory any plan of it needs: {_g(result.least_bytes)} GiB "

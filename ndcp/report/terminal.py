@@ -183,6 +183,8 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
         if model.moe.shared_experts:
             shape += f" + {model.moe.shared_experts} shared"
     table.add_row("model", f"{model.name}: {size}; {shape}")
+    for line in model.assumptions:
+        table.add_row("assumed", Text(line))
     table.add_row("batch", f"global batch {run.global_batch} x sequence {run.seq_len} "
                            f"= {run.global_batch * run.seq_len:,} tokens per step")
     table.add_row("devices", f"{cluster.count} x {d.name} ({cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of "
@@ -223,6 +225,11 @@ def host_assumption(cluster: ClusterSpec) -> str:
               f"host_memory_bytes of device {d.name}, as its file or the overrides give it")
     return (f"{format_bytes(d.host_memory_bytes)} per device x {d.devices_per_node} = "
             f"{format_bytes(d.host_memory_bytes * d.devices_per_node)} per node, for offload ({source})")
+
+
+def assumed_lines(model: ModelSpec) -> list[Text]:
+    """The model's assumptions (ModelSpec.assumptions) as lines, for the reports without an assumptions panel."""
+    return [Text.assemble(("assumed: ", "bold yellow"), line) for line in model.assumptions]
 
 
 def strategy_line(strategy: Strategy, layers: int | None = None) -> Text:
@@ -436,5 +443,5 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
 
 __all__ = ["render_estimate", "estimate_line", "format_bytes", "format_count", "format_seconds", "gib", "group_parts",
            "memory_bar", "memory_bars", "memory_bar_lines", "legend", "shown_stages", "GROUP_GLYPHS",
-           "assumptions_panel", "host_assumption", "strategy_line", "memory_table", "fit_line", "host_line", "print_fit",
-           "time_table", "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]
+           "assumptions_panel", "host_assumption", "assumed_lines", "strategy_line", "memory_table", "fit_line",
+           "host_line", "print_fit", "time_table", "throughput_line", "MEMORY_GROUPS", "GROUP_ORDER"]

@@ -1,30 +1,74 @@
 """Hugging Face `config.json` -> ModelSpec (docs/models.md §1).
 
 Each supported `model_type` has a builder (specs/hf_text.py; vision-language types: specs/hf_vision.py) that
-reads the keys that change the shape or the parameter count. An unknown type that carries the Llama keys
-(hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size) and no MoE keys is read the
-Llama way; its source then names the keys read. The spec is built with `from_mapping`, so ModelSpec's validation
-applies; errors name the Hugging Face key the bad value came from.
+reads the keys that change the shape or the parameter count. A `model_type` ndcp does not know is read by the
+builder its `architectures` entry names (`DeepseekV3ForCausalLM`: deepseek_v3), else, when it carries the Llama
+keys (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size) and no MoE keys, the
+Llama way. Either way the spec's `assumptions` say so in one line: the type, the reader, the keys read. The spec is
+built with `from_mapping`, so ModelSpec's validation applies; errors name the Hugging Face key the bad value came
+from.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from .fields import SpecError, from_mapping, show
 from .hf_config import HFConfig
-from .hf_text import LLAMA_KEYS, TEXT_BUILDERS, is_llama_compatible, llama
+from .hf_text import LLAMA_KEYS, TEXT_BUILDERS, Builder, is_llama_compatible, llama
 from .hf_vision import VISION_BUILDERS
 from .model import ModelSpec
 
 BUILDERS = {**TEXT_BUILDERS, **VISION_BUILDERS}
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(BUILDERS)
+# transformers' class-name suffixes (modeling_auto.py): a language model's head, or a vision-language model's
+ARCHITECTURE_SUFFIXES = {"ForCausalLM": TEXT_BUILDERS, "LMHeadModel": TEXT_BUILDERS,
+                         "ForConditionalGeneration": VISION_BUILDERS}
+LLAMA_ASSUMED = "a Llama-style decoder (RMSNorm, rotary positions, gated MLP, no experts)"
 
 
-def _source(config: Mapping[str, Any], model_type: str, generic_keys: list[str] | None) -> str:
+class Reader(NamedTuple):
+    """How a config is read: the builder, and for a model_type ndcp does not know, what was assumed."""
+
+    build: Builder
+    assumed: str  # "" for a supported model_type
+
+
+def architecture_type(config: Mapping[str, Any]) -> str | None:
+    """The supported model_type an `architectures` entry names: its class name less the head suffix, compared
+    without case and underscores (DeepseekV3ForCausalLM: deepseek_v3; Llama4ForCausalLM: llama4_text)."""
+    names = config.get("architectures")
+    for name in names if isinstance(names, list) else ():
+        for suffix, builders in ARCHITECTURE_SUFFIXES.items():
+            if isinstance(name, str) and name.endswith(suffix):
+                stem = name[:-len(suffix)].lower().replace("_", "")
+                for model_type in builders:
+                    if model_type.replace("_", "") in (stem, stem + "text"):
+                        return model_type
+    return None
+
+
+def _reader(config: Mapping[str, Any], context: str) -> Reader:
+    """The builder for the config's model_type, or for a type ndcp does not know, its architecture's or Llama's."""
+    model_type = config.get("model_type")
+    supported = ", ".join(SUPPORTED_MODEL_TYPES)
+    if model_type is None:
+        raise SpecError(f"{context}model_type: missing in Hugging Face config; supported model types: {supported}")
+    if isinstance(model_type, str) and model_type in BUILDERS:
+        return Reader(BUILDERS[model_type], "")
+    if isinstance(model_type, str) and (known := architecture_type(config)):
+        names = ", ".join(str(name) for name in config["architectures"])
+        return Reader(BUILDERS[known], f"read by the {known} reader (its architectures: {names})")
+    if isinstance(model_type, str) and is_llama_compatible(config):
+        return Reader(llama, f"read as {LLAMA_ASSUMED}")
+    raise SpecError(f"{context}model_type={show(model_type)} is not supported; supported model types: {supported}; "
+                    f"or any llama-compatible config (keys {', '.join(LLAMA_KEYS)}, no experts)")
+
+
+def _source(config: Mapping[str, Any], model_type: str, assumed: bool) -> str:
     origin = config.get("_name_or_path")
     where = f"{origin}, model_type {model_type}" if origin else f"model_type {model_type}"
-    if generic_keys is not None:
-        where += f", read as llama-compatible from {', '.join(generic_keys)}"
+    if assumed:
+        where += ", not a supported type"
     return f"Hugging Face config.json ({where})"
 
 
@@ -33,18 +77,16 @@ def model_from_hf_config(config: Mapping[str, Any], name: str, *, context: str =
     """Build a ModelSpec named `name` from a parsed Hugging Face `config.json` mapping."""
     if not isinstance(config, Mapping):
         raise SpecError(f"{context}expected a Hugging Face config mapping, got {type(config).__name__}")
-    supported = ", ".join(SUPPORTED_MODEL_TYPES)
-    model_type = config.get("model_type")
-    if model_type is None:
-        raise SpecError(f"{context}model_type: missing in Hugging Face config; supported model types: {supported}")
-    generic = isinstance(model_type, str) and model_type not in BUILDERS and is_llama_compatible(config)
-    if not isinstance(model_type, str) or (model_type not in BUILDERS and not generic):
-        raise SpecError(f"{context}model_type={show(model_type)} is not supported; supported model types: "
-                        f"{supported}; or any llama-compatible config (keys {', '.join(LLAMA_KEYS)}, no experts)")
+    reader = _reader(config, context)
     cfg = HFConfig(config, context)
-    fields = llama(cfg) if generic else BUILDERS[model_type](cfg)
+    fields = reader.build(cfg)
+    model_type = config["model_type"]
     fields["name"] = name
-    fields["source"] = source or _source(config, model_type, sorted(cfg.read) if generic else None)
+    fields["source"] = source or _source(config, model_type, bool(reader.assumed))
+    if reader.assumed:
+        line = (f"Hugging Face model_type {model_type!r} is not one ndcp knows: {reader.assumed}, from "
+                f"{', '.join(sorted(cfg.read))}; other keys ignored")
+        fields["assumptions"] = (line,) + tuple(fields.get("assumptions", ()))
     return build_spec(ModelSpec, fields, cfg)
 
 
@@ -61,4 +103,4 @@ def build_spec(cls, fields: dict[str, Any], cfg: HFConfig):
         raise SpecError(f"{message} (from Hugging Face key {key!r})" if key else message) from None
 
 
-__all__ = ["model_from_hf_config", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["model_from_hf_config", "architecture_type", "SUPPORTED_MODEL_TYPES"]

@@ -73,6 +73,14 @@ class HFConfig:
             raise self.error(key, value, "expected true or false")
         return value
 
+    def indices(self, key: str, default: Any = _MISSING) -> list[int]:
+        """A list of integers >= 0 (layer indices, per-layer flags)."""
+        value = self.raw(key, default)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                           for i in value):
+            raise self.error(key, value, "expected a list of integers >= 0")
+        return list(value)
+
     def take(self, field: str, key: str, value: Any) -> Any:
         """Record that ModelSpec `field` comes from HF `key` and return the value."""
         self.keys[field] = key
@@ -116,6 +124,17 @@ def fit_moe_layers(cfg: HFConfig, layers: int, sparse: list[int], how: str) -> t
     return first, frequency
 
 
+def global_every(cfg: HFConfig, key: str, local: list[bool], attention: str) -> int:
+    """ModelSpec.global_every for the per-layer pattern `local` (True: the layer attends locally; read from HF
+    `key`): 0 when every layer is local, n when layers n-1, 2n-1, ... are the full-attention ones; any other
+    pattern is refused."""
+    every = 0 if all(local) else local.index(False) + 1
+    if local != [not every or (i + 1) % every != 0 for i in range(len(local))]:
+        raise cfg.error(key, cfg.data[key], f"ndcp models full attention on every n-th layer and {attention} on "
+                                            "the others")
+    return every
+
+
 def windows(cfg: HFConfig, layers: int, every: int = 0) -> dict[str, int]:
     """sliding_window and global_every: from `layer_types` when the config lists it (transformers >= 4.53; Qwen2's
     `max_window_layers`: the layers from that index on), else `sliding_window` on every layer but each `every`-th
@@ -133,11 +152,9 @@ def windows(cfg: HFConfig, layers: int, every: int = 0) -> dict[str, int]:
         windowed = [t == SLIDING for t in types]
         if not any(windowed):
             return {}
-        every = 0 if all(windowed) else windowed.index(False) + 1
-        if windowed != [not every or (i + 1) % every != 0 for i in range(layers)]:
-            raise cfg.error(key, cfg.data[key], "ndcp models full attention on every n-th layer and the sliding "
-                                                "window on the others")
+        every = global_every(cfg, key, windowed, "the sliding window")
     return {"sliding_window": cfg.take("sliding_window", "sliding_window", window),
             "global_every": cfg.take("global_every", key if types is not None else "sliding_window", every)}
 
-__all__ = ["HFConfig", "activation", "head_dim", "fit_moe_layers", "windows", "GELU_NAMES", "SILU_NAMES"]
+__all__ = ["HFConfig", "activation", "head_dim", "fit_moe_layers", "global_every", "windows",
+           "GELU_NAMES", "SILU_NAMES"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .hf_config import HFConfig, activation, fit_moe_layers, head_dim, windows
+from .hf_config import HFConfig, activation, fit_moe_layers, global_every, head_dim, windows
 
 Builder = Callable[[HFConfig], dict[str, Any]]
 
@@ -130,10 +130,7 @@ def qwen_moe(cfg: HFConfig, qkv_bias: bool) -> dict[str, Any]:
     step = cfg.int("decoder_sparse_step", 1)
     if step < 1:
         raise cfg.error("decoder_sparse_step", step, "expected an integer >= 1")
-    mlp_only = cfg.raw("mlp_only_layers", [])
-    if not isinstance(mlp_only, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                          for i in mlp_only):
-        raise cfg.error("mlp_only_layers", mlp_only, "expected a list of layer indices")
+    mlp_only = cfg.indices("mlp_only_layers", [])
     dense_only = set(mlp_only)
     sparse = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
     first, frequency = fit_moe_layers(cfg, layers, sparse,
@@ -241,26 +238,111 @@ def deepseek(cfg: HFConfig) -> dict[str, Any]:
             "v_head_dim": cfg.take("mla.v_head_dim", "v_head_dim", cfg.int("v_head_dim")),
         },
     }
-    experts = cfg.int("n_routed_experts", 0)
+    experts = _deepseek_moe(cfg, layers)
     if experts:
-        first_k = cfg.int("first_k_dense_replace", 0)
-        freq = cfg.int("moe_layer_freq", 1)
-        if freq < 1:
-            raise cfg.error("moe_layer_freq", freq, "expected an integer >= 1")
-        # HF: layer i is MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0
-        sparse = [i for i in range(layers) if i >= first_k and i % freq == 0]
-        first, frequency = fit_moe_layers(cfg, layers, sparse,
-                                          f"first_k_dense_replace={first_k} with moe_layer_freq={freq}")
-        fields["moe"] = {
-            "experts": cfg.take("moe.experts", "n_routed_experts", experts),
-            "top_k": cfg.take("moe.top_k", "num_experts_per_tok", cfg.int("num_experts_per_tok")),
-            "expert_ffn_hidden": cfg.take("moe.expert_ffn_hidden", "moe_intermediate_size",
-                                          cfg.int("moe_intermediate_size")),
-            "shared_experts": cfg.take("moe.shared_experts", "n_shared_experts", cfg.int("n_shared_experts", 0)),
-            "first_dense_layers": cfg.take("moe.first_dense_layers", "first_k_dense_replace", first),
-            "layer_frequency": cfg.take("moe.layer_frequency", "moe_layer_freq", frequency),
-        }
+        fields["moe"] = experts
     return fields
+
+
+def _deepseek_moe(cfg: HFConfig, layers: int, first_dense_default: int = 0,
+                  shared_default: int = 0) -> dict[str, Any] | None:
+    """DeepSeek-style experts (DeepSeek-V2/V3, Kimi-K2, GLM-4.5): `n_routed_experts` of `moe_intermediate_size`,
+    `n_shared_experts` always on, MoE on layer i iff i >= first_k_dense_replace and i % moe_layer_freq == 0 (HF's
+    rule); None without routed experts."""
+    experts = cfg.int("n_routed_experts", 0)
+    if not experts:
+        return None
+    first_k = cfg.int("first_k_dense_replace", first_dense_default)
+    freq = cfg.int("moe_layer_freq", 1)
+    if freq < 1:
+        raise cfg.error("moe_layer_freq", freq, "expected an integer >= 1")
+    sparse = [i for i in range(layers) if i >= first_k and i % freq == 0]
+    first, frequency = fit_moe_layers(cfg, layers, sparse,
+                                      f"first_k_dense_replace={first_k} with moe_layer_freq={freq}")
+    return {
+        "experts": cfg.take("moe.experts", "n_routed_experts", experts),
+        "top_k": cfg.take("moe.top_k", "num_experts_per_tok", cfg.int("num_experts_per_tok")),
+        "expert_ffn_hidden": cfg.take("moe.expert_ffn_hidden", "moe_intermediate_size",
+                                      cfg.int("moe_intermediate_size")),
+        "shared_experts": cfg.take("moe.shared_experts", "n_shared_experts",
+                                   cfg.int("n_shared_experts", shared_default)),
+        "first_dense_layers": cfg.take("moe.first_dense_layers", "first_k_dense_replace", first),
+        "layer_frequency": cfg.take("moe.layer_frequency", "moe_layer_freq", frequency),
+    }
+
+
+def glm4_moe(cfg: HFConfig) -> dict[str, Any]:
+    """GLM-4.5 / GLM-4.5-Air (GLM-4.5 Team 2025 §2.1; transformers Glm4MoeConfig): grouped-query attention with an
+    explicit head_dim and q/k/v biases (attention_bias), DeepSeek-style routed and shared experts after
+    `first_k_dense_replace` dense layers (defaults: 1 dense layer, 1 shared expert), MTP layers
+    (num_nextn_predict_layers). Partial rotary embeddings and the QK norm (use_qk_norm) change no parameter count
+    beyond a few hundred norm weights."""
+    fields = _biases(cfg, _llama_like(cfg, 131072), mlp_key="")
+    fields["mtp_depth"] = cfg.take("mtp_depth", "num_nextn_predict_layers", cfg.int("num_nextn_predict_layers", 0))
+    experts = _deepseek_moe(cfg, fields["layers"], first_dense_default=1, shared_default=1)
+    if experts:
+        fields["moe"] = experts
+    return fields
+
+
+def llama4_text(cfg: HFConfig) -> dict[str, Any]:
+    """Llama 4 (Meta 2025, Llama 4 model card; transformers Llama4TextConfig, defaults as there): routed experts
+    (num_local_experts of intermediate_size, top num_experts_per_tok) and one shared expert of the same width on the
+    `moe_layers` (default every interleave_moe_layer_step-th layer: Scout 1, Maverick 2), dense layers of
+    intermediate_size_mlp between them, chunked attention on the RoPE layers (llama4_chunks). The QK norm is an L2
+    norm without weights."""
+    fields = _biases(cfg, _llama_like(cfg, 4096 * 32), mlp_key="")
+    layers = fields["layers"]
+    fields["ffn_hidden"] = cfg.take("ffn_hidden", "intermediate_size_mlp", cfg.int("intermediate_size_mlp", 16384))
+    if cfg.raw("moe_layers", None) is not None:
+        key, sparse = "moe_layers", sorted(set(cfg.indices("moe_layers")))
+    else:
+        key, step = "interleave_moe_layer_step", cfg.int("interleave_moe_layer_step", 1)
+        if step < 1:
+            raise cfg.error(key, step, "expected an integer >= 1")
+        sparse = list(range(step - 1, layers, step))
+    first, frequency = fit_moe_layers(cfg, layers, [i for i in sparse if i < layers], f"{key}={cfg.raw(key, 1)}")
+    fields["moe"] = {
+        "experts": cfg.take("moe.experts", "num_local_experts", cfg.int("num_local_experts", 16)),
+        "top_k": cfg.take("moe.top_k", "num_experts_per_tok", cfg.int("num_experts_per_tok", 1)),
+        "expert_ffn_hidden": cfg.take("moe.expert_ffn_hidden", "intermediate_size", cfg.int("intermediate_size")),
+        "shared_experts": 1,
+        "first_dense_layers": cfg.take("moe.first_dense_layers", key, first),
+        "layer_frequency": cfg.take("moe.layer_frequency", key, frequency),
+    }
+    return {**fields, **llama4_chunks(cfg, layers)}
+
+
+CHUNKED = "chunked_attention"
+
+
+def llama4_chunks(cfg: HFConfig, layers: int) -> dict[str, int]:
+    """attention_chunk and global_every: chunks of attention_chunk_size (default 8192; null = none) on the layers
+    `layer_types` marks chunked_attention, else those `no_rope_layers` marks 1 (RoPE), else all but every
+    no_rope_layer_interval-th (default 4), as Llama4TextConfig derives them; full attention on the others."""
+    if "attention_chunk_size" in cfg.data and cfg.raw("attention_chunk_size", None) is None:
+        return {}
+    chunk = cfg.int("attention_chunk_size", 8192)
+    types, flags = cfg.raw("layer_types", None), cfg.indices("no_rope_layers", [])
+    if types is not None:
+        key = "layer_types"
+        if not isinstance(types, list) or len(types) != layers or not set(types) <= {CHUNKED, "full_attention"}:
+            raise cfg.error(key, types, f"expected a list of {layers} entries, each {CHUNKED!r} or 'full_attention'")
+        local = [t == CHUNKED for t in types]
+    elif flags:  # HF: "at least the same length as the number of layers"; 1 = RoPE (and chunked)
+        key = "no_rope_layers"
+        if len(flags) < layers or not set(flags) <= {0, 1}:
+            raise cfg.error(key, flags, f"expected at least {layers} entries, each 0 or 1")
+        local = [flag == 1 for flag in flags[:layers]]
+    else:
+        key, interval = "no_rope_layer_interval", cfg.int("no_rope_layer_interval", 4)
+        if interval < 1:
+            raise cfg.error(key, interval, "expected an integer >= 1")
+        local = [(i + 1) % interval != 0 for i in range(layers)]
+    if not chunk or not any(local):
+        return {}
+    return {"attention_chunk": cfg.take("attention_chunk", "attention_chunk_size", chunk),
+            "global_every": cfg.take("global_every", key, global_every(cfg, key, local, "chunked attention"))}
 
 
 TEXT_BUILDERS: dict[str, Builder] = {
@@ -285,6 +367,9 @@ TEXT_BUILDERS: dict[str, Builder] = {
     "glm4": glm4,
     "deepseek_v2": deepseek,
     "deepseek_v3": deepseek,
+    "kimi_k2": deepseek,  # Kimi-K2: the DeepSeek-V3 architecture (DeepseekV3ForCausalLM), 384 experts, 64 heads
+    "glm4_moe": glm4_moe,
+    "llama4_text": llama4_text,
 }
 
 # Keys a config must have for the generic llama-compatible path (docs/models.md §1)

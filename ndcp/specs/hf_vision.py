@@ -20,7 +20,10 @@ GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate
                         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                         "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072,
                         "sliding_window": 4096, "sliding_window_pattern": 6}
-TEXT_DEFAULTS = {"llama": LLAMA_DEFAULTS, "gemma3_text": GEMMA3_TEXT_DEFAULTS}
+# transformers Llama4TextConfig defaults (configuration_llama4.py; Llama-4-Scout's shape)
+LLAMA4_TEXT_DEFAULTS = {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+                        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128}
+TEXT_DEFAULTS = {"llama": LLAMA_DEFAULTS, "gemma3_text": GEMMA3_TEXT_DEFAULTS, "llama4_text": LLAMA4_TEXT_DEFAULTS}
 # transformers CLIPVisionConfig / SiglipVisionConfig defaults
 VISION_DEFAULTS = {
     "clip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
@@ -139,11 +142,23 @@ def _qwen_vit(vision: HFConfig, output_hidden: int, v2_5: bool) -> dict[str, Any
     }
 
 
+def llama4(cfg: HFConfig) -> dict[str, Any]:
+    """Llama 4 Scout / Maverick (Llama4ForConditionalGeneration): the llama4_text model of `text_config`. Its vision
+    tower (a ViT whose pixel-shuffled patches pass a two-layer adapter and a linear projector) is not modelled: the
+    spec is the text model, and its assumptions say so."""
+    fields = _text(cfg, "llama4_text")
+    if "vision_config" in cfg.data:
+        fields["assumptions"] = ("Llama 4 vision_config: the vision encoder and its adapter are not modelled; the "
+                                 "text model is planned alone (as for text-only training)",)
+    return fields
+
+
 VISION_BUILDERS: dict[str, Callable[[HFConfig], dict[str, Any]]] = {
     "llava": llava,
     "gemma3": gemma3,
     "qwen2_vl": lambda cfg: qwen2_vl(cfg, v2_5=False),
     "qwen2_5_vl": lambda cfg: qwen2_vl(cfg, v2_5=True),
+    "llama4": llama4,
 }
 
 __all__ = ["VISION_BUILDERS"]

@@ -154,15 +154,21 @@ class ModelSpec:
     sliding_window: int = 0
     """sliding-window attention (Beltagy et al. 2020, Longformer; Mistral 7B): each query sees at most the last
     `sliding_window` keys (0 = full causal attention)"""
+    attention_chunk: int = 0
+    """chunked local attention (Llama 4): each query attends only to the keys of its own block of `attention_chunk`
+    tokens, causally (0 = none; not with sliding_window)"""
     global_every: int = 0
-    """with a sliding window, layers n-1, 2n-1, ... keep full attention (Gemma 2: 2, Gemma 3: 6, gpt-oss: 2); 0 =
-    every layer is windowed (Mistral 7B v0.1, Phi-3, StarCoder2)"""
+    """with a sliding window or chunks, layers n-1, 2n-1, ... keep full attention (Gemma 2: 2, Gemma 3: 6, gpt-oss:
+    2, Llama 4: 4); 0 = every layer is local (Mistral 7B v0.1, Phi-3, StarCoder2)"""
     causal: bool = True
     """a causal decoder; false: bidirectional attention (a ViT encoder's layers)"""
     encoder: EncoderSpec | None = None
     """a vision encoder and projector beside the language model (docs/models.md §5)"""
     source: str = ""
     """where the shape comes from (a config, a paper)"""
+    assumptions: tuple[str, ...] = ()
+    """what reading the source assumed or approximated, one line each (a Hugging Face config of a model_type ndcp
+    does not know, read the Llama way; docs/models.md §1): every report's assumptions print them"""
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name.strip() != "", "name", self.name, "expected a non-empty name")
@@ -170,6 +176,9 @@ class ModelSpec:
             text = getattr(self, name)
             require(isinstance(text, str) and _printable(text), name, text,
                     "expected printable text (no control characters or unpaired surrogates)")
+        require(isinstance(self.assumptions, tuple) and all(isinstance(line, str) and _printable(line)
+                                                            for line in self.assumptions),
+                "assumptions", self.assumptions, "expected a list of printable lines")
         positive_int("layers", self.layers, MAX_LAYERS)
         for name in ("hidden", "heads", "ffn_hidden", "vocab", "max_positions"):
             positive_int(name, getattr(self, name))
@@ -177,9 +186,13 @@ class ModelSpec:
         non_negative_int("head_dim", self.head_dim)
         non_negative_int("mtp_depth", self.mtp_depth, MAX_LAYERS)
         non_negative_int("sliding_window", self.sliding_window)
+        non_negative_int("attention_chunk", self.attention_chunk)
+        require(not (self.attention_chunk and self.sliding_window), "attention_chunk", self.attention_chunk,
+                f"expected 0 with a sliding_window ({self.sliding_window}): a layer attends within a window or a chunk")
         non_negative_int("global_every", self.global_every, MAX_LAYERS)
-        require(self.global_every == 0 or self.sliding_window > 0, "global_every", self.global_every,
-                "needs a sliding_window > 0 (the other layers' window); expected 0 without one")
+        require(self.global_every == 0 or self.sliding_window > 0 or self.attention_chunk > 0, "global_every",
+                self.global_every, "needs a sliding_window or an attention_chunk > 0 (the other layers' attention); "
+                                   "expected 0 without one")
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORMS)
         one_of("position_embedding", self.position_embedding, POSITIONS)
@@ -210,15 +223,16 @@ class ModelSpec:
     def gated(self) -> bool:
         return self.activation in GATED_ACTIVATIONS
 
-    def is_windowed_layer(self, index: int) -> bool:
-        """Whether body layer `index` (0-based) attends within the sliding window (else: full causal attention)."""
-        if not self.sliding_window:
+    def is_local_layer(self, index: int) -> bool:
+        """Whether body layer `index` (0-based) attends within the sliding window or its chunk (else: full causal
+        attention)."""
+        if not (self.sliding_window or self.attention_chunk):
             return False
         return not self.global_every or (index + 1) % self.global_every != 0
 
     @cached_property
-    def windowed_layers(self) -> int:
-        return sum(self.is_windowed_layer(i) for i in range(self.layers))
+    def local_layers(self) -> int:
+        return sum(self.is_local_layer(i) for i in range(self.layers))
 
     @property
     def norm_params(self) -> int:

@@ -1,4 +1,4 @@
-"""Strategies and sizes as users write them: `--strategy tp=8,pp=16,...`, a strategy YAML file, `70GiB`.
+"""Strategies as users write them: `--strategy tp=8,pp=16,...` or a strategy YAML file.
 
 Parsing checks and converts each value (SpecError names the key and what is valid); `derive_batch_split` fills in
 dp and mbn (the rest of the GPUs and of the global batch). Validity is the rulebook's (ndcp.rules), applied by the
@@ -7,7 +7,6 @@ caller (ndcp.policy.build_strategy) on the whole strategy.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,34 +17,6 @@ from .pipeline_layout import check_layout, first_last_partition, parse_layout
 from .run import RunSpec
 from .recompute import option_for_modules
 from .strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, default_partition
-from .units import GB, GIB, KB, KIB, MB, MIB, TB, TIB
-
-# -- sizes -------------------------------------------------------------------------------------------------------
-_SIZE_UNITS = {"b": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
-               "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """Bytes from "70GiB", "75GB", "80000MiB", "1.5TiB" or "85899345920B" (decimal and binary units). A bare number
-    is refused: `70` meant as GiB would otherwise be read as 70 bytes."""
-    match = _SIZE_RE.match(str(text))
-    unit = match.group(3).lower() if match else ""
-    if match and not unit:
-        number = str(text).strip()
-        raise SpecError(f"invalid size {text!r}: a size needs a unit, e.g. {number}GiB (binary) or {number}GB "
-                        f"(decimal); {number}B for bytes")
-    if not match or unit not in _SIZE_UNITS:
-        raise SpecError(f"invalid size {text!r}: expected e.g. 70GiB, 75GB, 80000MiB or 85899345920B")
-    try:  # a huge exponent (1e400GB) overflows the float: too large, not a crash
-        number = float(match.group(1)) * (10.0 ** int(match.group(2)) if match.group(2) else 1)
-        value = number * _SIZE_UNITS[unit]
-    except (OverflowError, ValueError):
-        value = math.inf
-    if not value <= 1 << 60:
-        raise SpecError(f"invalid size {text!r}: too large")
-    return int(round(value))
-
 
 # -- strategy values ---------------------------------------------------------------------------------------------
 STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
@@ -308,5 +279,5 @@ def derive_batch_split(cluster: ClusterSpec, run: RunSpec, v: dict[str, Any]) ->
         v["mbn"] = run.global_batch // per_microbatch
 
 
-__all__ = ["parse_size", "parse_strategy_string", "load_strategy_file", 
-           "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE", "derive_batch_split", "recompute_plan", "FILE_ONLY_KEYS", "ON_WORDS", "OFF_WORDS"]
+__all__ = ["parse_strategy_string", "load_strategy_file", "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE",
+           "derive_batch_split", "recompute_plan", "FILE_ONLY_KEYS", "ON_WORDS", "OFF_WORDS"]

@@ -3,6 +3,7 @@ specs, the reports and the command line."""
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Mapping, TypeVar
 
@@ -39,6 +40,41 @@ def parse_count(text: str) -> int:
     return _with_suffix(text, _COUNT_SUFFIXES, "count", "1000000, 300M, 1.5B or 15T")
 
 
+# Sizes: decimal (GB = 10^9) and binary (GiB = 2^30) units; a lone letter (g, m, ...) is binary, as GNU tools read it.
+_SIZE_UNITS = {"b": 1, "bytes": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
+               "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
+# "70B" is how model sizes are written (70 billion parameters): a byte count under 1 MiB with the unit B is refused as
+# that slip, not read as a size no device, reserve or host has. `bytes` spelled out always means bytes.
+_SMALLEST_BYTE_COUNT = MIB
+_SIZE_FORMS = "70GiB, 75GB, 80000MiB or 85899345920B"
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "70GiB", "75GB", "80000MiB", "1.5TiB", "85899345920B" or "1024bytes" (decimal and binary units).
+    Refused: a bare number (`70` meant as GiB would be 70 bytes) and B on a count under 1 MiB (`70B` meant as 70 GB:
+    B is bytes, not billions)."""
+    match = _SIZE_RE.match(str(text))
+    unit = match.group(3).lower() if match else ""
+    number = str(text).strip()
+    if match and not unit:
+        raise SpecError(f"invalid size {text!r}: a size needs a unit, e.g. {number}GiB (binary) or {number}GB "
+                        f"(decimal); {number}bytes for bytes")
+    if not match or unit not in _SIZE_UNITS:
+        raise SpecError(f"invalid size {text!r}: expected e.g. {_SIZE_FORMS}")
+    try:  # a huge exponent (1e400GB) overflows the float: too large, not a crash
+        value = float(match.group(1)) * (10.0 ** int(match.group(2)) if match.group(2) else 1) * _SIZE_UNITS[unit]
+    except (OverflowError, ValueError):
+        value = math.inf
+    if not value <= 1 << 60:
+        raise SpecError(f"invalid size {text!r}: too large")
+    if unit == "b" and 0 < value < _SMALLEST_BYTE_COUNT:
+        count = number[:-1].strip()
+        raise SpecError(f"invalid size {text!r}: {number} reads as {count} bytes; did you mean {count}GB or "
+                        f"{count}GiB? ({count}bytes if bytes are meant)")
+    return int(round(value))
+
+
 T = TypeVar("T")
 
 
@@ -52,4 +88,5 @@ def lookup(name: str, table: Mapping[str, T], what: str) -> T:
     raise SpecError(f"{what}={name!r} is not known{hint}; valid: {', '.join(table)}")
 
 
-__all__ = ["KIB", "MIB", "GIB", "TIB", "KB", "MB", "GB", "TB", "parse_length", "parse_count", "lookup"]
+__all__ = ["KIB", "MIB", "GIB", "TIB", "KB", "MB", "GB", "TB", "parse_length", "parse_count", "parse_size",
+           "lookup"]

@@ -11,6 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..report.plots import _check_path, _matplotlib, _save
+from ..report.terminal import assumed_lines
+from ..specs.model import ModelSpec
 from .results import knees, series
 
 DAY = 86400.0
@@ -48,7 +50,9 @@ def sweep_table(rows: list[dict], priced: bool) -> Table:
     return table
 
 
-def print_sweep(console: Console, rows: list[dict], priced: bool) -> None:
+def print_sweep(console: Console, model: ModelSpec, rows: list[dict], priced: bool) -> None:
+    for line in assumed_lines(model):
+        console.print(line)
     console.print(sweep_table(rows, priced))
     for r in rows:
         console.print(f"{r['device']} x {r['gpus']}, GBS {r['global_batch']}, seq {r['seq_len']}: "

@@ -1,7 +1,7 @@
 """A sweep's results: the JSON document, the CSV, the JSONL log that `--resume` reads, and the knee of each
 time-to-train curve.
 
-JSON: `{points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds, mfu, tokens_per_second,
+JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds, mfu, tokens_per_second,
 time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing fits or no price was
 given. The JSONL log holds one answer per line, with its problem key (solve.Job.key), appended as points finish.
 """
@@ -14,14 +14,16 @@ import sys
 from pathlib import Path
 
 from ..specs.fields import SpecError
+from ..specs.model import ModelSpec
 
 POINT_KEYS = ("device", "gpus", "global_batch", "seq_len", "status", "strategy", "step_seconds", "mfu",
               "tokens_per_second", "steps", "time_to_train_seconds", "gpu_hours", "cost", "solve_seconds",
               "explanation")
 
 
-def sweep_document(rows: list[dict], model: str, tokens: int, price: float | None) -> dict:
-    return {"model": model, "tokens": tokens, "price_per_gpu_hour": price,
+def sweep_document(rows: list[dict], model: ModelSpec, tokens: int, price: float | None) -> dict:
+    return {"model": model.name, "model_assumptions": list(model.assumptions), "tokens": tokens,
+            "price_per_gpu_hour": price,
             "points": [{key: row.get(key) for key in POINT_KEYS} for row in rows],
             "knees": knees(rows)}
 

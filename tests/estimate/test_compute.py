@@ -116,3 +116,17 @@ def test_sliding_window_counts_the_band_of_the_causal_mask():
     assert attention_core_flops(windowed, s, s, 1, causal=False) == attention_core_flops(full, s, s, 1, causal=False)
     # the MFU numerator under the causal convention counts the band too
     assert model_flops_per_sequence(windowed, s, "causal") < model_flops_per_sequence(full, s, "causal")
+
+
+def test_chunked_attention_counts_the_causal_half_of_each_chunk():
+    # Llama 4: queries see only their own chunk of c tokens, causally: n whole chunks of c^2/2 pairs and r^2/2 in the
+    # rest, on 3 of 4 layers (global_every=4); the NoPE layers keep full causal attention
+    full = ModelSpec(name="m", layers=4, hidden=1024, heads=8, ffn_hidden=4096, vocab=1000)
+    chunked = dataclasses.replace(full, attention_chunk=3000, global_every=4)
+    s = 8192  # two whole chunks and 2,192 tokens left
+    causal = attention_core_flops(full, s, s, 1, causal=True)
+    local = causal * (2 * 3000**2 + 2192**2) / s**2
+    assert attention_core_flops(chunked, s, s, 1, causal=True) == pytest.approx((3 * local + causal) / 4)
+    # a chunk as long as the sequence is plain causal attention; unfused attention computes every score
+    assert attention_core_flops(dataclasses.replace(full, attention_chunk=s), s, s, 1, causal=True) == causal
+    assert attention_core_flops(chunked, s, s, 1, causal=False) == attention_core_flops(full, s, s, 1, causal=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ndcp.specs import SpecError
-from ndcp.specs.hf import SUPPORTED_MODEL_TYPES, model_from_hf_config
+from ndcp.specs.hf import SUPPORTED_MODEL_TYPES, architecture_type, model_from_hf_config
 from ndcp.specs.library import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -58,7 +58,7 @@ def test_activations_by_architecture():
 def test_sliding_window_patterns():
     def pattern(name):
         model = load_model(str(FIXTURES / name))
-        return model.sliding_window, [model.is_windowed_layer(i) for i in range(model.layers)]
+        return model.sliding_window, [model.is_local_layer(i) for i in range(model.layers)]
 
     window, layers = pattern("gemma-2-9b")  # Gemma 2: local, global, local, ...
     assert window == 4096 and layers[:4] == [True, False, True, False]
@@ -97,20 +97,43 @@ def test_gated_relu_is_refused_with_valid_names():
         model_from_hf_config(dict(config, hidden_act="relu"), "x")
 
 
-def test_llama_compatible_generic_path_names_the_keys_read():
+def test_llama_compatible_generic_path_says_so_with_the_keys_read():
     config = json.loads((FIXTURES / "qwen3-8b" / "config.json").read_text())
+    del config["architectures"]
     generic = model_from_hf_config(dict(config, model_type="my_new_llama"), "generic")
     assert generic.parameters == load_model(str(FIXTURES / "qwen3-8b")).parameters
-    assert "llama-compatible" in generic.source
+    assert "not a supported type" in generic.source
+    (line,) = generic.assumptions
+    assert "model_type 'my_new_llama' is not one ndcp knows: read as a Llama-style decoder" in line
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                 "intermediate_size", "vocab_size", "hidden_act", "max_position_embeddings"):
-        assert key in generic.source
+        assert key in line
+    assert load_model(str(FIXTURES / "qwen3-8b")).assumptions == ()
+
+
+def test_an_unknown_type_is_read_by_the_reader_its_architectures_name():
+    config = json.loads((FIXTURES / "gpt-oss-20b" / "config.json").read_text())
+    renamed = model_from_hf_config(dict(config, model_type="gpt_oss_next"), "renamed")
+    assert renamed.parameters == load_model(str(FIXTURES / "gpt-oss-20b")).parameters
+    (line,) = renamed.assumptions
+    assert "read by the gpt_oss reader (its architectures: GptOssForCausalLM)" in line
+
+
+@pytest.mark.parametrize("architecture, model_type", [
+    ("DeepseekV3ForCausalLM", "deepseek_v3"), ("Qwen2MoeForCausalLM", "qwen2_moe"), ("GPT2LMHeadModel", "gpt2"),
+    ("GPTNeoXForCausalLM", "gpt_neox"), ("Gemma3ForCausalLM", "gemma3_text"), ("Gemma3ForConditionalGeneration",
+                                                                                 "gemma3"),
+    ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"), ("BertModel", None), ("MambaForCausalLM", None),
+])
+def test_architecture_names_map_to_model_types(architecture, model_type):
+    assert architecture_type({"architectures": [architecture]}) == model_type
 
 
 def test_unknown_type_without_llama_keys_says_what_is_accepted():
     with pytest.raises(SpecError, match="llama-compatible config"):
         model_from_hf_config({"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12}, "bert")
     moe = json.loads((FIXTURES / "gpt-oss-20b" / "config.json").read_text())
+    del moe["architectures"]
     with pytest.raises(SpecError, match="not supported"):  # experts are not read the Llama way
         model_from_hf_config(dict(moe, model_type="my_moe"), "m")
 
@@ -118,7 +141,7 @@ def test_unknown_type_without_llama_keys_says_what_is_accepted():
 def test_qwen_max_window_layers():
     config = json.loads((FIXTURES / "qwen3-8b" / "config.json").read_text())
     windowed = dict(config, use_sliding_window=True, sliding_window=4096, max_window_layers=0)
-    assert model_from_hf_config(windowed, "q").windowed_layers == 36
+    assert model_from_hf_config(windowed, "q").local_layers == 36
     assert model_from_hf_config(dict(windowed, max_window_layers=36), "q").sliding_window == 0
     with pytest.raises(SpecError, match="max_window_layers=28"):  # the top 8 layers only: not a periodic pattern
         model_from_hf_config(dict(windowed, max_window_layers=28), "q")

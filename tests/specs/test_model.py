@@ -222,11 +222,19 @@ def test_activation_decides_the_gate_projection():
 
 
 def test_sliding_window_layers():
-    assert _small().windowed_layers == 0
+    assert _small().local_layers == 0
     every_layer = _small(sliding_window=128)
-    assert every_layer.windowed_layers == 6
+    assert every_layer.local_layers == 6
     interleaved = _small(sliding_window=128, global_every=3)  # layers 2 and 5 keep full attention
-    assert [interleaved.is_windowed_layer(i) for i in range(6)] == [True, True, False, True, True, False]
+    assert [interleaved.is_local_layer(i) for i in range(6)] == [True, True, False, True, True, False]
     assert interleaved.parameters == _small().parameters  # a window changes no weight
     with pytest.raises(SpecError, match="global_every.*sliding_window"):
         _small(global_every=2)
+
+
+def test_chunked_attention_layers():
+    chunked = _small(attention_chunk=8192, global_every=4)  # Llama 4: every 4th layer keeps full attention
+    assert [chunked.is_local_layer(i) for i in range(6)] == [True, True, True, False, True, True]
+    assert chunked.local_layers == 5 and chunked.parameters == _small().parameters
+    with pytest.raises(SpecError, match="attention_chunk.*a window or a chunk"):
+        _small(attention_chunk=8192, sliding_window=4096)

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from ndcp.specs import SpecError
+from ndcp.specs.library import load_model
 from ndcp.sweep.results import append_answers, knee, knees, read_answers, sweep_csv, sweep_document
 from ndcp.sweep.solve import derive
 
@@ -53,7 +54,8 @@ def test_jsonl_log_round_trips_and_skips_a_line_cut_short(tmp_path, capsys):
 
 def test_document_and_csv_carry_the_contract_keys():
     rows = [derive(ANSWER, 10**12, 2.0)]
-    doc = json.loads(json.dumps(sweep_document(rows, "llama3-70b", 10**12, 2.0)))
+    doc = json.loads(json.dumps(sweep_document(rows, load_model("llama3-70b"), 10**12, 2.0)))
+    assert doc["model"] == "llama3-70b" and doc["model_assumptions"] == []
     point = doc["points"][0]
     for key in ("device", "gpus", "global_batch", "seq_len", "status", "strategy", "step_seconds", "mfu",
                 "tokens_per_second", "time_to_train_seconds", "gpu_hours", "cost"):
