@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark: the default search (per-layer recompute plans over every recompute option) vs the uniform one
-(`--recompute uniform`), top 10, on real models from 32 to 131,072 GPUs, dense and MoE, with and without memory caps;
+"""Benchmark: the per-layer search (per-layer recompute plans over every recompute option, in the trainer-free space:
+`--trainer any` where the tree has it, the default before) vs the uniform one (`--recompute uniform`), top 10, on real models from 32 to 131,072 GPUs, dense and MoE, with and without memory caps;
 optionally the uniform search vs the exhaustive oracle (`--oracle`).
 
 Each search is one `ndcp search ... --json -` in a fresh process, so none warms the estimators' caches for another.
@@ -13,12 +13,15 @@ absolute times).
 With `--against DIR` each case's default search also runs on another source tree (e.g. a worktree of the last
 round's commit), alternating with this one, so that the before/after speed-up (of the solve and of the whole
 process) is a ratio measured in one run.
+Under `--trainer any` the process also searches the default trainer's best plan (shown beside): its wall seconds
+include that second search, its solve seconds are the first's.
 Usage: python scripts/bench_search.py [--quick | --cases I,J] [--oracle] [--oracle-limit N] [--tree DIR]
        [--against DIR] [--markdown]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -53,8 +56,17 @@ MATRIX = [  # model, device, gpus, global batch, sequence, memory cap ("" = the 
 QUICK = [0, 2, 4, 6]
 
 
-def argv(case: tuple, method: str, time_limit: float) -> list[str]:
-    """The `ndcp search` arguments of one case and method (default, uniform, oracle)."""
+@functools.lru_cache(maxsize=None)
+def trainer_free(tree: Path) -> list[str]:
+    """The flag that searches every plan in `tree`'s ndcp: `--trainer any` where it plans for a trainer by default,
+    nothing in trees from before that default (they search every plan without it)."""
+    done = subprocess.run([sys.executable, "-m", "ndcp", "search", "--help"], capture_output=True, text=True,
+                          cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+    return ["--trainer", "any"] if ",any}" in done.stdout else []  # --trainer {megatron,...,any}
+
+
+def argv(case: tuple, method: str, time_limit: float, tree: Path = ROOT) -> list[str]:
+    """The `ndcp search` arguments of one case and method (default: per-layer, trainer-free; uniform; oracle)."""
     name, device, gpus, gbs, seq, cap = case
     out = ["search", name, "--device", device, "--gpus", str(gpus), "--global-batch", str(gbs), "--seq-len", str(seq),
            "--time-limit", str(time_limit), "--json", "-", "--quiet"]
@@ -62,18 +74,18 @@ def argv(case: tuple, method: str, time_limit: float) -> list[str]:
         out += ["--memory-cap", cap]
     if method != "default":
         out += ["--recompute", "uniform"] + (["--exhaustive"] if method == "oracle" else [])
-    return out
+    return out + trainer_free(tree)
 
 
 def run(case: tuple, method: str, time_limit: float, tree: Path = ROOT) -> dict:
     """One search in a fresh process, ndcp imported from `tree`: its JSON answer plus `wall` (seconds, process start
     included)."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "ndcp"] + argv(case, method, time_limit), capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "ndcp"] + argv(case, method, time_limit, tree), capture_output=True,
                           text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
     wall = time.perf_counter() - t0
     if done.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(argv(case, method, time_limit))}: exit {done.returncode}: {done.stderr.strip()}")
+        raise SystemExit(f"{' '.join(argv(case, method, time_limit, tree))}: exit {done.returncode}: {done.stderr.strip()}")
     answer = json.loads(done.stdout)
     answer["wall"] = wall
     return answer
