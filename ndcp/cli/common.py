@@ -71,6 +71,16 @@ def one_line(message: Any) -> str:
     return " ".join(str(message).split()) or "unknown error"
 
 
+def print_note(note: str) -> None:
+    """`ndcp: note: ...` on stderr: on a terminal wrapped between words to its width (following lines indented),
+    else one line (a log keeps one line per note)."""
+    text = f"ndcp: note: {one_line(note)}"
+    if sys.stderr.isatty():
+        text = "\n".join(textwrap.wrap(text, shutil.get_terminal_size().columns - 1, subsequent_indent="    ",
+                                       break_long_words=False, break_on_hyphens=False))
+    print(text, file=sys.stderr)
+
+
 # -- parsers and the problem arguments ---------------------------------------------------------------------------
 def subparser(subparsers, name: str, help: str, description: str, example: str) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help, description=description, formatter_class=Formatter,
@@ -118,4 +128,4 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
 
 __all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "UsageError", "InternalError",
            "Parser", "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
-           "console", "one_line", "build_strategy"]
+           "console", "one_line", "print_note", "build_strategy"]

@@ -20,7 +20,7 @@ from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
 from ..solve.result import UNKNOWN
 from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, console,
-                     one_line, subparser)
+                     one_line, print_note, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_emitted, write_plot)
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     greedy = args.recompute == "greedy"
     with SearchProgress(shown, "exhaustive" if args.exhaustive else "greedy" if greedy else "cp-sat") as progress:
         for note in planned.notes:
-            print(f"ndcp: note: {note}", file=sys.stderr)
+            print_note(note)
         result = run_search(planned, args, progress)
     found = bool(result.strategies)
     code = EXIT_OK if found else EXIT_UNKNOWN if result.status == UNKNOWN else EXIT_INFEASIBLE
