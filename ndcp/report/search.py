@@ -391,7 +391,7 @@ def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run:
             "Nearest misses (the fastest strategies, all over the memory capacity)"
         console.print(Text(title, style="bold underline"))
         for miss in result.nearest_misses:
-            console.print(miss_line(miss, result.best))
+            console.print(Breakable(miss_line(miss, result.best)))
 
 
 def one_line(result) -> str:
