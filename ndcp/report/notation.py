@@ -103,4 +103,5 @@ class Breakable:
             yield line
 
 
-__all__ = ["plan_legend", "text_plan_legend", "SUMMARY_PATTERN", "plan_codes", "shown_options", "Breakable", "break_offsets", "PLAN_SEPARATOR"]
+__all__ = ["plan_legend", "text_plan_legend", "SUMMARY_PATTERN", "plan_codes", "shown_options", "Breakable",
+           "break_offsets", "PLAN_SEPARATOR"]

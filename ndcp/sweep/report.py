@@ -13,7 +13,6 @@ from rich.text import Text
 
 from ..report.notation import Breakable, text_plan_legend
 from ..report.plots import _check_path, _matplotlib, _save
-from ..report.terminal import format_seconds
 from .results import knees, series
 
 DAY = 86400.0
@@ -41,7 +40,7 @@ def sweep_table(rows: list[dict], priced: bool, numbered: bool = False) -> Table
     points numbered instead of their device, batch and length columns (for narrow consoles)."""
     table = Table(title="sweep: the best proven strategy per point", title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 0, 0, 1))
-    names = (*(("#",) if numbered else ()), "device", "GPUs", "GBS", "seq", "status", "step", "MFU", "tok/s", "days",
+    names = (*(("#",) if numbered else ()), "device", "GPUs", "GBS", "seq", "status", "step s", "MFU", "tok/s", "days",
              "GPU-h", *(("cost",) if priced else ()))
     names = tuple(n for n in names if not (numbered and n in POINT_COLUMNS))
     for name in names:
@@ -52,7 +51,7 @@ def sweep_table(rows: list[dict], priced: bool, numbered: bool = False) -> Table
         days = None if r.get("time_to_train_seconds") is None else r["time_to_train_seconds"] / DAY
         cells = {"#": str(number), "device": r["device"], "GPUs": str(r["gpus"]), "GBS": str(r["global_batch"]),
                  "seq": str(r["seq_len"]), "status": r["status"],
-                 "step": "-" if r.get("step_seconds") is None else format_seconds(r["step_seconds"]),
+                 "step s": _number(r.get("step_seconds"), 2),
                  "MFU": "-" if mfu is None else f"{mfu:.1f}%", "tok/s": _short(r.get("tokens_per_second")),
                  "days": _number(days, 1), "GPU-h": _short(r.get("gpu_hours")), "cost": _short(r.get("cost"))}
         table.add_row(*(cells[name] for name in names))

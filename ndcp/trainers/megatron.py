@@ -52,8 +52,8 @@ def _expressible(plans: list[StageRecompute], counts: tuple[int, ...]) -> tuple[
     if block == plans:
         return plans, None
     return block, ("Megatron applies one --recompute-num-layers to every (virtual) stage and cannot mix full with "
-                   f"other recompute: the plan ({option_words(used)} per stage) became the first {n} layers of every stage "
-                   "fully recomputed")
+                   f"other recompute: the plan ({option_words(used)} per stage) became the first {n} layers of every "
+                   "stage fully recomputed")
 
 
 OFFLOAD = "offload"  # the activation-offload option (specs/recompute.py)
