@@ -72,9 +72,14 @@ def one_line(message: Any) -> str:
 
 
 def print_note(note: str) -> None:
-    """`ndcp: note: ...` on stderr: on a terminal wrapped between words to its width (following lines indented),
-    else one line (a log keeps one line per note)."""
-    text = f"ndcp: note: {one_line(note)}"
+    """`ndcp: note: ...` on stderr (print_message)."""
+    print_message(f"note: {note}")
+
+
+def print_message(message: str) -> None:
+    """`ndcp: MESSAGE` on stderr: on a terminal wrapped between words to its width (following lines indented),
+    else one line (a log keeps one line per message)."""
+    text = f"ndcp: {one_line(message)}"
     if sys.stderr.isatty():
         text = "\n".join(textwrap.wrap(text, shutil.get_terminal_size().columns - 1, subsequent_indent="    ",
                                        break_long_words=False, break_on_hyphens=False))
@@ -128,4 +133,4 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
 
 __all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "UsageError", "InternalError",
            "Parser", "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
-           "console", "one_line", "print_note", "build_strategy"]
+           "console", "one_line", "print_note", "print_message", "build_strategy"]

@@ -1,12 +1,15 @@
 """Every command's output reads at 80 columns: no line wider, nothing cut with an ellipsis, no word (a number, a
 name, a degree, a plan's piece) broken across lines, in a table cell or anywhere else rich wraps text; every
 --help wraps between words (argparse, to COLUMNS), its examples within the width."""
+import io
 import re
+import sys
 
 import pytest
 import rich._wrap
 
 from ndcp.cli import build_parser
+from ndcp.cli.common import print_note
 
 from ..cli_helpers import run
 
@@ -117,3 +120,26 @@ def test_every_help_wraps_between_words(capsys, broken_words, command):
     assert not hyphen_breaks, hyphen_breaks[0]
     verbatim = [line for line in out[out.index("example"):].splitlines() if line.startswith(" ")]
     assert verbatim and all(line.startswith(("  ndcp ", "      --")) for line in verbatim)  # as written
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+NOTE = "Megatron recomputes one module set on every layer: the plan's layernorm, mla_up_proj per stage became full"
+
+
+def test_notes_wrap_between_words_on_a_terminal_and_stay_one_line_in_a_log(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    print_note(NOTE)
+    lines = terminal.getvalue().splitlines()
+    assert len(lines) > 2 and all(len(line) < 40 for line in lines)
+    assert " ".join(" ".join(lines).split()) == f"ndcp: note: {NOTE}"  # every word whole, in order
+    assert all(line.startswith("    ") for line in lines[1:])
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    print_note(NOTE)
+    assert log.getvalue() == f"ndcp: note: {NOTE}\n"
