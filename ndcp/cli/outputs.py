@@ -13,7 +13,7 @@ from ..report.emit import KINDS, emit
 from ..report.jsonout import write_json
 from ..report.output import STDOUT, write_output
 from ..specs.fields import SpecError
-from .common import one_line, print_note
+from .common import one_line
 
 EMIT_KINDS = KINDS  # the emitters ndcp.report.emit has
 
@@ -65,7 +65,7 @@ def write_emitted(args: argparse.Namespace, model, run, strategy) -> None:
         return
     print(f"ndcp: wrote the {args.emit} configuration to {args.emit_file}", file=sys.stderr)
     for note in emitted.notes:
-        print_note(note)
+        print(f"ndcp: note: {note}", file=sys.stderr)
 
 
 # -- plots (search, recompute) -----------------------------------------------------------------------------------

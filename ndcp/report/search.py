@@ -25,7 +25,7 @@ from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB
 from .terminal import (assumptions_panel, fit_line, format_bytes, format_seconds, gib, print_memory, strategy_line,
                        throughput_line)
-from .notation import Breakable, plan_legend  # after .terminal: it imports nothing of it
+from .notation import Breakable, plan_legend
 
 # Step-time columns of the ranking: header -> the time parts (estimate/time.py names) it adds up.
 TIME_SHARES: tuple[tuple[str, tuple[str, ...]], ...] = (
