@@ -288,7 +288,7 @@ RUN_OPTIONS = (
                "ndcp prices (priced with that default trainer's behaviour), its best plan for the default trainer "
                "beside it", choices=TRAINERS + ("any",), default=None),
     run_option("grad_sync", "--grad-sync", choices=GRAD_SYNCS),
-    run_option("param_gather", "--param-gather", choices=PARAM_GATHERS),
+    run_option("param_gather", "--param-gather", choices=PARAM_GATHERS, metavar="WHEN"),  # the help lists them
     run_option("overlap", "--overlap", metavar="WHAT"),
     run_option("mfu_convention", "--mfu-convention", choices=MFU_CONVENTIONS),
     run_option("images_per_sample", "--images-per-sample", parse=positive_int, metavar="N"),
@@ -351,7 +351,7 @@ def strategy_options(strategy_help: str, file_help: str) -> tuple[Option, Option
 
 
 SEARCH_STRATEGY_FROM = strategy_from_option("pin the degrees, batch split, ZeRO stage and SP (what --fix takes)")
-ESTIMATE_STRATEGY = strategy_options("e.g. tp=8,pp=16,dp=8,mbs=1,vpp=1,zero=1,sp=on,recompute=selective",
+ESTIMATE_STRATEGY = strategy_options("e.g. tp=8,pp=16,zero=1,sp=on,recompute=selective",
                                      "strategy as YAML (per-stage plans allowed)")
 ESTIMATE_STRATEGY_FROM = strategy_from_option("the strategy")
 # Every option each planning command of the API takes (ndcp.api), beside the model.

@@ -13,17 +13,18 @@ from ..validation.fittable import DEFAULT_PARAMETERS, FITTABLE
 from .common import EXIT_OK, console, subparser
 from .outputs import add_json_argument, emit_json
 
-EXAMPLE = ("ndcp calibrate examples/published_runs.yaml --device h100 --output my-h100.yaml\n"
-           "ndcp estimate llama3-70b --device my-h100.yaml --gpus 512 --global-batch 1024 --seq-len 8192 "
-           "--strategy tp=8")
+EXAMPLE = ("ndcp calibrate examples/published_runs.yaml --device h100 \\\n"
+           "    --output my-h100.yaml\n"
+           "ndcp estimate llama3-70b --device my-h100.yaml --gpus 512 \\\n"
+           "    --global-batch 1024 --seq-len 8192 --strategy tp=8")
 
 
 def register(subparsers) -> None:
     parser = subparser(
         subparsers, "calibrate", "fit a device's efficiencies to measured runs; write a device file",
-        "Fit the efficiency parameters of --device to the runs of RUNS on that device (their `gpu` names it) by\n"
-        "bounded least squares on the MFU errors `ndcp validate` reports, with a prior towards the device's own\n"
-        "values (docs/calibration.md §8). Reports the fit, its leave-one-source-out (cross-validated) error, and\n"
+        "Fit the efficiency parameters of --device to the runs of RUNS on that device (their `gpu` names it) by "
+        "bounded least squares on the MFU errors `ndcp validate` reports, with a prior towards the device's own "
+        "values (docs/calibration.md §8). Reports the fit, its leave-one-source-out (cross-validated) error, and "
         "writes the fitted device as a YAML file that --device accepts everywhere.",
         EXAMPLE)
     parser.add_argument("runs", metavar="RUNS.yaml|RUNS.csv", help="measured runs (the format `ndcp validate` reads)")
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     parser.add_argument("--name", help="the fitted device's name (default: the output file's stem)")
     parser.add_argument("--parameters", metavar="P,...", type=_parameters, default=DEFAULT_PARAMETERS,
                         help=f"the parameters to fit, from {', '.join(FITTABLE)} (default: "
-                             f"{','.join(DEFAULT_PARAMETERS)}; the two bandwidths are fitted as link efficiencies, "
+                             f"{', '.join(DEFAULT_PARAMETERS)}; the two bandwidths are fitted as link efficiencies, "
                              "0.3-1.0 of the start device's)")
     add_json_argument(parser)
     parser.add_argument("--quiet", "-q", action="store_true", help="print only the one-line summary")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import textwrap
 from typing import Any
 
 from rich.console import Console
@@ -37,13 +39,55 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-class Formatter(argparse.RawDescriptionHelpFormatter):
+MAX_HELP_WIDTH = 100  # columns of --help on a wider terminal (longer lines read badly)
+
+
+class Formatter(argparse.HelpFormatter):
+    """argparse's help wrapped to the terminal (argparse reads its width from COLUMNS): the help of an argument, and
+    each paragraph of a description or epilog (its lines not indented), wrap between words, never inside one (nor
+    at a hyphen); indented lines (examples) are kept as written. Wider terminals read at most MAX_HELP_WIDTH."""
+
     def __init__(self, prog):
-        super().__init__(prog, max_help_position=34)
+        super().__init__(prog, max_help_position=34,
+                         width=min(shutil.get_terminal_size().columns, MAX_HELP_WIDTH) - 2)  # argparse's margin
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines: list[str] = []
+        paragraph: list[str] = []
+        for line in text.splitlines() + [""]:
+            if line.strip() and not line[0].isspace():
+                paragraph.append(line)
+                continue
+            lines += [indent + wrapped for wrapped in _wrap(" ".join(paragraph), width - len(indent))]
+            paragraph = []
+            lines.append(indent + line if line.strip() else "")
+        return "\n".join(lines[:-1])
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(" ".join(text.split()), max(width, 20), break_long_words=False, break_on_hyphens=False)
 
 
 def one_line(message: Any) -> str:
     return " ".join(str(message).split()) or "unknown error"
+
+
+def print_note(note: str) -> None:
+    """`ndcp: note: ...` on stderr (print_message)."""
+    print_message(f"note: {note}")
+
+
+def print_message(message: str) -> None:
+    """`ndcp: MESSAGE` on stderr: on a terminal wrapped between words to its width (following lines indented),
+    else one line (a log keeps one line per message)."""
+    text = f"ndcp: {one_line(message)}"
+    if sys.stderr.isatty():
+        text = "\n".join(textwrap.wrap(text, shutil.get_terminal_size().columns - 1, subsequent_indent="    ",
+                                       break_long_words=False, break_on_hyphens=False))
+    print(text, file=sys.stderr)
 
 
 # -- parsers and the problem arguments ---------------------------------------------------------------------------
@@ -94,4 +138,4 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
 __all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "EXIT_INTERRUPTED",
            "SEARCH_COMMANDS", "UsageError", "InternalError",
            "Parser", "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
-           "console", "one_line", "build_strategy"]
+           "console", "one_line", "print_note", "print_message", "build_strategy"]

@@ -10,21 +10,22 @@ from ..report.terminal import estimate_line, render_estimate
 from .common import EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_argument, console, subparser
 from .outputs import add_emit_arguments, add_json_argument, check_emit_arguments, emit_json, write_launch
 
-EXAMPLE = ("ndcp estimate llama3-8b --device h100 --gpus 16 --global-batch 64 --seq-len 4096 \\\n"
-           "    --strategy tp=2,pp=2,mbs=1,zero=1,sp=on,recompute=selective\n"
-           "ndcp estimate gpt3-175b --device a100-80g --gpus 1024 --global-batch 1536 --seq-len 2048 \\\n"
-           "    --strategy tp=8,pp=16,mbs=1,sp=on,recompute=selective --memory-cap 75GB --json plan.json")
+EXAMPLE = ("ndcp estimate llama3-8b --device h100 --gpus 16 --global-batch 64 \\\n"
+           "    --seq-len 4096 --strategy tp=2,pp=2,zero=1,sp=on,recompute=selective\n"
+           "ndcp estimate gpt3-175b --device a100-80g --gpus 1024 --global-batch 1536 \\\n"
+           "    --seq-len 2048 --strategy tp=8,pp=16,mbs=1,sp=on,recompute=selective \\\n"
+           "    --memory-cap 75GB --json plan.json")
 
 
 def register(subparsers) -> None:
     parser = subparser(
         subparsers, "estimate", "memory and step time of one given strategy",
         "Estimate per-device memory (per pipeline stage) and step time of one parallel strategy.\n\n"
-        "--strategy is comma-separated key=value over dp, tp, pp, cp, ep, etp, vpp, mbs, mbn, zero (0-3),\n"
-        "sp (on/off), recompute (none|selective|full) and schedule (1f1b|interleaved). Unspecified: tp, pp, cp,\n"
-        "ep, etp, vpp, mbs = 1, zero = 1, sp off, recompute none; dp = gpus / (tp*pp*cp); mbn = global batch /\n"
-        "(dp*mbs); schedule interleaved when vpp > 1. --strategy-file is a YAML with the same keys plus\n"
-        "`layers_per_stage: [...]` and `recompute: {stages: [{none: N, selective: N, full: N}, ...]}`;\n"
+        "--strategy is comma-separated key=value over dp, tp, pp, cp, ep, etp, vpp, mbs, mbn, zero (0-3), "
+        "sp (on/off), recompute (none|selective|full) and schedule (1f1b|interleaved). Unspecified: tp, pp, cp, "
+        "ep, etp, vpp, mbs = 1, zero = 1, sp off, recompute none; dp = gpus / (tp*pp*cp); mbn = global batch / "
+        "(dp*mbs); schedule interleaved when vpp > 1. --strategy-file is a YAML with the same keys plus "
+        "`layers_per_stage: [...]` and `recompute: {stages: [{none: N, selective: N, full: N}, ...]}`; "
         "keys given in --strategy override the file. Exit 0 even when the strategy does not fit.",
         EXAMPLE)
     add_problem_arguments(parser)

@@ -13,7 +13,7 @@ from .outputs import add_json_argument, emit_json
 
 def register_models(subparsers) -> None:
     parser = subparser(subparsers, "models", "list the library models",
-                       "List the models shipped with ndcp: parameters, shape, experts and source.\n"
+                       "List the models shipped with ndcp: parameters, shape, experts and source. "
                        "Any of these names can be passed as MODEL; so can a YAML spec or a Hugging Face config.json.",
                        "ndcp models\nndcp models --json -")
     add_json_argument(parser)
@@ -34,8 +34,8 @@ def run_models(args: argparse.Namespace) -> int:
 
 def register_devices(subparsers) -> None:
     parser = subparser(subparsers, "devices", "list the device presets",
-                       "List the accelerator presets: memory, peak dense BF16 TFLOP/s, HBM bandwidth, per-device\n"
-                       "intra/inter-node bandwidth (one way), devices per node and the source of each figure.\n"
+                       "List the accelerator presets: memory, peak dense BF16 TFLOP/s, HBM bandwidth, per-device "
+                       "intra/inter-node bandwidth (one way), devices per node and the source of each figure. "
                        "--show NAME prints a preset as a device YAML file: edit it and pass its path to --device.",
                        "ndcp devices\nndcp devices --json -\nndcp devices --show h100 > my-h100.yaml")
     add_json_argument(parser)

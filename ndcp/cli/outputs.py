@@ -14,7 +14,7 @@ from ..report.emit import KINDS, launch_lines
 from ..report.jsonout import write_json
 from ..report.output import STDOUT, write_output
 from ..specs.fields import SpecError
-from .common import one_line
+from .common import one_line, print_message
 
 EMIT_KINDS = KINDS  # the emitters ndcp.report.emit has
 
@@ -69,16 +69,15 @@ def write_launch(args: argparse.Namespace, check: LaunchCheck) -> bool:
     the command may exit 0: the file was the plan and fits, or --emit-anyway."""
     if not check.ok and not args.emit_anyway:
         for line in launch_lines(check):
-            print(f"ndcp: {line}", file=sys.stderr)
-        print(f"ndcp: not written: the {check.trainer} configuration is not an answer (--emit-anyway writes it)",
-              file=sys.stderr)
+            print_message(line)
+        print_message(f"not written: the {check.trainer} configuration is not an answer (--emit-anyway writes it)")
         return False
     warning = "".join(f"# ndcp: WARNING: {reason}\n" for reason in check.reasons)
     write_output(warning + check.text, args.emit_file or STDOUT, "--emit-file")  # an unwritable path: exit 2 here
     for line in launch_lines(check):
-        print(f"ndcp: {line}", file=sys.stderr)
+        print_message(line)
     if args.emit_file:
-        print(f"ndcp: wrote the {check.trainer} configuration to {args.emit_file}", file=sys.stderr)
+        print_message(f"wrote the {check.trainer} configuration to {args.emit_file}")
     return True
 
 

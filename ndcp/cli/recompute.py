@@ -17,19 +17,20 @@ from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_launch, write_plot)
 
-EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 \\\n"
-           "    --strategy tp=2,pp=4,mbs=2,zero=1,sp=on\n"
-           "ndcp recompute llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192 \\\n"
-           "    --caps 40GiB,50GiB,60GiB,70GiB --emit megatron --json frontier.json")
+EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 \\\n"
+           "    --seq-len 8192 --strategy tp=2,pp=4,mbs=2,zero=1,sp=on\n"
+           "ndcp recompute llama3-70b --device h100 --gpus 512 --global-batch 1024 \\\n"
+           "    --seq-len 8192 --caps 40GiB,50GiB,60GiB,70GiB --emit megatron \\\n"
+           "    --json frontier.json")
 
 
 def register(subparsers) -> None:
     parser = subparser(
         subparsers, "recompute", "memory-time frontier of one strategy's recompute plans",
-        "For one strategy (degrees, SP and ZeRO fixed), the fastest per-stage recompute plan and layer partition\n"
-        "under a sweep of memory caps, each solved exactly by CP-SAT and verified with the full estimators.\n"
-        "Default caps: 12 from the least memory any plan needs up to the capacity (--memory-cap or the device).\n"
-        "Without --strategy, the strategy is the best `ndcp search --recompute uniform` finds.\n"
+        "For one strategy (degrees, SP and ZeRO fixed), the fastest per-stage recompute plan and layer partition "
+        "under a sweep of memory caps, each solved exactly by CP-SAT and verified with the full estimators. "
+        "Default caps: 12 from the least memory any plan needs up to the capacity (--memory-cap or the device). "
+        "Without --strategy, the strategy is the best `ndcp search --recompute uniform` finds. "
         "Exit 0 when every cap has a plan, 1 when some cap is below the least memory, 2 for usage errors.",
         EXAMPLE)
     add_problem_arguments(parser)

@@ -19,26 +19,27 @@ from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
 from ..solve.result import UNKNOWN
 from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, console,
-                     one_line, subparser)
+                     one_line, print_message, print_note, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       stdout_owners, write_launch, write_plot)
 
-EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024 --seq-len 8192 \\\n"
-           "    --memory-cap 75GiB --top 10\n"
-           "ndcp search tiny --device h100 --gpus 8 --global-batch 32 --seq-len 1024 --fix tp=2 --json -")
+EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024 \\\n"
+           "    --seq-len 8192 --memory-cap 75GiB --top 10\n"
+           "ndcp search tiny --device h100 --gpus 8 --global-batch 32 --seq-len 1024 \\\n"
+           "    --fix tp=2 --json -")
 
 
 def register(subparsers) -> None:
     parser = subparser(
         subparsers, "search", "the fastest strategy that fits, with a proof",
-        "Search the parallel strategies (tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, ZeRO, SP, recompute) for the\n"
-        "fastest step time that fits in memory. CP-SAT solves a relaxation and verifies its best points with the\n"
-        "full estimators until no unverified strategy can enter the top K (status `optimal`); at the time limit\n"
-        "it reports the best verified strategies with the proven bound and the gap (status `feasible`); stopped\n"
-        "(time limit or Ctrl-C) before any strategy was verified, status `unknown`. --exhaustive prices every valid\n"
+        "Search the parallel strategies (tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, ZeRO, SP, recompute) for the "
+        "fastest step time that fits in memory. CP-SAT solves a relaxation and verifies its best points with the "
+        "full estimators until no unverified strategy can enter the top K (status `optimal`); at the time limit "
+        "it reports the best verified strategies with the proven bound and the gap (status `feasible`); stopped "
+        "(time limit or Ctrl-C) before any strategy was verified, status `unknown`. --exhaustive prices every valid "
         "strategy instead (the reference oracle).\n\n"
-        "--fix and --max take comma-separated key=value over tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, zero, sp.\n"
-        "Exit 0 when a strategy is found, 1 when none fits (status `infeasible`, proven; the reason is printed),\n"
+        "--fix and --max take comma-separated key=value over tp, pp, cp, dp, ep, etp, vpp, mbs, mbn, zero, sp. "
+        "Exit 0 when a strategy is found, 1 when none fits (status `infeasible`, proven; the reason is printed), "
         "2 for usage errors, 3 for an internal error, 4 when stopped before any strategy was verified (`unknown`).",
         EXAMPLE)
     add_problem_arguments(parser)
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     greedy = args.recompute == "greedy"
     with SearchProgress(shown, "exhaustive" if args.exhaustive else "greedy" if greedy else "cp-sat") as progress:
         for note in planned.notes:
-            print(f"ndcp: note: {note}", file=sys.stderr)
+            print_note(note)
         answer = answer_search(planned, args, progress)
     result = answer.result
     found = bool(result.strategies)
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         render_search(console(), model, cluster, run_spec, space, result)
     if answer.trainer_best is not None:
         for line in trainer_best_lines(answer.trainer_best):
-            print(f"ndcp: {line}", file=sys.stderr)
+            print_message(line)
     if answer.launch is not None and not args.emit_file and not write_launch(args, answer.launch):
         code = EXIT_INFEASIBLE
     return code

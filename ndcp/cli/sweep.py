@@ -20,19 +20,21 @@ from ..specs.units import parse_count
 from .common import EXIT_OK, add_problem_arguments, console, subparser
 from .outputs import add_json_argument, check_plot_path, emit_json, stdout_owners, write_plot
 
-EXAMPLE = ("ndcp sweep llama3-70b --device h100 --gpus 256,512,1024 --global-batch 1024 --seq-len 8k --tokens 1T \\\n"
-           "    --price-per-gpu-hour 2.5 --jsonl sweep.jsonl\n"
-           "ndcp sweep llama3-8b --device h100,b200 --gpus 64..1024 --global-batch 512,1024 --seq-len 8k \\\n"
-           "    --tokens 15T --executor ray --ray-address auto --json sweep.json")
+EXAMPLE = ("ndcp sweep llama3-70b --device h100 --gpus 256,512,1024 \\\n"
+           "    --global-batch 1024 --seq-len 8k --tokens 1T --price-per-gpu-hour 2.5 \\\n"
+           "    --jsonl sweep.jsonl\n"
+           "ndcp sweep llama3-8b --device h100,b200 --gpus 64..1024 \\\n"
+           "    --global-batch 512,1024 --seq-len 8k --tokens 15T \\\n"
+           "    --executor ray --ray-address auto --json sweep.json")
 
 
 def register(subparsers) -> None:
     parser = subparser(
         subparsers, "sweep", "time to train, GPU-hours and cost over GPU counts, batches and devices",
-        "Run one proven search (as `ndcp search`, top 1) per point of devices x GPU counts x global batches x\n"
-        "sequence lengths, and turn each best strategy into time to train --tokens, GPU-hours and cost.\n"
-        "Points run in --workers local processes (default: the cores) or on a Ray cluster (--executor ray); each\n"
-        "search uses one CP-SAT worker and --seed, so the answers equal the serial ones. --jsonl appends each\n"
+        "Run one proven search (as `ndcp search`, top 1) per point of devices x GPU counts x global batches x "
+        "sequence lengths, and turn each best strategy into time to train --tokens, GPU-hours and cost. "
+        "Points run in --workers local processes (default: the cores) or on a Ray cluster (--executor ray); each "
+        "search uses one CP-SAT worker and --seed, so the answers equal the serial ones. --jsonl appends each "
         "answer as it finishes; --resume reuses the answers already there for the same problem.",
         EXAMPLE)
     parser.conflict_handler = "resolve"  # the four list options below replace add_problem_arguments' single values

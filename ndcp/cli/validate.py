@@ -9,7 +9,7 @@ from .outputs import add_json_argument, emit_json
 
 def register(subparsers) -> None:
     parser = subparser(subparsers, "validate", "compare estimates with measured runs",
-                       "Estimate every run in a file of measured training runs (YAML or CSV) and report how far the\n"
+                       "Estimate every run in a file of measured training runs (YAML or CSV) and report how far the "
                        "memory and step-time estimates are from the measurements.",
                        "ndcp validate runs.yaml\nndcp validate runs.csv --json report.json")
     parser.add_argument("runs", metavar="RUNS.yaml|RUNS.csv", help="measured runs")

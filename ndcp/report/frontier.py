@@ -13,6 +13,7 @@ from rich.text import Text
 from ..solve.frontier import Frontier, stage_counts
 from ..specs.recompute import CLASSIC_MODES, OPTION_BY_NAME, RECOMPUTE_MODES
 from ..specs.units import GIB
+from .notation import plan_codes
 from .output import write_output
 from .terminal import assumed_lines, format_seconds
 
@@ -25,10 +26,16 @@ def _g(n: int) -> str:
     return f"{n / GIB:.2f}"
 
 
+def _shown_modes(counts) -> list[str]:
+    """The modes plan summaries write for these stage counts: none, selective and full always; another mode where
+    some stage runs it."""
+    return [m for m in RECOMPUTE_MODES if m in CLASSIC_MODES or any(c.get(m) for c in counts)]
+
+
 def _stages_text(counts) -> str:
     """`8=5n/0s/3f 8=...`: each stage's layers and how many run each recompute mode, labelled as plan summaries
-    label them (none, selective and full always; another mode where some stage runs it)."""
-    shown = [m for m in RECOMPUTE_MODES if m in CLASSIC_MODES or any(c.get(m) for c in counts)]
+    label them (_shown_modes)."""
+    shown = _shown_modes(counts)
     return " ".join(f"{c['layers']}=" + "/".join(f"{c.get(m, 0)}{OPTION_BY_NAME[m].label}" for m in shown)
                     for c in counts)
 
@@ -166,11 +173,10 @@ def render_frontier(console, model, result: Frontier, degrees: str) -> None:
             console.print(line, markup=False, highlight=False)
         if not all(p.proven for p in result.points):
             console.print("* the plan model stopped at its time limit: fastest found, not proven")
-        codes = ("n none, s selective, f full, o offloaded to host; ln layernorm, mla mla_up_proj, act moe_act, mlp, "
-                 "moe: Megatron recompute modules, + combined; mact MindFormers' select_recompute)")
+        codes = plan_codes(_shown_modes([c for row in frontier_rows(model, result) for c in row["stages"]]))
         plan = (f"per stage: its layers = how many run each recompute mode ({codes})" if layout == "per stage" else
-                f"plan: layers per recompute mode over all stages ({codes}; layers per stage when uneven; --json or "
-                "--csv has each stage)")
+                f"plan: layers per recompute mode over all stages, or the one mode of every layer ({codes}; layers "
+                "per stage when uneven; --json or --csv has each stage)")
         console.print(f"{plan}. ms/GiB: step time added per GiB of peak saved by moving to the next tighter point. "
                       "cap (+n): n more caps of the sweep gave the same plan.")
         console.print()

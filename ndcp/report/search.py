@@ -6,6 +6,8 @@ estimators, refusal counts, bounds); it never re-estimates anything.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -23,6 +25,7 @@ from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB
 from .terminal import (assumptions_panel, format_bytes, format_seconds, gib, print_fit, print_memory, strategy_line,
                        throughput_line)
+from .notation import Breakable, plan_legend
 
 # Step-time columns of the ranking: header -> the time parts (estimate/time.py names) it adds up.
 TIME_SHARES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -172,19 +175,33 @@ def result_panel(result) -> Panel:
 
 
 COMPACT_WIDTH = 100  # at most this many columns: the compact ranking (short headers, degrees in one column)
+TIE_MARK = "≡"
+TIE_LEGEND = (f"{TIE_MARK}: the same step time as the plan above (equal times rank by least peak memory, then fewest "
+              "peers across nodes)")
 
 
-def equivalent_groups(strategies) -> list[tuple[int, object, list]]:
-    """(rank of the first, the first, the rest) for each run of strategies at the same step time (within TIE): the
-    ranking orders equal times by the canonical tie-break (solve/result.py rank_key), so the first is the one to
-    show and the rest are equivalent plans that only cost more memory or more peers across nodes."""
-    groups: list[tuple[int, object, list]] = []
-    for rank, e in enumerate(strategies, 1):
-        if groups and abs(e.step_seconds - groups[-1][1].step_seconds) <= TIE * groups[-1][1].step_seconds:
-            groups[-1][2].append(e)
-        else:
-            groups.append((rank, e, []))
-    return groups
+def tied_with_previous(strategies) -> list[bool]:
+    """For each ranked strategy, whether its step time equals the one above it (within TIE): the ranking orders
+    equal times by the canonical tie-break (solve/result.py rank_key), so a tied plan only costs more memory or
+    more peers across nodes than the one above."""
+    return [rank > 0 and abs(e.step_seconds - strategies[rank - 1].step_seconds)
+            <= TIE * strategies[rank - 1].step_seconds for rank, e in enumerate(strategies)]
+
+
+def _tie_cells(strategies) -> list[tuple[str, ...]]:
+    """Per row, the tie mark's cell: `("≡",)` or `("",)`, or `()` when no row is tied (no mark column)."""
+    ties = tied_with_previous(strategies)
+    return [((TIE_MARK if tied else ""),) if any(ties) else () for tied in ties]
+
+
+def _add_tie_column(table: Table, strategies) -> None:
+    if any(tied_with_previous(strategies)):
+        table.add_column("", no_wrap=True)
+
+
+def _caption(strategies, *lines: str) -> str:
+    """The ranking's legend: `lines`, and the tie mark's when a row carries it."""
+    return "\n".join(lines + ((TIE_LEGEND,) if any(tied_with_previous(strategies)) else ()))
 
 
 def compact_degrees(strategy, ep: bool = True) -> str:
@@ -210,40 +227,53 @@ def _title(result, shares: bool) -> str:
             + ("; step-time parts in % of the step)" if shares else ")"))
 
 
-def _same_cell(others: list) -> str:
-    return f"+{len(others)}" if others else ""
+class CompactLayout(NamedTuple):
+    """What the compact ranking shows: the recompute plans in their column (else listed under the table) and the
+    optional columns (`free`, `tok/s/GPU`)."""
+
+    plans_inline: bool
+    extras: tuple[str, ...]
 
 
-def compact_ranking(result, ep: bool = True, width: int = 80) -> Table:
+# Widest first: compact_layout picks the first whose table fits the console.
+COMPACT_LAYOUTS = tuple(CompactLayout(inline, extras) for inline in (True, False)
+                        for extras in (("free", "tok/s/GPU"), ("free",), ()))
+
+
+def compact_ranking(result, ep: bool = True, layout: CompactLayout = COMPACT_LAYOUTS[0]) -> Table:
     """The ranking for consoles of at most COMPACT_WIDTH columns: degrees in one column (`tp4 pp1 cp1 dp128`),
-    short headers, no number ever cut; `free` and `tok/s/GPU` only when they fit in `width`."""
-    groups = equivalent_groups(result.strategies)
+    short headers, no number ever cut; the columns `layout` names."""
+    extras = layout.extras
+    t = Table(title=_title(result, False), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False, padding=(0, 0), caption_justify="left",
+              caption=_caption(result.strategies, "mb: micro-batch size x count" + (
+                  "" if layout.plans_inline else "; recompute plans under the table")))
+    t.add_column("#", justify="right", no_wrap=True)
+    _add_tie_column(t, result.strategies)
+    t.add_column("degrees", no_wrap=False)  # the one column that may wrap, between its words
+    names = ("mb", "z", "sp", *(("recompute",) if layout.plans_inline else ()), "peak", *extras[:1], "step", "MFU%",
+             *extras[1:])
+    for name in names:
+        t.add_column(name, justify="left" if name in ("mb", "sp", "recompute") else "right", no_wrap=True,
+                     min_width=len(name))
+    for rank, (e, tie) in enumerate(zip(result.strategies, _tie_cells(result.strategies)), 1):
+        s, m, tm = e.strategy, e.memory, e.time
+        cells = [str(rank), *tie, compact_degrees(s, ep), f"{s.mbs}x{s.mbn}", str(s.zero), _on_off(s.sp),
+                 *((compact_recompute(s),) if layout.plans_inline else ()), gib(m.peak_bytes)]
+        if extras:
+            cells.append(gib(m.capacity_bytes - m.peak_bytes))
+        cells += [format_seconds(tm.step_seconds), f"{100 * tm.mfu:.1f}"]
+        if len(extras) > 1:
+            cells.append(f"{tm.tokens_per_second_per_gpu:,.0f}")
+        t.add_row(*cells, style="bold" if rank == 1 else None)
+    return t
 
-    def table(extra: tuple[str, ...]) -> Table:
-        t = Table(title=_title(result, False), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
-                  pad_edge=False, padding=(0, 0),
-                  caption="mb: micro-batch size x count; ≡ +n: n more plans at this step time", caption_justify="left")
-        t.add_column("#", justify="right", no_wrap=True)
-        t.add_column("degrees", no_wrap=False)  # the one column that may wrap, between its words
-        for name in ("mb", "z", "sp", "recompute", "peak", *extra[:1], "step", "MFU%", *extra[1:], "≡"):
-            t.add_column(name, justify="left" if name in ("mb", "sp", "recompute", "≡") else "right", no_wrap=True)
-        for rank, e, others in groups:
-            s, m, tm = e.strategy, e.memory, e.time
-            cells = [str(rank), compact_degrees(s, ep), f"{s.mbs}x{s.mbn}", str(s.zero), _on_off(s.sp),
-                     compact_recompute(s), gib(m.peak_bytes)]
-            if extra:
-                cells.append(gib(m.capacity_bytes - m.peak_bytes))
-            cells += [format_seconds(tm.step_seconds), f"{100 * tm.mfu:.1f}"]
-            if len(extra) > 1:
-                cells.append(f"{tm.tokens_per_second_per_gpu:,.0f}")
-            t.add_row(*cells, _same_cell(others), style="bold" if rank == 1 else None)
-        return t
 
-    for extra in (("free", "tok/s/GPU"), ("free",)):
-        candidate = table(extra)
-        if _natural_width(candidate) <= width:
-            return candidate
-    return table(())
+def compact_layout(result, ep: bool, width: int) -> CompactLayout:
+    """The widest of COMPACT_LAYOUTS whose ranking keeps every row on one line of `width` columns (the last
+    otherwise: its degrees then wrap between words)."""
+    return next((layout for layout in COMPACT_LAYOUTS
+                 if _natural_width(compact_ranking(result, ep, layout)) <= width), COMPACT_LAYOUTS[-1])
 
 
 def _natural_width(renderable) -> int:
@@ -252,32 +282,33 @@ def _natural_width(renderable) -> int:
 
 
 def ranking_table(result, shares: bool = True, main: bool = True, ep: bool = True) -> Table:
-    """The verified strategies in rank order, one row per step time (equivalent plans counted under ≡): degrees,
-    batch split, sharding, memory, step time (`main`) and the step-time parts as % of the step (`shares`).
-    `ep=False` leaves out the ep and ep% columns (dense models)."""
+    """The verified strategies in rank order, numbered 1..K, tied step times marked: degrees, batch split,
+    sharding, memory, step time (`main`) and the step-time parts as % of the step (`shares`). `ep=False` leaves
+    out the ep and ep% columns (dense models)."""
     degrees = ("tp", "pp", "cp", "dp", *(("ep", "etp") if ep else ()), "vpp")
     title = _title(result, shares) if main else "Step-time parts (% of step; comp = fwd+bwd)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  collapse_padding=True)
+                  collapse_padding=True, caption=_caption(result.strategies) if main else None,
+                  caption_justify="left")
     table.add_column("#", justify="right", no_wrap=True)
     if main:
+        _add_tie_column(table, result.strategies)
         for name in degrees + ("mbs/mbn", "zero", "sp", "recompute"):
             table.add_column(name, justify="left" if name in ("mbs/mbn", "sp", "recompute") else "right",
                              no_wrap=True)
-        for name in ("peak", "free", "step", "MFU%", "tok/s/GPU", "≡"):
-            table.add_column(name, justify="left" if name == "≡" else "right", no_wrap=True)
+        for name in ("peak", "free", "step", "MFU%", "tok/s/GPU"):
+            table.add_column(name, justify="right", no_wrap=True)
     if shares:
         for name, _ in _shares(ep):
             table.add_column(name, justify="right", no_wrap=True, style="dim" if main else None)
-    for rank, e, others in equivalent_groups(result.strategies):
+    for rank, (e, tie) in enumerate(zip(result.strategies, _tie_cells(result.strategies)), 1):
         s, m, t = e.strategy, e.memory, e.time
         step = t.step_seconds
         cells = [str(rank)]
         if main:
-            cells += [*(str(getattr(s, d)) for d in degrees), f"{s.mbs}/{s.mbn}", str(s.zero), _on_off(s.sp),
+            cells += [*tie, *(str(getattr(s, d)) for d in degrees), f"{s.mbs}/{s.mbn}", str(s.zero), _on_off(s.sp),
                       s.recompute.summary(), gib(m.peak_bytes), gib(m.capacity_bytes - m.peak_bytes),
-                      format_seconds(step), f"{100 * t.mfu:.1f}", f"{t.tokens_per_second_per_gpu:,.0f}",
-                      _same_cell(others)]
+                      format_seconds(step), f"{100 * t.mfu:.1f}", f"{t.tokens_per_second_per_gpu:,.0f}"]
         if shares:
             cells += [_percent(sum(t.parts.get(p, 0.0) for p in names), step) for _, names in _shares(ep)]
         table.add_row(*cells, style="bold" if rank == 1 and main else None)
@@ -288,46 +319,43 @@ def _shares(ep: bool):
     return [(name, parts) for name, parts in TIME_SHARES if ep or name != "ep"]
 
 
-def equivalent_lines(result, ep: bool = True) -> list[Text]:
-    """One line per plan grouped under another row (same step time, more memory or more peers across nodes): its
-    degrees and micro-batches, and its ZeRO, SP and recompute where they differ from the row's."""
-    lines = []
-    for rank, first, others in equivalent_groups(result.strategies):
-        lead = first.strategy
-        for e in others:
-            s = e.strategy
-            words = [compact_degrees(s, ep), f"mb {s.mbs}x{s.mbn}"]
-            words += [f"z{s.zero}"] if s.zero != lead.zero else []
-            words += [f"sp {_on_off(s.sp)}"] if s.sp != lead.sp else []
-            words += [compact_recompute(s)] if s.recompute != lead.recompute else []
-            lines.append(Text(f"≡ #{rank}: {' '.join(words)}, peak {gib(e.memory.peak_bytes)} GiB", style="dim"))
-    return lines
+def _print_compact(console: Console, result, ep: bool) -> bool:
+    """The compact ranking that fits the console; whether its recompute plans are left for under the tables."""
+    layout = compact_layout(result, ep, console.width)
+    console.print(compact_ranking(result, ep, layout))
+    return not layout.plans_inline
 
 
 def print_ranking(console: Console, result, ep: bool = True) -> None:
     """At most COMPACT_WIDTH columns: the compact ranking and the step-time shares below it; wider: one table when
-    it fits, else the main table and the shares below. Then the equivalent plans, one line each."""
+    it fits, else the main table and the shares below. Then the recompute plans the ranking had no room for, one
+    line each (wrapped after a `/`), and the plan notation's legend when a plan is per stage."""
     shares = ranking_table(result, main=False, ep=ep)
-    if console.width <= COMPACT_WIDTH:
-        console.print(compact_ranking(result, ep, console.width))
-        console.print(shares)
+    full = ranking_table(result, ep=ep)
+    main = ranking_table(result, shares=False, ep=ep)
+    plans_below = False
+    if console.width > COMPACT_WIDTH and _natural_width(full) <= console.width:
+        console.print(full)
     else:
-        full = ranking_table(result, ep=ep)
-        if _natural_width(full) <= console.width:
-            console.print(full)
+        if console.width > COMPACT_WIDTH and _natural_width(main) <= console.width:
+            console.print(main)
         else:
-            main = ranking_table(result, shares=False, ep=ep)
-            console.print(main if _natural_width(main) <= console.width
-                          else compact_ranking(result, ep, console.width))
-            console.print(shares)
-    for line in equivalent_lines(result, ep):
-        console.print(line)
+            plans_below = _print_compact(console, result, ep)
+        console.print(shares)
+    if plans_below:
+        console.print(Text("Recompute plans", style="bold"))
+        for rank, e in enumerate(result.strategies, 1):
+            label = f"#{rank} "
+            console.print(Breakable(Text(label + compact_recompute(e.strategy)), indent=len(label)))
+    legend = plan_legend(e.strategy.recompute for e in result.strategies)
+    if legend is not None:
+        console.print(legend)
 
 
 def best_detail(console: Console, result, devices_per_node: int, layers: int | None = None) -> None:
     best = result.best
     console.print(Text("Best strategy", style="bold underline"))
-    console.print(strategy_line(best.strategy, layers))
+    console.print(Breakable(strategy_line(best.strategy, layers)))
     print_memory(console, best.memory)
     print_fit(console, best.memory, devices_per_node)
     console.print(throughput_line(best.time))
@@ -363,7 +391,7 @@ def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run:
             "Nearest misses (the fastest strategies, all over the memory capacity)"
         console.print(Text(title, style="bold underline"))
         for miss in result.nearest_misses:
-            console.print(miss_line(miss, result.best))
+            console.print(Breakable(miss_line(miss, result.best)))
 
 
 def one_line(result) -> str:
@@ -382,5 +410,5 @@ def one_line(result) -> str:
 
 
 __all__ = ["render_search", "ranking_table", "print_ranking", "result_panel", "assumptions_with_space", "miss_line",
-           "one_line", "degrees_text", "TIME_SHARES", "compact_ranking", "equivalent_groups", "compact_degrees",
-           "COMPACT_WIDTH"]
+           "one_line", "degrees_text", "TIME_SHARES", "compact_ranking", "compact_layout", "tied_with_previous",
+           "compact_degrees", "COMPACT_WIDTH", "COMPACT_LAYOUTS", "CompactLayout", "TIE_MARK"]

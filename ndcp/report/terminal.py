@@ -21,6 +21,7 @@ from ..specs.pipeline_layout import megatron_layout
 from ..specs.strategy import Strategy
 from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB, KIB, MIB, TIB
+from .notation import Breakable, plan_legend
 
 # Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
 MEMORY_GROUPS: dict[str, tuple[str, ...]] = {
@@ -426,7 +427,7 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
                     memory, time=None, notes: Iterable[str] = ()) -> None:
     """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time."""
     console.print(assumptions_panel(model, cluster, run, memory.capacity_bytes))
-    console.print(strategy_line(strategy, model.layers))
+    console.print(Breakable(strategy_line(strategy, model.layers)))
     console.print()
     print_memory(console, memory)
     console.print(other_note(memory))
@@ -437,6 +438,9 @@ def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, ru
         console.print(throughput_line(time))
     else:
         console.print(Text("step time: not estimated", style="yellow"))
+    legend_of_plan = plan_legend([strategy.recompute])
+    if legend_of_plan is not None:
+        console.print(legend_of_plan)
     for note in notes:
         console.print(Text(f"note: {note}", style="yellow"))
 

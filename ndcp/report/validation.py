@@ -53,27 +53,30 @@ def _run_style(run) -> str | None:
 
 def _compact_runs_table(result: ValidationResult) -> Table:
     """The per-run table for narrow consoles: the run's id with its devices, strategy and MFU basis below it in one
-    column (the only one that wraps, between words), the measured and estimated figures in short columns."""
+    column (the details wrap between words; the id is never broken), each figure measured over estimated in one
+    column, and the differences."""
     table = Table(title=f"Estimated vs measured: {result.source}", title_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), header_style="bold",
-                  caption="MFU in %, Δ in points; step in s, Δ relative; memory in GiB", caption_justify="left")
-    table.add_column("run (devices, strategy, basis)", overflow="fold", ratio=1)
-    for name in ("MFU\nmeas", "MFU\nest", "Δ\npts", "step\nmeas", "step\nest", "Δ\nstep", "mem\nmeas",
-                 "mem\nest"):
-        table.add_column(name, justify="right", no_wrap=True)
+                  caption="each figure: measured, below it estimated; Δ: estimated - measured (MFU in points, step "
+                          "relative)", caption_justify="left")
+    longest = max((len(run.id) for run in result.runs), default=0)
+    table.add_column("run (devices, strategy, basis)", min_width=min(longest, 40), ratio=1, overflow="fold")
+    for name in ("MFU %", "Δ pts", "step s", "Δ step", "mem GiB"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=max(len(part) for part in name.split()))
     for run in result.runs:
         label = Text(run.id)
         label.append(f"\n{run.gpus} x {run.device}, {run.strategy}; {run.basis}", style="dim")
-        table.add_row(label, _pct(run.measured_mfu).rstrip("%"), _pct(run.estimated_mfu).rstrip("%"),
-                      _signed(run.mfu_error_points, "+.1f"), _seconds(run.measured_step), _seconds(run.estimated_step),
-                      _relative(run.step_relative_error), _gib(run.measured_memory_gib), _gib(run.estimated_memory_gib),
-                      style=_run_style(run))
+        table.add_row(label, f"{_pct(run.measured_mfu).rstrip('%')}\n{_pct(run.estimated_mfu).rstrip('%')}",
+                      _signed(run.mfu_error_points, "+.1f"),
+                      f"{_seconds(run.measured_step)}\n{_seconds(run.estimated_step)}",
+                      _relative(run.step_relative_error),
+                      f"{_gib(run.measured_memory_gib)}\n{_gib(run.estimated_memory_gib)}", style=_run_style(run))
     return table
 
 
 def _skipped_table(result: ValidationResult) -> Table:
     table = Table(title="Runs that cannot be represented (skipped)", header_style="bold")
-    table.add_column("run")
+    table.add_column("run", no_wrap=True)
     table.add_column("reason", overflow="fold")
     for skipped in result.skipped:
         table.add_row(skipped.id, skipped.reason)

@@ -9,7 +9,9 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
+from ..report.notation import Breakable, text_plan_legend
 from ..report.plots import _check_path, _matplotlib, _save
 from ..report.terminal import assumed_lines
 from ..specs.model import ModelSpec
@@ -32,34 +34,51 @@ def _short(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def sweep_table(rows: list[dict], priced: bool) -> Table:
-    """One row per point, the numbers (print_sweep lists each point's strategy under the table)."""
+POINT_COLUMNS = ("device", "GBS", "seq")  # left out of the numbered table: the lines under it name the point
+
+
+def sweep_table(rows: list[dict], priced: bool, numbered: bool = False) -> Table:
+    """One row per point, the numbers (print_sweep lists each point's strategy under the table). `numbered`: the
+    points numbered instead of their device, batch and length columns (for narrow consoles)."""
     table = Table(title="sweep: the best proven strategy per point", title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 0, 0, 1))
-    names = ("device", "GPUs", "GBS", "seq", "status", "step s", "MFU", "tok/s", "days", "GPU-h",
-             *(("cost",) if priced else ()))
+    names = (*(("#",) if numbered else ()), "device", "GPUs", "GBS", "seq", "status", "step s", "MFU", "tok/s", "days",
+             "GPU-h", *(("cost",) if priced else ()))
+    names = tuple(n for n in names if not (numbered and n in POINT_COLUMNS))
     for name in names:
-        table.add_column(name, justify="left" if name in ("device", "status") else "right", no_wrap=True)
-    for r in rows:
+        table.add_column(name, justify="left" if name in ("device", "status") else "right", no_wrap=True,
+                         min_width=len(name))
+    for number, r in enumerate(rows, 1):
         mfu = None if r.get("mfu") is None else 100 * r["mfu"]
         days = None if r.get("time_to_train_seconds") is None else r["time_to_train_seconds"] / DAY
-        table.add_row(r["device"], str(r["gpus"]), str(r["global_batch"]), str(r["seq_len"]), r["status"],
-                      _number(r.get("step_seconds"), 2), "-" if mfu is None else f"{mfu:.1f}%",
-                      _short(r.get("tokens_per_second")), _number(days, 1), _short(r.get("gpu_hours")),
-                      *((_short(r.get("cost")),) if priced else ()))
+        cells = {"#": str(number), "device": r["device"], "GPUs": str(r["gpus"]), "GBS": str(r["global_batch"]),
+                 "seq": str(r["seq_len"]), "status": r["status"],
+                 "step s": _number(r.get("step_seconds"), 2),
+                 "MFU": "-" if mfu is None else f"{mfu:.1f}%", "tok/s": _short(r.get("tokens_per_second")),
+                 "days": _number(days, 1), "GPU-h": _short(r.get("gpu_hours")), "cost": _short(r.get("cost"))}
+        table.add_row(*(cells[name] for name in names))
     return table
 
 
 def print_sweep(console: Console, model: ModelSpec, rows: list[dict], priced: bool) -> None:
+    """What the model assumes, the table (numbered when the full one is wider than the console), each point's
+    strategy under it (wrapped between words and a plan's pieces), the knees, and the plan notation's legend when a
+    plan is per stage."""
     for line in assumed_lines(model):
         console.print(line)
-    console.print(sweep_table(rows, priced))
-    for r in rows:
-        console.print(f"{r['device']} x {r['gpus']}, GBS {r['global_batch']}, seq {r['seq_len']}: "
-                      + (r.get("label") or r.get("explanation") or r["status"]))
+    numbered = Console(width=10_000).measure(sweep_table(rows, priced)).maximum > console.width
+    console.print(sweep_table(rows, priced, numbered))
+    for number, r in enumerate(rows, 1):
+        label = f"#{number} " if numbered else ""
+        console.print(Breakable(Text(f"{label}{r['device']} x {r['gpus']}, GBS {r['global_batch']}, seq "
+                                     f"{r['seq_len']}: " + (r.get("label") or r.get("explanation") or r["status"])),
+                                indent=len(label) + 2))
     for k in knees(rows):
         console.print(f"knee of time to train ({k['device']}, GBS {k['global_batch']}, seq {k['seq_len']}): "
                       f"{k['gpus']:,} GPUs")
+    legend = text_plan_legend(r.get("label") or "" for r in rows)
+    if legend is not None:
+        console.print(legend)
 
 
 class SweepProgress:

@@ -123,6 +123,11 @@ def used_options(plans: list[StageRecompute]) -> set[str]:
     return {m for p in plans for m in RECOMPUTE_MODES if m != NO_RECOMPUTE and p.count(m)}
 
 
+def option_words(options: set[str]) -> str:
+    """Recompute option names as a note writes them: `layernorm, offload`."""
+    return ", ".join(sorted(options))
+
+
 def _modules(p: StageRecompute) -> set[str]:
     return {name for m in RECOMPUTE_MODES if p.count(m) for name in recompute_option(m).modules}
 
@@ -180,6 +185,6 @@ def read_error(trainer: str, message: str) -> SpecError:
     return SpecError(f"--strategy-from ({trainer}): {message}")
 
 
-__all__ = ["Trainer", "Emitted", "stage_plans", "used_options", "covers", "uniform_cover", "with_plan",
-           "partition_of", "facts",
+__all__ = ["Trainer", "Emitted", "stage_plans", "used_options", "option_words", "covers", "uniform_cover",
+           "with_plan", "partition_of", "facts",
            "read_error", "FACTS_DIR", "nearest_schedule", "nearest_optimizer_offload"]

@@ -20,7 +20,7 @@ from ..specs.recompute import (CLASSIC_MODES, HEAVIEST, MEGATRON_MODULE_OPTIONS,
                                recompute_option)
 from ..specs.trainer_behaviour import MEGATRON
 from .base import (Emitted, Trainer, facts, nearest_optimizer_offload, nearest_schedule, partition_of, read_error,
-                   stage_plans, uniform_cover, used_options, with_plan)
+                   option_words, stage_plans, uniform_cover, used_options, with_plan)
 
 # Transformer Engine's FP8 recipes by ndcp's names (Megatron-LM --fp8-recipe choices, facts/megatron.yaml)
 FP8_RECIPE_FLAGS = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
@@ -39,25 +39,24 @@ def _expressible(plans: list[StageRecompute], counts: tuple[int, ...]) -> tuple[
         return plans, None  # one option on every layer, or none at all
     if OFFLOAD in used:  # --offload-modules acts on every layer: offload them all (it keeps what full keeps)
         return [StageRecompute(**{OFFLOAD: c}) for c in counts], (
-            f"Megatron offloads the same modules on every layer: the plan's {sorted(used)} per stage became "
+            f"Megatron offloads the same modules on every layer: the plan's {option_words(used)} per stage became "
             "offload on every layer")
     if HEAVIEST not in used:
         mode = uniform_cover(plans, TRAINER.recompute_options)
         if mode != HEAVIEST:
             return [StageRecompute(**{mode: c}) for c in counts], (
-                f"Megatron recomputes one module set on every layer: the plan's {sorted(used)} per stage became "
+                f"Megatron recomputes one module set on every layer: the plan's {option_words(used)} per stage became "
                 f"{mode} on every layer")
     n = max(p.layers - p.count(NO_RECOMPUTE) for p in plans)
     block = [StageRecompute(**{NO_RECOMPUTE: c - min(n, c), HEAVIEST: min(n, c)}) for c in counts]
     if block == plans:
         return plans, None
     return block, ("Megatron applies one --recompute-num-layers to every (virtual) stage and cannot mix full with "
-                   f"other recompute: the plan ({sorted(used)} per stage) became the first {n} layers of every stage "
-                   "fully recomputed")
+                   f"other recompute: the plan ({option_words(used)} per stage) became the first {n} layers of every "
+                   "stage fully recomputed")
 
 
 OFFLOAD = "offload"  # the activation-offload option (specs/recompute.py)
-
 
 def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
     """The strategy Megatron runs for this plan, and what changed."""

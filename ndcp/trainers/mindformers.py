@@ -15,8 +15,8 @@ from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
 from ..specs.recompute import HEAVIEST, MINDFORMERS_SELECT, NO_RECOMPUTE
 from ..specs.trainer_behaviour import MINDFORMERS
-from .base import (Emitted, Trainer, nearest_optimizer_offload, nearest_schedule, read_error, stage_plans,
-                   used_options, with_plan)
+from .base import (Emitted, Trainer, nearest_optimizer_offload, nearest_schedule, option_words, read_error,
+                   stage_plans, used_options, with_plan)
 
 CP_ALGOS = {"p2p": "colossalai_cp", "a2a": "ulysses_cp"}
 # The select_recompute pattern whose output is what mlp_act drops (mindformers/models/utils.py LayerSetting
@@ -46,7 +46,7 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
     foreign = used_options(plans) - set(TRAINER.recompute_options)
     if foreign:  # e.g. Korthikanti's selective (the attention core) or Megatron's recompute modules
         notes.append(f"MindFormers recomputes a layer fully (recompute) or its SwiGLU activation (select_recompute: "
-                     f"feed_forward.mul, .silu), not as ndcp's {sorted(foreign)} do: those layers are recomputed "
+                     f"feed_forward.mul, .silu), not as ndcp's {option_words(foreign)} do: those layers are recomputed "
                      "fully, which recomputes at least as much")
         s = with_plan(model, s, [StageRecompute(**{
             NO_RECOMPUTE: p.count(NO_RECOMPUTE), MINDFORMERS_SELECT: p.count(MINDFORMERS_SELECT),

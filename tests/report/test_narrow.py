@@ -2,12 +2,13 @@
 the compact ranking keeps every number, long pipelines are summarised, and equivalent plans share one row."""
 import dataclasses
 import json
+import re
 
 import pytest
 
 from ndcp.estimate.memory import estimate_memory
 from ndcp.report.progress import SearchProgress
-from ndcp.report.search import compact_degrees, equivalent_groups
+from ndcp.report.search import compact_degrees, tied_with_previous
 from ndcp.report.terminal import GROUP_GLYPHS, format_seconds, legend, memory_bar, shown_stages
 from ndcp.solve.result import Progress, off_node_peers
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
@@ -88,6 +89,13 @@ def test_compact_ranking_keeps_every_number(capsys, monkeypatch):
     doc = json.loads(run(capsys, "search", *TINY_MOE, "--recompute", "uniform", "--json", "-")[1])
     text = report(capsys, monkeypatch, 80, "search", *TINY_MOE, "--recompute", "uniform")
     ranking = text[text.index("Top "):text.index("Best strategy")]
+    rows = [line.split() for line in ranking[:ranking.index("Step-time parts")].splitlines()
+            if re.match(r"^\s*\d+ ", line)]
+    assert [row[0] for row in rows] == [str(k) for k in range(1, len(doc["strategies"]) + 1)]  # ranks 1..K
+    ties = [row[1] == "≡" for row in rows]
+    assert any(ties) and "≡: the same step time as the plan above" in ranking
+    assert ties == [i > 0 and s["time"]["step_seconds"] == doc["strategies"][i - 1]["time"]["step_seconds"]
+                    for i, s in enumerate(doc["strategies"])]
     for s in doc["strategies"]:
         st = s["strategy"]
         degrees = f"tp{st['tp']} pp{st['pp']} cp{st['cp']} dp{st['dp']} ep{st['ep']} etp{st['etp']}"
@@ -96,9 +104,9 @@ def test_compact_ranking_keeps_every_number(capsys, monkeypatch):
         assert f"{s['memory']['peak_bytes'] / 2**30:.2f}" in ranking
 
 
-def test_equivalent_plans_share_a_row_and_the_canonical_one_leads():
-    """Plans at the same step time are one group; the ranking orders them by least peak memory, then fewest peers
-    across nodes, then identity."""
+def test_equal_times_are_marked_and_the_canonical_plan_leads():
+    """A plan at the step time of the one above it is marked tied; the ranking orders equal times by least peak
+    memory, then fewest peers across nodes, then identity."""
     model = load_model("tiny")
     cluster = ClusterSpec(device_preset("h100"), 8)
     run_spec = RunSpec(global_batch=32, seq_len=1024)
@@ -116,8 +124,8 @@ def test_equivalent_plans_share_a_row_and_the_canonical_one_leads():
     tied = [heavy, dataclasses.replace(light, time=heavy.time)]  # the same step time, different peaks
     ranked = sorted(tied, key=Evaluated.rank_key)
     assert ranked[0].strategy == light.strategy  # least peak memory first
-    assert [(rank, len(others)) for rank, _, others in equivalent_groups(ranked)] == [(1, 1)]
-    assert len(equivalent_groups([a, b])) == (1 if a.step_seconds == b.step_seconds else 2)
+    assert tied_with_previous(ranked) == [False, True]
+    assert tied_with_previous([a, b]) == [False, a.step_seconds == b.step_seconds]
 
 
 def test_off_node_peers_follow_megatron_placement():

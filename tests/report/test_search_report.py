@@ -51,13 +51,16 @@ def test_panels_and_numbers_match_json(optimal):
     assert f"{doc['verified']:,} of {doc['space']['size']:,} strategies verified" in text
     assert f"{doc['solver_calls']} solver call" in text
     ranking = text[text.index("Top 10 strategies"):text.index("Best strategy")]
-    rows = [line.split() for line in ranking.splitlines() if re.match(r"^\s*\d+\s+\d", line)]
-    # one row per step time: plans tied with the row above are counted under ≡ and listed below the table
-    leaders = [s for i, s in enumerate(doc["strategies"])
-               if i == 0 or s["time"]["step_seconds"] != doc["strategies"][i - 1]["time"]["step_seconds"]]
-    assert len(rows) == len(leaders)
-    assert ranking.count("≡ #") == len(doc["strategies"]) - len(leaders)
-    for row, s in zip(rows, leaders):
+    rows = [line.split() for line in ranking.splitlines() if re.match(r"^\s*\d+\s+(≡\s+)?\d", line)]
+    # every strategy a row, numbered 1..K as in the JSON; a row whose step time equals the one above is marked ≡
+    assert [row[0] for row in rows] == [str(s["rank"]) for s in doc["strategies"]] == [
+        str(k) for k in range(1, len(doc["strategies"]) + 1)]
+    marked = [row[1] == "≡" for row in rows]
+    assert marked == [i > 0 and s["time"]["step_seconds"] == doc["strategies"][i - 1]["time"]["step_seconds"]
+                      for i, s in enumerate(doc["strategies"])]
+    assert ("≡: the same step time as the plan above" in ranking) == any(marked)
+    rows = [row[:1] + row[2:] if mark else row for row, mark in zip(rows, marked)]
+    for row, s in zip(rows, doc["strategies"]):
         st, mem, t = s["strategy"], s["memory"], s["time"]
         assert row[0] == str(s["rank"])
         assert row[1:5] == [str(st[k]) for k in ("tp", "pp", "cp", "dp")]  # dense model: no ep column
