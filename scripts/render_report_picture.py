@@ -33,7 +33,8 @@ def record(command: str, width: int) -> Console:
     planned = plan_search(values)
     result = run_search(planned, values)
     console = Console(record=True, width=width, force_terminal=True, color_system="truecolor", file=io.StringIO())
-    render_search(console, planned.model, planned.cluster, planned.run, planned.space, result)
+    render_search(console, planned.model, planned.cluster, planned.run, planned.space, result,
+                  planned.trainer)
     return console
 
 

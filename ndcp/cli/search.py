@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet:
         print(result_line(result))
     else:
-        render_search(console(), model, cluster, run_spec, space, result)
+        render_search(console(), model, cluster, run_spec, space, result, planned.trainer)
     if answer.trainer_best is not None:
         for line in trainer_best_lines(answer.trainer_best):
             print_message(line)

@@ -23,6 +23,7 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB
+from ..trainers import trainer_named
 from .terminal import (assumptions_panel, format_bytes, format_seconds, gib, print_fit, print_memory, strategy_line,
                        throughput_line)
 from .notation import Breakable, plan_legend
@@ -101,11 +102,23 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
     return rows
 
 
+def planned_for(trainer: str | None, run: RunSpec) -> str:
+    """The assumptions row saying whose plans the search returns (ndcp.api.PlannedSearch.trainer; None: any)."""
+    if trainer is None:
+        return (f"any trainer (--trainer any): every plan ndcp prices, with {run.trainer}'s behaviour; its best "
+                f"{run.trainer} plan is shown beside")
+    runs = trainer_named(trainer)
+    recompute = "recompute per stage" if runs.recompute == "per-stage" else "one recompute option on every layer"
+    return (f"{trainer}: only plans it runs as --emit writes them ({recompute}; schedules "
+            f"{', '.join(runs.schedules)}); --trainer any searches every plan")
+
+
 def assumptions_with_space(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace,
-                           result) -> Panel:
-    """The estimate report's Assumptions panel with the search space added."""
+                           result, trainer: str | None) -> Panel:
+    """The estimate report's Assumptions panel with the search space added, and whose plans it holds."""
     panel = assumptions_panel(model, cluster, run)
     grid = panel.renderable
+    grid.add_row("planned for", planned_for(trainer, run))
     for label, text in space_summary(model, space, result):
         grid.add_row(label, text)
     return panel
@@ -377,9 +390,9 @@ def miss_line(miss, best) -> Text:
 
 
 def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace,
-                  result) -> None:
-    """The full `ndcp search` report."""
-    console.print(assumptions_with_space(model, cluster, run, space, result))
+                  result, trainer: str | None) -> None:
+    """The full `ndcp search` report; `trainer`: whose plans it holds (None: any trainer's)."""
+    console.print(assumptions_with_space(model, cluster, run, space, result, trainer))
     console.print(result_panel(result))
     if result.strategies:
         print_ranking(console, result, ep=model.moe is not None)

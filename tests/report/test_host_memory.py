@@ -94,7 +94,7 @@ def test_search_winner_that_offloads_shows_host_memory():
     best = result.best.memory
     assert best.host_peak_bytes > 200 * GIB  # the winner offloads every layer's activations (issue #33)
     console = Console(record=True, width=200, color_system=None)
-    render_search(console, m, cluster, RUN_405B, space, result)
+    render_search(console, m, cluster, RUN_405B, space, result, "megatron")
     text = console.export_text()
     [line] = host_lines(text)
     assert f"peak {format_bytes(best.host_peak_bytes)} per device" in line

@@ -27,7 +27,7 @@ def problem(cap=0, options=SpaceOptions(), model="tiny", gbs=32):
 
 def render(m, cluster, run, space, result, width=140) -> str:
     console = Console(record=True, width=width, color_system=None)
-    render_search(console, m, cluster, run, space, result)
+    render_search(console, m, cluster, run, space, result, "megatron")
     return console.export_text()
 
 
@@ -136,3 +136,14 @@ def test_csv_rows_match_result(optimal):
     assert header[0] == "rank" and "compute_forward_seconds" in header
     assert [r[0] for r in rows] == list(range(1, len(result.strategies) + 1))
     assert [float(r[header.index("step_seconds")]) for r in rows] == [e.step_seconds for e in result.strategies]
+
+
+def test_the_assumptions_say_whose_plans_the_search_holds():
+    from ndcp.report.search import planned_for
+    from ndcp.specs import RunSpec
+
+    run = RunSpec(global_batch=8, seq_len=1024)
+    assert planned_for("megatron", run).startswith("megatron: only plans it runs as --emit writes them (one "
+                                                   "recompute option on every layer; schedules 1f1b, interleaved)")
+    assert "recompute per stage" in planned_for("mindformers", run)
+    assert planned_for(None, run).startswith("any trainer (--trainer any): every plan ndcp prices, with megatron's")
