@@ -111,10 +111,10 @@ def pinned_by_file(values: argparse.Namespace, model: ModelSpec, run: RunSpec) -
     return ",".join([values.fix] * bool(values.fix) + pins)
 
 
-def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values: dict[str, Any]) -> Strategy:
-    """A checked Strategy from parsed keys: tp, pp, cp, ep, etp, vpp, mbs default to 1 and zero to 1; dp is the rest
-    of the GPUs, mbn the rest of the global batch; the schedule is the default for vpp. Every rule is the
-    rulebook's (ndcp.rules), so estimate accepts exactly what the search walks."""
+def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values: dict[str, Any]) -> Strategy:
+    """A Strategy from parsed keys, before the rulebook: tp, pp, cp, ep, etp, vpp, mbs default to 1 and zero to 1;
+    dp is the rest of the GPUs, mbn the rest of the global batch; the schedule is the default for vpp. The run's
+    precision and FP8 recipe must match the strategy's, if it states them."""
     v = dict(values)
     precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
     if precision is not None and precision != run.precision:
@@ -135,7 +135,13 @@ def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values:
     v["recompute"] = strategy_input.recompute_plan(v.get("recompute", NO_RECOMPUTE))
     if "layers_per_stage" in v:
         v["layers_per_stage"] = tuple(v["layers_per_stage"])
-    strategy = Strategy(**v)
+    return Strategy(**v)
+
+
+def build_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values: dict[str, Any]) -> Strategy:
+    """A checked Strategy from parsed keys (assemble_strategy's defaults). Every rule is the rulebook's
+    (ndcp.rules), so estimate accepts exactly what the search walks."""
+    strategy = assemble_strategy(model, cluster, run, values)
     check_strategy(model, cluster, run, strategy)
     return strategy
 
@@ -326,7 +332,7 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
                         optimizer_offloads=ON_OFF_BOTH[offload])
 
 
-__all__ = ["build_problem", "build_run", "check_max_offset", "strategy_values", "pinned_by_file", "build_strategy",
+__all__ = ["build_problem", "build_run", "check_max_offset", "strategy_values", "pinned_by_file", "assemble_strategy", "build_strategy",
            "parse_degree_bounds", "check_bounds_agree", "check_recompute_runs", "check_fixed_values",
            "split_fixed_cp_comm", "planned_trainer", "priced_trainer", "trainer_method", "trainer_schedules", "build_space_options", "gib_text",
            "SEARCH_KEYS", "WALKED", "UNIFORM_OF", "ON_OFF_BOTH", "DEFAULT_TRAINER", "ANY_TRAINER"]

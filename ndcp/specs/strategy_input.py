@@ -144,6 +144,12 @@ def load_strategy_file(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         got = type(data).__name__ if data is not None else "an empty file"
         raise SpecError(f"{where}: expected a mapping of strategy keys, got {got}")
+    return parse_strategy_mapping(data, where)
+
+
+def parse_strategy_mapping(data: dict, where: str) -> dict[str, Any]:
+    """A mapping of strategy keys (a strategy file's, a measured run's) -> checked values by key; SpecError names
+    `where` and the key."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).strip().lower().replace("-", "_")
@@ -279,5 +285,5 @@ def derive_batch_split(cluster: ClusterSpec, run: RunSpec, v: dict[str, Any]) ->
         v["mbn"] = run.global_batch // per_microbatch
 
 
-__all__ = ["parse_strategy_string", "load_strategy_file", "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE",
+__all__ = ["parse_strategy_string", "load_strategy_file", "parse_strategy_mapping", "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE",
            "derive_batch_split", "recompute_plan", "FILE_ONLY_KEYS", "ON_WORDS", "OFF_WORDS"]

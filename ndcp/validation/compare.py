@@ -119,16 +119,16 @@ def _compare(row: MeasuredRun) -> RunComparison:
 
 
 def validate_file(path) -> ValidationResult:
-    """Estimate every run in a published-runs YAML or a measured-runs CSV and compare; unrepresentable runs are
-    listed in `skipped` with the reason."""
+    """Estimate every run in a published-runs YAML or a measured-runs CSV and compare; a run that publishes only
+    its peak memory is compared on memory; unrepresentable runs are listed in `skipped` with the reason."""
     path = Path(path)
     compared, skipped = [], []
     for run_id, build in read_rows(path):
         try:
             row = build()
             if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
-                    and not row.tokens_per_second_per_gpu:
-                raise SkipRun("no measured step time, MFU, TFLOP/s or tokens/s")
+                    and not row.tokens_per_second_per_gpu and row.memory_gib is None:
+                raise SkipRun("no measured step time, MFU, TFLOP/s, tokens/s or peak memory")
             compared.append(_compare(row))
         except SkipRun as reason:
             skipped.append(SkippedRun(run_id, str(reason)))

@@ -9,6 +9,10 @@ from ..specs.fields import SpecError
 from ..specs.strategy_input import ON_WORDS
 
 
+class SkipRun(Exception):
+    """A measured run that ndcp cannot represent; the message is the reason shown to the user."""
+
+
 def is_null(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in ("", "null", "none", "unknown"))
 
@@ -56,4 +60,4 @@ def read_text(path: Path) -> str:
         raise SpecError(f"{path}: cannot read the measured runs: {reason}; give a runs YAML or CSV file") from None
 
 
-__all__ = ["is_null", "as_number", "as_fraction", "int_or", "as_bool", "read_text"]
+__all__ = ["SkipRun", "is_null", "as_number", "as_fraction", "int_or", "as_bool", "read_text"]

@@ -1,0 +1,72 @@
+"""A measured run's strategy takes every --strategy key (ndcp/validation/run_strategy.py); unknown knobs are the
+pinned search's (ndcp/validation/unknowns.py); runs below their pipeline depth and memory-only runs are compared."""
+from pathlib import Path
+
+from ndcp.validation import validate_file
+from ndcp.validation.runs import read_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+MOE = ("{name: moe, layers: 8, hidden: 1024, heads: 16, kv_heads: 4, head_dim: 128, ffn_hidden: 4096, vocab: 32000,"
+       " activation: swiglu, seq_len: 4096, moe: {experts: 8, top_k: 2, expert_ffn_hidden: 512}}")
+
+
+def _row(tmp_path, strategy: str, model: str = MOE, outcome: str = "{step_time_s: 1.0}", gbs: int = 64):
+    path = tmp_path / "runs.yaml"
+    path.write_text("runs:\n- id: r\n"
+                    f"  model: {model}\n"
+                    "  cluster: {gpu: h100_sxm_80gb, num_gpus: 16, gpus_per_node: 8}\n"
+                    f"  training: {{global_batch: {gbs}, precision: bf16}}\n"
+                    f"  strategy: {strategy}\n"
+                    f"  outcome: {outcome}\n")
+    return path
+
+
+def test_etp_is_read_not_forced_to_tp(tmp_path):
+    row = read_rows(_row(tmp_path, "{tp: 2, pp: 1, dp: 8, ep: 8, etp: 1, recompute: none}"))[0][1]()
+    assert (row.strategy.tp, row.strategy.ep, row.strategy.etp) == (2, 8, 1)
+    assert row.model.dim_per_head == 128
+
+
+def test_etp_unstated_is_megatrons_default_noted(tmp_path):
+    row = read_rows(_row(tmp_path, "{tp: 2, pp: 1, dp: 8, ep: 4, recompute: none}"))[0][1]()
+    assert row.strategy.etp == 2 and "etp 2 (Megatron's default: etp = tp)" in row.assumptions
+
+
+def test_strategy_keys_of_the_strategy_parser(tmp_path):
+    row = read_rows(_row(tmp_path, "{tp: 1, pp: 2, dp: 8, micro_batch: 2, zero_stage: 1, "
+                                   "recompute_modules: layernorm+moe_act, pp_schedule: 1F1B, "
+                                   "recompute_detail: documentation only}"))[0][1]()
+    s = row.strategy
+    assert (s.pp, s.mbs, s.mbn, s.recompute.mode, s.schedule) == (2, 2, 4, "layernorm+moe_act", "1f1b")
+
+
+def test_fewer_micro_batches_than_stages_is_estimated_at_its_bubble(tmp_path):
+    dense = "llama3-8b"
+    path = _row(tmp_path, "{tp: 1, pp: 4, dp: 4, micro_batch: 1, recompute: full}", model=dense, gbs=8)
+    path.write_text(path.read_text().replace("precision: bf16", "precision: bf16, seq_len: 4096"))
+    result = validate_file(path)
+    assert not result.skipped and result.runs[0].estimated_step > 0
+    assert any("2 micro-batches < pp 4" in a for a in result.runs[0].assumptions)
+
+
+def test_unknown_micro_batch_is_searched_with_the_rest_pinned(tmp_path):
+    row = read_rows(_row(tmp_path, "{tp: 1, pp: 1, dp: 16, ep: 8, micro_batch: unknown, recompute: none}"))[0][1]()
+    s = row.strategy
+    assert (s.tp, s.pp, s.dp, s.ep, s.recompute.mode) == (1, 1, 16, 8, "none")  # published: as published
+    assert s.mbs * s.mbn * s.dp == 64
+    assert f"mbs {s.mbs} (unknown: ndcp's best with the published fields pinned, optimal)" in row.assumptions
+
+
+def test_a_run_publishing_only_its_peak_memory_is_compared_on_memory(tmp_path):
+    result = validate_file(_row(tmp_path, "{tp: 2, pp: 1, dp: 8, ep: 8, etp: 1, recompute: none}",
+                                outcome="{memory_gib_per_gpu: 30.0}"))
+    (run,) = result.runs
+    assert run.measured_step is None and run.measured_mfu is None
+    assert run.memory_relative_error is not None and result.summary.mean_abs_memory_relative is not None
+
+
+def test_every_run_of_the_second_set_is_read():
+    result = validate_file(ROOT / "examples" / "measured_runs_2.yaml")
+    assert not result.skipped and len(result.runs) == 54
+    qwen = next(r for r in result.runs if r.id == "mbr26041_qwen3_235b_h100_fp8_256_gbs8192")
+    assert "ep32" in qwen.strategy
