@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fit the GEMM model's physical parameters on the published runs, with a leave-one-source-out figure.
+"""Fit the GEMM model's physical parameters on the measured runs, with leave-one-source-out figures per source.
 
 Fitted (docs/calibration.md §7): the GEMM ceiling `compute_efficiency` of each GPU generation (Ampere: A100;
 Hopper: H100, H200, H800), nothing else. Everything else comes from datasheets and papers (ndcp/specs/device.py: SM
@@ -13,9 +13,15 @@ moves its own generation's runs, so each generation is searched on its own; ever
 once and reused, by the leave-one-source-out folds too (ndcp.validation.fit: the runs, the error cache and the
 folds are the ones `ndcp calibrate` uses). A generation with no run left in a fold keeps its preset value.
 
-Usage: python scripts/calibrate.py [RUNS.yaml] [--json] [--write]
+Runs: every run of both examples files (published_runs.yaml, measured_runs_2.yaml) unless files are given; the
+fit reads the 16-bit runs with a measured MFU on an Ampere or Hopper device (ndcp.validation.fit.fitted), the
+per-source table every run compared on time: the shipped constants, the in-sample fit and each source held out
+(step time |relative error| and MFU |error|, dense and MoE apart). Sources are publications (fit.source).
+
+Usage: python scripts/calibrate.py [RUNS.yaml ...] [--json] [--write] [--doc]
   --json   print the result as JSON instead of text
   --write  put the fitted numbers into ndcp/specs/device.py (AMPERE_/HOPPER_GEMM_EFFICIENCY)
+  --doc    rewrite the per-source table in docs/calibration.md §7 (between its two marker lines)
 """
 from __future__ import annotations
 
@@ -28,9 +34,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ndcp.report.output import write_output  # noqa: E402
 from ndcp.specs import device as device_module  # noqa: E402
-from ndcp.validation.fit import Errors, grid_minimum, leave_one_source_out, load_runs, statistics  # noqa: E402
+from ndcp.validation.fit import (Errors, compared_runs, fitted, grid_minimum, leave_one_source_out, source,  # noqa: E402
+                                 statistics)
 from ndcp.validation.runs import MeasuredRun  # noqa: E402
+
+RUNS_FILES = (ROOT / "examples" / "published_runs.yaml", ROOT / "examples" / "measured_runs_2.yaml")
+DOC = ROOT / "docs" / "calibration.md"
+TABLE_BEGIN, TABLE_END = "<!-- scripts/calibrate.py --doc: begin -->", "<!-- scripts/calibrate.py --doc: end -->"
 
 # generation -> (presets in it, the device.py constant holding its fitted ceiling)
 GENERATIONS = {"ampere": (("a100-40g", "a100-80g"), "AMPERE_GEMM_EFFICIENCY"),
@@ -52,23 +64,57 @@ def fit(errors: Errors, runs: list[int]) -> dict:
     return params
 
 
+def _ceilings(errors: Errors, params: dict, i: int) -> dict:
+    """The device values run i is estimated with under `params` (none for a generation not fitted: B200, MI300X)."""
+    g = generation(errors.rows[i])
+    return {"compute_efficiency": params[f"{g}_compute_efficiency"]} if g else {}
+
+
 def evaluate(errors: Errors, params: dict, runs: list[int]) -> dict[str, float]:
-    def ceiling(i: int) -> float:
-        return params[f"{generation(errors.rows[i])}_compute_efficiency"]
-
-    return {errors.rows[i].id: errors(i, {"compute_efficiency": ceiling(i)}) for i in runs}
+    return {errors.rows[i].id: errors(i, _ceilings(errors, params, i)) for i in runs}
 
 
-def calibrate(path: Path) -> dict:
-    errors = Errors(load_runs(path, lambda row: generation(row) is not None))
+def _figures(errors: Errors, runs: list[int], params_of) -> dict:
+    """Mean step |relative error| (%) and MFU |error| (points) over `runs`, run i under params_of(i)."""
+    compared = [errors.comparison(i, params_of(i)) for i in runs]
+    steps = [abs(c.step_relative_error) * 100 for c in compared if c.step_relative_error is not None]
+    mfus = [abs(c.mfu_error_points) for c in compared if c.mfu_error_points is not None]
+    return {"runs": len(runs), "step_pct": sum(steps) / len(steps) if steps else None,
+            "mfu_points": sum(mfus) / len(mfus) if mfus else None}
+
+
+def source_table(errors: Errors, runs: list[int], fitting: list[int], params: dict) -> list[dict]:
+    """Per source, then all/dense/MoE: shipped constants, in-sample fit, the source held out (the fit on the
+    other sources' fitting runs)."""
+    names = sorted({source(errors.rows[i]) for i in runs})
+    held_out = {name: fit(errors, [i for i in fitting if source(errors.rows[i]) != name]) for name in names}
+    groups = [(name, [i for i in runs if source(errors.rows[i]) == name]) for name in names]
+    groups += [("all", list(runs)), ("dense", [i for i in runs if errors.rows[i].model.moe is None]),
+               ("MoE", [i for i in runs if errors.rows[i].model.moe is not None])]
+    table = []
+    for name, members in groups:
+        table.append({"source": name, "fitting_runs": sum(i in fitting for i in members),
+                      "moe_runs": sum(errors.rows[i].model.moe is not None for i in members),
+                      "shipped": _figures(errors, members, lambda i: {}),
+                      "in_sample": _figures(errors, members, lambda i: _ceilings(errors, params, i)),
+                      "held_out": _figures(errors, members, lambda i: _ceilings(
+                          errors, held_out[source(errors.rows[i])], i))})
+    return table
+
+
+def calibrate(paths: list[Path]) -> dict:
+    errors = Errors([row for path in paths for row in compared_runs(path)])
     everything = list(range(len(errors.rows)))
-    params = fit(errors, everything)
-    in_sample = evaluate(errors, params, everything)
-    folds = leave_one_source_out(errors, everything, lambda runs: fit(errors, runs),
+    fitting = [i for i in everything if generation(errors.rows[i]) is not None and fitted(errors.rows[i])]
+    params = fit(errors, fitting)
+    in_sample = evaluate(errors, params, fitting)
+    folds = leave_one_source_out(errors, fitting, lambda runs: fit(errors, runs),
                                  lambda fold_params, runs: evaluate(errors, fold_params, runs))
-    return {"runs_file": str(path), "parameters": params,
+    fitted_on = {constant: sorted(errors.rows[i].id for i in fitting if generation(errors.rows[i]) == g)
+                 for g, (_, constant) in GENERATIONS.items()}
+    return {"runs_files": [str(p) for p in paths], "parameters": params, "fitted_on": fitted_on,
             "in_sample": {**statistics(list(in_sample.values())), "errors": in_sample},
-            "leave_one_source_out": folds}
+            "leave_one_source_out": folds, "sources": source_table(errors, everything, fitting, params)}
 
 
 def preset_lines(params: dict) -> list[str]:
@@ -87,20 +133,51 @@ def write_presets(params: dict, target: Path = ROOT / "ndcp" / "specs" / "device
     target.write_text(text, encoding="utf-8")
 
 
+def _cell(figures: dict) -> str:
+    step, mfu = figures["step_pct"], figures["mfu_points"]
+    return f"{'-' if step is None else f'{step:.1f}'} / {'-' if mfu is None else f'{mfu:.2f}'}"
+
+
+def markdown_table(result: dict) -> str:
+    """The per-source table of docs/calibration.md §7: step |rel. error| % / MFU |error| points per column."""
+    out = ["| source | runs (MoE) | fitting | shipped | in-sample fit | held out |", "|---|---|---|---|---|---|"]
+    for row in result["sources"]:
+        name = row["source"] if row["source"] not in ("all", "dense", "MoE") else f"**{row['source']}**"
+        out.append(f"| {name} | {row['shipped']['runs']} ({row['moe_runs']}) | {row['fitting_runs']} | "
+                   f"{_cell(row['shipped'])} | {_cell(row['in_sample'])} | {_cell(row['held_out'])} |")
+    fitted_on = "; ".join(f"`{constant}` on {len(ids)} runs" for constant, ids in result["fitted_on"].items())
+    p = ", ".join(f"{line.split(' = ')[0]} {line.split(' = ')[1]}" for line in preset_lines(result["parameters"]))
+    return "\n".join(out + ["", f"Each cell: mean step-time |relative error| (%) / mean MFU |error| (points). "
+                             f"In-sample fit: {p} ({fitted_on}, listed by `scripts/calibrate.py --json`: "
+                             "`fitted_on`). Held out: the ceilings fitted without the row's source."])
+
+
+def write_doc(result: dict, target: Path = DOC) -> None:
+    """Replace the text between the table markers of docs/calibration.md, the file written whole."""
+    text = target.read_text(encoding="utf-8")
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"{target}: no {TABLE_BEGIN} ... {TABLE_END} block to rewrite")
+    text = text[:begin + len(TABLE_BEGIN)] + "\n" + markdown_table(result) + "\n" + text[end:]
+    write_output(text, target, "--doc")
+
+
 def report(result: dict) -> str:
     p, ins, loso = result["parameters"], result["in_sample"], result["leave_one_source_out"]
-    out = [f"Fitted on {ins['runs']} runs of {result['runs_file']} (mean |MFU error|, points):"]
+    out = [f"Fitted on {ins['runs']} runs of {', '.join(result['runs_files'])} (mean |MFU error|, points):"]
     out += [f"  {line}" for line in preset_lines(p)]
     out.append(f"In-sample MFU error: mean {ins['mean']:.2f}, max {ins['max']:.2f} points")
     out.append(f"Leave-one-source-out: mean {loso['mean']:.2f}, max {loso['max']:.2f} points over "
                f"{loso['runs']} held-out runs")
     for fold in loso["folds"]:
         fp = fold["parameters"]
-        fitted = ", ".join(f"{k.split('_')[0]} {v:g}" for k, v in fp.items())
-        out.append(f"  held out {fold['source']:<16} {fold['runs']:>2} runs: mean {fold['mean']:.2f}, "
-                   f"max {fold['max']:.2f}  (fitted on the rest: {fitted})")
+        fitted_values = ", ".join(f"{k.split('_')[0]} {v:g}" for k, v in fp.items())
+        out.append(f"  held out {fold['source']:<28} {fold['runs']:>2} runs: mean {fold['mean']:.2f}, "
+                   f"max {fold['max']:.2f}  (fitted on the rest: {fitted_values})")
     worst = sorted(ins["errors"].items(), key=lambda kv: -abs(kv[1]))[:6]
     out.append("Worst runs in sample: " + ", ".join(f"{k} {v:+.2f}" for k, v in worst))
+    out.append("Per source (step % / MFU points):")
+    out.append(markdown_table(result))
     out.append("Paste into ndcp/specs/device.py (or run with --write):")
     out += [f"  {line}" for line in preset_lines(p)]
     return "\n".join(out)
@@ -108,14 +185,17 @@ def report(result: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="?", default=str(ROOT / "examples" / "published_runs.yaml"))
+    parser.add_argument("runs", nargs="*", default=[str(p) for p in RUNS_FILES])
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--write", action="store_true", help="rewrite the fitted numbers in ndcp/specs/device.py")
+    parser.add_argument("--doc", action="store_true", help="rewrite the per-source table in docs/calibration.md")
     args = parser.parse_args(argv)
-    result = calibrate(Path(args.runs))
+    result = calibrate([Path(p) for p in args.runs])
     print(json.dumps(result, indent=2) if args.json else report(result))
     if args.write:
         write_presets(result["parameters"])
+    if args.doc:
+        write_doc(result)
     return 0
 
 

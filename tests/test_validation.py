@@ -186,7 +186,7 @@ def test_unknown_recompute_is_the_pinned_searchs_lightest_fastest(tmp_path):
             assert other_step >= step * (1 - 1e-9), (run_id, other)
             if index < RECOMPUTE_MODES.index(mode):
                 assert other_step > step * (1 + 1e-9), (run_id, other)
-        searched = "ndcp's best with the published fields pinned" if run_id != "huge" else "nothing"
+        searched = "ndcp's pinned search" if run_id != "huge" else "nothing"
         assert any(a.startswith(f"recompute {mode} (unknown: {searched}") for a in row.assumptions), row.assumptions
         assert estimate_memory(row.model, row.cluster, row.run, row.strategy).fits is (run_id != "huge")
     # no recompute where it fits; Megatron's mlp module recompute where flash-less scores or long sequences bind

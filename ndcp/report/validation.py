@@ -83,6 +83,16 @@ def _skipped_table(result: ValidationResult) -> Table:
     return table
 
 
+def _searched_table(result: ValidationResult) -> Table:
+    table = Table(title="Knobs the sources do not publish, filled by ndcp's pinned search", header_style="bold")
+    table.add_column("run", no_wrap=True)
+    table.add_column("filled", overflow="fold")
+    for run in result.runs:
+        if run.searched:
+            table.add_row(run.id, run.searched)
+    return table
+
+
 def _summary_panel(result: ValidationResult) -> Panel:
     s = result.summary
     lines = [
@@ -112,6 +122,8 @@ def render_validation(result: ValidationResult, console: Console) -> None:
     full = _runs_table(result)
     fits = Console(width=10_000).measure(full).maximum <= console.width
     console.print(full if fits else _compact_runs_table(result))
+    if any(run.searched for run in result.runs):
+        console.print(_searched_table(result))
     if result.skipped:
         console.print(_skipped_table(result))
     console.print(_summary_panel(result))

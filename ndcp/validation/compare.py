@@ -44,6 +44,7 @@ class RunComparison:
     estimated_memory_gib: float | None = None
     assumptions: tuple[str, ...] = ()
     estimated_fits: bool = True  # the estimated peak fits the device (these runs really ran)
+    searched: str = ""  # the knobs the source does not publish, as ndcp's pinned search filled them ("" if none)
 
     @property
     def mfu_error_points(self) -> float | None:
@@ -115,7 +116,7 @@ def _compare(row: MeasuredRun) -> RunComparison:
     return RunComparison(row.id, cluster.device.name, cluster.count, label, basis, measured_mfu,
                          flops / (peak * estimate.step_seconds), measured_step, estimate.step_seconds,
                          row.memory_gib, memory.allocator_peak_bytes / GIB if row.memory_gib else None, assumptions,
-                         memory.fits)
+                         memory.fits, row.searched)
 
 
 def validate_file(path) -> ValidationResult:

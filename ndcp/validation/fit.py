@@ -12,8 +12,8 @@ cache and the cross-validation:
 - `grid_minimum` (`scripts/calibrate.py`): one GEMM ceiling per GPU generation, the exact minimum of the mean
   |MFU error| over a grid (steps of 0.01, then 0.005 around the best; ties to the smaller value).
 
-Cross-validation is leave-one-source-out: runs are grouped by publication, the id prefix before the first "_"
-(narayanan2021, mcore, dgxc, ...); each group is held out in turn, the parameters fitted on the others and the
+Cross-validation is leave-one-source-out: runs are grouped by publication, a row's `source.group` or else the id
+prefix before the first "_" (narayanan2021, mcore, dgxc, ..., megatron-bridge-performance, llm-foundry); each group is held out in turn, the parameters fitted on the others and the
 held-out runs estimated with them.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
-from .compare import _compare
+from .compare import RunComparison, _compare
 from .fittable import DEFAULT_PARAMETERS, FITTABLE, Parameter
 from .runs import MeasuredRun, SkipRun, read_rows
 
@@ -34,24 +34,33 @@ from .runs import MeasuredRun, SkipRun, read_rows
 
 
 def source(row: MeasuredRun) -> str:
-    """The publication a run comes from: its id before the first "_"."""
-    return row.id.split("_", 1)[0]
+    """The publication a run comes from: its `source.group` (a YAML row), else its id before the first "_"."""
+    return row.source or row.id.split("_", 1)[0]
 
 
-def load_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: True) -> list[MeasuredRun]:
-    """The runs of `path` that `ndcp validate` compares on MFU and `keep` accepts. FP8 runs are compared, never
-    fitted: their ceiling is assumed (docs/formulas.md §3.1)."""
+def compared_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: True) -> list[MeasuredRun]:
+    """The runs of `path` that `ndcp validate` compares on time (a measured MFU or step) and `keep` accepts."""
     rows = []
     for _, build in read_rows(Path(path)):
         try:
             row = build()
         except (SkipRun, SpecError, ValueError, TypeError, KeyError):
             continue
-        if row.run.fp8 or not keep(row):
-            continue
-        if _compare(row).mfu_error_points is not None:
+        compared = _compare(row) if keep(row) else None
+        if compared is not None and (compared.mfu_error_points is not None or compared.measured_step):
             rows.append(row)
     return rows
+
+
+def fitted(row: MeasuredRun) -> bool:
+    """Whether a compared run may fit device parameters: a 16-bit run with a measured MFU. FP8 runs are compared,
+    never fitted: their ceiling is assumed (docs/formulas.md §3.1)."""
+    return not row.run.fp8 and _compare(row).mfu_error_points is not None
+
+
+def load_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: True) -> list[MeasuredRun]:
+    """The runs of `path` that `ndcp validate` compares on MFU, that may fit (`fitted`) and `keep` accepts."""
+    return [row for row in compared_runs(path, keep) if fitted(row)]
 
 
 class Errors:
@@ -60,13 +69,17 @@ class Errors:
     def __init__(self, rows: list[MeasuredRun]):
         self.rows, self.cache = rows, {}
 
-    def __call__(self, i: int, values: dict[str, float]) -> float:
+    def comparison(self, i: int, values: dict[str, float]) -> RunComparison:
+        """Run i compared with `values` put on its device (its step, MFU and memory errors)."""
         key = (i, tuple(sorted(values.items())))
         if key not in self.cache:
             row = self.rows[i]
             device = replace(row.cluster.device, **values)
-            self.cache[key] = _compare(replace(row, cluster=ClusterSpec(device, row.cluster.count))).mfu_error_points
+            self.cache[key] = _compare(replace(row, cluster=ClusterSpec(device, row.cluster.count)))
         return self.cache[key]
+
+    def __call__(self, i: int, values: dict[str, float]) -> float:
+        return self.comparison(i, values).mfu_error_points
 
 
 def statistics(values: Sequence[float]) -> dict:
@@ -188,5 +201,5 @@ def calibrate_device(path: Path, start: DeviceSpec, names: Sequence[str] = DEFAU
             "leave_one_source_out": leave_one_source_out(errors, runs, fit, evaluate)}
 
 
-__all__ = ["Parameter", "FITTABLE", "DEFAULT_PARAMETERS", "source", "load_runs", "Errors", "statistics",
+__all__ = ["Parameter", "FITTABLE", "DEFAULT_PARAMETERS", "source", "compared_runs", "fitted", "load_runs", "Errors", "statistics",
            "leave_one_source_out", "grid_minimum", "bounded_least_squares", "fit_device", "calibrate_device"]

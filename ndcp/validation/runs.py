@@ -41,7 +41,7 @@ from ..specs.units import GIB
 from ..trainers import trainer_named
 from .run_model import read_model, row_seq_len
 from .run_strategy import checked_strategy, read_strategy
-from .unknowns import fill_unknowns
+from .unknowns import Filled, fill_unknowns
 from .values import SkipRun, as_bool, as_fraction, as_number, is_null, read_text
 
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
@@ -160,17 +160,22 @@ class MeasuredRun:
     memory_gib: float | None
     assumptions: tuple[str, ...]
     peak_known: bool = True  # the source publishes the device's peak FLOP/s
+    source: str = ""  # the publication (a YAML row's source.group, else its id before the first "_")
+    searched: str = ""  # what the pinned search filled (the knobs the row leaves unknown), else ""
 
 
 # -- YAML (published_runs.yaml shape, docs/calibration.md) --------------------------------------------------------
 def _row_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, fields: dict, narayanan: bool,
-                  notes: list[str]) -> Strategy:
-    """The row's strategy (run_strategy.py) with its unknown knobs filled by the pinned search (unknowns.py)."""
+                  notes: list[str]) -> Filled:
+    """The row's strategy (run_strategy.py) with its unknown knobs filled by the pinned search (unknowns.py), that
+    note also in `notes`."""
     if not isinstance(fields, dict):
         raise SkipRun("strategy is not published (a mapping of strategy keys)")
     published = read_strategy(fields, model, narayanan, notes)
     strategy = checked_strategy(model, cluster, run, published.values, notes)
-    return fill_unknowns(model, cluster, run, strategy, published.unknown, notes)
+    filled = fill_unknowns(model, cluster, run, strategy, published.unknown)
+    notes += [filled.note] if filled.note else []
+    return filled
 
 
 def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozenset()) -> MeasuredRun:
@@ -191,7 +196,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes))
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
-    strategy = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
+    strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
     if memory is None and not is_null(observed):
@@ -199,7 +204,14 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
     return MeasuredRun(str(entry.get("id")), model, cluster, run, strategy, narayanan,
                        as_number(outcome.get("step_time_s")), as_fraction(outcome.get("mfu"), "outcome.mfu"),
                        as_number(outcome.get("tflops_per_gpu")), as_number(outcome.get("tokens_per_s_per_gpu")), memory,
-                       tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks)
+                       tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks, _publication(entry),
+                       searched)
+
+
+def _publication(entry: dict) -> str:
+    """The publication a YAML row belongs to: `source.group`, else the id before the first "_"."""
+    group = (entry.get("source") or {}).get("group") if isinstance(entry.get("source"), dict) else None
+    return str(group) if not is_null(group) else str(entry.get("id")).split("_", 1)[0]
 
 
 def _mfu_convention(value: Any, notes: list[str]) -> str:
@@ -255,10 +267,10 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
                   mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), **optional)
     run = _fp8_run(run, record.get("fp8_recipe"), cluster, notes)
     fields = {k: v for k, v in record.items() if k in CSV_STRATEGY_COLUMNS}
-    strategy = _row_strategy(model, cluster, run, fields, False, notes)
+    strategy, searched = _row_strategy(model, cluster, run, fields, False, notes)
     return MeasuredRun(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
                        as_number(record.get("step_seconds")), as_fraction(record.get("mfu"), "mfu"), None, None,
-                       as_number(record.get("memory_gib")), tuple(notes))
+                       as_number(record.get("memory_gib")), tuple(notes), searched=searched)
 
 
 def _csv_rows(path: Path) -> list[tuple[str, Any]]:

@@ -14,6 +14,7 @@ fits, the row keeps the heaviest (full recompute) and says so: these runs ran.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 from ..estimate.memory import estimate_memory
 from ..estimate.time import estimate_time
@@ -90,28 +91,32 @@ def _lightest_as_fast(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, winn
     return same[0] if same else winner
 
 
+class Filled(NamedTuple):
+    """A strategy with its unknown knobs filled, and what filled them (the row's assumption; "" when none)."""
+
+    strategy: Strategy
+    note: str
+
+
 def fill_unknowns(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                  unknown: tuple[str, ...], notes: list[str]) -> Strategy:
-    """`strategy` with its unknown knobs set from the pinned search's winner (module docstring), noted."""
+                  unknown: tuple[str, ...]) -> Filled:
+    """`strategy` with its unknown knobs set from the pinned search's winner (module docstring), and the note."""
     if not unknown:
-        return strategy
+        return Filled(strategy, "")
     best, status = _pinned_best(model, cluster, run, strategy, unknown)
     if best is not None:
         filled = strategy.with_(**{field: getattr(best, field) for key in unknown for field in DECIDES[key]})
         if "recompute" in unknown:
             filled = _lightest_as_fast(model, cluster, run, filled)
-        notes.append(f"{_described(filled, unknown)} (unknown: ndcp's best with the published fields pinned, "
-                     f"{status})")
-        return filled
+        return Filled(filled, f"{_described(filled, unknown)} (unknown: ndcp's pinned search, {status})")
     fitting = _by_recompute(model, cluster, run, strategy) if unknown == ("recompute",) else []
     if fitting:
         filled = min(fitting, key=lambda pair: pair[0])[1]
-        notes.append(f"{_described(filled, unknown)} (unknown: outside the search's space, {status}; the fastest "
-                     "uniform recompute that fits, estimated)")
-        return filled
+        return Filled(filled, f"{_described(filled, unknown)} (unknown: outside the search's space, {status}; the "
+                              "fastest uniform recompute that fits, estimated)")
     filled = strategy.with_(recompute=RecomputePlan.uniform(HEAVIEST)) if "recompute" in unknown else strategy
-    notes.append(f"{_described(filled, unknown)} (unknown: nothing the pinned search holds fits, {status}; kept)")
-    return filled
+    return Filled(filled, f"{_described(filled, unknown)} (unknown: nothing the pinned search holds fits, {status}; "
+                          "kept)")
 
 
-__all__ = ["fill_unknowns", "pinned_options", "PINNED_TIME_LIMIT"]
+__all__ = ["Filled", "fill_unknowns", "pinned_options", "PINNED_TIME_LIMIT"]

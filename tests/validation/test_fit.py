@@ -97,3 +97,37 @@ def test_the_fit_recovers_a_known_gemm_ceiling_from_runs_measured_on_a_slower_de
     assert result["start"]["mean"] > 2  # the preset's ceiling misses these runs by points
     assert result["parameters"]["compute_efficiency"] == pytest.approx(0.60, abs=0.005)
     assert result["in_sample"]["mean"] < 0.2 and len(result["leave_one_source_out"]["folds"]) == 4
+
+
+def test_leave_one_source_out_groups_runs_by_publication():
+    """A row's source.group names its publication (several container releases of one performance summary are one
+    source); rows without one fall back to the id prefix."""
+    from ndcp.validation.fit import source
+    from ndcp.validation.runs import read_rows
+
+    second = dict(read_rows(RUNS.parent / "measured_runs_2.yaml"))
+    first = dict(read_rows(RUNS))
+    assert {source(second[i]()) for i in ("mbr2511_llama3_8b_h100_fp8cs_8", "mbr2509_deepseekv3_h100_1024")} == \
+        {"megatron-bridge-performance"}
+    assert source(second["mbr_moonlight16b_h100_bf16_8"]()) == "megatron-bridge-skills"
+    assert source(first["narayanan2021_t1_1t"]()) == "narayanan2021"
+
+
+def test_calibrate_script_table_has_every_source_and_the_doc_its_markers():
+    import sys
+
+    sys.path.insert(0, str(RUNS.parents[1] / "scripts"))
+    import calibrate
+
+    row = {"runs": 2, "step_pct": 10.0, "mfu_points": 2.5}
+    result = {"parameters": {"ampere_compute_efficiency": 0.7, "hopper_compute_efficiency": 0.68},
+              "fitted_on": {"AMPERE_GEMM_EFFICIENCY": ["a"], "HOPPER_GEMM_EFFICIENCY": ["b", "c"]},
+              "sources": [{"source": "mpt", "fitting_runs": 1, "moe_runs": 0, "shipped": row, "in_sample": row,
+                           "held_out": {**row, "mfu_points": None}}]}
+    table = calibrate.markdown_table(result)
+    assert "| mpt | 2 (0) | 1 | 10.0 / 2.50 | 10.0 / 2.50 | 10.0 / - |" in table
+    assert "`HOPPER_GEMM_EFFICIENCY` on 2 runs" in table
+    doc = (RUNS.parents[1] / "docs" / "calibration.md").read_text(encoding="utf-8")
+    block = doc[doc.index(calibrate.TABLE_BEGIN):doc.index(calibrate.TABLE_END)]
+    assert all(f"| {name} |" in block for name in ("narayanan2021", "llm-foundry", "megatron-bridge-performance"))
+    assert block.count("\n| ") >= 10 + 3  # at least ten sources, then all, dense, MoE

@@ -54,7 +54,7 @@ def test_unknown_micro_batch_is_searched_with_the_rest_pinned(tmp_path):
     s = row.strategy
     assert (s.tp, s.pp, s.dp, s.ep, s.recompute.mode) == (1, 1, 16, 8, "none")  # published: as published
     assert s.mbs * s.mbn * s.dp == 64
-    assert f"mbs {s.mbs} (unknown: ndcp's best with the published fields pinned, optimal)" in row.assumptions
+    assert f"mbs {s.mbs} (unknown: ndcp's pinned search, optimal)" in row.assumptions
 
 
 def test_a_run_publishing_only_its_peak_memory_is_compared_on_memory(tmp_path):
@@ -70,3 +70,20 @@ def test_every_run_of_the_second_set_is_read():
     assert not result.skipped and len(result.runs) == 54
     qwen = next(r for r in result.runs if r.id == "mbr26041_qwen3_235b_h100_fp8_256_gbs8192")
     assert "ep32" in qwen.strategy
+
+
+def test_what_the_search_filled_is_in_the_json_and_the_report(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from ndcp.report.validation import render_validation
+
+    result = validate_file(_row(tmp_path, "{tp: 1, pp: 1, dp: 16, ep: 8, micro_batch: unknown, recompute: none}"))
+    (run,) = result.runs
+    assert run.searched.startswith("mbs ") and run.as_dict()["searched"] == run.searched
+    out = io.StringIO()
+    render_validation(result, Console(file=out, width=80))
+    assert "Knobs the sources do not publish" in out.getvalue()
+    published = validate_file(_row(tmp_path, "{tp: 1, pp: 1, dp: 16, ep: 8, micro_batch: 2, recompute: none}"))
+    assert published.runs[0].searched == ""  # nothing unknown: nothing searched
