@@ -32,7 +32,7 @@ from ..specs.fields import SpecError
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import Strategy, accounted_partition, default_partition
-from ..specs.strategy_input import parse_strategy_mapping
+from ..specs.strategy_input import LAYOUT_KEYS, parse_strategy_mapping
 from .values import SkipRun, as_bool
 
 RUNS_KEY_NAMES = {"micro_batch": "mbs", "zero_stage": "zero", "pp_schedule": "schedule"}
@@ -123,11 +123,12 @@ def _accounted_layers(v: dict[str, Any], per_stage: Any, layers: int, notes: lis
         v["layers_per_stage"] = (int(per_stage),) * stages
         return
     if int(v["vpp"]) > 1 and layers % stages and stages <= layers:
-        if accounted_partition(layers, stages) is None:
+        accounted = accounted_partition(layers, stages) is not None
+        if not accounted:
             v["layers_per_stage"] = default_partition(layers, stages)
         counts = v.get("layers_per_stage") or default_partition(layers, stages)
-        notes.append(f"layers per virtual stage {counts[0]}-{max(counts)}-{counts[-1]} "
-                     "(embedding and loss counted as layers)")
+        how = "embedding and loss counted as layers" if accounted else "the default uneven partition"
+        notes.append(f"layers per virtual stage {counts[0]}-{max(counts)}-{counts[-1]} ({how})")
 
 
 def read_strategy(fields: dict[str, Any], model: ModelSpec, narayanan_basis: bool,
@@ -140,9 +141,9 @@ def read_strategy(fields: dict[str, Any], model: ModelSpec, narayanan_basis: boo
         values = parse_strategy_mapping({k: x for k, x in v.items() if not _absent(x)}, "strategy")
     except SpecError as error:
         raise SkipRun(str(error)) from None
-    if unknown and "vpp" in unknown:
+    if "vpp" in unknown:
         values.pop("layers_per_stage", None)
-    else:
+    elif not any(key in values for key in LAYOUT_KEYS):  # a layout places the layers itself
         _accounted_layers(values, fields.get("layers_per_virtual_stage"), model.layers, notes)
     return PublishedStrategy(values, unknown)
 
