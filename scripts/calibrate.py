@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from ndcp.report.output import write_output  # noqa: E402
 from ndcp.specs import device as device_module  # noqa: E402
-from ndcp.validation.fit import (Errors, compared_runs, fitted, grid_minimum, leave_one_source_out, source,  # noqa: E402
-                                 statistics)
+from ndcp.validation.fit import (Errors, compared_runs, fitted, grid_minimum,  # noqa: E402
+                                 leave_one_source_out, source, statistics)
 from ndcp.validation.runs import MeasuredRun  # noqa: E402
 
 RUNS_FILES = (ROOT / "examples" / "published_runs.yaml", ROOT / "examples" / "measured_runs_2.yaml")

@@ -285,5 +285,6 @@ def derive_batch_split(cluster: ClusterSpec, run: RunSpec, v: dict[str, Any]) ->
         v["mbn"] = run.global_batch // per_microbatch
 
 
-__all__ = ["parse_strategy_string", "load_strategy_file", "parse_strategy_mapping", "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE",
-           "derive_batch_split", "recompute_plan", "FILE_ONLY_KEYS", "ON_WORDS", "OFF_WORDS"]
+__all__ = ["parse_strategy_string", "load_strategy_file", "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE",
+           "parse_strategy_mapping", "LAYOUT_KEYS", "derive_batch_split", "recompute_plan", "FILE_ONLY_KEYS",
+           "ON_WORDS", "OFF_WORDS"]

@@ -13,8 +13,8 @@ cache and the cross-validation:
   |MFU error| over a grid (steps of 0.01, then 0.005 around the best; ties to the smaller value).
 
 Cross-validation is leave-one-source-out: runs are grouped by publication, a row's `source.group` or else the id
-prefix before the first "_" (narayanan2021, mcore, dgxc, ..., megatron-bridge-performance, llm-foundry); each group is held out in turn, the parameters fitted on the others and the
-held-out runs estimated with them.
+prefix before the first "_" (narayanan2021, mcore, dgxc, ..., megatron-bridge-performance, llm-foundry); each group
+is held out in turn, the parameters fitted on the others and the held-out runs estimated with them.
 """
 from __future__ import annotations
 
@@ -201,5 +201,6 @@ def calibrate_device(path: Path, start: DeviceSpec, names: Sequence[str] = DEFAU
             "leave_one_source_out": leave_one_source_out(errors, runs, fit, evaluate)}
 
 
-__all__ = ["Parameter", "FITTABLE", "DEFAULT_PARAMETERS", "source", "compared_runs", "fitted", "load_runs", "Errors", "statistics",
-           "leave_one_source_out", "grid_minimum", "bounded_least_squares", "fit_device", "calibrate_device"]
+__all__ = ["Parameter", "FITTABLE", "DEFAULT_PARAMETERS", "source", "compared_runs", "fitted", "load_runs", "Errors",
+           "statistics", "leave_one_source_out", "grid_minimum", "bounded_least_squares", "fit_device",
+           "calibrate_device"]
