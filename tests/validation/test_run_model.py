@@ -66,3 +66,15 @@ def test_seq_len_from_training_or_the_model_mapping():
     assert row_seq_len({"training": {"seq_len": 8192}, "model": "llama3-8b"}) == 8192
     assert row_seq_len({"training": {}, "model": {"seq_len": 2048}}) == 2048
     assert row_seq_len({"training": {}, "model": "llama3-8b"}) is None
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-235b-a22b", "llama4-scout", "gpt3-175b", "mixtral-8x7b"])
+def test_a_library_model_written_out_as_a_mapping_reads_back_the_same(name):
+    """The runs file's model mapping is the library's schema: every field of a library model, written as a
+    mapping, reads back as the same ModelSpec (so nothing a model can say is lost in validation)."""
+    import dataclasses
+
+    library = load_model(name)
+    mapping = {f.name: getattr(library, f.name) for f in dataclasses.fields(library)}
+    mapping = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in mapping.items()}
+    assert read_model({"model": mapping}, 4096, HERE, []) == library
