@@ -103,3 +103,23 @@ def test_search_under_mindformers_plans_its_select_set_and_reads_it_back(capsys,
     assert got.split(": ", 1)[1] == out.split(": ", 1)[1].split("; proven")[0] + "\n"
     megatron, _ = run(capsys, "search", *args, "--trainer", "megatron", "-q")
     assert "mact" not in megatron
+
+
+MOE = ["tiny-moe", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "1024"]
+
+
+def test_strategy_from_takes_the_files_overlaps_and_refuses_a_contradicting_overlap(capsys, tmp_path):
+    """A Megatron file planned with --overlap ep states --overlap-moe-expert-parallel-comm; estimating it without
+    --overlap runs the file's overlaps (the plan's time, not the exposed all-to-all's), and an --overlap that
+    names others is one error line."""
+    path = tmp_path / "moe.sh"
+    plan = ["estimate", *MOE, "--strategy", "ep=4,mbs=1,zero=1,recompute=selective", "--json", "-"]
+    expected, _ = run(capsys, *plan, "--overlap", "ep")
+    exposed, _ = run(capsys, *plan)
+    run(capsys, *plan[:-2], "--overlap", "ep", "--emit", "megatron", "--emit-file", str(path), "-q")
+    assert "--overlap-moe-expert-parallel-comm" in path.read_text()
+    got, _ = run(capsys, "estimate", *MOE, "--strategy-from", str(path), "--json", "-")
+    assert json.loads(got)["time"] == json.loads(expected)["time"] != json.loads(exposed)["time"]
+    code = main(["estimate", *MOE, "--strategy-from", str(path), "--overlap", "none"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "--overlap none contradicts --strategy-from" in err

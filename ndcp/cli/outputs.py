@@ -43,8 +43,10 @@ def stdout_owners(args: argparse.Namespace) -> tuple[bool, bool]:
 # -- trainer configurations (search, estimate, recompute) --------------------------------------------------------
 def add_emit_arguments(parser, what: str) -> None:
     parser.add_argument("--emit", choices=EMIT_KINDS,
-                        help=f"print the launch configuration of {what} for a trainer: Megatron-LM flags, a "
-                             "torchtitan TOML or a MindFormers YAML")
+                        help=f"print the launch configuration of {what} for a trainer: Megatron-LM's "
+                             "pretrain_gpt.py arguments, torchtitan's command-line arguments (--module/--config "
+                             "and overrides), each with the settings you fill in (tokenizer, data, steps, "
+                             "learning-rate schedule, checkpoints) last, as <PLACEHOLDERS>, or a MindFormers YAML")
     parser.add_argument("--emit-file", metavar="PATH", help="write the --emit configuration to PATH instead of stdout")
 
 

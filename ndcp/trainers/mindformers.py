@@ -102,7 +102,9 @@ def config(model: ModelSpec, run: RunSpec, s: Strategy) -> dict:
 def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
     """A MindFormers YAML fragment: parallel, parallel_config, per-stage offsets and recompute lists."""
     s, notes = nearest(model, run, strategy)
-    overlap = unstated_overlaps(TRAINER, run, s, notes)
+    ran = dataclasses.replace(run, precision="bf16") if run.fp8 else run  # no FP8 here (nearest's note)
+    if unstated_overlaps(TRAINER, run, s, notes):
+        ran = dataclasses.replace(ran, overlap="trainer")
     naive = model.layers // s.virtual_stages
     header = (f"# MindFormers config fragment: micro batch size = runner_config.batch_size = {s.mbs}, "
               f"global batch = {s.global_batch}\n"
@@ -110,8 +112,7 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: i
               + ("; lists are [chunk][stage]" if s.vpp > 1 else "") + "\n")
     text = header + yaml.dump(config(model, run, s), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                               width=120)
-    return Emitted(text, notes, None if s == strategy else s,
-                   None if overlap is None else dataclasses.replace(run, overlap=overlap))
+    return Emitted(text, notes, None if s == strategy else s, None if ran == run else ran)
 
 
 # -- reading (--strategy-from) -----------------------------------------------------------------------------------
