@@ -29,6 +29,7 @@ PLACEHOLDERS = (
     Placeholder("--lr-decay-style", "<LR_DECAY_STYLE>", "constant, linear, cosine, inverse-square-root or WSD"),
     Placeholder("--lr-warmup-iters", "<LR_WARMUP_ITERS>", "warm-up steps"),
     Placeholder("--save", "<CHECKPOINT_DIR>", "where checkpoints are written"),
+    Placeholder("--save-interval", "<SAVE_INTERVAL>", "steps between checkpoints (--save needs it)"),
     Placeholder("--load", "<CHECKPOINT_DIR>", "where a checkpoint is resumed from"),
 )
 

@@ -306,8 +306,10 @@ def recognises(text: str) -> bool:
 
 TRAINER = Trainer(
     behaviour=TORCHTITAN, version="torchtitan 0.3.0",
-    # FSDP2 (ZeRO-3: data_parallel_shard_degree = dp); DDP (ZeRO-0) only without TP, PP, CP or EP: torchtitan
-    # applies DDP only when no other parallelism is on (parallelize_llama: `elif parallel_dims.dp_replicate_enabled`)
+    # FSDP2 (ZeRO-3: data_parallel_shard_degree = dp); replicated (ZeRO-0: data_parallel_replicate_degree = dp, shard
+    # degree 1, which 0.3.0 runs as fully_shard over one rank: models/llama3/parallelize.py "with shard_degree=1 it
+    # is a no-op for the all-gather") emitted only without TP, PP, CP or EP, as earlier releases ran DDP. 0.3.0
+    # could replicate beside them too (HSDP with shard degree 1): not searched
     zero_stages=(0, 3), zero_how=("DDP (data parallel only)", "FSDP2 (fully_shard)"),
     zero_dp_alone=(0,),  # DDP only without TP, PP, CP or EP (above)
     recompute="uniform",  # activation-checkpoint:none|selective|full on every transformer block
@@ -315,7 +317,9 @@ TRAINER = Trainer(
     # FP8 is a model converter in a registry config (CONFIGS: llama3_8b_mxfp8, llama3_405b,
     # deepseek_v3_671b_float8; they need torchao and an FP8 GPU to build), not a command-line option
     precisions=("bf16", "fp8"), fp8_recipes=("blockwise", "mxfp8"),
-    default_fp8_recipe="tensorwise",  # torchao Float8 dynamic scaling, torchtitan's float8 converter default
+    # torchao Float8 dynamic (tensorwise) scaling, the float8 default of the torchtitan releases measured runs used;
+    # 0.3.0's Float8LinearConverter defaults to rowwise (emitted as the configs' blockwise, facts/torchtitan.yaml)
+    default_fp8_recipe="tensorwise",
     cp_comms=("p2p",), expert_tensor_parallel=False,  # no expert TP degree in 0.3: EP borrows from FSDP and TP
     layouts="any",  # --parallelism.module-fqns-per-model-part places any partition
     schedules=tuple(SCHEDULE_NAMES), schedule_names=SCHEDULE_NAMES,
