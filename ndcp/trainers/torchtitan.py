@@ -49,6 +49,11 @@ PLACEHOLDERS = (
 )
 
 
+# The config name emitted for a model torchtitan has no registry config for: every setting `read` takes is then on
+# the command line, so the file reads back as the run's model (the user's own config replaces it at launch).
+PLACEHOLDER_CONFIG = "CONFIG"
+
+
 def runs_ddp(strategy: Strategy) -> bool:
     """Whether torchtitan runs this strategy's data parallelism as DDP: ZeRO-0 with no other parallelism."""
     s = strategy
@@ -109,7 +114,7 @@ def _module_config(model: ModelSpec, run: RunSpec, notes: list[str]) -> tuple[st
                      + (f" ({', '.join(others)} train{'s' if len(others) == 1 else ''} it in another precision)"
                         if others else "") + ": register one (a config_registry function) and replace MODULE and "
                      "CONFIG")
-        return "MODULE", "CONFIG"
+        return "MODULE", PLACEHOLDER_CONFIG
     pinned = facts("torchtitan")["configs"][found[1]]
     if pinned.get("--compile.enable") and "model" in pinned.get("--compile.components", ["model"]):
         notes.append(f"{found[1]} compiles the model (torch.compile, as its FP8 converter wants); ndcp prices "
@@ -163,7 +168,7 @@ def arguments(model: ModelSpec, run: RunSpec, strategy: Strategy, notes: list[st
             "--training.global-batch-size", str(s.global_batch), "--training.seq-len", str(run.seq_len),
             # ndcp prices eager steps (TrainerBehaviour op_level_inventory); torchtitan refuses CUDA graphs with PP
             "--training.disable-cuda-graphs"]
-    if module != "MODULE" and facts("torchtitan")["configs"][config].get("--compile.enable-async-tensor-parallel"):
+    if config != PLACEHOLDER_CONFIG and facts("torchtitan")["configs"][config].get("--compile.enable-async-tensor-parallel"):
         out.append("--compile.no-enable-async-tensor-parallel")  # TP overlap: not planned (eager pricing)
     out += [x for p in PLACEHOLDERS for x in (p.option, p.value)]
     mode = s.recompute.mode if s.recompute.is_uniform else uniform_cover(stage_plans(model, s), tuple(AC_MODES))
@@ -222,7 +227,8 @@ def read(text: str, model: ModelSpec) -> dict:
         raise read_error("torchtitan", f"cannot split the arguments: {error}") from None
     options, mode = _options(tokens)
     config = (options.get("config") or [None])[0]
-    defaults = facts("torchtitan")["configs"].get(config)
+    defaults = ({"model": model.name} if config == PLACEHOLDER_CONFIG
+                else facts("torchtitan")["configs"].get(config))
     if defaults is None:
         raise read_error("torchtitan", f"--config {config}: not a pinned torchtitan 0.3 config; known: "
                          + ", ".join(facts("torchtitan")["configs"]))

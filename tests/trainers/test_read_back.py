@@ -9,7 +9,7 @@ import pytest
 from ndcp.cli.common import build_strategy
 from ndcp.estimate.memory import estimate_memory
 from ndcp.estimate.time import estimate_time
-from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, SpecError, StageRecompute, Strategy, device_preset
+from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, StageRecompute, Strategy, device_preset
 from ndcp.specs.library import load_model
 from ndcp.trainers import KINDS, emit, file_overlap, read_values
 
@@ -94,9 +94,6 @@ def test_the_file_reads_back_as_the_plan_or_says_why_not(tmp_path, kind, name, m
         return
     if "--config CONFIG" in emitted.text:  # torchtitan has no registry config for the model: the user writes one
         assert any("register one" in n for n in emitted.notes)
-        with pytest.raises(SpecError, match="--config CONFIG: not a pinned torchtitan 0.3 config"):
-            read_back(tmp_path, kind, model, cluster, run, emitted)
-        return
     back_run, back = read_back(tmp_path, kind, model, cluster, run, emitted)
     assert back == strategy
     assert estimate_time(model, cluster, back_run, back).step_seconds == \
