@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from .estimate.fp8 import check_fp8
+from .estimate.overlap import asked_overlaps
 from .options import RUN_OPTIONS, cp_comm_types
 from .rules import (Problem, check_given_degrees, check_images, check_positions, check_strategy, first_refusal,
                     recompute_option_refusal, refusal_error)
@@ -89,18 +90,11 @@ def run_overlap(values: argparse.Namespace) -> str:
     given = None if values.overlap is None else str(values.overlap).strip().lower()
     if given is None or stated is None:
         return given or stated or "trainer"
-    trainer = trainer_named(values.trainer or file_trainer(path) or "megatron")
-    if overlap_set(given, trainer) != overlap_set(stated, trainer):
+    default = trainer_named(values.trainer or file_trainer(path) or "megatron").behaviour.default_overlaps
+    if asked_overlaps(given, default) != asked_overlaps(stated, default):
         raise SpecError(f"--overlap {given} contradicts --strategy-from {path}, whose flags run --overlap {stated}; "
                         "drop --overlap to take the file's")
     return given
-
-
-def overlap_set(value: str, trainer) -> frozenset:
-    """The overlaps a RunSpec.overlap value asks `trainer` for (trainer: its defaults)."""
-    if value == "trainer":
-        return trainer.behaviour.default_overlaps
-    return frozenset() if value == "none" else frozenset(value.split("+"))
 
 
 def check_max_offset(max_offset: int, model: ModelSpec) -> None:
@@ -327,7 +321,7 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
                         optimizer_offloads=ON_OFF_BOTH[offload])
 
 
-__all__ = ["build_problem", "build_run", "run_overlap", "overlap_set", "check_max_offset", "strategy_values", "pinned_by_file", "build_strategy",
+__all__ = ["build_problem", "build_run", "run_overlap", "check_max_offset", "strategy_values", "pinned_by_file", "build_strategy",
            "parse_degree_bounds", "check_bounds_agree", "check_recompute_runs", "check_fixed_values",
            "split_fixed_cp_comm", "trainer_method", "trainer_schedules", "build_space_options", "gib_text",
            "SEARCH_KEYS", "WALKED", "UNIFORM_OF", "ON_OFF_BOTH"]

@@ -263,18 +263,7 @@ def read(text: str, model: ModelSpec) -> dict:
     if replicate > 1 or shard > 1:
         v["dp"] = replicate * shard
     v["sp"] = v["tp"] > 1 and value("--parallelism.enable-sequence-parallel")
-    local = value("--training.local-batch-size")
-    if v["pp"] > 1:
-        v["mbs"] = value("--parallelism.pipeline-parallel-microbatch-size")
-        v["mbn"] = local // v["mbs"]
-        names = {own: name for name, own in TRAINER.schedule_names.items()}
-        schedule = value("--parallelism.pipeline-parallel-schedule")
-        if schedule not in names:
-            raise read_error("torchtitan", f"pipeline schedule {schedule}: ndcp prices " + ", ".join(names))
-        v["schedule"] = names[schedule]
-        _read_layout(value, v, model)
-    else:
-        v["mbs"] = local
+    _read_pipeline(value, v, model)
     v["recompute"] = {"none": "none", "selective": "selective", "full": "full"}.get(
         mode or defaults.get("activation_checkpoint", "selective"), None)
     if v["recompute"] is None:
@@ -283,6 +272,23 @@ def read(text: str, model: ModelSpec) -> dict:
     v["precision"] = "fp8" if v["fp8_recipe"] else "bf16"
     v["overlap"] = "trainer"
     return v
+
+
+def _read_pipeline(value, v: dict, model: ModelSpec) -> None:
+    """The micro-batch split, schedule and layout with PP (the local batch is a PP rank's micro-batches), else the
+    local batch as the micro-batch."""
+    local = value("--training.local-batch-size")
+    if v["pp"] == 1:
+        v["mbs"] = local
+        return
+    v["mbs"] = value("--parallelism.pipeline-parallel-microbatch-size")
+    v["mbn"] = local // v["mbs"]
+    names = {own: name for name, own in TRAINER.schedule_names.items()}
+    schedule = value("--parallelism.pipeline-parallel-schedule")
+    if schedule not in names:
+        raise read_error("torchtitan", f"pipeline schedule {schedule}: ndcp prices " + ", ".join(names))
+    v["schedule"] = names[schedule]
+    _read_layout(value, v, model)
 
 
 def _read_layout(value, v: dict, model: ModelSpec) -> None:
