@@ -14,6 +14,9 @@ from .hf_config import HFConfig
 
 EPSILON_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
 QK_NORM_TYPES = ("qwen3", "qwen3_moe")  # Qwen3Attention q_norm / k_norm, no switch in the config
+# DeepSeek-V3-style routers (sigmoid scores, a bias per expert) by model_type: DeepseekV3Config, Kimi-K2 (a
+# DeepseekV3 architecture), Glm4MoeConfig (no scoring_func key: always sigmoid with e_score_correction_bias)
+SIGMOID_ROUTERS = ("deepseek_v3", "kimi_k2", "glm4_moe")
 GROUPED_TOPK = ("group_limited_greedy", "noaux_tc")  # DeepSeek's routers that choose experts within groups
 
 
@@ -52,9 +55,9 @@ def _rope_scaling(cfg: HFConfig, scaling: Any) -> dict[str, Any] | None:
 
 
 def deepseek_router(cfg: HFConfig) -> dict[str, Any]:
-    """The router of DeepSeek-style experts: scores (sigmoid by DeepSeek-V3's default), expert groups under a
+    """The router of DeepSeek-style experts: scores (sigmoid by SIGMOID_ROUTERS' default), expert groups under a
     grouped top-k, the per-expert bias of noaux_tc (e_score_correction_bias) and the routed scaling factor."""
-    default_score = "sigmoid" if cfg.data.get("model_type") == "deepseek_v3" else "softmax"
+    default_score = "sigmoid" if cfg.data.get("model_type") in SIGMOID_ROUTERS else "softmax"
     method = cfg.raw("topk_method", "noaux_tc" if default_score == "sigmoid" else "greedy")
     out = {"router_score": cfg.take("moe.router_score", "scoring_func", cfg.raw("scoring_func", default_score)),
            "router_expert_bias": cfg.take("moe.router_expert_bias", "topk_method", method == "noaux_tc"),
