@@ -81,6 +81,7 @@ def read_back(text: str, values: argparse.Namespace, trainer: str) -> ReadBack:
         path.write_text(text, encoding="utf-8")
         given = copy.copy(values)
         given.strategy_from, given.strategy, given.strategy_file, given.trainer = str(path), "", None, trainer
+        given.overlap = None  # the file's overlaps, as `--strategy-from` reads them without --overlap
         model, cluster, run = build_problem(given)
         strategy = build_strategy(model, cluster, run, strategy_values(given, model, run))
     memory, time = estimate_memory(model, cluster, run, strategy), estimate_time(model, cluster, run, strategy)
@@ -105,7 +106,7 @@ def check_launch(kind: str, values: argparse.Namespace, problem: tuple[ModelSpec
     emitted = emit(kind, model, run, strategy, cluster.device.devices_per_node)
     plan_step = estimate_time(model, cluster, run, strategy).step_seconds
     plan_peak = estimate_memory(model, cluster, run, strategy).peak_bytes
-    reasons = list(emitted.notes) if emitted.strategy is not None else []
+    reasons = [] if emitted.same_as_plan else list(emitted.notes)
     if run.trainer != kind:
         reasons.append(f"planned with {run.trainer}'s behaviour, emitted for {kind}: plan with --trainer {kind}")
     try:

@@ -289,7 +289,8 @@ RUN_OPTIONS = (
                "beside it", choices=TRAINERS + ("any",), default=None),
     run_option("grad_sync", "--grad-sync", choices=GRAD_SYNCS),
     run_option("param_gather", "--param-gather", choices=PARAM_GATHERS, metavar="WHEN"),  # the help lists them
-    run_option("overlap", "--overlap", metavar="WHAT"),
+    run_option("overlap", "--overlap", " (left out with --strategy-from: the file's)", metavar="WHAT",
+               default=None),
     run_option("mfu_convention", "--mfu-convention", choices=MFU_CONVENTIONS),
     run_option("images_per_sample", "--images-per-sample", parse=positive_int, metavar="N"),
     run_option("image_size", "--image-size", parse=positive_int, metavar="PIXELS"),

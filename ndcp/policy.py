@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from .estimate.fp8 import check_fp8
+from .estimate.overlap import asked_overlaps
 from .options import RUN_OPTIONS, cp_comm_types
 from .rules import (Problem, check_given_degrees, check_images, check_positions, check_strategy, first_refusal,
                     recompute_option_refusal, refusal_error)
@@ -30,7 +31,7 @@ from .specs.run import RunSpec
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, Strategy
 from .specs.strategy_input import OFF_WORDS, ON_WORDS
 from .specs.units import GIB
-from .trainers import file_trainer, read_values, trainer_named
+from .trainers import file_overlap, file_trainer, read_values, trainer_named
 
 SEARCH_KEYS = DIMENSIONS + ("sp",)
 WALKED = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn")  # the degrees the space walk chooses
@@ -76,8 +77,23 @@ def build_run(values: argparse.Namespace) -> RunSpec:
     meaning the field's default (no cap: 0; the trainer: `priced_trainer`; no --fp8-recipe: delayed)."""
     fields = {option.field: getattr(values, option.name) for option in RUN_OPTIONS}
     fields.update(memory_cap_bytes=values.memory_cap or 0, trainer=priced_trainer(values),
-                  fp8_recipe=values.fp8_recipe or "delayed", overlap=str(values.overlap).strip().lower())
+                  fp8_recipe=values.fp8_recipe or "delayed", overlap=run_overlap(values))
     return RunSpec(**fields)
+
+
+def run_overlap(values: argparse.Namespace) -> str:
+    """--overlap; left out, a --strategy-from file's (the overlaps its flags state), else trainer. An --overlap
+    that names other overlaps than the file's is a usage error."""
+    path = getattr(values, "strategy_from", None)
+    stated = file_overlap(path)
+    given = None if values.overlap is None else str(values.overlap).strip().lower()
+    if given is None or stated is None:
+        return given or stated or "trainer"
+    default = trainer_named(values.trainer or file_trainer(path) or "megatron").behaviour.default_overlaps
+    if asked_overlaps(given, default) != asked_overlaps(stated, default):
+        raise SpecError(f"--overlap {given} contradicts --strategy-from {path}, whose flags run --overlap {stated}; "
+                        "drop --overlap to take the file's")
+    return given
 
 
 def check_max_offset(max_offset: int, model: ModelSpec) -> None:
@@ -116,6 +132,7 @@ def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, valu
     dp is the rest of the GPUs, mbn the rest of the global batch; the schedule is the default for vpp. The run's
     precision and FP8 recipe must match the strategy's, if it states them."""
     v = dict(values)
+    v.pop("overlap", None)  # a run setting (build_run took it from the file)
     precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
     if precision is not None and precision != run.precision:
         raise SpecError(f"strategy precision={precision} does not match the run's --precision {run.precision}; "
@@ -332,7 +349,7 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
                         optimizer_offloads=ON_OFF_BOTH[offload])
 
 
-__all__ = ["build_problem", "build_run", "check_max_offset", "strategy_values", "pinned_by_file", "build_strategy",
+__all__ = ["build_problem", "build_run", "run_overlap", "check_max_offset", "strategy_values", "pinned_by_file", "build_strategy",
            "parse_degree_bounds", "check_bounds_agree", "check_recompute_runs", "check_fixed_values",
            "split_fixed_cp_comm", "assemble_strategy", "planned_trainer", "priced_trainer", "trainer_method", "trainer_schedules", "build_space_options", "gib_text",
            "SEARCH_KEYS", "WALKED", "UNIFORM_OF", "ON_OFF_BOTH", "DEFAULT_TRAINER", "ANY_TRAINER"]

@@ -26,7 +26,8 @@ def run(capsys, *argv) -> tuple[str, str]:
 
 def test_estimate_emit_megatron(capsys):
     out, _ = run(capsys, *ESTIMATE, "--json", "/dev/null", "--emit", "megatron")
-    assert out.split("\n")[1] == "export CUDA_DEVICE_MAX_CONNECTIONS=1"  # after the -q line; TP without FSDP
+    # after the -q line and the comment on the placeholders; TP without FSDP
+    assert [line for line in out.split("\n")[1:] if not line.startswith("#")][0] == "export CUDA_DEVICE_MAX_CONNECTIONS=1"
     assert (option(out, "--tensor-model-parallel-size"), option(out, "--pipeline-model-parallel-size")) == ("2", "2")
     assert (option(out, "--global-batch-size"), option(out, "--seq-length")) == ("32", "1024")
     assert "--bf16" in out and "--use-distributed-optimizer" in out
@@ -164,3 +165,23 @@ def test_estimate_refuses_trainer_any(capsys):
     code = main([*ESTIMATE, "--trainer", "any"])
     _, err = capsys.readouterr()
     assert code == 2 and "--trainer any: an estimate prices one trainer" in err
+
+
+MOE = ["tiny-moe", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "1024"]
+
+
+def test_strategy_from_takes_the_files_overlaps_and_refuses_a_contradicting_overlap(capsys, tmp_path):
+    """A Megatron file planned with --overlap ep states --overlap-moe-expert-parallel-comm; estimating it without
+    --overlap runs the file's overlaps (the plan's time, not the exposed all-to-all's), and an --overlap that
+    names others is one error line."""
+    path = tmp_path / "moe.sh"
+    plan = ["estimate", *MOE, "--strategy", "ep=4,mbs=1,zero=1,recompute=selective", "--json", "-"]
+    expected, _ = run(capsys, *plan, "--overlap", "ep")
+    exposed, _ = run(capsys, *plan)
+    run(capsys, *plan[:-2], "--overlap", "ep", "--emit", "megatron", "--emit-file", str(path), "-q")
+    assert "--overlap-moe-expert-parallel-comm" in path.read_text()
+    got, _ = run(capsys, "estimate", *MOE, "--strategy-from", str(path), "--json", "-")
+    assert json.loads(got)["time"] == json.loads(expected)["time"] != json.loads(exposed)["time"]
+    code = main(["estimate", *MOE, "--strategy-from", str(path), "--overlap", "none"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "--overlap none contradicts --strategy-from" in err

@@ -44,10 +44,13 @@ def stdout_owners(args: argparse.Namespace) -> tuple[bool, bool]:
 # -- trainer configurations (search, estimate, recompute) --------------------------------------------------------
 def add_emit_arguments(parser, what: str) -> None:
     parser.add_argument("--emit", choices=EMIT_KINDS,
-                        help=f"print the launch configuration of {what} for a trainer (Megatron-LM arguments, "
-                             "torchtitan command-line arguments or a MindFormers YAML), checked first: read back as "
-                             "--strategy-from reads it, it must run the plan (same step time and peak) and fit, else "
-                             "nothing is written and the exit status is 1; without --trainer, --emit X plans for X")
+                        help=f"print the launch configuration of {what} for a trainer: Megatron-LM's "
+                             "pretrain_gpt.py arguments, torchtitan's command-line arguments (--module/--config "
+                             "and overrides), each with the settings you fill in (tokenizer, data, steps, "
+                             "learning-rate schedule, checkpoints) last, as <PLACEHOLDERS>, or a MindFormers YAML; "
+                             "checked first: read back as --strategy-from reads it, it must run the plan (same step "
+                             "time and peak) and fit, else nothing is written and the exit status is 1; without "
+                             "--trainer, --emit X plans for X")
     parser.add_argument("--emit-file", metavar="PATH", help="write the --emit configuration to PATH instead of stdout")
     parser.add_argument("--emit-anyway", action="store_true",
                         help="write the --emit configuration even when it is not the plan or does not fit (its "

@@ -29,9 +29,14 @@ HIDDEN_KEYS = ("tp_comm", "ep_comm", "pp_comm")  # TimeEstimate.hidden, the JSON
 
 def requested(run: RunSpec) -> frozenset:
     """The overlaps the run asks the trainer for (RunSpec.overlap resolved)."""
-    if run.overlap == "trainer":
-        return trainer_behaviour(run).default_overlaps
-    return NO_OVERLAP if run.overlap == "none" else frozenset(run.overlap.split("+"))
+    return asked_overlaps(run.overlap, trainer_behaviour(run).default_overlaps)
+
+
+def asked_overlaps(overlap: str, trainer_default: frozenset) -> frozenset:
+    """The overlaps a RunSpec.overlap value asks for: the trainer's defaults for "trainer", none for "none"."""
+    if overlap == "trainer":
+        return trainer_default
+    return NO_OVERLAP if overlap == "none" else frozenset(overlap.split("+"))
 
 
 @lru_cache(maxsize=65536)
@@ -83,5 +88,5 @@ def ep_overlapped(all_to_all: float, compute: float) -> tuple[float, float]:
     return exposed / 2, exposed / 2
 
 
-__all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "hidden_comms", "strategy_overlaps",
+__all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "asked_overlaps", "hidden_comms", "strategy_overlaps",
            "layer_overlaps", "tp_overlapped", "ep_overlapped"]

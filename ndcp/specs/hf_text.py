@@ -1,8 +1,9 @@
 """Hugging Face `config.json` readers for decoder-only language models: one builder per `model_type`, each returning
 ModelSpec fields (docs/models.md §1).
 
-Only the fields that change the shape, the parameter count or the attention pattern are read; everything else (rope
-scaling, token ids, initialiser ranges, ...) is ignored. Per-layer extras that are a few thousand parameters (QK
+Only the fields that change the shape, the parameter count or the attention pattern are read, and the facts a launch
+configuration states (hf_launch.py: RoPE base and scaling, norm epsilon, QK norm, the router); everything else (token
+ids, initialiser ranges, ...) is ignored. Per-layer extras that are a few thousand parameters (QK
 norms, Gemma's and OLMo 2's post-norms, Falcon-7B's single norm) are not modelled.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .hf_config import HFConfig, activation, fit_moe_layers, global_every, head_dim, windows
+from .hf_launch import deepseek_router, launch_fields
 
 Builder = Callable[[HFConfig], dict[str, Any]]
 
@@ -25,6 +27,7 @@ def _rope_fields(cfg: HFConfig, positions_default: int, tied_default: bool, norm
                                     cfg.bool("tie_word_embeddings", tied_default)),
         "norm": norm,
         "attention_dropout": cfg.take("attention_dropout", "attention_dropout", cfg.number("attention_dropout", 0.0)),
+        **launch_fields(cfg),  # RoPE base and scaling, norm epsilon, QK norm (hf_launch.py)
     }
 
 
@@ -268,6 +271,7 @@ def _deepseek_moe(cfg: HFConfig, layers: int, first_dense_default: int = 0,
                                    cfg.int("n_shared_experts", shared_default)),
         "first_dense_layers": cfg.take("moe.first_dense_layers", "first_k_dense_replace", first),
         "layer_frequency": cfg.take("moe.layer_frequency", "moe_layer_freq", frequency),
+        **deepseek_router(cfg),
     }
 
 

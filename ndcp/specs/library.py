@@ -21,7 +21,12 @@ _SUFFIXES = (".yaml", ".yml")
 
 
 def _library_dir():
-    """The directory (a Traversable) holding the library YAMLs: package data when installed, else models/."""
+    """The directory (a Traversable) holding the library YAMLs: the models/ beside this ndcp package in a source
+    checkout (so that a checkout run with PYTHONPATH reads its own models, not those of another installed
+    checkout), else the package data `ndcp.model_library` of an installed ndcp."""
+    checkout = Path(__file__).resolve().parents[2] / "models"
+    if (checkout / "__init__.py").is_file():
+        return checkout
     try:
         from importlib.resources import files
 
@@ -30,8 +35,7 @@ def _library_dir():
             return root
     except (ModuleNotFoundError, TypeError, ValueError, OSError):
         pass
-    # Running from a source checkout (PYTHONPATH=.): the package-dir mapping models/ -> ndcp.model_library is absent.
-    return Path(__file__).resolve().parents[2] / "models"
+    return checkout
 
 
 def _library_files() -> dict[str, Any]:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .encoder import EncoderSpec
+from .rope import RopeScaling
 from .fields import (SpecError, cached_hash, divisors, finite_number, non_negative_int, one_of, positive_int, require,
                      state_without_hash)
 
@@ -14,6 +15,7 @@ ACTIVATIONS = ("gelu", "relu", "squared_relu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 MAX_LAYERS = 1 << 14  # 16,384 layers: far above any real model; per-layer loops (partition, plans) stay fast
 NORMS = ("layernorm", "rmsnorm")
+ROUTER_SCORES = ("softmax", "sigmoid")
 POSITIONS = ("learned", "rope")
 
 
@@ -46,6 +48,19 @@ class MoESpec:
     """every n-th layer after the dense prefix is MoE (Mixtral, DeepSeek: 1)"""
     capacity_factor: float = 0.0
     """0 = dropless; otherwise tokens per expert are padded or cut to this factor of the even share"""
+    # The router (not priced: the router's GEMM is `hidden x experts` whatever it scores; the launch configurations
+    # state it, ndcp/trainers)
+    router_score: str = "softmax"
+    """how the router scores experts: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3 §2.1.2)"""
+    router_groups: int = 0
+    """expert groups a token's experts are chosen from (DeepSeek-V3 n_group: 8; 0 = no grouping)"""
+    router_group_topk: int = 0
+    """groups each token may use (DeepSeek-V3 topk_group: 4; 0 = no grouping)"""
+    router_expert_bias: bool = False
+    """a per-expert bias, updated from the load, added to the scores for choosing (DeepSeek-V3's auxiliary-loss-free
+    balancing, §2.1.2)"""
+    routed_scaling: float = 1.0
+    """factor on the routed experts' gate values (DeepSeek-V3 routed_scaling_factor: 2.5)"""
 
     def __post_init__(self):
         positive_int("moe.experts", self.experts)
@@ -57,6 +72,15 @@ class MoESpec:
         non_negative_int("moe.first_dense_layers", self.first_dense_layers, MAX_LAYERS)
         positive_int("moe.layer_frequency", self.layer_frequency, MAX_LAYERS)
         finite_number("moe.capacity_factor", self.capacity_factor, 0.0, 64.0)
+        one_of("moe.router_score", self.router_score, ROUTER_SCORES)
+        non_negative_int("moe.router_groups", self.router_groups, self.experts)
+        non_negative_int("moe.router_group_topk", self.router_group_topk, self.router_groups)
+        require((self.router_groups == 0) == (self.router_group_topk == 0), "moe.router_group_topk",
+                self.router_group_topk, "give router_groups and router_group_topk together (or neither)")
+        require(self.router_groups == 0 or self.experts % self.router_groups == 0, "moe.router_groups",
+                self.router_groups, f"must divide moe.experts ({self.experts})")
+        one_of("moe.router_expert_bias", self.router_expert_bias, (False, True))
+        finite_number("moe.routed_scaling", self.routed_scaling, 0.0, 1e3, low_open=True)
 
     @property
     def shared_hidden(self) -> int:
@@ -133,10 +157,18 @@ class ModelSpec:
     """positions the model was trained for (rows of a learned position table)"""
     position_embedding: str = "rope"
     """rope (rotary, no parameters) or learned (a table of max_positions x hidden)"""
+    rotary_base: float = 10000.0
+    """RoPE base (theta; config.json rope_theta: Llama-3 500000); not priced, stated by the launch configurations"""
+    rope_scaling: RopeScaling | None = None
+    """RoPE scaling beyond the pretraining context (Llama-3.1 llama3, DeepSeek-V3 yarn; specs/rope.py), or None"""
     tied_embeddings: bool = False
     """the output projection shares the token embedding's weights"""
     norm: str = "rmsnorm"
     """rmsnorm or layernorm (which has a bias)"""
+    norm_eps: float = 1e-5
+    """epsilon of every normalisation (config.json rms_norm_eps); not priced, stated by the launch configurations"""
+    qk_norm: bool = False
+    """an RMSNorm on each head's queries and keys (Qwen3); its 2 x head_dim weights per layer are not counted"""
     linear_bias: bool = False
     """biases on every linear layer (GPT-2/3)"""
     qkv_bias: bool = False
@@ -196,6 +228,9 @@ class ModelSpec:
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORMS)
         one_of("position_embedding", self.position_embedding, POSITIONS)
+        finite_number("rotary_base", self.rotary_base, 1.0, 1e12)
+        finite_number("norm_eps", self.norm_eps, 0.0, 1.0, low_open=True)
+        one_of("qk_norm", self.qk_norm, (False, True))
         finite_number("attention_dropout", self.attention_dropout, 0.0, 1.0)
         finite_number("hidden_dropout", self.hidden_dropout, 0.0, 1.0)
         require(self.kv_heads == 0 or self.heads % self.kv_heads == 0, "kv_heads", self.kv_heads,

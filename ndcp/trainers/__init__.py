@@ -38,7 +38,7 @@ def emit(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy, devices_
         raise SpecError(f"--emit {kind}: unknown trainer; valid: {', '.join(KINDS)}")
     emitted = REGISTRY[kind].emit(model, run, strategy, devices_per_node)
     text = "".join(f"# note: {n}\n" for n in emitted.notes) + emitted.text
-    return Emitted(text, emitted.notes, emitted.strategy)
+    return Emitted(text, emitted.notes, emitted.strategy, emitted.run)
 
 
 def nearest(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:
@@ -69,6 +69,18 @@ def file_trainer(path: str | None) -> str | None:
         return None
 
 
+def file_overlap(path: str | None) -> str | None:
+    """The run's --overlap a --strategy-from file states (Trainer.read_overlap), or None when the file is absent or
+    unreadable: read_values reports why."""
+    if not path:
+        return None
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+        return detect(text).read_overlap(text)
+    except (OSError, UnicodeDecodeError, ValueError, SpecError, SystemExit):
+        return None
+
+
 def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
     """Strategy values (--strategy keys) from a trainer configuration file; its global batch and sequence length
     must be the run's."""
@@ -96,4 +108,4 @@ def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
 
 
 __all__ = ["REGISTRY", "KINDS", "Trainer", "Emitted", "trainer_named", "emit", "nearest", "detect", "read_values",
-           "file_trainer", "covers", "stage_plans", "facts"]
+           "file_trainer", "file_overlap", "covers", "stage_plans", "facts"]

@@ -10,19 +10,22 @@ functions of (model, run, strategy): nothing here estimates.
 """
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import yaml
 
 from ..estimate.layout import partition
-from ..schedules import default_schedule
+from ..estimate.overlap import strategy_overlaps
+from ..schedules import default_schedule, schedule_named
 from ..specs.fields import SpecError
 from ..specs.model import ModelSpec
 from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES, modules_cover, recompute_option
-from ..specs.run import RunSpec
+from ..specs.run import OVERLAPS, RunSpec
 from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, default_partition
 from ..specs.strategy_input import resolve_layout
 from ..specs.trainer_behaviour import TrainerBehaviour
@@ -32,16 +35,62 @@ FACTS_DIR = Path(__file__).parent / "facts"
 
 @dataclass(frozen=True)
 class Emitted:
-    """One trainer's configuration, the strategy it runs (None: the plan itself) and what it changed."""
+    """One trainer's configuration, the strategy it runs (None: the plan itself), the run it runs (None: the plan's;
+    else the run with the precision and overlaps the configuration states) and what it changed."""
 
     text: str
     notes: list[str] = field(default_factory=list)
     strategy: Strategy | None = None
+    run: RunSpec | None = None
 
     @property
     def recompute(self) -> RecomputePlan | None:
         """The recompute plan the text expresses (None: the plan's own)."""
         return None if self.strategy is None else self.strategy.recompute
+
+    @property
+    def same_as_plan(self) -> bool:
+        """Whether the configuration runs the plan as planned: its strategy and its run."""
+        return self.strategy is None and self.run is None
+
+
+class Placeholder(NamedTuple):
+    """A setting the user fills in before launching: the trainer's option, its placeholder value, what it is."""
+
+    option: str
+    value: str  # <NAME>: obviously not a value
+    meaning: str
+
+
+def fill_in_comment(placeholders: tuple[Placeholder, ...]) -> str:
+    """The comment above a configuration naming the settings at its end that the user fills in."""
+    lines = [f"# FILL IN before launching: the last {len(placeholders)} options below "
+             f"(from {placeholders[0].option}) hold placeholders:"]
+    seen = set()
+    for p in placeholders:
+        if p.value not in seen:
+            seen.add(p.value)
+            lines.append(f"#   {p.value}: {p.meaning}")
+    return "\n".join(lines) + "\n"
+
+
+def option_lines(args: list[str], starts_line: Callable[[str], bool] = lambda a: a.startswith("--")) -> str:
+    """Arguments as a shell continuation block, one option (with its values) per line."""
+    lines: list[list[str]] = []
+    for arg in args:
+        if starts_line(arg) or not lines:
+            lines.append([arg])
+        else:
+            lines[-1].append(arg)
+    return " \\\n".join(" ".join(shlex.quote(x) for x in line) for line in lines) + "\n"
+
+
+def overlap_value(overlaps: set[str], default: frozenset[str]) -> str:
+    """A RunSpec.overlap value for a set of overlaps (specs.run.OVERLAPS order): trainer when it is the trainer's
+    default, none when empty."""
+    if overlaps == default:
+        return "trainer"
+    return "+".join(o for o in OVERLAPS if o in overlaps) or "none"
 
 
 @dataclass(frozen=True, eq=False)  # one object per trainer: compared (and hashed) by identity
@@ -85,6 +134,9 @@ class Trainer:
     nearest: Callable[[ModelSpec, RunSpec, Strategy], tuple[Strategy, list[str]]]
     emit: Callable[[ModelSpec, RunSpec, Strategy, int], Emitted]  # its configuration for a strategy (devices/node)
     read: Callable[[str, ModelSpec], dict]  # a configuration's text back into strategy values
+    # The run's overlaps (a RunSpec.overlap value) a configuration's text states, for --strategy-from without
+    # --overlap (policy.build_run); `read` gives the same as its "overlap" value
+    read_overlap: Callable[[str], str]
 
     @property
     def name(self) -> str:
@@ -110,6 +162,26 @@ def nearest_optimizer_offload(trainer: Trainer, strategy: Strategy, notes: list[
                  trainer.optimizer_offload_zero else "") + ": emitted the optimizer on the device, which needs "
                  "more device memory than planned")
     return strategy.with_(optimizer_offload=False)
+
+
+def planned_overlaps(run: RunSpec, strategy: Strategy) -> frozenset:
+    """The overlaps a plan runs beyond its schedule's own (estimate/overlap.py): those a configuration must ask
+    the trainer for."""
+    return strategy_overlaps(run, strategy) - frozenset(schedule_named(strategy.schedule).hides)
+
+
+def unstated_overlaps(trainer: Trainer, run: RunSpec, strategy: Strategy, notes: list[str]) -> str | None:
+    """For a trainer whose configuration states no overlaps (it runs its defaults): None when the plan runs those,
+    else "trainer" (the overlap its configuration runs, Emitted.overlap) and a note on what is not overlapped."""
+    default = dataclasses.replace(run, overlap="trainer")
+    lost = planned_overlaps(run, strategy) - planned_overlaps(default, strategy)
+    gained = planned_overlaps(default, strategy) - planned_overlaps(run, strategy)
+    if not lost and not gained:
+        return None
+    notes.append(f"{trainer.name} ({trainer.version}) has no setting for the planned overlaps: it runs its own "
+                 f"({', '.join(sorted(planned_overlaps(default, strategy))) or 'none'}), not the plan's "
+                 f"({', '.join(sorted(planned_overlaps(run, strategy))) or 'none'})")
+    return "trainer"
 
 
 def stage_plans(model: ModelSpec, strategy: Strategy) -> list[StageRecompute]:
@@ -185,6 +257,7 @@ def read_error(trainer: str, message: str) -> SpecError:
     return SpecError(f"--strategy-from ({trainer}): {message}")
 
 
-__all__ = ["Trainer", "Emitted", "stage_plans", "used_options", "option_words", "covers", "uniform_cover",
-           "with_plan", "partition_of", "facts",
+__all__ = ["Trainer", "Emitted", "Placeholder", "fill_in_comment", "option_lines", "overlap_value", "planned_overlaps",
+           "unstated_overlaps", "stage_plans", "used_options", "option_words", "covers", "uniform_cover", "with_plan",
+           "partition_of", "facts",
            "read_error", "FACTS_DIR", "nearest_schedule", "nearest_optimizer_offload"]

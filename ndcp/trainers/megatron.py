@@ -8,6 +8,7 @@ Megatron-LM's own parse_args + validate_args.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 
 from ..estimate.layout import partition
@@ -16,11 +17,13 @@ from ..specs.model import ModelSpec
 from ..specs.pipeline_layout import parse_layout, megatron_layout
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy, accounted_partition, cp_a2a_size
-from ..specs.recompute import (CLASSIC_MODES, HEAVIEST, MEGATRON_MODULE_OPTIONS, NO_RECOMPUTE, option_for_modules,
-                               recompute_option)
+from ..specs.recompute import (CLASSIC_MODES, HEAVIEST, LAYER_FORWARD, MEGATRON_MODULE_OPTIONS, MOE_FORWARD,
+                               NO_RECOMPUTE, option_for_modules, recompute_option)
 from ..specs.trainer_behaviour import MEGATRON
-from .base import (Emitted, Trainer, facts, nearest_optimizer_offload, nearest_schedule, partition_of, read_error,
-                   option_words, stage_plans, uniform_cover, used_options, with_plan)
+from .base import (Emitted, Trainer, facts, fill_in_comment, nearest_optimizer_offload, nearest_schedule,
+                   option_lines, option_words, overlap_value, partition_of, planned_overlaps, read_error, stage_plans,
+                   uniform_cover, used_options, with_plan)
+from .megatron_model import PLACEHOLDERS, architecture
 
 # Transformer Engine's FP8 recipes by ndcp's names (Megatron-LM --fp8-recipe choices, facts/megatron.yaml)
 FP8_RECIPE_FLAGS = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
@@ -69,62 +72,6 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
 
 
 # -- emitting ----------------------------------------------------------------------------------------------------
-def _architecture(model: ModelSpec, run: RunSpec) -> list[str]:
-    m = model
-    flags = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
-             "--num-attention-heads", str(m.heads)]
-    if m.mla is None and m.num_kv_heads != m.heads:
-        flags += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
-    if m.mla is None and m.head_dim and m.head_dim != m.hidden // m.heads:
-        flags += ["--kv-channels", str(m.head_dim)]
-    if m.activation == "swiglu":
-        flags.append("--swiglu")
-    flags += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",
-              "--position-embedding-type", "rope" if m.position_embedding == "rope" else "learned_absolute",
-              "--max-position-embeddings", str(max(m.max_positions, run.seq_len)),
-              "--vocab-size", str(m.vocab), "--make-vocab-size-divisible-by", "1",
-              "--attention-dropout", str(m.attention_dropout), "--hidden-dropout", str(m.hidden_dropout)]
-    if not m.tied_embeddings:
-        flags.append("--untie-embeddings-and-output-weights")
-    if not m.linear_bias:
-        flags.append("--disable-bias-linear")
-    if m.qkv_bias and not m.linear_bias:
-        flags.append("--add-qkv-bias")
-    if m.moe is not None:
-        moe = m.moe
-        flags += ["--num-experts", str(moe.experts), "--moe-router-topk", str(moe.top_k),
-                  "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden), "--moe-grouped-gemm",
-                  "--moe-token-dispatcher-type", "alltoall"]
-        if moe.shared_experts:
-            flags += ["--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_hidden)]
-        if moe.first_dense_layers or moe.layer_frequency != 1:
-            pattern = [int(m.is_moe_layer(i)) for i in range(m.layers)]
-            flags += ["--moe-layer-freq", _pattern(pattern)]
-        if moe.capacity_factor:
-            flags += ["--moe-expert-capacity-factor", str(moe.capacity_factor)]
-    if m.mla is not None:
-        mla = m.mla
-        flags += ["--multi-latent-attention", "--kv-lora-rank", str(mla.kv_lora_rank),
-                  "--qk-head-dim", str(mla.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim),
-                  "--v-head-dim", str(mla.v_head_dim)]
-        if mla.q_lora_rank:
-            flags += ["--q-lora-rank", str(mla.q_lora_rank)]
-    if m.mtp_depth:
-        flags += ["--mtp-num-layers", str(m.mtp_depth)]
-    return flags
-
-
-def _pattern(pattern: list[int]) -> str:
-    """A MoE layer pattern in Megatron's --moe-layer-freq list expression, runs written as [x]*n."""
-    runs: list[list[int]] = []
-    for x in pattern:
-        if runs and runs[-1][0] == x:
-            runs[-1][1] += 1
-        else:
-            runs.append([x, 1])
-    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
-
-
 def _layout(model: ModelSpec, s: Strategy) -> list[str]:
     counts = partition(model, s)
     if s.pp == 1:
@@ -200,22 +147,66 @@ def offload_modules(model: ModelSpec) -> list[str]:
         ["expert_fc1", "moe_act"] if model.moe is not None else [])
 
 
-def environment(s: Strategy) -> dict[str, str]:
-    """Environment variables the launch needs: one CUDA hardware queue so TP/CP communication overlaps compute in
-    issue order (Megatron-LM arguments.py asserts it for tp > 1 or cp > 1 before Blackwell); Megatron FSDP needs
-    more than one, so it is left unset there. Activation offloading with Transformer Engine >= 2.10 needs
-    NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM arguments.py validate_args)."""
-    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if (s.tp > 1 or s.cp > 1) and s.zero < 2 else {}
+def environment(s: Strategy) -> dict[str, str | None]:
+    """Environment variables the launch sets (None: unsets). One CUDA hardware queue so TP/CP communication overlaps
+    compute in issue order (Megatron-LM arguments.py validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for tp > 1
+    or cp > 1 before Blackwell); Megatron FSDP (ZeRO 2/3) needs it unset or above one (arguments.py validate_args:
+    "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.", d98e8a6), so it is unset there, as many launch
+    scripts set it. Activation offloading with Transformer Engine >= 2.10 needs NVTE_CPU_OFFLOAD_V1=1 (validate_args)."""
+    env: dict[str, str | None] = {}
+    if s.zero >= 2:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = None
+    elif s.tp > 1 or s.cp > 1:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     if s.recompute.mode == OFFLOAD or any(p.count(OFFLOAD) for p in s.recompute.stages):
         env["NVTE_CPU_OFFLOAD_V1"] = "1"
     return env
 
 
+def _environment_lines(env: dict[str, str | None]) -> str:
+    return "".join(f"unset {k}\n" if v is None else f"export {k}={v}\n" for k, v in env.items())
+
+
+def overlaps(model: ModelSpec, run: RunSpec, s: Strategy, notes: list[str]) -> tuple[frozenset, bool]:
+    """The overlaps the file tells Megatron to run (what `read` gives back as the run's --overlap) for the plan's
+    (estimate/overlap.py: the run's, where their conditions hold), and whether that changed what the plan runs:
+    Megatron refuses --overlap-moe-expert-parallel-comm beside full recompute, the moe recompute module or more
+    than one MTP layer, and --no-overlap-p2p-communication under interleaving with pp = 2 (TransformerConfig.
+    __post_init__, arguments.py validate_args)."""
+    runs = set(planned_overlaps(run, s))
+    changed = False
+    reruns = {r for m in used_options(stage_plans(model, s)) for r in recompute_option(m).reruns}
+    if "ep" in runs and ({LAYER_FORWARD, MOE_FORWARD} & reruns or model.mtp_depth > 1):
+        runs.discard("ep")
+        changed = True
+        notes.append("Megatron runs --overlap-moe-expert-parallel-comm without full or moe recompute and with at "
+                     "most one MTP layer: emitted without the expert all-to-all overlap")
+    if s.pp > 1 and s.vpp > 1 and "p2p" not in runs:
+        if s.pp == 2:
+            runs.add("p2p")
+            changed = True
+            notes.append("Megatron interleaves with pp = 2 only with --overlap-p2p-communication (its default): "
+                         "emitted with the pipeline sends overlapped")
+    else:
+        runs.add("p2p")  # Megatron's default; it takes effect only when interleaving
+    return frozenset(runs), changed
+
+
+def _overlap_flags(runs: frozenset) -> list[str]:
+    flags = ["--overlap-moe-expert-parallel-comm"] if "ep" in runs else []
+    if "tp" in runs:
+        flags.append("--tp-comm-overlap")
+    if "p2p" not in runs:
+        flags.append("--no-overlap-p2p-communication")
+    return flags
+
+
 def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8,
           notes: list[str] | None = None) -> list[str]:
-    """pretrain_gpt.py arguments for the model, the strategy as given (nearest() first) and the run."""
+    """pretrain_gpt.py arguments for the model, the strategy as given (nearest() first) and the run, without the
+    overlaps (`overlaps`) and the placeholders."""
     s, notes = strategy, notes if notes is not None else []
-    out = _architecture(model, run)
+    out = architecture(model, run, notes)
     out += ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
             "--context-parallel-size", str(s.cp)]
     if s.cp > 1:
@@ -238,25 +229,17 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: 
 
 
 def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
-    """The environment and pretrain_gpt.py arguments that run `strategy` (or the nearest plan Megatron runs)."""
+    """The environment and pretrain_gpt.py arguments that run `strategy` (or the nearest plan Megatron runs), the
+    user's settings last, as placeholders."""
     s, notes = nearest(model, run, strategy)
     if run.trainer != TRAINER.name:
         notes.append(f"planned with {run.trainer}'s memory behaviour, not Megatron's: plan with --trainer megatron")
     out = flags(model, run, s, devices_per_node, notes)
-    env = environment(s)
-    text = "".join(f"export {k}={v}\n" for k, v in env.items()) + _flag_lines(out)
-    return Emitted(text, notes, None if s == strategy else s)
-
-
-def _flag_lines(flags: list[str]) -> str:
-    """Flags as a shell continuation block, one option (with its values) per line."""
-    lines: list[list[str]] = []
-    for flag in flags:
-        if flag.startswith("--") or not lines:
-            lines.append([flag])
-        else:
-            lines[-1].append(flag)
-    return " \\\n".join(" ".join(shlex.quote(x) for x in line) for line in lines) + "\n"
+    runs, changed = overlaps(model, run, s, notes)
+    out += _overlap_flags(runs) + [x for p in PLACEHOLDERS for x in (p.option, p.value)]
+    text = fill_in_comment(PLACEHOLDERS) + _environment_lines(environment(s)) + option_lines(out)
+    return Emitted(text, notes, None if s == strategy else s,
+                   dataclasses.replace(run, overlap=overlap_value(runs, MEGATRON.default_overlaps)) if changed else None)
 
 
 # -- reading (--strategy-from) -----------------------------------------------------------------------------------
@@ -264,7 +247,10 @@ def _parser() -> argparse.ArgumentParser:
     """An argparse for the pinned flags (facts/megatron.yaml), so a launch script reads as Megatron reads it."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     types = {"int": int, "float": float, "str": str}
+    filled = {p.option for p in PLACEHOLDERS}  # the user's settings: not read
     for name, fact in facts("megatron")["flags"].items():
+        if name in filled:
+            continue
         if fact["type"] == "flag":
             p.add_argument(name, action="store_true")
         else:
@@ -312,6 +298,7 @@ def read(text: str, model: ModelSpec) -> dict:
                                          "the host or none of it (1.0)")
         v["optimizer_offload"] = True
     v["precision"] = "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16"
+    v["overlap"] = read_overlap_args(a)
     v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
     _read_layout(a, v, model)
     v["recompute"] = _read_recompute(a, partition_of(v, model))
@@ -352,6 +339,20 @@ def _read_recompute(a: argparse.Namespace, counts: tuple[int, ...]):
     return {"stages": [{NO_RECOMPUTE: c - min(n, c), HEAVIEST: min(n, c)} for c in counts]}
 
 
+def read_overlap_args(a: argparse.Namespace) -> str:
+    """The run's --overlap that parsed Megatron arguments state (`overlaps`, read back)."""
+    stated = {"ep"} if a.overlap_moe_expert_parallel_comm else set()
+    stated |= {"tp"} if a.tp_comm_overlap else set()
+    stated |= set() if a.no_overlap_p2p_communication else {"p2p"}  # on by default (store_false overlap_p2p_comm)
+    return overlap_value(stated, MEGATRON.default_overlaps)
+
+
+def read_overlap(text: str) -> str:
+    """The run's --overlap a Megatron configuration states."""
+    a, _ = _parser().parse_known_args(arguments(text))
+    return read_overlap_args(a)
+
+
 def recognises(text: str) -> bool:
     """Whether a configuration is Megatron-LM's: a list of its --flags naming the model or its parallelism."""
     return "--tensor-model-parallel-size" in text or "--micro-batch-size" in text or "--num-layers" in text
@@ -380,6 +381,8 @@ TRAINER = Trainer(
     # arguments.py validate_args refuses --optimizer-cpu-offload with --fp8-param-gather unless the recipe is delayed
     optimizer_offload_fp8_recipes=("delayed",),
     config_kind="Megatron-LM arguments", recognises=recognises, nearest=nearest, emit=emit, read=read,
+    read_overlap=read_overlap,
 )
 
-__all__ = ["TRAINER", "nearest", "emit", "flags", "environment", "read", "arguments", "recognises"]
+__all__ = ["TRAINER", "nearest", "emit", "flags", "environment", "overlaps", "read", "read_overlap", "arguments",
+           "recognises"]

@@ -6,6 +6,8 @@ MindSpore's set_auto_parallel_context documentation for the optimizer-parallel l
 """
 from __future__ import annotations
 
+import dataclasses
+
 import yaml
 
 from ..estimate.layout import partition
@@ -16,7 +18,7 @@ from ..specs.strategy import StageRecompute, Strategy
 from ..specs.recompute import HEAVIEST, MINDFORMERS_SELECT, NO_RECOMPUTE
 from ..specs.trainer_behaviour import MINDFORMERS
 from .base import (Emitted, Trainer, nearest_optimizer_offload, nearest_schedule, option_words, read_error,
-                   stage_plans, used_options, with_plan)
+                   stage_plans, unstated_overlaps, used_options, with_plan)
 
 CP_ALGOS = {"p2p": "colossalai_cp", "a2a": "ulysses_cp"}
 # The select_recompute pattern whose output is what mlp_act drops (mindformers/models/utils.py LayerSetting
@@ -100,6 +102,9 @@ def config(model: ModelSpec, run: RunSpec, s: Strategy) -> dict:
 def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
     """A MindFormers YAML fragment: parallel, parallel_config, per-stage offsets and recompute lists."""
     s, notes = nearest(model, run, strategy)
+    ran = dataclasses.replace(run, precision="bf16") if run.fp8 else run  # no FP8 here (nearest's note)
+    if unstated_overlaps(TRAINER, run, s, notes):
+        ran = dataclasses.replace(ran, overlap="trainer")
     naive = model.layers // s.virtual_stages
     header = (f"# MindFormers config fragment: micro batch size = runner_config.batch_size = {s.mbs}, "
               f"global batch = {s.global_batch}\n"
@@ -107,7 +112,7 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: i
               + ("; lists are [chunk][stage]" if s.vpp > 1 else "") + "\n")
     text = header + yaml.dump(config(model, run, s), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                               width=120)
-    return Emitted(text, notes, None if s == strategy else s)
+    return Emitted(text, notes, None if s == strategy else s, None if ran == run else ran)
 
 
 # -- reading (--strategy-from) -----------------------------------------------------------------------------------
@@ -229,6 +234,7 @@ TRAINER = Trainer(
     schedules=("1f1b", "interleaved"), schedule_names={},
     optimizer_offload_zero=(), optimizer_offload_fp8_recipes=(),  # no optimizer offload modelled
     config_kind="a MindFormers YAML (parallel_config)", recognises=recognises, nearest=nearest, emit=emit, read=read,
+    read_overlap=lambda text: "trainer",  # its YAML states no overlaps: it runs its own
 )
 
 __all__ = ["TRAINER", "nearest", "emit", "config", "read", "recognises"]

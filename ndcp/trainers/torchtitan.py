@@ -8,6 +8,7 @@ policy is a subcommand (`activation-checkpoint:full`). Names, types and choices 
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 from ..estimate.layout import partition
@@ -15,17 +16,42 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
 from ..specs.trainer_behaviour import TORCHTITAN
-from .base import (Emitted, Trainer, facts, nearest_optimizer_offload, nearest_schedule, partition_of, read_error,
-                   stage_plans, uniform_cover, with_plan)
+from .base import (Emitted, Placeholder, Trainer, facts, fill_in_comment, nearest_optimizer_offload, nearest_schedule,
+                   option_lines, partition_of, read_error, stage_plans, uniform_cover, unstated_overlaps, with_plan)
 
 AC_MODES = {"none": "none", "selective": "selective", "full": "full"}  # ndcp mode -> activation-checkpoint:<mode>
 # ndcp schedule -> --parallelism.pipeline-parallel-schedule (torchtitan pipeline_parallel_schedule; the
 # torch.distributed.pipelining classes Schedule1F1B, ScheduleInterleaved1F1B, ScheduleDualPipeV)
 SCHEDULE_NAMES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "dualpipev": "DualPipeV"}
-# ndcp model -> torchtitan 0.3 registry module and config (models/*/config_registry.py; facts/torchtitan.yaml).
-# llama3_405b is not here: it converts the linear layers to Float8 (an FP8 plan ndcp does not emit for torchtitan).
-CONFIGS = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
-           "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b")}
+V_SCHEDULE = "dualpipev"  # the V schedule: two model parts per rank (model_parts)
+# ndcp model -> torchtitan 0.3 registry module and config, by precision (models/*/config_registry.py;
+# facts/torchtitan.yaml, which also says what each config sets). The registry fixes the model's architecture
+# (Trainer.Config.model_spec is not a command-line option) and its FP8: a Float8 or MXFP8 model converter in the
+# config (components/quantization), none of it settable on the command line in 0.3.0.
+CONFIGS = {("llama3-8b", "bf16"): ("llama3", "llama3_8b"), ("llama3-8b", "fp8"): ("llama3", "llama3_8b_mxfp8"),
+           ("llama3-70b", "bf16"): ("llama3", "llama3_70b"), ("llama3.1-405b", "fp8"): ("llama3", "llama3_405b"),
+           ("deepseek-v3", "bf16"): ("deepseek_v3", "deepseek_v3_671b"),
+           ("deepseek-v3", "fp8"): ("deepseek_v3", "deepseek_v3_671b_float8")}
+# What the user fills in: torchtitan's own options with placeholder values (trainer.py Trainer.Config,
+# hf_datasets/text_datasets.py, config/configs.py TrainingConfig, components/optimizer/lr_scheduler.py,
+# components/checkpointer/base.py). The learning rate is the registry config's: an optimizer param group, which
+# 0.3.0 takes from no command-line option.
+PLACEHOLDERS = (
+    Placeholder("--hf-assets-path", "<HF_ASSETS_PATH>", "the Hugging Face tokenizer and config folder"),
+    Placeholder("--dataloader.dataset", "<DATASET>", "a registered dataset name (e.g. c4)"),
+    Placeholder("--dataloader.dataset-path", "<DATASET_PATH>", "where that dataset is stored"),
+    Placeholder("--training.steps", "<TRAINING_STEPS>", "optimizer steps to run"),
+    Placeholder("--lr-scheduler.warmup-steps", "<WARMUP_STEPS>", "warm-up steps"),
+    Placeholder("--lr-scheduler.decay-type", "<DECAY_TYPE>", "linear, sqrt or cosine"),
+    Placeholder("--lr-scheduler.min-lr-factor", "<MIN_LR_FACTOR>", "final learning rate / peak (0 to 1)"),
+    Placeholder("--dump-folder", "<OUTPUT_DIR>", "where outputs and checkpoints are written"),
+    Placeholder("--checkpoint.folder", "<CHECKPOINT_DIR>", "checkpoint folder, relative to the output folder"),
+)
+
+
+# The config name emitted for a model torchtitan has no registry config for: every setting `read` takes is then on
+# the command line, so the file reads back as the run's model (the user's own config replaces it at launch).
+PLACEHOLDER_CONFIG = "CONFIG"
 
 
 # The config name emitted for a model torchtitan has no registry config for: every setting `read` takes is then on
@@ -58,24 +84,63 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
         notes.append(f"torchtitan checkpoints every block alike: the plan's recompute ({s.recompute.summary()}) "
                      f"became {mode} on every layer, which recomputes at least as much")
         s = with_plan(model, s, [StageRecompute(**{mode: p.layers}) for p in stage_plans(model, s)])
-    if run.fp8:
-        notes.append(f"torchtitan 0.3 sets FP8 in a registry config's model converters, not on the command line: "
-                     f"emitted the BF16 config (use or write a config with a {run.fp8_recipe} converter)")
     return s, notes
 
 
+def _emitted_run(model: ModelSpec, run: RunSpec, s: Strategy, notes: list[str]) -> RunSpec | None:
+    """The run the file runs when it differs from the plan's (Emitted.run): its registry config's precision and
+    FP8 recipe, and torchtitan's own overlaps (it has no setting for the others in eager mode)."""
+    out = run
+    config = configured(model.name, run.precision)
+    pinned = facts("torchtitan")["configs"][config[1]] if config else {}
+    if run.fp8 and (not pinned or pinned.get("fp8_recipe") != run.fp8_recipe):
+        fp8 = next((facts("torchtitan")["configs"][c]["fp8_recipe"] for (n, p), (_, c) in CONFIGS.items()
+                    if n == model.name and p == "fp8"), None)
+        notes.append(f"torchtitan 0.3 sets FP8 in a registry config's model converter, not on the command line, and "
+                     f"has {'a ' + fp8 + ' config' if fp8 else 'no FP8 config'} for {model.name}, not "
+                     f"{run.fp8_recipe}: emitted its BF16 config (register a config with a {run.fp8_recipe} converter)")
+        out = dataclasses.replace(out, precision="bf16")
+    if unstated_overlaps(TRAINER, run, s, notes):
+        out = dataclasses.replace(out, overlap="trainer")
+    return None if out == run else out
+
+
+def configured(name: str, precision: str) -> tuple[str, str] | None:
+    """The registry (module, config) that trains this model at this precision (fp8: a config whose converter
+    runs the run's FP8), or None."""
+    return CONFIGS.get((name, "fp8" if precision == "fp8" else "bf16"))
+
+
 def _module_config(model: ModelSpec, run: RunSpec, notes: list[str]) -> tuple[str, str]:
-    found = CONFIGS.get(model.name)
+    found = configured(model.name, run.precision)
     if found is None:
-        notes.append(f"torchtitan 0.3 has no registry config for {model.name}: register one (a config_registry "
-                     "function) and replace MODULE and CONFIG")
+        others = [c for (n, _), (_, c) in CONFIGS.items() if n == model.name]
+        notes.append(f"torchtitan 0.3 has no {run.precision.upper()} registry config for {model.name}"
+                     + (f" ({', '.join(others)} train{'s' if len(others) == 1 else ''} it in another precision)"
+                        if others else "") + ": register one (a config_registry function) and replace MODULE and "
+                     "CONFIG")
         return "MODULE", PLACEHOLDER_CONFIG
+    pinned = facts("torchtitan")["configs"][found[1]]
+    if pinned.get("--compile.enable") and "model" in pinned.get("--compile.components", ["model"]):
+        notes.append(f"{found[1]} compiles the model (torch.compile, as its FP8 converter wants); ndcp prices "
+                     "eager steps")
     return found
 
 
-def _layout(model: ModelSpec, s: Strategy) -> list[str]:
+def model_parts(model: ModelSpec, s: Strategy) -> list[int]:
+    """Layers per torchtitan model part, in model order. A V schedule (DualPipe-V) runs two parts per rank, rank r
+    holding parts r and 2 pp - 1 - r (distributed/pipeline_parallel.py: "v" stage style; it refuses one part per
+    rank): each rank's layers split in two, the first (larger) half on the way down."""
     counts = partition(model, s)
-    if len(set(counts)) == 1:  # no embedding/output weighting: torchtitan splits the layers evenly
+    if s.schedule != V_SCHEDULE:
+        return list(counts)
+    down = [(n + 1) // 2 for n in counts]
+    return down + [n - d for n, d in zip(reversed(counts), reversed(down))]
+
+
+def _layout(model: ModelSpec, s: Strategy) -> list[str]:
+    counts = model_parts(model, s)
+    if len(set(counts)) == 1 and s.schedule != V_SCHEDULE:  # no embedding/output weighting: torchtitan splits the layers evenly
         return ["--parallelism.pipeline-parallel-layers-per-stage", str(counts[0]),
                 "--parallelism.pipeline-parallel-first-stage-less-layers", "0",
                 "--parallelism.pipeline-parallel-last-stage-less-layers", "0"]
@@ -108,6 +173,9 @@ def arguments(model: ModelSpec, run: RunSpec, strategy: Strategy, notes: list[st
             "--training.global-batch-size", str(s.global_batch), "--training.seq-len", str(run.seq_len),
             # ndcp prices eager steps (TrainerBehaviour op_level_inventory); torchtitan refuses CUDA graphs with PP
             "--training.disable-cuda-graphs"]
+    if config != PLACEHOLDER_CONFIG and facts("torchtitan")["configs"][config].get("--compile.enable-async-tensor-parallel"):
+        out.append("--compile.no-enable-async-tensor-parallel")  # TP overlap: not planned (eager pricing)
+    out += [x for p in PLACEHOLDERS for x in (p.option, p.value)]
     mode = s.recompute.mode if s.recompute.is_uniform else uniform_cover(stage_plans(model, s), tuple(AC_MODES))
     return out + [f"activation-checkpoint:{AC_MODES[mode]}"]  # a subcommand: after every other option
 
@@ -122,15 +190,15 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: i
     if s.pp == 1 and s.mbn > 1:
         notes.append(f"no pipeline: torchtitan accumulates gradients over global / (local batch x dp) = {s.mbn} "
                      "micro-batches")
-    args = arguments(model, run, s, notes)
-    lines: list[list[str]] = []
-    for arg in args:
-        if arg.startswith("--") or arg.startswith("activation-checkpoint:") or not lines:
-            lines.append([arg])
-        else:
-            lines[-1].append(arg)
-    text = " \\\n".join(" ".join(shlex.quote(x) for x in line) for line in lines) + "\n"
-    return Emitted(text, notes, None if s == strategy else s)
+    emitted_run = _emitted_run(model, run, s, notes)
+    args = arguments(model, emitted_run or run, s, notes)
+    text = fill_in_comment(PLACEHOLDERS) + ARCHITECTURE_COMMENT + option_lines(
+        args, lambda a: a.startswith("--") or a.startswith("activation-checkpoint:"))
+    return Emitted(text, notes, None if s == strategy else s, emitted_run)
+
+
+ARCHITECTURE_COMMENT = ("# The registry config (--module/--config) fixes the model's architecture and FP8 (torchtitan "
+                        "0.3.0 takes neither on the command line)\n")
 
 
 # -- reading (--strategy-from) -----------------------------------------------------------------------------------
@@ -191,37 +259,51 @@ def read(text: str, model: ModelSpec) -> dict:
         raise read_error("torchtitan", "HSDP (replicate and shard degrees both > 1) shards over part of the data-"
                          "parallel ranks; ndcp models sharding over all of them (FSDP) or none (DDP)")
     v = {"tp": value("--parallelism.tensor-parallel-degree"), "pp": value("--parallelism.pipeline-parallel-degree"),
-         "cp": value("--parallelism.context-parallel-degree"), "zero": 0 if shard == 1 else 3,
+         "cp": value("--parallelism.context-parallel-degree"),
          "ep": value("--parallelism.expert-parallel-degree") if model.moe is not None else 1, "etp": 1,
          "seq_len": value("--training.seq-len"), "global_batch": value("--training.global-batch-size")}
+    # FSDP shards over dp_shard x cp (parallel_dims.py fsdp_enabled: dp_shard or cp enabled): ZeRO-0 only as
+    # data parallelism alone (runs_ddp), as emitted
+    v["zero"] = 0 if shard == 1 and v["tp"] == v["pp"] == v["cp"] == v["ep"] == 1 else 3
     if replicate > 1 or shard > 1:
         v["dp"] = replicate * shard
     v["sp"] = v["tp"] > 1 and value("--parallelism.enable-sequence-parallel")
-    local = value("--training.local-batch-size")
-    if v["pp"] > 1:
-        v["mbs"] = value("--parallelism.pipeline-parallel-microbatch-size")
-        v["mbn"] = local // v["mbs"]
-        names = {own: name for name, own in TRAINER.schedule_names.items()}
-        schedule = value("--parallelism.pipeline-parallel-schedule")
-        if schedule not in names:
-            raise read_error("torchtitan", f"pipeline schedule {schedule}: ndcp prices " + ", ".join(names))
-        v["schedule"] = names[schedule]
-        _read_layout(value, v, model)
-    else:
-        v["mbs"] = local
+    _read_pipeline(value, v, model)
     v["recompute"] = {"none": "none", "selective": "selective", "full": "full"}.get(
         mode or defaults.get("activation_checkpoint", "selective"), None)
     if v["recompute"] is None:
         raise read_error("torchtitan", f"activation-checkpoint:{mode}: ndcp prices none, selective and full")
-    v["precision"] = "bf16"
+    v["fp8_recipe"] = defaults.get("fp8_recipe")  # the config's FP8 converter, if any
+    v["precision"] = "fp8" if v["fp8_recipe"] else "bf16"
+    v["overlap"] = "trainer"
     return v
+
+
+def _read_pipeline(value, v: dict, model: ModelSpec) -> None:
+    """The micro-batch split, schedule and layout with PP (the local batch is a PP rank's micro-batches), else the
+    local batch as the micro-batch."""
+    local = value("--training.local-batch-size")
+    if v["pp"] == 1:
+        v["mbs"] = local
+        return
+    v["mbs"] = value("--parallelism.pipeline-parallel-microbatch-size")
+    v["mbn"] = local // v["mbs"]
+    names = {own: name for name, own in TRAINER.schedule_names.items()}
+    schedule = value("--parallelism.pipeline-parallel-schedule")
+    if schedule not in names:
+        raise read_error("torchtitan", f"pipeline schedule {schedule}: ndcp prices " + ", ".join(names))
+    v["schedule"] = names[schedule]
+    _read_layout(value, v, model)
 
 
 def _read_layout(value, v: dict, model: ModelSpec) -> None:
     parts = value("--parallelism.module-fqns-per-model-part")
     if parts:
-        v["layers_per_stage"] = tuple(sum(1 for name in part.split(",") if name.startswith("layers."))
-                                      for part in parts)
+        counts = [sum(1 for name in part.split(",") if name.startswith("layers.")) for part in parts]
+        if v["schedule"] == V_SCHEDULE:  # rank r holds parts r and 2 pp - 1 - r (model_parts)
+            v["layers_per_stage"] = tuple(counts[r] + counts[-1 - r] for r in range(len(counts) // 2))
+            return
+        v["layers_per_stage"] = tuple(counts)
         v["vpp"] = len(parts) // v["pp"]
         return
     per = value("--parallelism.pipeline-parallel-layers-per-stage")
@@ -230,7 +312,7 @@ def _read_layout(value, v: dict, model: ModelSpec) -> None:
     if per is None or less != (0, 0) or model.layers % per:
         raise read_error("torchtitan", "ndcp reads the partition from module_fqns_per_model_part or from "
                          "pipeline_parallel_layers_per_stage dividing the layers with first/last_stage_less_layers 0")
-    v["vpp"] = model.layers // per // v["pp"]
+    v["vpp"] = 1 if v["schedule"] == V_SCHEDULE else model.layers // per // v["pp"]
     partition_of(v, model)
 
 
@@ -241,22 +323,27 @@ def recognises(text: str) -> bool:
 
 TRAINER = Trainer(
     behaviour=TORCHTITAN, version="torchtitan 0.3.0",
-    # FSDP2 (ZeRO-3: data_parallel_shard_degree = dp); DDP (ZeRO-0) only without TP, PP, CP or EP: torchtitan
-    # applies DDP only when no other parallelism is on (parallelize_llama: `elif parallel_dims.dp_replicate_enabled`)
+    # FSDP2 (ZeRO-3: data_parallel_shard_degree = dp); replicated (ZeRO-0: data_parallel_replicate_degree = dp, shard
+    # degree 1, which 0.3.0 runs as fully_shard over one rank: models/llama3/parallelize.py "with shard_degree=1 it
+    # is a no-op for the all-gather") emitted only without TP, PP, CP or EP, as earlier releases ran DDP. 0.3.0
+    # could replicate beside them too (HSDP with shard degree 1): not searched
     zero_stages=(0, 3), zero_how=("DDP (data parallel only)", "FSDP2 (fully_shard)"),
     zero_dp_alone=(0,),  # DDP only without TP, PP, CP or EP (above)
     recompute="uniform",  # activation-checkpoint:none|selective|full on every transformer block
     recompute_options=tuple(AC_MODES),  # activation-checkpoint:<mode>
-    # FP8 is a model converter in a registry config (llama3_8b_mxfp8, deepseek_v3_671b_float8; they need torchao and
-    # an FP8 GPU to build), not a command-line option: ndcp emits BF16 configs
-    precisions=("bf16",), fp8_recipes=(),
-    default_fp8_recipe="tensorwise",  # torchao Float8 dynamic scaling, torchtitan's float8 converter default
+    # FP8 is a model converter in a registry config (CONFIGS: llama3_8b_mxfp8, llama3_405b,
+    # deepseek_v3_671b_float8; they need torchao and an FP8 GPU to build), not a command-line option
+    precisions=("bf16", "fp8"), fp8_recipes=("blockwise", "mxfp8"),
+    # torchao Float8 dynamic (tensorwise) scaling, the float8 default of the torchtitan releases measured runs used;
+    # 0.3.0's Float8LinearConverter defaults to rowwise (emitted as the configs' blockwise, facts/torchtitan.yaml)
+    default_fp8_recipe="tensorwise",
     cp_comms=("p2p",), expert_tensor_parallel=False,  # no expert TP degree in 0.3: EP borrows from FSDP and TP
     layouts="any",  # --parallelism.module-fqns-per-model-part places any partition
     schedules=tuple(SCHEDULE_NAMES), schedule_names=SCHEDULE_NAMES,
     optimizer_offload_zero=(), optimizer_offload_fp8_recipes=(),  # no optimizer offload in 0.3
     config_kind="torchtitan arguments (--module/--config)",
     recognises=recognises, nearest=nearest, emit=emit, read=read,
+    read_overlap=lambda text: "trainer",  # its arguments state no overlaps: it runs its own (none, eager)
 )
 
-__all__ = ["TRAINER", "CONFIGS", "SCHEDULE_NAMES", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]
+__all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]

@@ -26,7 +26,10 @@ LLAMA3_8B = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidd
 LLAMA31_405B = {"model_type": "llama", "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
                 "num_attention_heads": 128, "num_key_value_heads": 8, "vocab_size": 128256,
                 "max_position_embeddings": 131072, "hidden_act": "silu", "mlp_bias": False,
-                "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}, "tie_word_embeddings": False}
+                "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+                "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                 "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+                "tie_word_embeddings": False}
 
 # mistralai/Mistral-7B-v0.1 config.json (7.24B parameters)
 MISTRAL_7B = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -38,13 +41,14 @@ MISTRAL_7B = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size":
 MIXTRAL_8X7B = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 32000,
                 "max_position_embeddings": 32768, "hidden_act": "silu", "num_local_experts": 8,
-                "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02, "tie_word_embeddings": False}
+                "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02, "rms_norm_eps": 1e-5, "rope_theta": 1e6,
+                "tie_word_embeddings": False}
 
 # Qwen/Qwen2.5-72B config.json
 QWEN25_72B = {"model_type": "qwen2", "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
               "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 152064,
               "max_position_embeddings": 32768, "hidden_act": "silu", "max_window_layers": 80,
-              "use_sliding_window": False, "tie_word_embeddings": False}
+              "use_sliding_window": False, "rope_theta": 1000000.0, "tie_word_embeddings": False}
 
 # Qwen/Qwen1.5-MoE-A2.7B config.json (model card: 14.3B total, 2.7B activated)
 QWEN15_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
@@ -58,7 +62,8 @@ QWEN3_235B = {"model_type": "qwen3_moe", "hidden_size": 4096, "intermediate_size
               "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
               "max_position_embeddings": 40960, "hidden_act": "silu", "attention_bias": False,
               "decoder_sparse_step": 1, "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8,
-              "mlp_only_layers": [], "norm_topk_prob": True, "tie_word_embeddings": False}
+              "mlp_only_layers": [], "norm_topk_prob": True, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+              "tie_word_embeddings": False}
 
 # deepseek-ai/DeepSeek-V3 config.json
 DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
@@ -68,6 +73,9 @@ DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_s
                "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 8,
                "topk_group": 4, "first_k_dense_replace": 3, "moe_layer_freq": 1, "num_nextn_predict_layers": 1,
                "vocab_size": 129280, "max_position_embeddings": 163840, "hidden_act": "silu",
+               "scoring_func": "sigmoid", "rms_norm_eps": 1e-6, "rope_theta": 10000,
+               "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                "original_max_position_embeddings": 4096, "type": "yarn"},
                "tie_word_embeddings": False}
 
 # deepseek-ai/DeepSeek-V2-Lite config.json (no low-rank Q; model card: 15.7B total)

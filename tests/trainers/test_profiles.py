@@ -73,7 +73,9 @@ def test_megatron_fsdp_and_the_cuda_queue_setting():
     text = emit("megatron", LLAMA, RUN, fsdp).text
     assert "--use-megatron-fsdp" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
     assert "--ckpt-format fsdp_dtensor" in text and "--overlap-param-gather" in text
-    assert environment(fsdp) == {}  # Megatron FSDP needs more than one hardware queue
+    # Megatron FSDP needs more than one hardware queue: the launch unsets a launcher's CUDA_DEVICE_MAX_CONNECTIONS=1
+    assert environment(fsdp) == {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+    assert [line for line in text.splitlines() if not line.startswith("#")][0] == "unset CUDA_DEVICE_MAX_CONNECTIONS"
     assert environment(fsdp.with_zero(1)) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert environment(Strategy(dp=128, mbs=1, mbn=1)) == {}
 

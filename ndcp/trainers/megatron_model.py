@@ -1,0 +1,144 @@
+"""Megatron-LM's model arguments (pretrain_gpt.py on Megatron-Core): the architecture a ModelSpec states, and the
+block of run settings the user fills in (tokenizer, data, iterations, learning-rate schedule, checkpoints).
+
+Flag names, types and defaults are pinned in facts/megatron.yaml (Megatron-LM main d98e8a6: training/arguments.py,
+and the flags it generates from core/transformer/transformer_config.py TransformerConfig and
+training/config/training_config.py). Where Megatron has no flag for a model fact, a note says so.
+"""
+from __future__ import annotations
+
+from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from .base import Placeholder
+
+# Megatron's Llama-3.x RoPE scaling fixes everything but the factor (core/models/common/embeddings/
+# rotary_pos_embedding.py RotaryEmbedding._apply_scaling: low_freq_factor 1, high_freq_factor 4, original 8192)
+LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_positions": 8192}
+# MLA's YaRN start context has no flag: MLATransformerConfig.original_max_position_embeddings = 4096
+MLA_YARN_ORIGINAL = 4096
+
+# What the user fills in: Megatron-LM's own flags with placeholder values (training/config/training_config.py
+# TokenizerConfig, TrainingConfig, SchedulerConfig, CheckpointConfig; training/arguments.py --lr, --min-lr, --data-path)
+PLACEHOLDERS = (
+    Placeholder("--tokenizer-type", "<TOKENIZER_TYPE>", "a Megatron tokenizer class, e.g. HuggingFaceTokenizer"),
+    Placeholder("--tokenizer-model", "<TOKENIZER_MODEL>", "the tokenizer (a Hugging Face model directory or name)"),
+    Placeholder("--data-path", "<DATA_PATH>", "the prefix of the preprocessed dataset (.bin/.idx)"),
+    Placeholder("--train-iters", "<TRAIN_ITERS>", "optimizer steps to run"),
+    Placeholder("--lr", "<LR>", "peak learning rate"),
+    Placeholder("--min-lr", "<MIN_LR>", "learning rate at the end of the decay"),
+    Placeholder("--lr-decay-style", "<LR_DECAY_STYLE>", "constant, linear, cosine, inverse-square-root or WSD"),
+    Placeholder("--lr-warmup-iters", "<LR_WARMUP_ITERS>", "warm-up steps"),
+    Placeholder("--save", "<CHECKPOINT_DIR>", "where checkpoints are written"),
+    Placeholder("--save-interval", "<SAVE_INTERVAL>", "steps between checkpoints (--save needs it)"),
+    Placeholder("--load", "<CHECKPOINT_DIR>", "where a checkpoint is resumed from"),
+)
+
+
+def architecture(model: ModelSpec, run: RunSpec, notes: list[str]) -> list[str]:
+    """The model's architecture as Megatron-LM flags (shape, attention, MLP, norms, positions, MoE, MLA, MTP)."""
+    m = model
+    flags = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
+             "--num-attention-heads", str(m.heads)]
+    if m.mla is None and m.num_kv_heads != m.heads:
+        flags += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    if m.mla is None and m.head_dim and m.head_dim != m.hidden // m.heads:
+        flags += ["--kv-channels", str(m.head_dim)]
+    if m.activation == "swiglu":
+        flags.append("--swiglu")
+    flags += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm", "--norm-epsilon", repr(m.norm_eps),
+              "--max-position-embeddings", str(max(m.max_positions, run.seq_len)),
+              "--vocab-size", str(m.vocab), "--make-vocab-size-divisible-by", "1",
+              "--attention-dropout", str(m.attention_dropout), "--hidden-dropout", str(m.hidden_dropout)]
+    if m.qk_norm:
+        flags.append("--qk-layernorm")
+    if not m.tied_embeddings:
+        flags.append("--untie-embeddings-and-output-weights")
+    if not m.linear_bias:
+        flags.append("--disable-bias-linear")
+    if m.qkv_bias and not m.linear_bias:
+        flags.append("--add-qkv-bias")
+    return flags + _positions(m, notes) + _moe(m) + _mla(m)
+
+
+def _positions(m: ModelSpec, notes: list[str]) -> list[str]:
+    """Position embedding, RoPE base and scaling (training/arguments.py _add_network_size_args, _add_mla_args)."""
+    if m.position_embedding != "rope":
+        return ["--position-embedding-type", "learned_absolute"]
+    scaling = m.rope_scaling
+    kind = "yarn" if scaling is not None and scaling.kind == "yarn" and m.mla is None else "rope"
+    flags = ["--position-embedding-type", kind, "--rotary-base", str(round(m.rotary_base))]
+    if m.rotary_base != round(m.rotary_base):
+        notes.append(f"--rotary-base takes an integer: {m.name}'s base {m.rotary_base:g} became "
+                     f"{round(m.rotary_base)}")
+    if m.mla is not None:  # MLA takes yarn unless told (MLATransformerConfig.rope_type; argument_utils.py)
+        flags += ["--rope-type", "yarn" if scaling is not None and scaling.kind == "yarn" else "rope"]
+    if scaling is None:
+        return flags
+    if scaling.kind == "llama3":
+        differs = [f"{k} {getattr(scaling, k):g}" for k, v in LLAMA3_FIXED.items() if getattr(scaling, k) != v]
+        if differs:
+            notes.append(f"Megatron's Llama-3 RoPE scaling fixes {', '.join(f'{k} {v:g}' for k, v in LLAMA3_FIXED.items())}"
+                         f": {m.name}'s {', '.join(differs)} cannot be stated")
+        return flags + ["--use-rope-scaling", "--rope-scaling-factor", repr(scaling.factor)]
+    flags += ["--rotary-scaling-factor", repr(scaling.factor), "--mscale", repr(scaling.mscale),
+              "--mscale-all-dim", repr(scaling.mscale_all_dim)]
+    if m.mla is not None:
+        if scaling.original_max_positions != MLA_YARN_ORIGINAL:
+            notes.append(f"Megatron's MLA YaRN starts from {MLA_YARN_ORIGINAL} positions and has no flag for "
+                         f"{m.name}'s {scaling.original_max_positions}: set MLATransformerConfig."
+                         "original_max_position_embeddings in the model provider")
+        return flags
+    return flags + ["--yarn-original-max-position-embeddings", str(scaling.original_max_positions)]
+
+
+def _moe(m: ModelSpec) -> list[str]:
+    """Experts, their layers and the router (TransformerConfig moe_* fields; --moe-layer-freq)."""
+    if m.moe is None:
+        return []
+    moe = m.moe
+    flags = ["--num-experts", str(moe.experts), "--moe-router-topk", str(moe.top_k),
+             "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden), "--moe-grouped-gemm",
+             "--moe-token-dispatcher-type", "alltoall", "--moe-router-score-function", moe.router_score]
+    if moe.shared_experts:
+        flags += ["--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_hidden)]
+    if moe.first_dense_layers or moe.layer_frequency != 1:
+        flags += ["--moe-layer-freq", moe_layer_pattern([int(m.is_moe_layer(i)) for i in range(m.layers)])]
+    if moe.capacity_factor:
+        flags += ["--moe-expert-capacity-factor", str(moe.capacity_factor)]
+    if moe.router_groups:
+        flags += ["--moe-router-num-groups", str(moe.router_groups), "--moe-router-group-topk",
+                  str(moe.router_group_topk)]
+    if moe.router_expert_bias:
+        flags.append("--moe-router-enable-expert-bias")
+    if moe.routed_scaling != 1.0:
+        flags += ["--moe-router-topk-scaling-factor", repr(moe.routed_scaling)]
+    return flags
+
+
+def _mla(m: ModelSpec) -> list[str]:
+    """Multi-latent attention and multi-token prediction (_add_mla_args; TransformerConfig mtp_num_layers)."""
+    flags = []
+    if m.mla is not None:
+        mla = m.mla
+        flags += ["--multi-latent-attention", "--kv-lora-rank", str(mla.kv_lora_rank),
+                  "--qk-head-dim", str(mla.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim),
+                  "--v-head-dim", str(mla.v_head_dim)]
+        if mla.q_lora_rank:
+            flags += ["--q-lora-rank", str(mla.q_lora_rank)]
+    if m.mtp_depth:
+        flags += ["--mtp-num-layers", str(m.mtp_depth)]
+    return flags
+
+
+def moe_layer_pattern(pattern: list[int]) -> str:
+    """A MoE layer pattern in Megatron's --moe-layer-freq list expression, runs written as [x]*n."""
+    runs: list[list[int]] = []
+    for x in pattern:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+
+
+__all__ = ["architecture", "moe_layer_pattern", "PLACEHOLDERS", "LLAMA3_FIXED", "MLA_YARN_ORIGINAL"]

@@ -1,0 +1,89 @@
+"""torchtitan 0.3.0 arguments: two model parts per rank for DualPipe-V, FSDP over the CP ranks read back as
+ZeRO-3, FP8 through the registry configs that carry a converter (llama3_405b, llama3_8b_mxfp8,
+deepseek_v3_671b_float8), and the user's settings as placeholders before the activation-checkpoint subcommand."""
+import shlex
+
+import pytest
+
+from ndcp.specs import RecomputePlan, RunSpec, Strategy
+from ndcp.specs.library import load_model
+from ndcp.trainers import emit, read_values
+from ndcp.trainers.torchtitan import PLACEHOLDERS, model_parts
+
+FULL = RecomputePlan.uniform("full")
+LLAMA70, LLAMA405 = load_model("llama3-70b"), load_model("llama3.1-405b")
+TITAN = RunSpec(global_batch=256, seq_len=8192, trainer="torchtitan")
+
+
+def tokens(text: str) -> list[str]:
+    return shlex.split(text.replace("\\\n", " "), comments=True)
+
+
+def values(text: str, option: str) -> list[str]:
+    t = tokens(text)
+    i = t.index(option) + 1
+    out = []
+    while i < len(t) and not t[i].startswith("--") and ":" not in t[i]:
+        out.append(t[i])
+        i += 1
+    return out
+
+
+@pytest.mark.parametrize("layers_per_stage", [(), (19, 21, 21, 19)])
+def test_dualpipev_runs_two_model_parts_per_rank_in_a_v(tmp_path, layers_per_stage):
+    strategy = Strategy(dp=4, tp=8, pp=4, schedule="dualpipev", mbs=1, mbn=64, zero=3, sp=True, recompute=FULL,
+                        layers_per_stage=layers_per_stage)
+    counts = layers_per_stage or (20,) * 4
+    parts = model_parts(LLAMA70, strategy)
+    assert len(parts) == 8 and [parts[r] + parts[-1 - r] for r in range(4)] == list(counts)
+    emitted = emit("torchtitan", LLAMA70, TITAN, strategy)
+    assert emitted.same_as_plan
+    fqns = values(emitted.text, "--parallelism.module-fqns-per-model-part")
+    assert len(fqns) == 8 and fqns[0].startswith("tok_embeddings,") and fqns[-1].endswith(",norm,lm_head")
+    path = tmp_path / "titan.sh"
+    path.write_text(emitted.text)
+    back = read_values(str(path), LLAMA70, TITAN)
+    assert back.get("vpp", 1) == 1 and back["schedule"] == "dualpipev"
+    assert tuple(back.get("layers_per_stage", counts)) == counts
+
+
+def test_fsdp_over_the_cp_ranks_with_data_parallelism_1_reads_back_as_zero_3(tmp_path):
+    run = RunSpec(global_batch=8, seq_len=65536, trainer="torchtitan")
+    strategy = Strategy(dp=1, tp=2, cp=4, mbs=1, mbn=8, zero=3, sp=True, recompute=FULL)
+    text = emit("torchtitan", load_model("llama3-8b"), run, strategy).text
+    assert values(text, "--parallelism.data-parallel-shard-degree") == ["1"]
+    path = tmp_path / "titan.sh"
+    path.write_text(text)
+    assert read_values(str(path), load_model("llama3-8b"), run)["zero"] == 3
+
+
+def test_fp8_runs_the_registry_config_with_a_converter_and_reads_back_as_fp8(tmp_path):
+    run = RunSpec(global_batch=2048, seq_len=8192, trainer="torchtitan", precision="fp8", fp8_recipe="blockwise")
+    strategy = Strategy(dp=16, tp=8, pp=16, mbs=1, mbn=128, zero=3, sp=True, recompute=FULL)
+    emitted = emit("torchtitan", LLAMA405, run, strategy)
+    assert values(emitted.text, "--config") == ["llama3_405b"] and emitted.same_as_plan
+    assert "--compile.no-enable-async-tensor-parallel" in tokens(emitted.text)  # no TP overlap planned
+    assert any("compiles the model" in n for n in emitted.notes)
+    path = tmp_path / "titan.sh"
+    path.write_text(emitted.text)
+    back = read_values(str(path), LLAMA405, run)
+    assert (back["precision"], back["fp8_recipe"]) == ("fp8", "blockwise")
+
+
+def test_a_bf16_405b_plan_names_the_fp8_config_torchtitan_has():
+    strategy = Strategy(dp=16, tp=8, pp=16, mbs=1, mbn=128, zero=3, sp=True, recompute=FULL)
+    emitted = emit("torchtitan", LLAMA405, RunSpec(global_batch=2048, seq_len=8192, trainer="torchtitan"), strategy)
+    assert values(emitted.text, "--config") == ["CONFIG"]
+    assert any("no BF16 registry config for llama3.1-405b (llama3_405b trains it in another precision)" in n
+               for n in emitted.notes)
+
+
+def test_the_users_settings_are_placeholders_before_the_subcommand():
+    text = emit("torchtitan", LLAMA70, TITAN, Strategy(dp=4, tp=8, pp=2, mbs=1, mbn=64, zero=3, sp=True,
+                                                       recompute=FULL)).text
+    t = tokens(text)
+    assert t[-1] == "activation-checkpoint:full"
+    tail = t[-1 - 2 * len(PLACEHOLDERS):-1]
+    assert list(zip(tail[::2], tail[1::2])) == [(p.option, p.value) for p in PLACEHOLDERS]
+    assert {"--hf-assets-path", "--training.steps", "--checkpoint.folder"} <= {p.option for p in PLACEHOLDERS}
+    assert "fixes the model's architecture" in text
