@@ -54,6 +54,8 @@ class LaunchCheck:
     """None: ndcp cannot read the file back (`reasons` says why)"""
     same_as_plan: bool
     """the file read back has the plan's step time and peak memory"""
+    missing: tuple[str, ...]
+    """what the file lacks to launch beyond the user's placeholders (ndcp.trainers Emitted.missing)"""
     reasons: tuple[str, ...]
     """why the file is not the plan or does not fit (empty when it is and does)"""
 
@@ -63,14 +65,15 @@ class LaunchCheck:
 
     @property
     def ok(self) -> bool:
-        return self.same_as_plan and self.fits
+        """The file is an answer: it runs the plan, fits, and lacks nothing but the user's placeholders."""
+        return self.same_as_plan and self.fits and not self.missing
 
     def document(self) -> dict:
         """The `emitted` block of `search --json` (sizes in bytes, times in seconds; None where not read back)."""
         back = self.read_back
         return {"trainer": self.trainer, "step_seconds": back and back.step_seconds,
                 "peak_bytes": back and back.peak_bytes, "fits": self.fits, "same_as_plan": self.same_as_plan,
-                "reasons": list(self.reasons)}
+                "launchable": not self.missing, "reasons": list(self.reasons)}
 
 
 def read_back(text: str, values: argparse.Namespace, trainer: str) -> ReadBack:
@@ -112,12 +115,13 @@ def check_launch(kind: str, values: argparse.Namespace, problem: tuple[ModelSpec
     try:
         back = read_back(emitted.text, values, kind)
     except SpecError as error:
-        return LaunchCheck(kind, emitted.text, tuple(emitted.notes), None, False,
-                           tuple(reasons + [f"ndcp cannot read the {kind} file back: {error}"]))
+        return LaunchCheck(kind, emitted.text, tuple(emitted.notes), None, False, emitted.missing,
+                           tuple(reasons + [f"ndcp cannot read the {kind} file back: {error}"]) + emitted.missing)
     mismatch = _differences(plan_step, plan_peak, back)
     problems = mismatch + ([] if back.fits else [f"the file does not fit: {back.peak_bytes / GIB:.2f} GiB of "
                                                   f"{back.capacity_bytes / GIB:.2f} GiB"])
-    return LaunchCheck(kind, emitted.text, tuple(emitted.notes), back, not mismatch,
+    problems += list(emitted.missing)
+    return LaunchCheck(kind, emitted.text, tuple(emitted.notes), back, not mismatch, emitted.missing,
                        tuple(reasons + problems) if problems else ())
 
 

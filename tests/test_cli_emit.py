@@ -34,7 +34,8 @@ def test_estimate_emit_megatron(capsys):
 
 
 def test_search_emit_winner_torchtitan(capsys):
-    out, _ = run(capsys, "search", *TINY, "-q", "--trainer", "torchtitan", "--emit", "torchtitan")
+    # tiny has no torchtitan registry config: no answer without --emit-anyway (the file says what to register)
+    out, _ = run(capsys, "search", *TINY, "-q", "--trainer", "torchtitan", "--emit", "torchtitan", "--emit-anyway")
     first, _, rest = out.partition("\n")
     assert first.startswith("optimal: ") and "zero=3" in first
     assert option(rest, "--training.global-batch-size") == "32"
@@ -60,7 +61,7 @@ def test_estimate_strategy_from_each_trainer_gives_the_same_estimate(capsys, tmp
     expected, _ = run(capsys, *base)
     for kind in KINDS:
         path = tmp_path / kind
-        run(capsys, *base[:-2], "--emit", kind, "--emit-file", str(path), "-q")
+        run(capsys, *base[:-2], "--emit", kind, "--emit-file", str(path), "-q", "--emit-anyway")
         if kind == "torchtitan":  # tiny has no torchtitan registry config: the user names theirs
             path.write_text(path.read_text().replace("MODULE", "llama3").replace("CONFIG", "llama3_8b"))
             continue
@@ -145,9 +146,11 @@ def test_search_json_has_the_emitted_block(capsys, tmp_path):
 
 
 def test_emit_without_trainer_plans_for_that_trainer(capsys):
-    out, _ = run(capsys, "search", *TINY, "--json", "-", "--emit", "torchtitan", "--emit-file", "/dev/null")
+    out, _ = run(capsys, "search", *TINY, "--json", "-", "--emit", "torchtitan", "--emit-file", "/dev/null",
+                 "--emit-anyway")
     doc = json.loads(out)
     assert doc["planned_for"] == "torchtitan" and doc["run"]["trainer"] == "torchtitan"
+    assert doc["emitted"]["same_as_plan"] and not doc["emitted"]["launchable"]  # no torchtitan config for tiny
 
 
 def test_trainer_any_shows_the_trainers_best_beside(capsys):

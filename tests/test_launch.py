@@ -23,7 +23,8 @@ def test_a_plan_the_trainer_runs_reads_back_as_the_plan():
     assert check.ok and check.same_as_plan and check.fits and check.reasons == ()
     assert check.read_back.strategy == strategy
     assert launch_lines(check)[-1].endswith("(fits): the plan")
-    assert set(check.document()) == {"trainer", "step_seconds", "peak_bytes", "fits", "same_as_plan", "reasons"}
+    assert set(check.document()) == {"trainer", "step_seconds", "peak_bytes", "fits", "same_as_plan", "launchable",
+                                      "reasons"}
 
 
 def test_a_plan_the_trainer_cannot_express_is_not_the_plan():
@@ -54,3 +55,14 @@ def test_a_file_that_does_not_fit_is_no_answer():
     check = check_launch("megatron", values, found, strategy)
     assert check.same_as_plan and not check.fits and not check.ok
     assert check.document()["fits"] is False and any("does not fit" in reason for reason in check.reasons)
+
+
+def test_a_model_the_trainer_has_no_config_for_is_no_answer():
+    values = search_values("mixtral-8x7b", device="h100", gpus=64, global_batch=256, seq_len=4096,
+                           trainer="torchtitan")
+    found = build_problem(values)
+    strategy = Strategy(dp=8, tp=2, pp=4, ep=8, mbs=1, mbn=32, zero=3, sp=True)
+    check = check_launch("torchtitan", values, found, strategy)
+    assert check.same_as_plan and check.fits and not check.ok  # the file reads back, but torchtitan has no Mixtral
+    assert check.missing and "no BF16 registry config for mixtral-8x7b" in check.missing[0]
+    assert check.document()["launchable"] is False and check.missing[0] in check.reasons

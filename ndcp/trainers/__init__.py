@@ -38,7 +38,7 @@ def emit(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy, devices_
         raise SpecError(f"--emit {kind}: unknown trainer; valid: {', '.join(KINDS)}")
     emitted = REGISTRY[kind].emit(model, run, strategy, devices_per_node)
     text = "".join(f"# note: {n}\n" for n in emitted.notes) + emitted.text
-    return Emitted(text, emitted.notes, emitted.strategy, emitted.run)
+    return Emitted(text, emitted.notes, emitted.strategy, emitted.run, emitted.missing)
 
 
 def nearest(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strategy, list[str]]:

@@ -42,6 +42,9 @@ class Emitted:
     notes: list[str] = field(default_factory=list)
     strategy: Strategy | None = None
     run: RunSpec | None = None
+    # what the configuration lacks to launch beyond the user's placeholders (e.g. a model the trainer has no config
+    # for): a file that lacks something is no answer (ndcp.launch)
+    missing: tuple[str, ...] = ()
 
     @property
     def recompute(self) -> RecomputePlan | None:

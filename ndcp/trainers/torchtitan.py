@@ -111,14 +111,19 @@ def configured(name: str, precision: str) -> tuple[str, str] | None:
     return CONFIGS.get((name, "fp8" if precision == "fp8" else "bf16"))
 
 
+def missing_config(model: ModelSpec, run: RunSpec) -> str:
+    """Why torchtitan cannot launch the model as emitted ("" when a pinned registry config trains it)."""
+    if configured(model.name, run.precision) is not None:
+        return ""
+    others = [c for (n, _), (_, c) in CONFIGS.items() if n == model.name]
+    return (f"torchtitan 0.3 has no {run.precision.upper()} registry config for {model.name}"
+            + (f" ({', '.join(others)} train{'s' if len(others) == 1 else ''} it in another precision)"
+               if others else "") + ": register one (a config_registry function) and replace MODULE and CONFIG")
+
+
 def _module_config(model: ModelSpec, run: RunSpec, notes: list[str]) -> tuple[str, str]:
     found = configured(model.name, run.precision)
-    if found is None:
-        others = [c for (n, _), (_, c) in CONFIGS.items() if n == model.name]
-        notes.append(f"torchtitan 0.3 has no {run.precision.upper()} registry config for {model.name}"
-                     + (f" ({', '.join(others)} train{'s' if len(others) == 1 else ''} it in another precision)"
-                        if others else "") + ": register one (a config_registry function) and replace MODULE and "
-                     "CONFIG")
+    if found is None:  # missing_config says so
         return "MODULE", PLACEHOLDER_CONFIG
     pinned = facts("torchtitan")["configs"][found[1]]
     if pinned.get("--compile.enable") and "model" in pinned.get("--compile.components", ["model"]):
@@ -194,7 +199,8 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: i
     args = arguments(model, emitted_run or run, s, notes)
     text = fill_in_comment(PLACEHOLDERS) + ARCHITECTURE_COMMENT + option_lines(
         args, lambda a: a.startswith("--") or a.startswith("activation-checkpoint:"))
-    return Emitted(text, notes, None if s == strategy else s, emitted_run)
+    missing = missing_config(model, emitted_run or run)
+    return Emitted(text, notes, None if s == strategy else s, emitted_run, (missing,) if missing else ())
 
 
 ARCHITECTURE_COMMENT = ("# The registry config (--module/--config) fixes the model's architecture and FP8 (torchtitan "

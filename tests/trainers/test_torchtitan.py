@@ -75,7 +75,7 @@ def test_a_bf16_405b_plan_names_the_fp8_config_torchtitan_has():
     emitted = emit("torchtitan", LLAMA405, RunSpec(global_batch=2048, seq_len=8192, trainer="torchtitan"), strategy)
     assert values(emitted.text, "--config") == ["CONFIG"]
     assert any("no BF16 registry config for llama3.1-405b (llama3_405b trains it in another precision)" in n
-               for n in emitted.notes)
+               for n in emitted.missing)
 
 
 def test_the_users_settings_are_placeholders_before_the_subcommand():
