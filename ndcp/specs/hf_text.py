@@ -248,7 +248,8 @@ def _deepseek_moe(cfg: HFConfig, layers: int, first_dense_default: int = 0,
                   shared_default: int = 0) -> dict[str, Any] | None:
     """DeepSeek-style experts (DeepSeek-V2/V3, Kimi-K2, GLM-4.5): `n_routed_experts` of `moe_intermediate_size`,
     `n_shared_experts` always on, MoE on layer i iff i >= first_k_dense_replace and i % moe_layer_freq == 0 (HF's
-    rule); None without routed experts."""
+    rule), group-limited routing from `n_group` / `topk_group` (one group: no limit); None without routed
+    experts."""
     experts = cfg.int("n_routed_experts", 0)
     if not experts:
         return None
@@ -268,7 +269,18 @@ def _deepseek_moe(cfg: HFConfig, layers: int, first_dense_default: int = 0,
                                    cfg.int("n_shared_experts", shared_default)),
         "first_dense_layers": cfg.take("moe.first_dense_layers", "first_k_dense_replace", first),
         "layer_frequency": cfg.take("moe.layer_frequency", "moe_layer_freq", frequency),
+        **_router_groups(cfg),
     }
+
+
+def _router_groups(cfg: HFConfig) -> dict[str, int]:
+    """Group-limited routing (DeepSeek-V3 §2.1.2 "node-limited routing"): `n_group` groups, `topk_group` of them
+    per token; nothing for one group (Kimi-K2, GLM-4.5: every expert in one group, no limit)."""
+    groups = cfg.int("n_group", 0)
+    if groups <= 1:
+        return {}
+    return {"router_num_groups": cfg.take("moe.router_num_groups", "n_group", groups),
+            "router_group_topk": cfg.take("moe.router_group_topk", "topk_group", cfg.int("topk_group", groups))}
 
 
 def glm4_moe(cfg: HFConfig) -> dict[str, Any]:

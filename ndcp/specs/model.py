@@ -46,6 +46,12 @@ class MoESpec:
     """every n-th layer after the dense prefix is MoE (Mixtral, DeepSeek: 1)"""
     capacity_factor: float = 0.0
     """0 = dropless; otherwise tokens per expert are padded or cut to this factor of the even share"""
+    router_num_groups: int = 0
+    """group-limited routing (Megatron --moe-router-num-groups; HF n_group): the experts form this many equal
+    groups of consecutive experts (0 = no groups)"""
+    router_group_topk: int = 0
+    """groups each token may route to (Megatron --moe-router-group-topk; HF topk_group): with the groups laid out
+    over the nodes, each token reaches at most this many nodes' groups (DeepSeek-V3: 4 of 8; 0 = no groups)"""
 
     def __post_init__(self):
         positive_int("moe.experts", self.experts)
@@ -57,6 +63,12 @@ class MoESpec:
         non_negative_int("moe.first_dense_layers", self.first_dense_layers, MAX_LAYERS)
         positive_int("moe.layer_frequency", self.layer_frequency, MAX_LAYERS)
         finite_number("moe.capacity_factor", self.capacity_factor, 0.0, 64.0)
+        non_negative_int("moe.router_num_groups", self.router_num_groups, self.experts)
+        require(self.router_num_groups == 0 or self.experts % self.router_num_groups == 0, "moe.router_num_groups",
+                self.router_num_groups, f"must divide moe.experts ({self.experts})")
+        non_negative_int("moe.router_group_topk", self.router_group_topk, self.router_num_groups)
+        require((self.router_num_groups == 0) == (self.router_group_topk == 0), "moe.router_group_topk",
+                self.router_group_topk, "must be given with moe.router_num_groups (both 0 without groups)")
 
     @property
     def shared_hidden(self) -> int:
