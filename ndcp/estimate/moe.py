@@ -4,7 +4,8 @@ Dispatch (one token dispatch; the combine moves the same bytes back). Routing is
 the experts a token may reach, the busiest rank receiving `RunSpec.moe_load_imbalance` times the even share. The
 EP group (ETP ranks innermost, estimate/communication.py EXPERT_RANK_ORDER) spans `nodes` nodes, `per_node` EP ranks
 each; what stays in a node goes over the scale-up fabric, what leaves it over the device's scale-out NIC, the two
-links at once, so a dispatch takes the longer of the two shares (each at its own bandwidth, one latency per peer).
+links at once, so a dispatch takes the longer of the two shares (each at its own bandwidth), plus one latency per
+peer at the slowest crossed link's (the ring model's charge: a group spread over more nodes is never faster).
 
 - alltoall (Megatron-Core MoEAlltoAllTokenDispatcher): one copy per token-expert pair to the rank of its expert, so
   per_node - 1 of the ep ranks' shares stay in the node and ep - per_node leave it. Within one node this is the
@@ -81,13 +82,12 @@ def reachable_ranks(moe: MoESpec, ep: int) -> float:
     return max(1.0, ep * chosen / groups)
 
 
-def _two_links(cluster: ClusterSpec, intra_bytes: float, intra_peers: float, inter_bytes: float,
-               inter_peers: float) -> float:
-    """The scale-up and scale-out shares of a dispatch at once: the longer of the two."""
+def _two_links(cluster: ClusterSpec, intra_bytes: float, inter_bytes: float, peers: int, nodes: int) -> float:
+    """The scale-up and scale-out shares of a dispatch at once (the longer of the two), plus one latency per peer
+    at the latency of the slowest link it crosses, as the ring model charges (communication.py)."""
     device = cluster.device
-    intra = intra_bytes / device.intra_node_bandwidth + intra_peers * device.intra_node_latency if intra_peers else 0.0
-    inter = inter_bytes / device.inter_node_bandwidth + inter_peers * device.inter_node_latency if inter_peers else 0.0
-    return max(intra, inter)
+    latency = device.inter_node_latency if nodes > 1 else device.intra_node_latency
+    return max(intra_bytes / device.intra_node_bandwidth, inter_bytes / device.inter_node_bandwidth) + peers * latency
 
 
 def dispatch_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
@@ -104,12 +104,11 @@ def dispatch_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, token
     received = row * run.moe_load_imbalance  # the busiest rank's share bounds the exchange
     if run.moe_dispatcher == "alltoall":
         pairs = received * moe.top_k
-        return _two_links(cluster, pairs * (per_node - 1) / ep, per_node - 1, pairs * (ep - per_node) / ep,
-                          ep - per_node)
+        return _two_links(cluster, pairs * (per_node - 1) / ep, pairs * (ep - per_node) / ep, ep - 1, nodes)
     node_copies = distinct_hits(reachable_nodes(moe, nodes), moe.top_k)
     rank_copies = distinct_hits(reachable_ranks(moe, ep), moe.top_k)
-    return _two_links(cluster, received * rank_copies * (per_node - 1) / per_node, per_node - 1,
-                      received * node_copies * (nodes - 1) / nodes, nodes - 1)
+    return _two_links(cluster, received * rank_copies * (per_node - 1) / per_node,
+                      received * node_copies * (nodes - 1) / nodes, ep - 1, nodes)
 
 
 def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, etp: int) -> float:
