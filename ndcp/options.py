@@ -21,8 +21,8 @@ from .schedules import SCHEDULES
 from .space import DEFAULT_SCHEDULES
 from .specs.device import PRESETS
 from .specs.fields import SpecError, field_docs
-from .specs.run import (FP8_RECIPES, GRAD_SYNCS, MFU_CONVENTIONS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS,
-                        RunSpec)
+from .specs.run import (FP8_RECIPES, GRAD_SYNCS, MAX_LOAD_IMBALANCE, MFU_CONVENTIONS, MOE_DISPATCHERS,
+                        OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec)
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from .specs.units import GIB, parse_length, parse_size
 
@@ -74,6 +74,11 @@ def positive_int(text: str) -> int:
 
 def headroom_fraction(text: str) -> float:
     return _checked_number(text, float, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1, e.g. 0.1", "a number")
+
+
+def load_imbalance(text: str) -> float:
+    return _checked_number(text, float, lambda v: 1 <= v <= MAX_LOAD_IMBALANCE,
+                           f"a factor from 1 to {MAX_LOAD_IMBALANCE:g}, e.g. 1.2", "a number")
 
 
 def int32(text: str) -> int:
@@ -292,6 +297,8 @@ RUN_OPTIONS = (
     run_option("overlap", "--overlap", " (left out with --strategy-from: the file's)", metavar="WHAT",
                default=None),
     run_option("mfu_convention", "--mfu-convention", choices=MFU_CONVENTIONS),
+    run_option("moe_dispatcher", "--moe-dispatcher", choices=MOE_DISPATCHERS),
+    run_option("moe_load_imbalance", "--moe-load-imbalance", parse=load_imbalance, metavar="FACTOR"),
     run_option("images_per_sample", "--images-per-sample", parse=positive_int, metavar="N"),
     run_option("image_size", "--image-size", parse=positive_int, metavar="PIXELS"),
 )

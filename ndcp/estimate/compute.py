@@ -89,16 +89,19 @@ def router_gemm(model: ModelSpec, tokens: float) -> Gemm:
     return Gemm(tokens, model.hidden, model.moe.experts)
 
 
-def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, padded: bool = True) -> tuple[Gemm, ...]:
+def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, padded: bool = True,
+              imbalance: float = 1.0) -> tuple[Gemm, ...]:
     """Router, routed experts and shared experts of one MoE layer on one device, forward.
 
     Routed work is balanced over the stage's tp*cp*dp = etp*ep*edp devices, so each device runs tokens*top_k/tp
     token-expert pairs of full width; its E/ep local experts see tokens*top_k*etp*ep/(tp*E) rows each at width
-    F/etp (sets the GEMM shape). A capacity factor pads every expert to that factor: executed (padded=True, the time
-    model) but never model FLOPs (padded=False, the MFU numerator).
+    F/etp (sets the GEMM shape), each expert its own group of the grouped GEMM (estimate/gemm.py). What runs
+    (padded=True, the time model) is the busiest device's: `imbalance` times the even share (RunSpec
+    moe_load_imbalance), or with a capacity factor every expert padded to that factor (the busiest cut to it); model
+    FLOPs (padded=False, the MFU numerator) count the even share.
     """
     m = model.moe
-    pairs = tokens * m.top_k * ((m.capacity_factor or 1.0) if padded else 1.0)
+    pairs = tokens * m.top_k * ((m.capacity_factor or imbalance) if padded else 1.0)
     rows_per_expert = pairs * etp * ep / (tp * m.experts)
     routed = mlp_gemms(model, m.expert_ffn_hidden, rows_per_expert, etp, count=m.experts / ep)
     router = (router_gemm(model, tokens),)
@@ -107,10 +110,10 @@ def moe_gemms(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, padde
 
 
 def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1, etp: int = 1,
-                padded: bool = True) -> tuple[Gemm, ...]:
+                padded: bool = True, imbalance: float = 1.0) -> tuple[Gemm, ...]:
     """All weight GEMMs of one body layer of `kind` ("dense" or "moe"), forward, one device; `padded`: MoE experts
-    padded to the capacity factor (what runs) or not (model FLOPs)."""
-    mlp = (moe_gemms(model, tokens, tp, ep, etp, padded) if kind == "moe"
+    as they run (padded to the capacity factor, or the busiest device's `imbalance` x share) or not (model FLOPs)."""
+    mlp = (moe_gemms(model, tokens, tp, ep, etp, padded, imbalance) if kind == "moe"
            else mlp_gemms(model, model.ffn_hidden, tokens, tp))
     return attention_projection_gemms(model, tokens, tp) + mlp
 

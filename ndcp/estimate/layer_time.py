@@ -19,6 +19,7 @@ from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_by
 from .fp8 import cast_bytes_per_element
 from .gemm import attention_core_seconds, weight_gemm_seconds
 from .keys import Degrees, LayerKey
+from .moe import dispatch_seconds, routing_bytes
 from .overlap import ep_overlapped, layer_overlaps, tp_overlapped
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
 
@@ -77,16 +78,6 @@ def tp_all_reduce_seconds(cluster: ClusterSpec, nbytes: float, tp: int) -> float
     return comm.all_reduce_seconds(nbytes, tp, *comm.tp_link(cluster, tp))
 
 
-def _ep_all_to_all(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
-                   etp: int) -> float:
-    """One token dispatch (or combine): top_k copies of each local token's hidden state, all-to-all over EP."""
-    if ep <= 1:
-        return 0.0
-    nbytes = tokens * model.moe.top_k * model.hidden * run.activation_bytes * etp / tp
-    bandwidth, latency = comm.ep_link(cluster, ep, etp)
-    return comm.all_to_all_seconds(nbytes, ep, bandwidth, latency)
-
-
 def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: LayerKey) -> LayerTime:
     """One body layer of `key` (see _layer_time); a dense layer does not depend on ep/etp, so its cached terms are
     shared across them (nor on cp_comm without CP), and only the overlaps inside the layer count
@@ -110,7 +101,7 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
     (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and backward seconds
     (its queries against the whole sequence's keys), and the core's FLOPs."""
     device = cluster.device
-    gemms = layer_gemms(model, kind, tokens, tp, ep, etp)
+    gemms = layer_gemms(model, kind, tokens, tp, ep, etp, imbalance=run.moe_load_imbalance)
     linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
     cast_forward = cast_backward = 0.0
     if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
@@ -138,7 +129,7 @@ class _Passes(NamedTuple):
     tp_total: float
     cp_forward: float
     cp_backward: float
-    a2a: float  # one EP all-to-all
+    a2a: float  # one EP token dispatch (or combine), under the run's dispatcher (estimate/moe.py)
     ep_forward: float
     ep_backward: float
 
@@ -193,8 +184,10 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
-    forward = linear + core + elementwise + cast_forward
-    backward = 2.0 * (linear + elementwise) + core_backward + cast_backward  # dgrad + wgrad per GEMM (Narayanan §5.1)
+    # MoE router passes and permute / unpermute at HBM speed, the backward the same bytes once (docs/formulas.md §3.2)
+    routing = memory_seconds(routing_bytes(model, run, tokens, tp, etp), device) if kind == "moe" else 0.0
+    forward = linear + core + elementwise + cast_forward + routing
+    backward = 2.0 * (linear + elementwise) + core_backward + cast_backward + routing  # dgrad + wgrad (Narayanan §5.1)
 
     # docs/formulas.md §7
     tp_forward = 2 * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
@@ -205,7 +198,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     if "tp" in hidden:
         tp_forward, tp_backward = tp_overlapped(tp_forward, linear)
     cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, degrees, cp_comm, core, core_backward)
-    a2a = _ep_all_to_all(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
+    a2a = dispatch_seconds(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
     ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
     if "ep" in hidden:
         ep_forward, ep_backward = ep_overlapped(4 * a2a, forward + backward)

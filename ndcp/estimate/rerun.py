@@ -4,10 +4,10 @@ seconds and executed matmul FLOPs of each forward piece, for one body layer and 
 
 The whole-layer and attention-core pieces are priced with the layer itself (estimate/layer_time.py); these are the
 module pieces: the two pre-norms (memory-bound), the dense MLP (its GEMMs, activation and its half of the layer's TP
-forward communication), the MoE block (router, experts and shared experts, activation, dispatch and combine), the
-experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The dense MLP's pre-norm is
-fused into fc1 (Transformer Engine LayerNormLinear), so it re-runs with the MLP and once only when `norms` also
-re-runs.
+forward communication), the MoE block (router, routing work, experts and shared experts, activation, dispatch and
+combine), the experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The dense
+MLP's pre-norm is fused into fc1 (Transformer Engine LayerNormLinear), so it re-runs with the MLP and once only when
+`norms` also re-runs.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .activations import offloaded_layer_bytes
 from .compute import memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, total_flops
 from .gemm import weight_gemm_seconds
 from .keys import LayerKey
+from .moe import routing_bytes
 
 MODULE_PIECES = (NORMS, MLP_FORWARD, MLP_ACTIVATION, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD)
 
@@ -74,9 +75,11 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         return 0.0, 0.0
     if piece == MOE_FORWARD:
         m = model.moe
-        gemms = moe_gemms(model, tokens, tp, shape.key.degrees.ep, shape.key.degrees.etp)
+        etp = shape.key.degrees.etp
+        gemms = moe_gemms(model, tokens, tp, shape.key.degrees.ep, etp, imbalance=run.moe_load_imbalance)
         width = (m.expert_ffn_hidden * m.top_k * (m.capacity_factor or 1.0) + m.shared_hidden * m.shared_experts)
-        seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
+        routing = memory_seconds(routing_bytes(model, run, tokens, tp, etp), cluster.device)  # routes again
+        seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run) + routing
                    + _activation_seconds(model, cluster, run, tokens, width / tp) + shape.ep_forward)
         return seconds, total_flops(gemms)
     if piece == MOE_ACTIVATION:

@@ -251,7 +251,8 @@ def _deepseek_moe(cfg: HFConfig, layers: int, first_dense_default: int = 0,
                   shared_default: int = 0) -> dict[str, Any] | None:
     """DeepSeek-style experts (DeepSeek-V2/V3, Kimi-K2, GLM-4.5): `n_routed_experts` of `moe_intermediate_size`,
     `n_shared_experts` always on, MoE on layer i iff i >= first_k_dense_replace and i % moe_layer_freq == 0 (HF's
-    rule); None without routed experts."""
+    rule), group-limited routing from `n_group` / `topk_group` (one group: no limit); None without routed
+    experts."""
     experts = cfg.int("n_routed_experts", 0)
     if not experts:
         return None

@@ -48,14 +48,17 @@ class MoESpec:
     """every n-th layer after the dense prefix is MoE (Mixtral, DeepSeek: 1)"""
     capacity_factor: float = 0.0
     """0 = dropless; otherwise tokens per expert are padded or cut to this factor of the even share"""
-    # The router (not priced: the router's GEMM is `hidden x experts` whatever it scores; the launch configurations
-    # state it, ndcp/trainers)
+    # The router: its groups limit where a token's experts are (priced: estimate/moe.py, node-limited dispatch); its
+    # scores, bias and scaling are not (the router's GEMM is `hidden x experts` whatever it scores; the launch
+    # configurations state them, ndcp/trainers)
     router_score: str = "softmax"
     """how the router scores experts: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3 §2.1.2)"""
     router_groups: int = 0
-    """expert groups a token's experts are chosen from (DeepSeek-V3 n_group: 8; 0 = no grouping)"""
+    """group-limited routing (Megatron --moe-router-num-groups; HF n_group): the experts form this many equal groups
+    of consecutive experts a token's experts are chosen from (DeepSeek-V3: 8; 0 = no grouping)"""
     router_group_topk: int = 0
-    """groups each token may use (DeepSeek-V3 topk_group: 4; 0 = no grouping)"""
+    """groups each token may route to (Megatron --moe-router-group-topk; HF topk_group): with the groups laid out
+    over the nodes, each token reaches at most this many nodes' groups (DeepSeek-V3: 4 of 8; 0 = no grouping)"""
     router_expert_bias: bool = False
     """a per-expert bias, updated from the load, added to the scores for choosing (DeepSeek-V3's auxiliary-loss-free
     balancing, §2.1.2)"""

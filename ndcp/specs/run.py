@@ -34,6 +34,12 @@ MFU_CONVENTIONS = ("causal", "full")
 # micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm), TP collectives with their GEMMs
 # (--tp-comm-overlap), pipeline sends with compute (--overlap-p2p-communication).
 OVERLAPS = ("ep", "tp", "p2p")
+# How a MoE layer moves its tokens to the experts' ranks and back (Megatron-Core --moe-token-dispatcher-type;
+# estimate/moe.py, docs/formulas.md §7.2): allgather (all-gather the EP group's tokens, reduce-scatter back),
+# alltoall (one copy per token-expert pair to the expert's rank), flex (DeepEP / HybridEP: one copy per token and
+# destination node over the scale-out network, fanned out over NVLink inside the node).
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+MAX_LOAD_IMBALANCE = 64.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,14 @@ class RunSpec:
     Megatron overlaps pipeline sends under interleaving), none, or a '+'-joined subset of ep (MoE all-to-all with
     another micro-batch's compute), tp (TP collectives with their GEMMs, needs sp), p2p (pipeline sends)"""
 
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher (Megatron --moe-token-dispatcher-type; default alltoall): alltoall (one copy per
+    token-expert pair), allgather (the EP group's tokens all-gathered, reduce-scattered back) or flex (DeepEP /
+    HybridEP: one copy per token and node over the scale-out network, NVLink fan-out inside the node)"""
+    moe_load_imbalance: float = 1.0
+    """routed tokens on the busiest expert-parallel rank over the even share, >= 1 (default 1: balanced, as runs
+    that force load balancing are); the layer waits for that rank's experts and dispatch"""
+
     def __post_init__(self):
         positive_int("global_batch", self.global_batch)
         positive_int("seq_len", self.seq_len)
@@ -115,6 +129,8 @@ class RunSpec:
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
         one_of("param_gather", self.param_gather, PARAM_GATHERS)
         one_of("mfu_convention", self.mfu_convention, MFU_CONVENTIONS)
+        one_of("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
+        finite_number("moe_load_imbalance", self.moe_load_imbalance, 1.0, MAX_LOAD_IMBALANCE)
         parts = self.overlap.split("+") if isinstance(self.overlap, str) else [None]
         require(self.overlap in ("trainer", "none") or (all(p in OVERLAPS for p in parts)
                                                         and len(set(parts)) == len(parts)),

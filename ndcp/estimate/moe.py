@@ -1,0 +1,127 @@
+"""A MoE layer's token dispatch per dispatcher, and its memory-bound routing work (docs/formulas.md §7.2, §3.2).
+
+Dispatch (one token dispatch; the combine moves the same bytes back). Routing is taken as balanced and uniform over
+the experts a token may reach, the busiest rank receiving `RunSpec.moe_load_imbalance` times the even share. The
+EP group (ETP ranks innermost, estimate/communication.py EXPERT_RANK_ORDER) spans `nodes` nodes, `per_node` EP ranks
+each; what stays in a node goes over the scale-up fabric, what leaves it over the device's scale-out NIC, the two
+links at once, so a dispatch takes the longer of the two shares (each at its own bandwidth), plus one latency per
+peer at the slowest crossed link's (the ring model's charge: a group spread over more nodes is never faster).
+
+- alltoall (Megatron-Core MoEAlltoAllTokenDispatcher): one copy per token-expert pair to the rank of its expert, so
+  per_node - 1 of the ep ranks' shares stay in the node and ep - per_node leave it. Within one node this is the
+  ring all-to-all's (ep - 1)/ep of the bytes at the NVLink bandwidth, as before.
+- allgather (MoEAllGatherTokenDispatcher): every rank all-gathers the EP group's tokens (ring, slowest link of the
+  group) and keeps those routed to its experts; the combine reduce-scatters them back. Independent of top_k.
+- flex (MoEFlexTokenDispatcher over DeepEP or HybridEP): one copy per token and destination node over the NIC, then
+  one copy per destination rank over NVLink inside the node (DeepEP README, "normal kernels with NVLink and RDMA
+  forwarding"). Each reaches its link's rate there (H800: 153-158 GB/s of ~160 NVLink, 43-58 GB/s of ~50 RDMA), so
+  no efficiency factor is applied. Node-limited routing (MoESpec.router_groups / router_group_topk;
+  DeepSeek-V3 §2.1.2, §3.2.2: each token to at most 4 nodes) bounds the nodes a token reaches.
+
+Expected distinct bins hit by k uniform draws over b bins: b (1 - (1 - 1/b)^k).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ..specs.device import ClusterSpec
+from ..specs.model import ModelSpec, MoESpec
+from ..specs.run import RunSpec
+from .communication import all_gather_seconds, ep_link
+
+# Megatron-Core's router keeps its logits, scores and top-k probabilities in FP32 (--moe-router-dtype fp32, as the
+# recipes set it) and passes over them: logits written, softmax or sigmoid read and written, top-k read, the
+# auxiliary-loss statistics read (router.py, moe_utils.py). Per token and expert, bytes of one forward.
+ROUTER_PASSES = 4
+ROUTER_BYTES = 4
+
+
+class EPPlacement(NamedTuple):
+    """Where an EP group's ranks sit: the nodes it spans and its EP ranks per node."""
+
+    nodes: int
+    per_node: float
+
+
+def ep_placement(cluster: ClusterSpec, ep: int, etp: int) -> EPPlacement:
+    """The nodes an EP group of ep ranks (each etp consecutive devices wide) spans, and its EP ranks per node."""
+    span, per_node = ep * etp, cluster.device.devices_per_node
+    if span <= per_node:
+        return EPPlacement(1, float(ep))
+    nodes = math.ceil(span / per_node)
+    return EPPlacement(nodes, ep / nodes)
+
+
+def distinct_hits(bins: float, draws: int) -> float:
+    """Expected distinct bins hit by `draws` uniform draws over `bins` equal bins (at least one bin)."""
+    if bins <= 1:
+        return 1.0
+    return bins * (1.0 - (1.0 - 1.0 / bins) ** draws)
+
+
+def reachable_nodes(moe: MoESpec, nodes: int) -> float:
+    """Nodes a token may reach under group-limited routing: the expected nodes holding its router_group_topk
+    groups of router_groups (consecutive experts on consecutive ranks, so each node holds groups/nodes of them
+    when there are more groups than nodes; a group spans nodes/groups nodes otherwise); all of them without groups."""
+    groups, chosen = moe.router_groups, moe.router_group_topk
+    if not groups or chosen >= groups or nodes <= 1:
+        return float(nodes)
+    if groups < nodes:
+        return chosen * nodes / groups
+    per_node = groups // nodes
+    missed = math.prod((groups - chosen - i) / (groups - i) for i in range(per_node))  # a node holds none chosen
+    return nodes * (1.0 - max(0.0, missed))
+
+
+def reachable_ranks(moe: MoESpec, ep: int) -> float:
+    """EP ranks holding the experts a token may reach: all ep, or the router_group_topk groups' share of them."""
+    groups, chosen = moe.router_groups, moe.router_group_topk
+    if not groups or chosen >= groups:
+        return float(ep)
+    return max(1.0, ep * chosen / groups)
+
+
+def _two_links(cluster: ClusterSpec, intra_bytes: float, inter_bytes: float, peers: int, nodes: int) -> float:
+    """The scale-up and scale-out shares of a dispatch at once (the longer of the two), plus one latency per peer
+    at the latency of the slowest link it crosses, as the ring model charges (communication.py)."""
+    device = cluster.device
+    latency = device.inter_node_latency if nodes > 1 else device.intra_node_latency
+    return max(intra_bytes / device.intra_node_bandwidth, inter_bytes / device.inter_node_bandwidth) + peers * latency
+
+
+def dispatch_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
+                     etp: int) -> float:
+    """One token dispatch (or combine) of a MoE layer over its EP group under run.moe_dispatcher (module
+    docstring); `tokens` per micro-batch on the device, tokens x etp / tp of them per EP rank."""
+    if ep <= 1:
+        return 0.0
+    moe = model.moe
+    row = tokens * etp / tp * model.hidden * run.activation_bytes  # this rank's tokens, one copy each
+    if run.moe_dispatcher == "allgather":
+        return all_gather_seconds(ep * row, ep, *ep_link(cluster, ep, etp))
+    nodes, per_node = ep_placement(cluster, ep, etp)
+    received = row * run.moe_load_imbalance  # the busiest rank's share bounds the exchange
+    if run.moe_dispatcher == "alltoall":
+        pairs = received * moe.top_k
+        return _two_links(cluster, pairs * (per_node - 1) / ep, pairs * (ep - per_node) / ep, ep - 1, nodes)
+    node_copies = distinct_hits(reachable_nodes(moe, nodes), moe.top_k)
+    rank_copies = distinct_hits(reachable_ranks(moe, ep), moe.top_k)
+    return _two_links(cluster, received * rank_copies * (per_node - 1) / per_node,
+                      received * node_copies * (nodes - 1) / nodes, ep - 1, nodes)
+
+
+def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, etp: int) -> float:
+    """HBM bytes of one forward of a MoE layer's memory-bound routing work on one device: the router's FP32 passes
+    over tokens x experts scores, and permute / unpermute (Megatron-Core moe_utils.permute and unpermute: gather
+    each token's top_k copies into expert order, read them back and sum them weighted): each reads and writes
+    (1 + top_k) rows of hidden, for this device's tokens x etp / tp tokens (the busiest rank's share of pairs)."""
+    moe = model.moe
+    local = tokens * etp / tp
+    router = tokens * moe.experts * ROUTER_BYTES * ROUTER_PASSES
+    rows = local * (1 + moe.top_k * run.moe_load_imbalance)
+    return router + 2 * rows * model.hidden * run.activation_bytes
+
+
+__all__ = ["EPPlacement", "ep_placement", "distinct_hits", "reachable_nodes", "reachable_ranks", "dispatch_seconds",
+           "routing_bytes", "ROUTER_PASSES", "ROUTER_BYTES"]

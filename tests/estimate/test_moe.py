@@ -1,0 +1,172 @@
+"""MoE token dispatch per dispatcher, node-limited routing and the routing work (docs/formulas.md §7.2, §3.2)."""
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ndcp.estimate.communication import all_gather_seconds, all_to_all_seconds
+from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.time import estimate_time
+from ndcp.estimate.moe import (dispatch_seconds, distinct_hits, ep_placement, reachable_nodes, reachable_ranks,
+                               routing_bytes)
+from ndcp.estimate.keys import Degrees, LayerKey
+from ndcp.specs import device_preset
+from ndcp.specs.device import ClusterSpec
+from ndcp.specs.fields import SpecError
+from ndcp.specs.library import load_model
+from ndcp.specs.model import MoESpec
+from ndcp.specs.run import MOE_DISPATCHERS, RunSpec
+from ndcp.specs.strategy import Strategy
+
+H100 = device_preset("h100")
+DSV3 = load_model("deepseek-v3")
+RUN = RunSpec(global_batch=1024, seq_len=4096)
+TOKENS = 4096.0
+
+
+def cluster(gpus: int = 1024, per_node: int = 8) -> ClusterSpec:
+    return ClusterSpec(replace(H100, devices_per_node=per_node), gpus)
+
+
+def dispatch(dispatcher: str, ep: int, model=DSV3, per_node: int = 8, imbalance: float = 1.0, tp: int = 1,
+             etp: int = 1) -> float:
+    run = replace(RUN, moe_dispatcher=dispatcher, moe_load_imbalance=imbalance)
+    return dispatch_seconds(model, cluster(per_node=per_node), run, TOKENS, tp, ep, etp)
+
+
+def without_groups(model):
+    return replace(model, moe=replace(model.moe, router_groups=0, router_group_topk=0))
+
+
+def test_the_library_deepseek_v3_routes_each_token_to_at_most_4_of_8_groups():
+    assert (DSV3.moe.router_groups, DSV3.moe.router_group_topk) == (8, 4)
+
+
+def test_within_a_node_alltoall_is_the_ring_all_to_all_over_nvlink():
+    pairs = TOKENS * DSV3.moe.top_k * DSV3.hidden * 2
+    ring = all_to_all_seconds(pairs, 8, H100.intra_node_bandwidth, H100.intra_node_latency)
+    assert dispatch("alltoall", 8) == pytest.approx(ring)
+
+
+def test_across_nodes_alltoall_sends_the_remote_share_over_the_nic():
+    # EP 64 on 8 nodes: 56 of 64 shares leave the node, the 7 in-node ones ride NVLink at the same time
+    pairs = TOKENS * DSV3.moe.top_k * DSV3.hidden * 2
+    expected = pairs * 56 / 64 / H100.inter_node_bandwidth + 63 * H100.inter_node_latency  # a latency per peer
+    assert dispatch("alltoall", 64) == pytest.approx(expected)
+
+
+def test_deepseek_v3_on_8_nodes_reaches_4_nodes_and_flex_sends_about_3_copies_per_token_over_the_nic():
+    nodes = reachable_nodes(DSV3.moe, 8)
+    assert nodes == pytest.approx(4.0)
+    copies = distinct_hits(nodes, 8) * 7 / 8
+    assert copies == pytest.approx(3.15, abs=0.01)
+    row = TOKENS * DSV3.hidden * 2
+    latency = 63 * H100.inter_node_latency  # the same 63 peers either way; 7 R against 3.15 R over the NIC
+    assert dispatch("flex", 64) == pytest.approx(row * copies / H100.inter_node_bandwidth + latency)
+    assert (dispatch("alltoall", 64) - latency) / (dispatch("flex", 64) - latency) == pytest.approx(7 / 3.15, rel=0.01)
+
+
+def test_allgather_gathers_every_token_over_the_slowest_link_whatever_top_k():
+    row = TOKENS * DSV3.hidden * 2
+    assert dispatch("allgather", 16) == pytest.approx(
+        all_gather_seconds(16 * row, 16, H100.inter_node_bandwidth, H100.inter_node_latency))
+    wider = replace(DSV3, moe=replace(DSV3.moe, top_k=16))
+    assert dispatch("allgather", 16, wider) == dispatch("allgather", 16)
+
+
+def test_no_dispatch_without_expert_parallelism():
+    assert all(dispatch(d, 1) == 0.0 for d in MOE_DISPATCHERS)
+
+
+def test_placement_of_an_expert_group():
+    assert ep_placement(cluster(), 8, 1) == (1, 8.0)
+    assert ep_placement(cluster(), 64, 1) == (8, 8.0)
+    assert ep_placement(cluster(), 16, 2) == (4, 4.0)  # ETP 2 innermost: 4 EP ranks per node
+
+
+def test_distinct_hits_of_uniform_draws():
+    assert distinct_hits(1, 8) == 1.0
+    assert distinct_hits(2, 1) == pytest.approx(1.0)
+    assert distinct_hits(4, 8) == pytest.approx(4 * (1 - 0.75 ** 8))
+
+
+def test_groups_spread_over_fewer_nodes_than_groups_and_over_more():
+    moe = DSV3.moe
+    assert reachable_nodes(moe, 4) == pytest.approx(4 * (1 - 15 / 70))  # 2 groups per node: C(6,4)/C(8,4)
+    assert reachable_nodes(moe, 16) == pytest.approx(8)  # a group spans 2 nodes; 4 groups
+    assert reachable_nodes(without_groups(DSV3).moe, 16) == 16
+    assert reachable_ranks(moe, 64) == 32 and reachable_ranks(without_groups(DSV3).moe, 64) == 64
+
+
+def test_group_limits_are_checked():
+    with pytest.raises(SpecError, match="router_groups"):
+        MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, router_groups=7, router_group_topk=4)
+    with pytest.raises(SpecError, match="router_group_topk"):
+        MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, router_groups=8, router_group_topk=9)
+    with pytest.raises(SpecError, match="router_group_topk"):
+        MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, router_groups=8)
+
+
+def test_run_settings_are_checked():
+    with pytest.raises(SpecError, match="moe_dispatcher"):
+        RunSpec(global_batch=8, seq_len=1024, moe_dispatcher="deepep")
+    with pytest.raises(SpecError, match="moe_load_imbalance"):
+        RunSpec(global_batch=8, seq_len=1024, moe_load_imbalance=0.9)
+
+
+EP = st.sampled_from([2, 4, 8, 16, 32, 64, 128])
+PER_NODE = st.sampled_from([2, 4, 8])
+DISPATCHER = st.sampled_from(MOE_DISPATCHERS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(EP, PER_NODE, DISPATCHER)
+def test_more_ranks_sharing_a_nodes_nic_never_make_a_dispatch_faster(ep, per_node, dispatcher):
+    # the same EP group on smaller nodes: more of its shares cross the scale-out link, none fewer
+    assert dispatch(dispatcher, ep, per_node=per_node) >= dispatch(dispatcher, ep, per_node=2 * per_node) * (1 - 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(EP, PER_NODE, st.floats(1.0, 4.0))
+def test_flex_never_sends_more_than_alltoall_and_group_limits_never_slow_it(ep, per_node, imbalance):
+    flex = dispatch("flex", ep, per_node=per_node, imbalance=imbalance)
+    assert flex <= dispatch("alltoall", ep, per_node=per_node, imbalance=imbalance) * (1 + 1e-12)
+    assert flex <= dispatch("flex", ep, without_groups(DSV3), per_node, imbalance) * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(EP, DISPATCHER, st.floats(1.0, 4.0))
+def test_a_busier_rank_never_makes_a_dispatch_faster(ep, dispatcher, imbalance):
+    assert dispatch(dispatcher, ep, imbalance=imbalance) >= dispatch(dispatcher, ep) * (1 - 1e-12)
+
+
+def test_routing_bytes_are_the_router_scores_and_the_permute_copies():
+    tiny = load_model("tiny-moe")
+    m = tiny.moe
+    expected = TOKENS * m.experts * 4 * 4 + 2 * TOKENS * (1 + m.top_k) * tiny.hidden * 2
+    assert routing_bytes(tiny, RUN, TOKENS, 1, 1) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("field, value", [("moe_load_imbalance", 1.5), ("moe_dispatcher", "allgather")])
+def test_an_imbalanced_or_gathered_moe_layer_is_never_faster(field, value):
+    model = load_model("mixtral-8x7b")
+    key = LayerKey("moe", "none", Degrees(tp=1, cp=1, ep=8, etp=1, mbs=1, sp=False), "p2p", frozenset())
+    clus = ClusterSpec(H100, 8)
+    base = layer_time(model, clus, RUN, key)
+    changed = layer_time(model, clus, replace(RUN, **{field: value}), key)
+    assert changed.total > base.total
+    if field == "moe_load_imbalance":  # the busiest rank's experts run more rows
+        assert changed.forward > base.forward and changed.ep_comm > base.ep_comm
+
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.sampled_from([1, 2, 4]), DISPATCHER)
+def test_a_step_is_never_faster_when_its_expert_group_shares_more_nics(ep, per_node, dispatcher):
+    # tiny-moe on 8 devices, the same plan on nodes half as large: every link that was shared stays shared
+    model, run = load_model("tiny-moe"), replace(RUN, global_batch=16, seq_len=1024, moe_dispatcher=dispatcher)
+    strategy = Strategy(dp=8, tp=1, pp=1, ep=ep, etp=1, mbs=1, mbn=2)
+    small, large = (ClusterSpec(replace(H100, devices_per_node=n), 8) for n in (per_node, 2 * per_node))
+    assert estimate_time(model, small, run, strategy).step_seconds >= \
+        estimate_time(model, large, run, strategy).step_seconds * (1 - 1e-12)
