@@ -133,6 +133,10 @@ def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, valu
     precision and FP8 recipe must match the strategy's, if it states them."""
     v = dict(values)
     v.pop("overlap", None)  # a run setting (build_run took it from the file)
+    dispatcher = v.pop("moe_dispatcher", None)  # a run setting: must match the run
+    if dispatcher is not None and dispatcher != run.moe_dispatcher:
+        raise SpecError(f"the file's MoE token dispatcher {dispatcher} does not match the run's --moe-dispatcher "
+                        f"{run.moe_dispatcher}; set --moe-dispatcher {dispatcher}")
     precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
     if precision is not None and precision != run.precision:
         raise SpecError(f"strategy precision={precision} does not match the run's --precision {run.precision}; "

@@ -236,6 +236,8 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: i
         notes.append(f"planned with {run.trainer}'s memory behaviour, not Megatron's: plan with --trainer megatron")
     out = flags(model, run, s, devices_per_node, notes)
     runs, changed = overlaps(model, run, s, notes)
+    # the token dispatcher the plan priced (RunSpec.moe_dispatcher; flex: DeepEP, TransformerConfig's default backend)
+    out += ["--moe-token-dispatcher-type", run.moe_dispatcher] if model.moe is not None else []
     out += _overlap_flags(runs) + [x for p in PLACEHOLDERS for x in (p.option, p.value)]
     text = fill_in_comment(PLACEHOLDERS) + _environment_lines(environment(s)) + option_lines(out)
     return Emitted(text, notes, None if s == strategy else s,
@@ -299,6 +301,7 @@ def read(text: str, model: ModelSpec) -> dict:
         v["optimizer_offload"] = True
     v["precision"] = "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16"
     v["overlap"] = read_overlap_args(a)
+    v["moe_dispatcher"] = a.moe_token_dispatcher_type if model.moe is not None else None
     v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
     _read_layout(a, v, model)
     v["recompute"] = _read_recompute(a, partition_of(v, model))

@@ -98,7 +98,7 @@ def _moe(m: ModelSpec) -> list[str]:
     moe = m.moe
     flags = ["--num-experts", str(moe.experts), "--moe-router-topk", str(moe.top_k),
              "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden), "--moe-grouped-gemm",
-             "--moe-token-dispatcher-type", "alltoall", "--moe-router-score-function", moe.router_score]
+             "--moe-router-score-function", moe.router_score]  # the dispatcher: a run setting (megatron.flags)
     if moe.shared_experts:
         flags += ["--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_hidden)]
     if moe.first_dense_layers or moe.layer_frequency != 1:

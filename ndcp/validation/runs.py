@@ -194,7 +194,8 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
     run = RunSpec(int(training["global_batch"]), seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
-                  mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes))
+                  mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes),
+                  moe_dispatcher=str(training.get("moe_dispatcher") or "alltoall"))
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))
