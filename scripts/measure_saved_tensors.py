@@ -1,0 +1,168 @@
+"""Measure what a trainer's own transformer block keeps for backward, without a GPU, and write the table that
+tests/estimate/test_saved_tensors.py pins ndcp's activation inventory to (ndcp/estimate/data/saved_tensors.yaml).
+
+Runs in a scratch environment OUTSIDE the repository (the repository and its CI never install torch):
+
+    python3.11 -m venv /tmp/trainers-venv && /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0
+    /tmp/trainers-venv/bin/python scripts/measure_saved_tensors.py > ndcp/estimate/data/saved_tensors.yaml
+
+Method. One block of the trainer's model is built on the meta device at its real sizes (no memory is allocated, no
+arithmetic is done) and run forward on a meta input that requires grad, under each of the trainer's activation-
+checkpoint policies, applied by the trainer's own code. A TorchDispatchMode records a weak reference to the storage of
+every tensor an op produces; after the forward, with the caller holding only the block's output, the storages still
+alive are exactly what autograd (or the checkpoint's selective cache) keeps for backward: their bytes are the
+measured activations of one block for one micro-batch. Views share a storage and are counted once; parameters are
+not op outputs and are not counted. The block input is made by one op of the script (x * 1.0, which saves nothing)
+so that it too is counted when, and only when, the block keeps it.
+
+Two ops are not run as the trainer runs them on a GPU, because on the meta device they decompose differently:
+- attention: torchtitan's language models use FlexAttention or varlen attention, which need a GPU (or the compiler);
+  a stand-in calls aten._scaled_dot_product_flash_attention, whose autograd keeps what every fused attention backend
+  keeps (query, key, value without GQA expansion, output, logsumexp and the dropout RNG state), under the trainer's
+  save-op list exactly as the real kernel is;
+- RMSNorm: torchtitan's RMSNorm is nn.RMSNorm, and F.rms_norm runs aten._fused_rms_norm on CUDA (its CUDA kernel
+  _fused_rms_norm_cuda, torch/include/ATen/ops/_fused_rms_norm_native.h), whose autograd node FusedRmsNormBackward0
+  keeps the input, the fp32 per-token rstd and the weight; on the meta device F.rms_norm decomposes into fp32 ops
+  that keep fp32 copies. A stand-in autograd function computes the fused op's outputs and keeps what
+  FusedRmsNormBackward0 keeps.
+
+The script imports torch and torchtitan; nothing in ndcp imports it.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# (trainer model, flavour, ndcp library name); sizes are torchtitan's own flavours
+CASES = (("llama3", "8B", "llama3-8b"), ("llama3", "70B", "llama3-70b"))
+SEQ_LEN = 8192
+MICRO_BATCH = 1
+POLICIES = ("none", "selective", "full")
+
+
+class _LiveStorages(TorchDispatchMode):
+    """Records a weak reference, the bytes and the producing op of every storage an op's output owns."""
+
+    def __init__(self):
+        super().__init__()
+        self.outputs: dict[int, tuple[StorageWeakRef, int, str]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                ref = StorageWeakRef(t.untyped_storage())
+                self.outputs.setdefault(ref.cdata, (ref, t.untyped_storage().nbytes(), str(func)))
+        return out
+
+    def alive(self, exclude: set[int]) -> list[tuple[int, str, int]]:
+        """(storage key, producing op, bytes) of the recorded storages still alive, less `exclude`."""
+        return [(key, op, nbytes) for key, (ref, nbytes, op) in self.outputs.items()
+                if key not in exclude and not ref.expired()]
+
+
+class _FlashStandIn(torch.nn.Module):
+    """(B, L, N, H) q, k, v -> (B, L, N, H) output through the flash-attention op (module docstring)."""
+
+    def forward(self, q, k, v, *, attention_masks=None, scale=None, enable_gqa=False, is_causal=True, **kwargs):
+        out = torch.ops.aten._scaled_dot_product_flash_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0.0, True, False, scale=scale)[0]
+        return out.transpose(1, 2)
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """F.rms_norm as CUDA runs it (module docstring): keeps the input and the fp32 rstd (the weight is a parameter)."""
+
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, eps):
+        out, rstd = torch.ops.aten._fused_rms_norm(x, list(normalized_shape), weight, eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("forward only: the script measures what the forward keeps")
+
+
+def _cuda_rms_norm(x, normalized_shape, weight=None, eps=None):
+    return _FusedRMSNorm.apply(x, tuple(normalized_shape), weight, eps)
+
+
+@dataclass(frozen=True)
+class Measured:
+    model: str
+    policy: str
+    sizes: dict[str, int]  # the block's own sizes, which the library model must have
+    activation_bytes: int
+    tensors: list[tuple[str, int]]
+
+
+def _sizes(block: torch.nn.Module) -> dict[str, int]:
+    inner = getattr(block, "_checkpoint_wrapped_module", block)
+    attention = inner.attention
+    return {"hidden": inner.attention_norm.weight.shape[0], "heads": attention.n_heads,
+            "kv_heads": attention.n_kv_heads, "head_dim": attention.head_dim,
+            "ffn_hidden": inner.feed_forward.w1.weight.shape[0]}
+
+
+def _torchtitan_block(model: str, flavour: str, policy: str) -> torch.nn.Module:
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+    from torchtitan.models.llama3 import llama3_configs
+
+    config = llama3_configs[flavour](attn_backend="flex")
+    with torch.device("meta"):
+        block = config.layers[0].build().to(torch.bfloat16)
+    block.attention.inner_attention = _FlashStandIn()
+    if policy == "selective":
+        block = SelectiveAC(SelectiveAC.Config())._wrap_block(block, base_fqn="layers.0")
+    elif policy == "full":
+        block = FullAC(FullAC.Config())._wrap_block(block, base_fqn="layers.0")
+    return block
+
+
+def measure(model: str, flavour: str, policy: str) -> Measured:
+    torch.nn.functional.rms_norm = _cuda_rms_norm  # nn.RMSNorm.forward looks it up at call time
+    block = _torchtitan_block(model, flavour, policy)
+    sizes = _sizes(block)
+    leaf = torch.empty(MICRO_BATCH, SEQ_LEN, sizes["hidden"], dtype=torch.bfloat16, device="meta", requires_grad=True)
+    mode = _LiveStorages()
+    with mode:
+        x = leaf * 1.0
+        out = block(x, None)
+    block_input = StorageWeakRef(x.untyped_storage()).cdata
+    del x
+    held = [*block.parameters(), *block.buffers(), out, leaf]  # weights, RoPE tables, the caller's tensors
+    tensors = [("block_input" if key == block_input else op, nbytes)
+               for key, op, nbytes in mode.alive({StorageWeakRef(t.untyped_storage()).cdata for t in held})]
+    return Measured(model, policy, sizes, sum(b for _, b in tensors), sorted(tensors, key=lambda t: -t[1]))
+
+
+def main() -> int:
+    import torchtitan  # noqa: F401
+
+    versions = f"torch {torch.__version__.split('+')[0]}, torchtitan {_version('torchtitan')}"
+    print("# Written by scripts/measure_saved_tensors.py; do not edit by hand (module docstring: method).")
+    print(f"trainer: torchtitan\nversions: {versions}\nseq_len: {SEQ_LEN}\nmicro_batch: {MICRO_BATCH}")
+    print("dtype: bf16\ntp: 1\ncp: 1\nattention: 'flash, a stand-in for FlexAttention (script docstring)'\nrows:")
+    for model, flavour, name in CASES:
+        for policy in POLICIES:
+            m = measure(model, flavour, policy)
+            sizes = ", ".join(f"{k}: {v}" for k, v in m.sizes.items())
+            print(f"- model: {name}\n  policy: {policy}\n  sizes: {{{sizes}}}\n"
+                  f"  activation_bytes: {m.activation_bytes}\n  tensors:  # [the op that made it, bytes]")
+            for op, nbytes in m.tensors:
+                print(f"  - [{op}, {nbytes}]")
+    return 0
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+    return version(package)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

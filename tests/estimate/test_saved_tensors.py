@@ -1,0 +1,45 @@
+"""ndcp's torchtitan activation inventory against what torchtitan's own block keeps, measured.
+
+docs/saved_tensors.yaml is written by scripts/measure_saved_tensors.py, which runs torchtitan's Llama 3 block (the
+trainer's code, at real sizes, on the meta device) under each activation-checkpoint policy and sums the storages
+autograd keeps after the forward. The table is committed; this test reads it and does not need torch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ndcp.estimate.activations import layer_activation_bytes
+from ndcp.estimate.keys import Degrees
+from ndcp.specs import RunSpec
+from ndcp.specs.library import load_model
+from ndcp.specs.trainer_behaviour import TORCHTITAN
+
+TABLE = yaml.safe_load((Path(__file__).parents[2] / "docs" / "saved_tensors.yaml").read_text())
+RNG_STATE_BYTES = 24  # the attention kernel's philox seed and offset, which the inventory does not list
+
+
+def test_the_table_is_of_the_version_the_behaviour_names():
+    version = TABLE["versions"].split("torchtitan ")[1]
+    assert TABLE["trainer"] == "torchtitan" and version in TORCHTITAN.version
+    assert {row["policy"] for row in TABLE["rows"]} == {"none", "selective", "full"}
+
+
+@pytest.mark.parametrize("row", TABLE["rows"], ids=lambda r: f"{r['model']}-{r['policy']}")
+def test_inventory_equals_the_measured_bytes(row):
+    model = load_model(row["model"])
+    sizes = row["sizes"]
+    assert (model.hidden, model.heads, model.num_kv_heads, model.dim_per_head, model.ffn_hidden) == (
+        sizes["hidden"], sizes["heads"], sizes["kv_heads"], sizes["head_dim"], sizes["ffn_hidden"])
+    run = RunSpec(global_batch=8, seq_len=TABLE["seq_len"], trainer="torchtitan")
+    degrees = Degrees(TABLE["tp"], TABLE["cp"], 1, 1, TABLE["micro_batch"], False)
+    estimated = layer_activation_bytes(model, run, "dense", row["policy"], degrees)
+    assert row["activation_bytes"] - estimated in (0, RNG_STATE_BYTES)
+
+
+def test_full_checkpoint_keeps_only_the_block_input():
+    for row in TABLE["rows"]:
+        if row["policy"] == "full":
+            assert [name for name, _ in row["tensors"]] == ["block_input"]
