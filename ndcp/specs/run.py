@@ -34,6 +34,10 @@ MFU_CONVENTIONS = ("causal", "full")
 # micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm), TP collectives with their GEMMs
 # (--tp-comm-overlap), pipeline sends with compute (--overlap-p2p-communication).
 OVERLAPS = ("ep", "tp", "p2p")
+# The fused attention kernel (estimate/gemm.py attention_core_seconds; docs/formulas.md §3.2): "fused" = the kernels
+# the device's flash efficiencies describe (FlashAttention-2 on Ampere, cuDNN as Transformer Engine runs it on
+# Hopper); "triton" = FlashAttention's Triton implementation (llm-foundry's attn_impl: triton).
+ATTENTION_KERNELS = ("fused", "triton")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class RunSpec:
     """the optimizer: adam, the only one modelled (fp32 master weights for 16-bit parameters, two moments)"""
     flash_attention: bool = True
     """fused attention kernels (FlashAttention; default true); false materialises the attention scores"""
+    attention_kernel: str = "fused"
+    """which fused attention kernel runs (default fused: the device's FlashAttention-2 / cuDNN figures, what
+    Megatron-Core and torchtitan run); triton: FlashAttention's Triton kernel (llm-foundry attn_impl triton), slower
+    by the FlashAttention-2 paper's measured ratio (docs/formulas.md §3.2)"""
     memory_cap_bytes: int = 0
     """usable memory per device (default: all of it)"""
     reserve_bytes: int | None = None
@@ -111,6 +119,7 @@ class RunSpec:
         one_of("optimizer_state_dtype", self.optimizer_state_dtype, OPTIMIZER_STATE_DTYPES)
         one_of("activation_func_fp8_input_store", self.activation_func_fp8_input_store, (False, True))
         one_of("optimizer", self.optimizer, ("adam",))
+        one_of("attention_kernel", self.attention_kernel, ATTENTION_KERNELS)
         one_of("trainer", self.trainer, TRAINERS)
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
         one_of("param_gather", self.param_gather, PARAM_GATHERS)

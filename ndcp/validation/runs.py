@@ -316,6 +316,7 @@ def _yaml_row(entry: dict, unknown_peaks: frozenset[str] = frozenset()) -> Measu
     global_batch, seq = int(training["global_batch"]), int(model_fields["seq_len"])
     run = RunSpec(global_batch, seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
+                  attention_kernel=training.get("attention_kernel") or "fused",
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes))
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
