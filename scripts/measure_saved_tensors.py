@@ -3,7 +3,8 @@ tests/estimate/test_saved_tensors.py pins ndcp's activation inventory to (ndcp/e
 
 Runs in a scratch environment OUTSIDE the repository (the repository and its CI never install torch):
 
-    python3.11 -m venv /tmp/trainers-venv && /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0
+    python3.11 -m venv /tmp/trainers-venv && /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0 \
+        torchao==0.18.0
     /tmp/trainers-venv/bin/python scripts/measure_saved_tensors.py > ndcp/estimate/data/saved_tensors.yaml
 
 Method. One block of the trainer's model is built on the meta device at its real sizes (no memory is allocated, no
@@ -37,11 +38,14 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# (trainer model, flavour, ndcp library name); sizes are torchtitan's own flavours
-CASES = (("llama3", "8B", "llama3-8b"), ("llama3", "70B", "llama3-70b"))
+# (trainer model, flavour, ndcp library name, precision, policies); sizes are torchtitan's own flavours. fp8: the
+# block's linears converted by torchao's convert_to_float8_training (tensorwise scaling), as torchtitan's float8
+# model converter does before parallelising.
+CASES = (("llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "full")),
+         ("llama3", "70B", "llama3-70b", "bf16", ("none", "selective", "full")),
+         ("llama3", "8B", "llama3-8b", "fp8", ("none", "selective")))
 SEQ_LEN = 8192
 MICRO_BATCH = 1
-POLICIES = ("none", "selective", "full")
 
 
 class _LiveStorages(TorchDispatchMode):
@@ -95,6 +99,7 @@ def _cuda_rms_norm(x, normalized_shape, weight=None, eps=None):
 @dataclass(frozen=True)
 class Measured:
     model: str
+    precision: str
     policy: str
     sizes: dict[str, int]  # the block's own sizes, which the library model must have
     activation_bytes: int
@@ -109,7 +114,7 @@ def _sizes(block: torch.nn.Module) -> dict[str, int]:
             "ffn_hidden": inner.feed_forward.w1.weight.shape[0]}
 
 
-def _torchtitan_block(model: str, flavour: str, policy: str) -> torch.nn.Module:
+def _torchtitan_block(model: str, flavour: str, precision: str, policy: str) -> torch.nn.Module:
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.models.llama3 import llama3_configs
 
@@ -117,6 +122,9 @@ def _torchtitan_block(model: str, flavour: str, policy: str) -> torch.nn.Module:
     with torch.device("meta"):
         block = config.layers[0].build().to(torch.bfloat16)
     block.attention.inner_attention = _FlashStandIn()
+    if precision == "fp8":
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(block, config=Float8LinearConfig())
     if policy == "selective":
         block = SelectiveAC(SelectiveAC.Config())._wrap_block(block, base_fqn="layers.0")
     elif policy == "full":
@@ -124,9 +132,9 @@ def _torchtitan_block(model: str, flavour: str, policy: str) -> torch.nn.Module:
     return block
 
 
-def measure(model: str, flavour: str, policy: str) -> Measured:
+def measure(model: str, flavour: str, precision: str, policy: str) -> Measured:
     torch.nn.functional.rms_norm = _cuda_rms_norm  # nn.RMSNorm.forward looks it up at call time
-    block = _torchtitan_block(model, flavour, policy)
+    block = _torchtitan_block(model, flavour, precision, policy)
     sizes = _sizes(block)
     leaf = torch.empty(MICRO_BATCH, SEQ_LEN, sizes["hidden"], dtype=torch.bfloat16, device="meta", requires_grad=True)
     mode = _LiveStorages()
@@ -138,21 +146,22 @@ def measure(model: str, flavour: str, policy: str) -> Measured:
     held = [*block.parameters(), *block.buffers(), out, leaf]  # weights, RoPE tables, the caller's tensors
     tensors = [("block_input" if key == block_input else op, nbytes)
                for key, op, nbytes in mode.alive({StorageWeakRef(t.untyped_storage()).cdata for t in held})]
-    return Measured(model, policy, sizes, sum(b for _, b in tensors), sorted(tensors, key=lambda t: -t[1]))
+    return Measured(model, precision, policy, sizes, sum(b for _, b in tensors), sorted(tensors, key=lambda t: -t[1]))
 
 
 def main() -> int:
     import torchtitan  # noqa: F401
 
-    versions = f"torch {torch.__version__.split('+')[0]}, torchtitan {_version('torchtitan')}"
+    versions = (f"torch {torch.__version__.split('+')[0]}, torchtitan {_version('torchtitan')}, "
+                f"torchao {_version('torchao')}")
     print("# Written by scripts/measure_saved_tensors.py; do not edit by hand (module docstring: method).")
     print(f"trainer: torchtitan\nversions: {versions}\nseq_len: {SEQ_LEN}\nmicro_batch: {MICRO_BATCH}")
-    print("dtype: bf16\ntp: 1\ncp: 1\nattention: 'flash, a stand-in for FlexAttention (script docstring)'\nrows:")
-    for model, flavour, name in CASES:
-        for policy in POLICIES:
-            m = measure(model, flavour, policy)
+    print("tp: 1\ncp: 1\nattention: 'flash, a stand-in for FlexAttention (script docstring)'\nrows:")
+    for model, flavour, name, precision, policies in CASES:
+        for policy in policies:
+            m = measure(model, flavour, precision, policy)
             sizes = ", ".join(f"{k}: {v}" for k, v in m.sizes.items())
-            print(f"- model: {name}\n  policy: {policy}\n  sizes: {{{sizes}}}\n"
+            print(f"- model: {name}\n  precision: {precision}\n  policy: {policy}\n  sizes: {{{sizes}}}\n"
                   f"  activation_bytes: {m.activation_bytes}\n  tensors:  # [the op that made it, bytes]")
             for op, nbytes in m.tensors:
                 print(f"  - [{op}, {nbytes}]")
