@@ -41,9 +41,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # (trainer model, flavour, ndcp library name, precision, policies); sizes are torchtitan's own flavours. fp8: the
 # block's linears converted by torchao's convert_to_float8_training (tensorwise scaling), as torchtitan's float8
 # model converter does before parallelising.
-CASES = (("llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "full")),
-         ("llama3", "70B", "llama3-70b", "bf16", ("none", "selective", "full")),
-         ("llama3", "8B", "llama3-8b", "fp8", ("none", "selective")))
+# compiled: torch.compile of the block as torchtitan's compile.enable applies it per block; what the compiled
+# forward saves is chosen by AOTAutograd's min-cut partitioner (min_cut_rematerialization_partition, the one
+# Inductor uses for training), run here on the FX graph without Inductor's code generation.
+CASES = (("llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "full"), False),
+         ("llama3", "70B", "llama3-70b", "bf16", ("none", "selective", "full"), False),
+         ("llama3", "8B", "llama3-8b", "fp8", ("none", "selective"), False),
+         ("llama3", "8B", "llama3-8b", "bf16", ("none",), True),
+         ("llama3", "70B", "llama3-70b", "bf16", ("none",), True))
 SEQ_LEN = 8192
 MICRO_BATCH = 1
 
@@ -88,8 +93,11 @@ class _FusedRMSNorm(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad):
-        raise NotImplementedError("forward only: the script measures what the forward keeps")
+    def backward(ctx, grad):  # traced, never run, under torch.compile (the compiled rows)
+        x, rstd, weight = ctx.saved_tensors
+        grad_x, grad_weight = torch.ops.aten._fused_rms_norm_backward(grad, x, list(x.shape[-1:]), rstd, weight,
+                                                                      [True, True])
+        return grad_x, None, grad_weight, None
 
 
 def _cuda_rms_norm(x, normalized_shape, weight=None, eps=None):
@@ -101,6 +109,7 @@ class Measured:
     model: str
     precision: str
     policy: str
+    compiled: bool
     sizes: dict[str, int]  # the block's own sizes, which the library model must have
     activation_bytes: int
     tensors: list[tuple[str, int]]
@@ -132,11 +141,61 @@ def _torchtitan_block(model: str, flavour: str, precision: str, policy: str) -> 
     return block
 
 
-def measure(model: str, flavour: str, precision: str, policy: str) -> Measured:
+class _Partitioned:
+    """A torch.compile backend: AOTAutograd with Inductor's training partitioner, the graphs run as FX code. The
+    forward graph returns the block's output and then every tensor it saves for backward: the last call's are kept.
+    (Dynamo refuses to trace under a dispatch mode, so compiled rows read the saved tensors from here instead.)"""
+
+    def __init__(self):
+        self.inputs, self.saved = [], []
+
+    def __call__(self, gm, example_inputs):
+        from functorch.compile import make_boxed_func
+        from torch._functorch.aot_autograd import aot_module_simplified
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+        def forward_compiler(graph, inputs):
+            def run(args):
+                self.inputs = list(args)
+                outputs = graph(*args)
+                self.saved = list(outputs[1:])  # one user output: the block's
+                return outputs
+            run._boxed_call = True
+            return run
+
+        def backward_compiler(graph, inputs):
+            return make_boxed_func(graph.forward)
+        return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler, bw_compiler=backward_compiler,
+                                     partition_fn=min_cut_rematerialization_partition)
+
+
+def _compiled_saved(block, leaf) -> list[tuple[str, int]]:
+    """(name, bytes) of the distinct storages the compiled forward saves, less weights and buffers."""
+    backend = _Partitioned()
+    compiled = torch.compile(block, backend=backend, fullgraph=True)
+    x = leaf * 1.0
+    compiled(x, None)
+    weights = {StorageWeakRef(t.untyped_storage()).cdata for t in (*block.parameters(), *block.buffers())}
+    seen, tensors = set(weights), []
+    for t in backend.saved:
+        key = StorageWeakRef(t.untyped_storage()).cdata
+        if isinstance(t, torch.Tensor) and key not in seen:
+            seen.add(key)
+            name = ("block_input" if key == StorageWeakRef(x.untyped_storage()).cdata
+                    else f"saved {list(t.shape)} {str(t.dtype).removeprefix('torch.')}")
+            tensors.append((name, t.untyped_storage().nbytes()))
+    return tensors
+
+
+def measure(model: str, flavour: str, precision: str, policy: str, compiled: bool = False) -> Measured:
     torch.nn.functional.rms_norm = _cuda_rms_norm  # nn.RMSNorm.forward looks it up at call time
     block = _torchtitan_block(model, flavour, precision, policy)
     sizes = _sizes(block)
     leaf = torch.empty(MICRO_BATCH, SEQ_LEN, sizes["hidden"], dtype=torch.bfloat16, device="meta", requires_grad=True)
+    if compiled:
+        tensors = _compiled_saved(block, leaf)
+        return Measured(model, precision, policy, compiled, sizes, sum(b for _, b in tensors),
+                        sorted(tensors, key=lambda t: -t[1]))
     mode = _LiveStorages()
     with mode:
         x = leaf * 1.0
@@ -146,7 +205,8 @@ def measure(model: str, flavour: str, precision: str, policy: str) -> Measured:
     held = [*block.parameters(), *block.buffers(), out, leaf]  # weights, RoPE tables, the caller's tensors
     tensors = [("block_input" if key == block_input else op, nbytes)
                for key, op, nbytes in mode.alive({StorageWeakRef(t.untyped_storage()).cdata for t in held})]
-    return Measured(model, precision, policy, sizes, sum(b for _, b in tensors), sorted(tensors, key=lambda t: -t[1]))
+    return Measured(model, precision, policy, compiled, sizes, sum(b for _, b in tensors),
+                    sorted(tensors, key=lambda t: -t[1]))
 
 
 def main() -> int:
@@ -157,14 +217,15 @@ def main() -> int:
     print("# Written by scripts/measure_saved_tensors.py; do not edit by hand (module docstring: method).")
     print(f"trainer: torchtitan\nversions: {versions}\nseq_len: {SEQ_LEN}\nmicro_batch: {MICRO_BATCH}")
     print("tp: 1\ncp: 1\nattention: 'flash, a stand-in for FlexAttention (script docstring)'\nrows:")
-    for model, flavour, name, precision, policies in CASES:
+    for model, flavour, name, precision, policies, compiled in CASES:
         for policy in policies:
-            m = measure(model, flavour, precision, policy)
+            m = measure(model, flavour, precision, policy, compiled)
             sizes = ", ".join(f"{k}: {v}" for k, v in m.sizes.items())
-            print(f"- model: {name}\n  precision: {precision}\n  policy: {policy}\n  sizes: {{{sizes}}}\n"
+            print(f"- model: {name}\n  precision: {precision}\n  policy: {policy}\n"
+                  f"  compiled: {str(compiled).lower()}\n  sizes: {{{sizes}}}\n"
                   f"  activation_bytes: {m.activation_bytes}\n  tensors:  # [the op that made it, bytes]")
             for op, nbytes in m.tensors:
-                print(f"  - [{op}, {nbytes}]")
+                print(f"  - ['{op}', {nbytes}]")
     return 0
 
 
