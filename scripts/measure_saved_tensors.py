@@ -1,11 +1,11 @@
 """Measure what a trainer's own transformer block keeps for backward, without a GPU, and write the table that
-tests/estimate/test_saved_tensors.py pins ndcp's activation inventory to (ndcp/estimate/data/saved_tensors.yaml).
+tests/estimate/test_saved_tensors.py pins ndcp's activation inventory to (docs/saved_tensors.yaml).
 
 Runs in a scratch environment OUTSIDE the repository (the repository and its CI never install torch):
 
     python3.11 -m venv /tmp/trainers-venv && /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0 \
         torchao==0.18.0
-    /tmp/trainers-venv/bin/python scripts/measure_saved_tensors.py > ndcp/estimate/data/saved_tensors.yaml
+    /tmp/trainers-venv/bin/python scripts/measure_saved_tensors.py > docs/saved_tensors.yaml
 
 Method. One block of the trainer's model is built on the meta device at its real sizes (no memory is allocated, no
 arithmetic is done) and run forward on a meta input that requires grad, under each of the trainer's activation-
@@ -14,7 +14,11 @@ every tensor an op produces; after the forward, with the caller holding only the
 alive are exactly what autograd (or the checkpoint's selective cache) keeps for backward: their bytes are the
 measured activations of one block for one micro-batch. Views share a storage and are counted once; parameters are
 not op outputs and are not counted. The block input is made by one op of the script (x * 1.0, which saves nothing)
-so that it too is counted when, and only when, the block keeps it.
+so that it too is counted when, and only when, the block keeps it. (Liveness rather than
+torch.autograd.graph.saved_tensors_hooks: inside a checkpointed block the checkpoint's own hooks take precedence, and
+selective checkpointing keeps its saved outputs in a cache of its own that no hook sees; liveness counts both.)
+Compiled rows (torch.compile) cannot run under a dispatch mode: there the forward graph AOTAutograd partitions
+returns the tensors it saves for backward, and those are counted, once per storage.
 
 Two ops are not run as the trainer runs them on a GPU, because on the meta device they decompose differently:
 - attention: torchtitan's language models use FlexAttention or varlen attention, which need a GPU (or the compiler);
@@ -27,7 +31,7 @@ Two ops are not run as the trainer runs them on a GPU, because on the meta devic
   that keep fp32 copies. A stand-in autograd function computes the fused op's outputs and keeps what
   FusedRmsNormBackward0 keeps.
 
-The script imports torch and torchtitan; nothing in ndcp imports it.
+The script imports torch, torchtitan and torchao; nothing in ndcp imports it, and the tests read only its table.
 """
 from __future__ import annotations
 
