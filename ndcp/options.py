@@ -21,8 +21,8 @@ from .schedules import SCHEDULES
 from .space import DEFAULT_SCHEDULES
 from .specs.device import PRESETS
 from .specs.fields import SpecError, field_docs
-from .specs.run import (FP8_RECIPES, GRAD_SYNCS, MAX_LOAD_IMBALANCE, MFU_CONVENTIONS, MOE_DISPATCHERS,
-                        OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec)
+from .specs.run import (ATTENTION_KERNELS, FP8_RECIPES, GRAD_SYNCS, MAX_LOAD_IMBALANCE, MFU_CONVENTIONS,
+                        MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec)
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from .specs.units import GIB, parse_length, parse_size
 
@@ -288,6 +288,8 @@ RUN_OPTIONS = (
     # A switch that turns the field off: its help says what the switch does.
     run_option("flash_attention", "--no-flash-attention", switch=False,
                help="materialise the attention scores (no FlashAttention)"),
+    run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS),
+    run_option("torch_compile", "--torch-compile", switch=True),
     run_option("trainer", "--trainer", ". A search returns only plans this trainer runs exactly as --emit writes "
                "them; without --trainer: --emit's trainer, else --strategy-from's, else megatron; `any`: every plan "
                "ndcp prices (priced with that default trainer's behaviour), its best plan for the default trainer "

@@ -7,10 +7,12 @@ Two trainers (RunSpec.trainer):
   Linear keeps the norm input and the (sequence-sharded) norm output, fused attention keeps Q, K, V, its output and
   the softmax statistics, the SwiGLU keeps the fc1 output (gate and up) and fc2 keeps the SwiGLU output; no masks
   without dropout. `selective` drops the attention core (Korthikanti §5); `full` keeps the layer input.
-- torchtitan: eager PyTorch autograd on torchtitan's Llama block (torchtitan/models/llama/model.py, models/norms.py)
-  for `none`; its op-level selective AC for `selective` (torchtitan parallelisms/parallelize_llama.py,
-  _apply_ac_to_transformer_block: keep the outputs of ops in `_save_list` -- aten.mm, the SDPA flash/efficient
-  kernels, reduce_scatter -- except every second mm of the block, recompute the rest); `full` keeps the block input.
+- torchtitan: eager PyTorch autograd on torchtitan's Llama 3 block (torchtitan 0.3.0 models/llama3/model.py,
+  models/common/) for `none`; its op-level selective AC for `selective` (distributed/activation_checkpoint.py
+  SelectiveAC: keep the outputs of the compute-intensive ops -- mm, the attention kernels -- and reduce_scatter,
+  except every second mm of the block, recompute the rest); `full` keeps the block input. Both are measured, not
+  only read: scripts/measure_saved_tensors.py runs torchtitan's own block on the meta device at real sizes and
+  docs/saved_tensors.yaml is what it keeps, pinned by tests/estimate/test_saved_tensors.py.
 
 Each stored tensor carries its sharding: `tp` tensors are split by tensor parallelism; `seq` tensors are full-width
 activations that plain TP replicates and sequence parallelism splits by tp; `core` tensors are the attention core
@@ -141,43 +143,49 @@ def _torchtitan_modelled(model: ModelSpec, kind: str) -> bool:
 
 
 def _torchtitan_norm(run: RunSpec, tokens: int, h: int, name: str) -> list[Tensor]:
-    """torchtitan RMSNorm (models/norms.py: `_norm(x.float()).type_as(x) * weight`), then the linear that reads it.
-    Autograd keeps the fp32 copy of the input (pow and mul), the normalised bf16 tensor (the weight mul) and the
-    norm output (the linear's input). Under TP the norm runs sequence-sharded and its output is all-gathered before
-    the column-parallel linears (PrepareModuleInput Shard(1) -> Replicate()), so the linear keeps the whole one."""
+    """torchtitan RMSNorm (models/common/nn_modules.py: nn.RMSNorm), then the linear that reads it. On CUDA F.rms_norm
+    runs aten._fused_rms_norm (torch 2.13 torch/_native/ops/norm/rmsnorm_impl.py overrides that op on CUDA), whose
+    autograd node FusedRmsNormBackward0 keeps the input and the fp32 per-token rstd; the linear keeps the norm output.
+    Under TP the norm runs sequence-sharded and its output is all-gathered before the column-parallel linears
+    (PrepareModuleInput Shard(1) -> Replicate()), so the linear keeps the whole one."""
     B = run.activation_bytes
-    return [Tensor(f"{name}_fp32_input", FP32 * tokens * h, "seq"),
-            Tensor(f"{name}_normalised", B * tokens * h, "seq"), Tensor(f"{name}_output", B * tokens * h, "rep")]
+    return [Tensor(f"{name}_input", B * tokens * h, "seq"), Tensor(f"{name}_rstd", FP32 * tokens, "seq"),
+            Tensor(f"{name}_output", B * tokens * h, "rep")]
 
 
 def _torchtitan_eager_inventory(model: ModelSpec, run: RunSpec, tokens: int) -> list[Tensor]:
-    """What eager autograd keeps for one torchtitan Llama block (models/llama/model.py Attention, FeedForward).
-    Attention: RoPE'd Q (the fp32 complex product is cast back, not kept), repeat_kv's expanded K and V copies (or
-    K, V themselves without GQA), SDPA's output and logsumexp, and the contiguous copy of the output that wo reads.
-    MLP: w1 and w3 outputs, SiLU output and the product that w2 reads (SwiGLU); w1 output and GeLU output otherwise.
-    The block input is read only by ops that keep nothing (x.float(), the residual add)."""
+    """What eager autograd keeps for one torchtitan Llama 3 block (models/common/attention.py GQAttention with
+    FusedQKVLinear, models/common/feed_forward.py FeedForward), measured at real sizes on torchtitan 0.3.0
+    (scripts/measure_saved_tensors.py; docs/saved_tensors.yaml, pinned by tests/estimate/test_saved_tensors.py).
+    Attention: the RoPE'd Q and K (cast back from the complex product), V (the contiguous split of the fused QKV
+    output), and the attention kernel's output (which wo reads as it is) and logsumexp; K and V are not expanded
+    for GQA (the kernels take enable_gqa). MLP: w1 and w3 outputs, SiLU output and the product that w2 reads
+    (SwiGLU); w1 output and the activation's output otherwise. The norms keep their inputs (_torchtitan_norm): the
+    block input and the residual sum h. Under torch.compile (RunSpec.torch_compile) AOTAutograd's min-cut partitioner
+    recomputes the MLP activation from its input instead of saving it: one ffn-wide tensor less (measured with
+    SwiGLU; the same rule for GeLU is not measured)."""
     B, h, a = run.activation_bytes, model.hidden, model.heads
     d, g = model.dim_per_head, model.num_kv_heads
-    kv = a if g < a else g  # repeat_kv materialises n_rep copies when n_rep > 1
     items = _torchtitan_norm(run, tokens, h, "attention_norm")
-    items += [Tensor("query", B * tokens * a * d, "tp"), Tensor("keys", B * tokens * kv * d, "tp"),
-              Tensor("values", B * tokens * kv * d, "tp"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
-              Tensor("softmax_stats", FP32 * a * tokens, "tp"), Tensor("wo_input", B * tokens * a * d, "tp")]
+    items += [Tensor("query", B * tokens * a * d, "tp"), Tensor("key", B * tokens * g * d, "tp"),
+              Tensor("value", B * tokens * g * d, "tp"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
+              Tensor("softmax_stats", FP32 * a * tokens, "tp")]
     items += _torchtitan_norm(run, tokens, h, "ffn_norm")
-    width = 4 if model.gated else 2
+    width = (4 if model.gated else 2) - (1 if run.torch_compile else 0)
     items.append(Tensor("mlp_hidden", B * tokens * width * model.ffn_hidden, "tp"))
     return items
 
 
 def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: int, sp: bool) -> list[Tensor]:
-    """torchtitan op-level SAC: the checkpoint keeps the block input, the outputs of the SDPA kernel (output and
-    logsumexp), every reduce_scatter output (SP), and the outputs of the 1st, 3rd, 5th... aten.mm of the block
-    (the policy counts mms per block and recomputes every second one). mm order (model.py): wq, wk, wv, wo, then
-    w1, w3, w2 (SwiGLU) or w1, w2. Column-parallel outputs are TP-sharded; a row-parallel mm output is the partial
-    sum before its all-reduce / reduce-scatter, whole on every rank."""
+    """torchtitan op-level SAC (distributed/activation_checkpoint.py SelectiveAC): the checkpoint keeps the block
+    input, the outputs of the attention kernel (output and logsumexp), every reduce_scatter output (SP), and the
+    outputs of the 1st, 3rd, 5th... mm of the block (the policy counts mms per block and recomputes every second
+    one). mm order: the fused wqkv, wo, then w1, w3, w2 (SwiGLU) or w1, w2. Column-parallel outputs are TP-sharded; a
+    row-parallel mm output is the partial sum before its all-reduce / reduce-scatter, whole on every rank. Measured
+    on torchtitan 0.3.0 (docs/saved_tensors.yaml)."""
     B, h, a = run.activation_bytes, model.hidden, model.heads
     d, g, f = model.dim_per_head, model.num_kv_heads, model.ffn_hidden
-    mms = [("wq", a * d, "tp"), ("wk", g * d, "tp"), ("wv", g * d, "tp"), ("wo", h, "rep"), ("w1", f, "tp")]
+    mms = [("wqkv", (a + 2 * g) * d, "tp"), ("wo", h, "rep"), ("w1", f, "tp")]
     mms += [("w3", f, "tp"), ("w2", h, "rep")] if model.gated else [("w2", h, "rep")]
     items = [Tensor("block_input", B * tokens * h, "seq"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
              Tensor("softmax_stats", FP32 * a * tokens, "tp")]

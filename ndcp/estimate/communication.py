@@ -96,12 +96,14 @@ def p2p_seconds(nbytes: float, bandwidth: float, latency: float) -> float:
 
 # -- context parallelism ------------------------------------------------------------------------------------------
 def cp_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int) -> tuple[float, float, float]:
-    """Bytes per rank of this rank's local K+V, Q and attention output (its tokens, its tp share of the heads)."""
+    """Bytes per rank of this rank's local K+V, Q and attention output (its tokens, its tp share of the heads); the
+    output is the core's, heads x head_dim wide (Qwen3's 64 x 128 against a hidden size of 4096)."""
     if model.mla is not None:
         qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
         kv, q, out = model.heads * (qk + model.mla.v_head_dim), model.heads * qk, model.heads * model.mla.v_head_dim
     else:
-        kv, q, out = 2 * model.num_kv_heads * model.dim_per_head, model.heads * model.dim_per_head, model.hidden
+        q = out = model.heads * model.dim_per_head
+        kv = 2 * model.num_kv_heads * model.dim_per_head
     return tuple(tokens * width / tp * run.activation_bytes for width in (kv, q, out))
 
 

@@ -67,9 +67,10 @@ def weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
 
 
 def linear_input_bytes(run: RunSpec) -> int:
-    """Bytes per element of a linear layer's input saved for its weight gradient: FP8 under fp8 (Transformer Engine
-    saves the cast input), else the activation dtype."""
-    return 1 if run.fp8 else run.activation_bytes
+    """Bytes per element of a linear layer's input saved for its weight gradient: FP8 under fp8 when the trainer
+    saves the cast input (Transformer Engine; specs/trainer_behaviour.py fp8_saves_cast_inputs), else the
+    activation dtype (torchtitan's torchao Float8Linear saves the BF16 input)."""
+    return 1 if run.fp8 and trainer_behaviour(run).fp8_saves_cast_inputs else run.activation_bytes
 
 
 __all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "check_fp8", "cast_bytes_per_element", "weight_copy_bytes_per_parameter",

@@ -110,7 +110,7 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
         cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
         cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
     core_flops = attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
-    core, core_backward = attention_core_seconds(core_flops, device, run.flash_attention)
+    core, core_backward = attention_core_seconds(core_flops, device, run.flash_attention, run.attention_kernel)
     return linear, total_flops(gemms), cast_forward, cast_backward, core, core_backward, core_flops
 
 

@@ -121,6 +121,13 @@ class MemoryEstimate:
         return max(s.total_bytes - sum(s.parts.get(k, 0) for k in OUTSIDE_ALLOCATOR) for s in self.stages)
 
     @property
+    def allocated_peak_bytes(self) -> int:
+        """The allocator peak less its fragmentation: the live tensors, what torch.cuda.max_memory_allocated reports
+        (Megatron's memory report prints both; docs/formulas.md §5.1)."""
+        return max(s.total_bytes - sum(s.parts.get(k, 0) for k in (*OUTSIDE_ALLOCATOR, "fragmentation"))
+                   for s in self.stages)
+
+    @property
     def host_peak_bytes(self) -> int:
         return max(s.host_bytes for s in self.stages)
 
@@ -132,6 +139,7 @@ class MemoryEstimate:
         return {"capacity_bytes": self.capacity_bytes, "peak_bytes": self.peak_bytes, "fits": self.fits,
                 "host_peak_bytes": self.host_peak_bytes, "host_capacity_bytes": self.host_capacity_bytes,
                 "peak_stage": self.peak_stage, "allocator_peak_bytes": self.allocator_peak_bytes,
+                "allocated_peak_bytes": self.allocated_peak_bytes,
                 "stages": [s.as_dict() for s in self.stages],
                 "activation_bytes_per_layer": dict(self.activation_bytes_per_layer)}
 

@@ -212,7 +212,8 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
     numerics = (f"fp8 linear-layer GEMMs ({run.fp8_recipe} scaling; FP8 ceiling assumed = BF16), bf16 parameters/"
                 f"activations" if run.fp8 else f"{run.precision} parameters/activations")
     table.add_row("numerics", f"{numerics}, {run.grad_dtype} gradients, "
-                              f"{run.optimizer} optimizer ({run.optimizer_state_dtype} moments); flash attention {'on' if run.flash_attention else 'off'}; "
+                              f"{run.optimizer} optimizer ({run.optimizer_state_dtype} moments); flash attention "
+                              f"{('on (' + run.attention_kernel + ')') if run.flash_attention else 'off'}; "
                               f"{run.trainer} memory behaviour; MFU counts {run.mfu_convention} attention")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
 

@@ -40,6 +40,10 @@ OVERLAPS = ("ep", "tp", "p2p")
 # destination node over the scale-out network, fanned out over NVLink inside the node).
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 MAX_LOAD_IMBALANCE = 64.0
+# The fused attention kernel (estimate/gemm.py attention_core_seconds; docs/formulas.md §3.3): "fused" = the kernels
+# the device's flash efficiencies describe (FlashAttention-2 on Ampere, cuDNN as Transformer Engine runs it on
+# Hopper); "triton" = FlashAttention's Triton implementation (llm-foundry's attn_impl: triton).
+ATTENTION_KERNELS = ("fused", "triton")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,13 @@ class RunSpec:
     """the optimizer: adam, the only one modelled (fp32 master weights for 16-bit parameters, two moments)"""
     flash_attention: bool = True
     """fused attention kernels (FlashAttention; default true); false materialises the attention scores"""
+    attention_kernel: str = "fused"
+    """which fused attention kernel runs (default fused: the device's FlashAttention-2 / cuDNN figures, what
+    Megatron-Core and torchtitan run); triton: FlashAttention's Triton kernel (llm-foundry attn_impl triton), slower
+    by the FlashAttention-2 paper's measured ratio (docs/formulas.md §3.3)"""
+    torch_compile: bool = False
+    """torchtitan's compile.enable: each block under torch.compile, whose partitioner recomputes the MLP activation
+    instead of saving it (measured: docs/saved_tensors.yaml; torchtitan only; time as eager, docs/formulas.md §5)"""
     memory_cap_bytes: int = 0
     """usable memory per device (default: all of it)"""
     reserve_bytes: int | None = None
@@ -125,7 +136,11 @@ class RunSpec:
         one_of("optimizer_state_dtype", self.optimizer_state_dtype, OPTIMIZER_STATE_DTYPES)
         one_of("activation_func_fp8_input_store", self.activation_func_fp8_input_store, (False, True))
         one_of("optimizer", self.optimizer, ("adam",))
+        one_of("attention_kernel", self.attention_kernel, ATTENTION_KERNELS)
+        one_of("torch_compile", self.torch_compile, (False, True))
         one_of("trainer", self.trainer, TRAINERS)
+        require(not self.torch_compile or self.trainer == "torchtitan", "torch_compile", self.torch_compile,
+                "torch.compile is modelled for trainer torchtitan only (compile.enable)")
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
         one_of("param_gather", self.param_gather, PARAM_GATHERS)
         one_of("mfu_convention", self.mfu_convention, MFU_CONVENTIONS)

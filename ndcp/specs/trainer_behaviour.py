@@ -40,6 +40,9 @@ class TrainerBehaviour:
     # FP8 training keeps FP8 copies of the linear weights next to (or, with --fp8-param-gather, instead of) the
     # 16-bit ones (estimate/fp8.py weight_copy_bytes_per_parameter); False: the weights are cast per GEMM.
     fp8_weight_copies: bool
+    # FP8 training saves the FP8-cast input of each linear layer for its weight gradient (estimate/fp8.py
+    # linear_input_bytes); False: the 16-bit input, as in BF16.
+    fp8_saves_cast_inputs: bool
     # The overlaps (specs.run.OVERLAPS) it runs by default: what RunSpec.overlap "trainer" asks for
     # (estimate/overlap.py requested; docs/formulas.md §7.1).
     default_overlaps: frozenset[str]
@@ -54,12 +57,14 @@ MEGATRON = TrainerBehaviour(
     keeps_root_gathered=False, op_level_inventory=False,
     fp32_logit_copies=1,  # vocab-parallel cross entropy casts the logits to fp32 once, softmax in place
     fp8_weight_copies=True,  # Transformer Engine keeps FP8 weight copies (estimate/fp8.py)
+    fp8_saves_cast_inputs=True,  # Transformer Engine's linear layers save the FP8 input (docs/formulas.md §3.1)
     # Megatron-LM arguments.py: --overlap-p2p-communication defaults on (it takes effect when interleaving);
     # --tp-comm-overlap and --overlap-moe-expert-parallel-comm default off
     default_overlaps=frozenset({"p2p"}),
 )
 TORCHTITAN = TrainerBehaviour(
-    name="torchtitan", version="torchtitan 0.1-0.2 (FSDP2, op-level SAC)",
+    name="torchtitan",
+    version="torchtitan 0.1-0.3.0 (FSDP2, op-level SAC; activations measured on 0.3.0 with torch 2.13)",
     fp32_sharded_parameters=True,  # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), apply_fsdp
     grad_sync_per_step=(),  # train.py train_step: forward_backward_step per micro-batch, gradient sync left on
     zero3_gather="forward-backward",  # fully_shard: reshard_after_forward=True for the transformer blocks
@@ -71,6 +76,9 @@ TORCHTITAN = TrainerBehaviour(
     op_level_inventory=True,  # parallelize_llama._apply_ac_to_transformer_block
     fp32_logit_copies=3,  # log_softmax output, nll_loss gradient, log_softmax input gradient
     fp8_weight_copies=False,  # torchao Float8Linear casts the weight per GEMM and keeps no copy
+    # torchao float8_linear.py save_for_backward(input_hp, weight_hp_t): the 16-bit input; measured on torchtitan
+    # 0.3.0 with torchao 0.18.0 (docs/saved_tensors.yaml: FP8 keeps the BF16 activations)
+    fp8_saves_cast_inputs=False,
     default_overlaps=frozenset(),  # torch.distributed.pipelining runs its sends blocking
 )
 # MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or
@@ -92,6 +100,7 @@ MINDFORMERS = TrainerBehaviour(
     op_level_inventory=False,
     fp32_logit_copies=1,  # as Megatron's, not verified
     fp8_weight_copies=True,  # as Megatron's, not verified
+    fp8_saves_cast_inputs=True,  # as Megatron's, not verified
     default_overlaps=frozenset({"p2p"}),  # as Megatron's, not verified
 )
 BEHAVIOURS: dict[str, TrainerBehaviour] = {b.name: b for b in (MEGATRON, TORCHTITAN, MINDFORMERS)}

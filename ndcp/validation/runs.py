@@ -193,6 +193,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
     cluster = _cluster(str(cluster_fields.get("gpu")), gpus, cluster_fields.get("gpus_per_node"))
     run = RunSpec(int(training["global_batch"]), seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
+                  attention_kernel=training.get("attention_kernel") or "fused",
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes),
                   moe_dispatcher=str(training.get("moe_dispatcher") or "alltoall"))

@@ -36,6 +36,16 @@ def test_volumes_per_rank():
     assert cp_bytes(LLAMA, LONG, TOKENS, 2) == (KV / 2, Q / 2, OUT / 2)
 
 
+def test_volumes_follow_head_dim_not_hidden_over_heads():
+    # Qwen3-235B-A22B: 64 heads and 4 KV heads of head_dim 128 on a hidden size of 4096: Q and the core's output
+    # are 64 x 128 = 8192 wide, twice hidden
+    qwen = load_model("qwen3-235b-a22b")
+    assert qwen.heads * qwen.dim_per_head == 2 * qwen.hidden
+    kv, q, out = cp_bytes(qwen, LONG, TOKENS, 1)
+    assert q == out == TOKENS * qwen.heads * qwen.dim_per_head * 2
+    assert kv == TOKENS * 2 * qwen.num_kv_heads * qwen.dim_per_head * 2
+
+
 def test_each_variant_with_nothing_to_hide_behind():
     bw, lat = H100.intra_node_bandwidth, H100.intra_node_latency  # tp x cp = 8: one node
     ring = 7 * (KV / bw + lat)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate.compute import FLASH_BACKWARD_RATIO, Gemm
-from ndcp.estimate.gemm import (UNFUSED_BACKWARD_RATIO, attention_core_seconds, flash_efficiencies, gemm_efficiency,
-                                gemm_pass_seconds, gemm_seconds, training_gemm_seconds)
+from ndcp.estimate.gemm import (TRITON_SLOWDOWN, UNFUSED_BACKWARD_RATIO, attention_core_seconds, flash_efficiencies,
+                                gemm_efficiency, gemm_pass_seconds, gemm_seconds, training_gemm_seconds)
 from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import layer_time
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
@@ -166,3 +166,20 @@ def test_korthikanti_table4_selective_rerun_is_one_unfused_core_forward():
 def test_device_kernel_fields_are_validated(field, value):
     with pytest.raises(SpecError, match=field):
         replace(H100, **{field: value})
+
+
+def test_triton_attention_runs_slower_by_the_flashattention2_ratio():
+    # Dao 2023 (FlashAttention-2) §4.1: FA2 is 1.3-2.5x faster than FlashAttention in Triton; the Triton kernel
+    # (llm-foundry attn_impl triton) is priced at the geometric middle, 1.8x slower in both passes.
+    fused = attention_core_seconds(1e12, H100, flash=True)
+    triton = attention_core_seconds(1e12, H100, flash=True, kernel="triton")
+    assert triton == pytest.approx(tuple(TRITON_SLOWDOWN * t for t in fused))
+    assert 1.3 <= TRITON_SLOWDOWN <= 2.5
+    # the unfused core ignores the fused kernel's name
+    assert attention_core_seconds(1e12, H100, flash=False, kernel="triton") == attention_core_seconds(
+        1e12, H100, flash=False)
+
+
+def test_attention_kernel_is_validated():
+    with pytest.raises(SpecError, match="attention_kernel"):
+        RunSpec(global_batch=8, seq_len=128, attention_kernel="flash9")

@@ -159,17 +159,19 @@ def test_megatron_moe_layer_keeps_no_expert_output():
 
 
 def test_torchtitan_op_sac_keeps_every_other_matmul():
-    # torchtitan op-level SAC (parallelize_llama._apply_ac_to_transformer_block): block input, outputs of mm 1, 3, 5,
-    # 7 = wq, wv, w1, w2 (wk, wo, w3 recomputed), SDPA output and fp32 logsumexp. Llama-3.1-8B, local batch 2.
+    # torchtitan 0.3.0 op-level SAC (distributed/activation_checkpoint.py SelectiveAC): block input, outputs of mm 1,
+    # 3, 5 = the fused wqkv, w1, w2 (wo, w3 recomputed), the attention output and fp32 logsumexp. Llama-3.1-8B,
+    # local batch 2 (docs/saved_tensors.yaml measures the same at batch 1).
     model = LLAMA
     run = RunSpec(global_batch=16, seq_len=8192, trainer="torchtitan")
     tokens, h, a, d = 2 * 8192, model.hidden, model.heads, model.dim_per_head
     g, f = model.num_kv_heads, model.ffn_hidden
-    kept = 2 * h + 2 * a * d + 2 * g * d + 2 * a * d + 4 * a + 2 * f + 2 * h
+    kept = 2 * h + 2 * (a + 2 * g) * d + 2 * a * d + 4 * a + 2 * f + 2 * h
     assert _layer(run, model, "selective", mbs=2) == tokens * kept
-    # Eager autograd without AC: two RMSNorms (fp32 input copy, normalised, output) 8h each; RoPE'd Q, repeat_kv's
-    # K and V, SDPA output, wo's contiguous input 2ad each, logsumexp; w1, SiLU, w3 and product outputs 2f each.
-    eager = 16 * h + 10 * a * d + 4 * a + 8 * f
+    # Eager autograd without AC: two fused RMSNorms (bf16 input, fp32 rstd, the output the linear keeps); RoPE'd Q,
+    # K and V not expanded for GQA, the attention output (which wo reads), logsumexp; w1, SiLU, w3 and product
+    # outputs 2f each.
+    eager = 2 * (2 * h + 4 + 2 * h) + 2 * a * d + 4 * g * d + 2 * a * d + 4 * a + 8 * f
     assert _layer(run, model, "none", mbs=2) == tokens * eager
     assert _layer(run, model, "full", mbs=2) == tokens * 2 * h
     # Megatron's selective for the same layer keeps more (12 + 4g/a + 6f/h units) than torchtitan's op policy.

@@ -161,3 +161,11 @@ def test_torchtitan_128_gpu_peak_is_a_holdout_within_five_percent():
     strategy = Strategy(dp=128, mbs=2, mbn=1, zero=3, recompute=RecomputePlan.uniform("selective"))
     memory = estimate_memory(LLAMA, cluster, run, strategy)
     assert memory.allocator_peak_bytes / GIB == pytest.approx(67.0, rel=0.05)
+
+
+def test_allocated_peak_is_the_reserved_peak_less_fragmentation():
+    # torch.cuda.max_memory_allocated counts live tensors; max_memory_reserved adds the cached free blocks
+    # (fragmentation): a row says which one it measured (memory_basis), the JSON carries both
+    parts, memory = peak_parts(LLAMA, 64, RUN, dp=4, tp=4, pp=1, mbs=1, mbn=16, sp=True)
+    assert memory.allocated_peak_bytes == memory.allocator_peak_bytes - parts["fragmentation"]
+    assert memory.as_dict()["allocated_peak_bytes"] == memory.allocated_peak_bytes
