@@ -49,6 +49,7 @@ TIME_PART_LABELS = {
     "pp_comm": "PP communication",
     "bubble": "pipeline bubble",
     "optimizer": "optimizer step",
+    "step_costs": "per-step costs",
 }
 
 
