@@ -19,8 +19,8 @@ from . import communication as comm
 from .compute import memory_seconds
 from .host_link import host_copy_bandwidth
 from .keys import PlacementKey
-from .step_costs import step_cost_seconds
 from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
+from .step_costs import step_cost_seconds
 from .trainers import data_parallel_sync
 
 # A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the

@@ -248,7 +248,8 @@ def overlap_windows(stages: list[LayerTime]) -> list[Windows]:
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
     """Step time = pipeline(slowest per-micro-batch stage time, sum of the stages' fills) + exposed DP sync +
-    optimizer step + the step's fixed costs; the communication overlapped with compute reported apart (TimeEstimate.hidden)."""
+    optimizer step + the step's fixed costs; the communication overlapped with compute reported apart
+    (TimeEstimate.hidden)."""
     s = strategy
     stages = stage_times(model, cluster, run, s)
     p2p = p2p_per_microbatch(model, cluster, run, s)

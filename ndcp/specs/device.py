@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, positive_int, require,
-                     state_without_hash)
+from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, positive_int,
+                     require, state_without_hash)
 from .library import parse_yaml
 from .units import GB, MIB, lookup
 
@@ -77,20 +77,20 @@ class DeviceSpec:
     PCIe Gen5 x16: 63 GB/s raw, ~52 GB/s in pinned copies (docs/formulas.md §5.3); Gen4 half of it; NVLink-C2C
     (GH200) 450 GB/s. The uplink from the device's PCIe switch to the CPU is taken as wide as this link"""
     host_memory_bytes: int = 256 * 2**30
-    """host memory per device offered for offloaded activations and optimizer states, bytes: what is left of the
+    """host memory per device offered for offloaded activations and optimizer states, bytes. What is left of the
     device's share of the node's memory after the platform's and the trainer's own use (docs/formulas.md §5.3:
     offered_host_memory)"""
     devices_per_pcie_switch: int = 1
     """devices whose host copies share one PCIe switch's uplink to the CPU. DGX H100/H200/B200: 1 (each GPU reaches
     the CPU through its own ConnectX-7's PCIe switch); DGX A100: 2"""
     nics_per_pcie_switch: int = 1
-    """scale-out NICs behind the devices' PCIe switch (GPUDirect RDMA: their traffic crosses each device's own host
-    link); 0 = NICs on the CPU, their traffic crosses the switch uplink instead"""
+    """scale-out NICs behind the devices' PCIe switch, 0 = NICs on the CPU. Behind the switch (GPUDirect RDMA) their
+    traffic crosses each device's own host link; on the CPU, the switch uplink"""
     sockets_per_node: int = 2
-    """CPU sockets per node; the devices split evenly over them (DGX H100/A100/B200: 2)"""
+    """CPU sockets per node. The devices split evenly over them (DGX H100/A100: 2)"""
     socket_memory_bandwidth: float = 307.2e9
-    """host memory bandwidth per CPU socket, bytes/s, datasheet peak (the host-side optimizer step and the host
-    copies). Xeon 8480C (DGX H100/H200): 8 DDR5-4800 channels x 38.4 GB/s = 307.2 GB/s; EPYC 7742 (DGX A100): 8
+    """host memory bandwidth per CPU socket, bytes/s, datasheet peak. The host-side optimizer step and the host
+    copies share it. Xeon 8480C (DGX H100/H200): 8 DDR5-4800 channels x 38.4 GB/s = 307.2 GB/s; EPYC 7742 (DGX A100): 8
     DDR4-3200 channels = 204.8 GB/s"""
 
     @property
