@@ -68,6 +68,8 @@ def test_assumptions_name_the_host_memory_and_its_source():
     text, _ = estimate_report("tp=8,pp=16,mbs=1,zero=1,sp=on,recompute=selective")
     assert ("host      154.35 GiB per device x 8 = 1.21 TiB per node, for offload (the h100 preset's "
             "host_memory_bytes, ndcp/specs/device.py; a device file sets its own)") in text
+    # 2,048 GPUs on 256 nodes: each GPU's PCIe link carries its NIC's traffic too (estimate/host_link.py)
+    assert "activations offloaded at 26 GB/s per" in text
     a100, _ = estimate_report("tp=8,pp=16,mbs=1,zero=1,sp=on", device=device_preset("a100-80g"), model="gpt3-175b",
                               gpus=512, run=RunSpec(global_batch=1536, seq_len=2048))
     assert "37.00 GiB per device x 8 = 296.00 GiB per node" in a100 and "the a100-80g preset's" in a100
