@@ -79,10 +79,11 @@ class DeviceSpec:
     host_memory_bytes: int = 256 * 2**30
     """host memory per device offered for offloaded activations and optimizer states, bytes. What is left of the
     device's share of the node's memory after the platform's and the trainer's own use (docs/formulas.md §5.3:
-    offered_host_memory)"""
+    offered_host_memory; the presets' figures). The default, for a device file without `base`, is a DGX H100's
+    whole share: state your own"""
     devices_per_pcie_switch: int = 1
-    """devices whose host copies share one PCIe switch's uplink to the CPU. DGX H100/H200/B200: 1 (each GPU reaches
-    the CPU through its own ConnectX-7's PCIe switch); DGX A100: 2"""
+    """devices whose host copies share one PCIe switch's uplink to the CPU. DGX H100/H200: 1 (each GPU reaches the
+    CPU through its own ConnectX-7's PCIe switch); DGX A100: 2"""
     nics_per_pcie_switch: int = 1
     """scale-out NICs behind the devices' PCIe switch, 0 = NICs on the CPU. Behind the switch (GPUDirect RDMA) their
     traffic crosses each device's own host link; on the CPU, the switch uplink"""
@@ -90,8 +91,8 @@ class DeviceSpec:
     """CPU sockets per node. The devices split evenly over them (DGX H100/A100: 2)"""
     socket_memory_bandwidth: float = 307.2e9
     """host memory bandwidth per CPU socket, bytes/s, datasheet peak. The host-side optimizer step and the host
-    copies share it. Xeon 8480C (DGX H100/H200): 8 DDR5-4800 channels x 38.4 GB/s = 307.2 GB/s; EPYC 7742 (DGX A100): 8
-    DDR4-3200 channels = 204.8 GB/s"""
+    copies share it. Xeon 8480C (DGX H100/H200): 8 DDR5-4800 channels x 38.4 GB/s = 307.2 GB/s; EPYC 7742 (DGX
+    A100): 8 DDR4-3200 channels = 204.8 GB/s"""
 
     @property
     def devices_per_socket(self) -> float:
