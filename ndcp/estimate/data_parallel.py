@@ -11,14 +11,16 @@ from typing import NamedTuple
 from functools import lru_cache
 
 from ..schedules import default_schedule
-from ..specs.device import ClusterSpec, DeviceSpec
+from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import memory_seconds
+from .host_link import host_copy_bandwidth
 from .keys import PlacementKey
 from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
+from .step_costs import step_cost_seconds
 from .trainers import data_parallel_sync
 
 # A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the
@@ -47,7 +49,8 @@ class DataParallelTerms:
     forward_gather: float  # one gather of the parameters before a forward (0 with ZeRO-0)
     gathers_per_microbatch: bool  # before every micro-batch's forward, else once per step
     last_bucket: float  # share of a window's sync that waits for the stage's last layer and never overlaps
-    optimizer: float  # Adam step and gradient clipping over the local (sharded) states
+    optimizer: float  # Adam step and gradient clipping over the local (sharded) states, and the step's fixed costs
+    step_costs: float = 0.0  # the share of `optimizer` that is the step's fixed costs (estimate/step_costs.py)
 
     def windows(self, mbn: int) -> tuple[tuple[float, int, str], ...]:
         """(seconds of communication in one window, such windows per step, which pass the window is: "backward" or
@@ -87,12 +90,15 @@ def host_optimizer_bytes_per_parameter(run: RunSpec) -> float:
     return run.optimizer_state_bytes + HOST_GRAD_BYTES
 
 
-def host_optimizer_seconds(run: RunSpec, device: DeviceSpec, sharded: float) -> float:
+def host_optimizer_seconds(run: RunSpec, cluster: ClusterSpec, sharded: float) -> float:
     """The optimizer step on the host for `sharded` local parameters (docs/formulas.md §6.1): gradients down the
-    host link, Adam over the host copies at the host memory bandwidth (read and write the states, read the
-    gradient), parameters back up; one after the other (Megatron's default, --overlap-cpu-optimizer-d2h-h2d off)."""
-    link = sharded * (run.grad_bytes + HOST_PARAM_BYTES) / device.host_bandwidth
-    adam = sharded * (2 * run.optimizer_state_bytes + HOST_GRAD_BYTES) / device.host_memory_bandwidth
+    host link, Adam over the host copies at the device's share of its socket's memory bandwidth (read and write the
+    states, read the gradient), parameters back up; one after the other (Megatron's default,
+    --overlap-cpu-optimizer-d2h-h2d off). Every device of the node copies at once, after the gradient sync and
+    before the parameter gather, so the links are shared with the other devices but not with the NIC
+    (estimate/host_link.py)."""
+    link = sharded * (run.grad_bytes + HOST_PARAM_BYTES) / host_copy_bandwidth(cluster, network_busy=False)
+    adam = sharded * (2 * run.optimizer_state_bytes + HOST_GRAD_BYTES) / cluster.device.host_memory_bandwidth
     return link + adam
 
 
@@ -130,6 +136,7 @@ class _Placement(NamedTuple):
     dense_link: tuple[float, float]
     expert_group: int
     expert_link: tuple[float, float]
+    devices: int  # of the whole job
 
 
 @lru_cache(maxsize=16384)
@@ -144,7 +151,7 @@ def _placement(model: ModelSpec, cluster: ClusterSpec, key: PlacementKey) -> _Pl
     dense_span = comm.group_span(("cp", "dp"), {"tp": tp, "cp": cp, "dp": dp})
     expert_span = comm.group_span(("edp",), {"etp": etp, "ep": ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
     return _Placement(s, stage_parameters(model, s), dp * cp, comm.link(cluster.device, dense_span), edp,
-                      comm.link(cluster.device, expert_span))
+                      comm.link(cluster.device, expert_span), s.devices)
 
 
 @lru_cache(maxsize=65536)
@@ -159,23 +166,36 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
         expert = _collectives(run, zero, params.expert, place.expert_group, place.expert_link)
         gradients, gather = dense[0] + expert[0], dense[1] + expert[1]
         sharded = optimizer_shard(sharding, params)
+        fixed = step_cost_seconds(run, cluster, params.dense + params.expert, place.devices)
+        update = (host_optimizer_seconds(run, cluster, sharded) if optimizer_offload
+                  else memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device))
         out.append(DataParallelTerms(
             gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
             backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
             gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
             last_bucket=1.0 / max(params.layers, 1),
-            optimizer=(host_optimizer_seconds(run, cluster.device, sharded) if optimizer_offload
-                       else memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device))))
+            optimizer=update + fixed, step_costs=fixed))
     return tuple(out)
 
 
+class DataParallelTime(NamedTuple):
+    """A step's data-parallel and optimizer time, seconds, each of its worst device stage; the three add up to
+    what they add to the step."""
+
+    communication: float  # exposed DP/ZeRO communication
+    optimizer: float  # the optimizer's update of the local shard (on the device or the host)
+    step_costs: float  # the step's fixed costs (estimate/step_costs.py) on the stage with the dearest optimizer
+
+
 def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                          overlap_windows: "list[Windows] | Windows") -> tuple[float, float]:
-    """(exposed DP/ZeRO communication, optimizer step): the worst device stage of each. `overlap_windows[stage]`:
-    one micro-batch's forward and backward wall time on that stage (one Windows: the same for every stage)."""
+                          overlap_windows: "list[Windows] | Windows") -> DataParallelTime:
+    """DataParallelTime of `strategy`. `overlap_windows[stage]`: one micro-batch's forward and backward wall time on
+    that stage (one Windows: the same for every stage)."""
     terms = data_parallel_terms(model, cluster, run, strategy)
     windows = [overlap_windows] * len(terms) if isinstance(overlap_windows, Windows) else overlap_windows
-    return (max(t.exposed(w, strategy.mbn) for t, w in zip(terms, windows)), max(t.optimizer for t in terms))
+    dearest = max(terms, key=lambda t: t.optimizer)
+    return DataParallelTime(max(t.exposed(w, strategy.mbn) for t, w in zip(terms, windows)),
+                            dearest.optimizer - dearest.step_costs, dearest.step_costs)
 
 
 def _exposed(seconds: float, window: float, last_bucket: float) -> float:
@@ -183,4 +203,4 @@ def _exposed(seconds: float, window: float, last_bucket: float) -> float:
     return max(seconds - window, seconds * last_bucket)
 
 
-__all__ = ["DataParallelTerms", "Windows", "data_parallel_terms", "data_parallel_seconds"]
+__all__ = ["DataParallelTerms", "DataParallelTime", "Windows", "data_parallel_terms", "data_parallel_seconds"]

@@ -21,6 +21,7 @@ from ..specs.run import RunSpec
 from .activations import offloaded_layer_bytes
 from .compute import memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, total_flops
 from .gemm import weight_gemm_seconds
+from .host_link import offload_copy_bandwidth
 from .keys import LayerKey
 from .moe import routing_bytes
 
@@ -94,9 +95,10 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
     if piece == HOST_OFFLOAD:
         # The activations a layer would keep, less its input, cross the host link each way: to the host while the
         # next layer runs its forward, back while the layer after it (in backward order) runs its backward (the
-        # prefetch); only what outlasts that compute is exposed (docs/formulas.md §5.3).
+        # prefetch); only what outlasts that compute is exposed, at the bandwidth the host links leave a device
+        # (estimate/host_link.py; docs/formulas.md §5.3).
         moved = offloaded_layer_bytes(model, run, kind, shape.key.mode, shape.key.degrees)
-        copy = moved / cluster.device.host_bandwidth
+        copy = moved / offload_copy_bandwidth(cluster)
         return max(0.0, copy - shape.forward) + max(0.0, copy - shape.backward), 0.0
     raise ValueError(f"no time model for recompute piece {piece!r}")
 

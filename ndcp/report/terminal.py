@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..estimate.host_link import offload_copy_bandwidth
 from ..estimate.reserve import FRAGMENTATION_FRACTION
 from ..specs.device import PRESETS, ClusterSpec
 from ..specs.model import ModelSpec
@@ -49,6 +50,7 @@ TIME_PART_LABELS = {
     "pp_comm": "PP communication",
     "bubble": "pipeline bubble",
     "optimizer": "optimizer step",
+    "step_costs": "per-step costs",
 }
 
 
@@ -220,13 +222,16 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
 
 def host_assumption(cluster: ClusterSpec) -> str:
     """The host memory assumed for offloaded activations and optimizer states, per device and per node, and where
-    the figure comes from: the device's `host_memory_bytes` (a preset's, ndcp/specs/device.py, or a device file's)."""
+    the figure comes from: the device's `host_memory_bytes` (a preset's, ndcp/specs/device.py, or a device file's);
+    and the bandwidth the shared host links leave an offloading device (estimate/host_link.py)."""
     d = cluster.device
     source = (f"the {d.name} preset's host_memory_bytes, ndcp/specs/device.py; a device file sets its own"
               if PRESETS.get(d.name) == d else
               f"host_memory_bytes of device {d.name}, as its file or the overrides give it")
     return (f"{format_bytes(d.host_memory_bytes)} per device x {d.devices_per_node} = "
-            f"{format_bytes(d.host_memory_bytes * d.devices_per_node)} per node, for offload ({source})")
+            f"{format_bytes(d.host_memory_bytes * d.devices_per_node)} per node, for offload ({source}); "
+            f"activations offloaded at {offload_copy_bandwidth(cluster) / 1e9:.3g} GB/s per device each way (host "
+            f"links shared, docs/formulas.md §5.3)")
 
 
 def assumed_lines(model: ModelSpec) -> list[Text]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, positive_int, require,
-                     state_without_hash)
+from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, positive_int,
+                     require, state_without_hash)
 from .library import parse_yaml
 from .units import GB, MIB, lookup
 
@@ -73,17 +73,41 @@ class DeviceSpec:
     """true when the tensor cores apply MX block scales and take either operand layout (Blackwell). MXFP8 then runs,
     and per-tensor recipes need no transposed FP8 copies"""
     host_bandwidth: float = 52e9
-    """host link per device, bytes/s, one way, achievable (activation and optimizer offload, estimate/rerun.py). PCIe
-    Gen5 x16: 63 GB/s raw, ~52 GB/s in pinned copies (docs/formulas.md §5.3); Gen4 half of it; NVLink-C2C (GH200)
-    450 GB/s"""
+    """host link per device, bytes/s, one way, achievable (activation and optimizer offload, estimate/host_link.py).
+    PCIe Gen5 x16: 63 GB/s raw, ~52 GB/s in pinned copies (docs/formulas.md §5.3); Gen4 half of it; NVLink-C2C
+    (GH200) 450 GB/s. The uplink from the device's PCIe switch to the CPU is taken as wide as this link"""
     host_memory_bytes: int = 256 * 2**30
-    """host memory per device for offloaded activations and optimizer states, bytes. DGX H100: 2 TB over 8 GPUs (DGX
-    A100: 1 TB over 8)"""
-    host_memory_bandwidth: float = 76.8e9
-    """host memory bandwidth per device, bytes/s (the host-side optimizer step, estimate/data_parallel.py). DGX H100,
-    two Xeon 8480C with 8 DDR5-4800 channels each (38.4 GB/s per channel): 614.4 GB/s over 8 GPUs; DGX A100, two EPYC
-    7742 with 8 DDR4-3200 channels each: 409.6 GB/s over 8. Datasheet peaks: the step is priced no slower than
-    this"""
+    """host memory per device offered for offloaded activations and optimizer states, bytes. What is left of the
+    device's share of the node's memory after the platform's and the trainer's own use (docs/formulas.md §5.3:
+    offered_host_memory; the presets' figures). The default, for a device file without `base`, is a DGX H100's
+    whole share: state your own"""
+    devices_per_pcie_switch: int = 1
+    """devices whose host copies share one PCIe switch's uplink to the CPU. DGX H100/H200: 1 (each GPU reaches the
+    CPU through its own ConnectX-7's PCIe switch); DGX A100: 2"""
+    nics_per_pcie_switch: int = 1
+    """scale-out NICs behind the devices' PCIe switch, 0 = NICs on the CPU. Behind the switch (GPUDirect RDMA) their
+    traffic crosses each device's own host link; on the CPU, the switch uplink"""
+    sockets_per_node: int = 2
+    """CPU sockets per node. The devices split evenly over them (DGX H100/A100: 2)"""
+    socket_memory_bandwidth: float = 307.2e9
+    """host memory bandwidth per CPU socket, bytes/s, datasheet peak. The host-side optimizer step and the host
+    copies share it. Xeon 8480C (DGX H100/H200): 8 DDR5-4800 channels x 38.4 GB/s = 307.2 GB/s; EPYC 7742 (DGX
+    A100): 8 DDR4-3200 channels = 204.8 GB/s"""
+
+    @property
+    def devices_per_socket(self) -> float:
+        """Devices sharing one socket's memory bandwidth (at least one: a device uses one socket's memory)."""
+        return max(1.0, self.devices_per_node / self.sockets_per_node)
+
+    @property
+    def devices_per_uplink(self) -> int:
+        """Devices whose host copies share one PCIe switch uplink (no more than the node has)."""
+        return min(self.devices_per_pcie_switch, self.devices_per_node)
+
+    @property
+    def host_memory_bandwidth(self) -> float:
+        """One device's share of its socket's memory bandwidth, bytes/s (all devices of a socket step at once)."""
+        return self.socket_memory_bandwidth / self.devices_per_socket
 
     def utilisation_peak(self, fp8: bool) -> float:
         """The peak MFU and HFU are measured against: the FP8 dense peak for FP8 runs (NVIDIA dgxc-benchmarking's
@@ -106,12 +130,35 @@ class DeviceSpec:
         finite_number("fp8_peak_flops", self.fp8_peak_flops, 0.0)
         finite_number("host_bandwidth", self.host_bandwidth, 0.0, low_open=True)
         positive_int("host_memory_bytes", self.host_memory_bytes, 1 << 60)
-        finite_number("host_memory_bandwidth", self.host_memory_bandwidth, 0.0, low_open=True)
+        positive_int("devices_per_pcie_switch", self.devices_per_pcie_switch, 64)
+        non_negative_int("nics_per_pcie_switch", self.nics_per_pcie_switch, 64)
+        positive_int("sockets_per_node", self.sockets_per_node, 64)
+        finite_number("socket_memory_bandwidth", self.socket_memory_bandwidth, 0.0, low_open=True)
 
 
-def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per_node=8, **extra) -> DeviceSpec:
+# The host memory a node offers a training job for offload (docs/formulas.md §5.3). Platform: Google Cloud's
+# a3-highgpu-8g (8 H100 on a 2 TiB DGX-class host) gives its guest 1,872 GB, so 1872/2048 of a node's memory is what
+# a job sees. The job's own use: an asynchronous checkpoint copies each rank's state dict into host memory
+# (torch.distributed.checkpoint async_save, PyTorch "Asynchronous Saving with DCP" recipe: CPU memory grows by
+# checkpoint_size_per_rank x ranks; Megatron --async-save stages the same way), and a rank's checkpoint shard is at
+# most its device's memory; the data loader and pinned buffers take the rest of that margin. Not validated: no measured
+# run of the sets offloads.
+PLATFORM_MEMORY_SHARE = 1872 / 2048
+DGX_H100_HOST_MEMORY = 2 * 2**40  # DGX H100/H200 user guides: 2 TB system memory
+DGX_A100_HOST_MEMORY = 2**40  # DGX A100 user guide: 1 TB system memory (the 320 GB system; 2 TB on the 640 GB one)
+
+
+def offered_host_memory(node_bytes: int, devices_per_node: int, device_memory: int) -> int:
+    """Host memory per device offered for offload: the device's share of what the platform leaves of the node's
+    memory, less one device memory of checkpoint staging (and the data loader's and pinned buffers' margin)."""
+    return max(1, int(node_bytes * PLATFORM_MEMORY_SHARE / devices_per_node) - device_memory)
+
+
+def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per_node=8,
+            node_memory=DGX_H100_HOST_MEMORY, **extra) -> DeviceSpec:
     return DeviceSpec(name, memory_mib * MIB, tflops * 1e12, hbm_gbs * GB, per_node, intra_gbs * GB, inter_gbs * GB,
-                      source=source, **extra)
+                      source=source, host_memory_bytes=offered_host_memory(node_memory, per_node, memory_mib * MIB),
+                      **extra)
 
 
 # GEMM and attention-kernel parameters per GPU generation (estimate/gemm.py; docs/formulas.md §3, docs/calibration.md
@@ -126,7 +173,15 @@ HOPPER_GEMM_EFFICIENCY = 0.68  # fitted: H100/H200/H800 GEMM ceiling, fraction o
 AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.73, flash_backward_efficiency=0.63, unfused_attention_efficiency=0.324,
               calibrated=True, host_bandwidth=26e9,  # PCIe Gen4 x16
-              host_memory_bytes=128 * 2**30, host_memory_bandwidth=51.2e9)
+              # DGX A100 user guide: two EPYC 7742 (8 DDR4-3200 channels each), four PCIe Gen4 switches with two
+              # GPUs and two ConnectX-6 NICs each
+              node_memory=DGX_A100_HOST_MEMORY, socket_memory_bandwidth=204.8e9, devices_per_pcie_switch=2,
+              nics_per_pcie_switch=2)
+# Host side of the DGX H100/H200 (the dataclass defaults): DGX H100 user guide §1.2.3 (network modules, Table 6):
+# eight ConnectX-7, one per GPU, each GPU reaching the CPU through its ConnectX-7's integrated PCIe Gen5 switch
+# (ConnectX-7 datasheet: 32 lanes of PCIe Gen 5.0, integrated PCIe switch), four GPUs per CPU socket; two Xeon
+# Platinum 8480C, 8 DDR5-4800 channels each; 2 TB. The b200, mi300x and ascend-910b presets keep these host facts as
+# an assumption (not confirmed in stored material).
 # H100/H200/H800 SXM: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper; H200 and H800 are the same
 # GH100 SXM part); fused attention as cuDNN runs it in Transformer Engine: FlashAttention-3 paper (Shah et al. 2024)
 # §4.1, H100, head dim 128, 4k tokens: cuDNN causal forward 518 and backward 499 TFLOP/s of 989.

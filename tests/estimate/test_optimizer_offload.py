@@ -38,8 +38,10 @@ def test_the_host_step_pays_the_link_and_the_host_memory_bandwidth():
     for term, params in zip(terms, stage_parameters(LLAMA, PLAN)):
         n = optimizer_shard(PLAN, params)
         # FP32 gradients down and FP32 parameters up the 52 GB/s link; Adam reads and writes 12 B of states and
-        # reads the 4 B gradient copy at 76.8 GB/s (DGX H100: 614.4 GB/s over 8 GPUs)
-        assert term.optimizer == pytest.approx(n * 8 / 52e9 + n * 28 / 76.8e9)
+        # reads the 4 B gradient copy at 76.8 GB/s (DGX H100: 307.2 GB/s per socket over its 4 GPUs); the step's fixed
+        # costs come on top (estimate/step_costs.py)
+        assert term.optimizer - term.step_costs == pytest.approx(n * 8 / 52e9 + n * 28 / 76.8e9)
+        assert 0 < term.step_costs < 0.01 * term.optimizer
         assert device.host_bandwidth == 52e9 and device.host_memory_bandwidth == 76.8e9
     slower = estimate_time(LLAMA, CLUSTER, RUN, OFFLOADED).step_seconds - estimate_time(LLAMA, CLUSTER, RUN,
                                                                                           PLAN).step_seconds

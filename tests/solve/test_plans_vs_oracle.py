@@ -131,7 +131,8 @@ def test_plan_search_keeps_offloaded_activations_within_the_host_memory(host, of
     """The host-memory constraint of offloaded layers, with a host link fast enough that offload beats recompute:
     roomy, the plan offloads; at 16 MiB it cannot, and the plan search still equals the oracle."""
     model = ModelSpec(name="four", layers=4, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
-    device = replace(device_preset("h100"), host_memory_bytes=host, host_bandwidth=5e12)
+    device = replace(device_preset("h100"), host_memory_bytes=host, host_bandwidth=5e12,
+                     socket_memory_bandwidth=2e13)  # the socket's memory caps the copies too (estimate/host_link.py)
     space = SearchSpace(model, ClusterSpec(device, 2),
                         RunSpec(global_batch=8, seq_len=4096, memory_cap_bytes=2**27, reserve_bytes=2**20),
                         SpaceOptions(zero_stages=(1,), fix=(("pp", 2),), recompute_modes=("none", "offload", "full")))
