@@ -353,7 +353,8 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
                         optimizer_offloads=ON_OFF_BOTH[offload])
 
 
-__all__ = ["build_problem", "build_run", "run_overlap", "check_max_offset", "strategy_values", "pinned_by_file", "build_strategy",
-           "parse_degree_bounds", "check_bounds_agree", "check_recompute_runs", "check_fixed_values",
-           "split_fixed_cp_comm", "assemble_strategy", "planned_trainer", "priced_trainer", "trainer_method", "trainer_schedules", "build_space_options", "gib_text",
-           "SEARCH_KEYS", "WALKED", "UNIFORM_OF", "ON_OFF_BOTH", "DEFAULT_TRAINER", "ANY_TRAINER"]
+__all__ = ["build_problem", "build_run", "run_overlap", "check_max_offset", "strategy_values", "pinned_by_file",
+           "build_strategy", "parse_degree_bounds", "check_bounds_agree", "check_recompute_runs", "check_fixed_values",
+           "split_fixed_cp_comm", "assemble_strategy", "planned_trainer", "priced_trainer", "trainer_method",
+           "trainer_schedules", "build_space_options", "gib_text", "SEARCH_KEYS", "WALKED", "UNIFORM_OF", "ON_OFF_BOTH",
+           "DEFAULT_TRAINER", "ANY_TRAINER"]

@@ -152,7 +152,8 @@ def frontier_line(result: Frontier) -> str:
         return "infeasible: no recompute plan of this strategy fits under the caps"
     first, last = result.points[0], result.points[-1]
     text = (f"frontier: {len(result.points)} plans, {_g(first.peak_bytes)} GiB -> "
-            f"{format_seconds(first.step_seconds)} ... {_g(last.peak_bytes)} GiB -> {format_seconds(last.step_seconds)}; "
+            f"{format_seconds(first.step_seconds)} ... {_g(last.peak_bytes)} GiB -> "
+            f"{format_seconds(last.step_seconds)}; "
             f"least memory {_g(result.least_bytes)} GiB")
     if result.infeasible_caps:
         text += f"; {len(result.infeasible_caps)} cap(s) below it"
@@ -189,5 +190,5 @@ def render_frontier(console, model, result: Frontier, degrees: str) -> None:
                            "infeasible only because of that (raise --time-limit)", style="yellow"))
 
 
-__all__ = ["frontier_document", "frontier_line", "write_frontier_csv", "render_frontier", "frontier_table", "frontier_chart", "plan_lines",
-           "frontier_rows"]
+__all__ = ["frontier_document", "frontier_line", "write_frontier_csv", "render_frontier", "frontier_table",
+           "frontier_chart", "plan_lines", "frontier_rows"]

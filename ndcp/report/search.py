@@ -97,7 +97,8 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
             ("pinned", ", ".join(pinned) or "nothing"),
             ("space", ("" if result.space_complete else "at least (the walk stopped at the time limit) ")
                       + f"{result.space_size:,} valid strategies"
-                      + (" with uniform recompute (per-stage plans on top)" if result.method == "cp-sat per-layer" else "")
+                      + (" with uniform recompute (per-stage plans on top)"
+                         if result.method == "cp-sat per-layer" else "")
                       + f"; {refused:,} values refused by the rules; {bound}")]
     return rows
 
