@@ -4,13 +4,15 @@ docs/trainers.md says how to set up and read it; in short:
 
 Scratch environment (Python 3.11 with the local CPU torch; Megatron-LM at the commit facts/megatron.yaml pins):
     python3.11 -m venv /tmp/trainers-venv
-    /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0 triton numpy pyyaml
+    /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0 torchao triton numpy pyyaml
     mkdir /tmp/megatron-lm && cd /tmp/megatron-lm
     git --git-dir=<a Megatron-LM clone>/.git archive d98e8a64ddf34856e74b24714e3bedb2f5a39553 | tar -x
 Run (ndcp itself runs in its own environment, --ndcp; the trainers in this script's interpreter):
     /tmp/trainers-venv/bin/python scripts/check_trainers.py --megatron-lm /tmp/megatron-lm [--ndcp .venv/bin/ndcp]
         [--cases REGEX] [--time-limit S] [--markdown FILE] [--readme FILE] [--facts DIR]
     /tmp/trainers-venv/bin/python scripts/check_trainers.py --megatron-lm /tmp/megatron-lm --dump-facts
+    /tmp/trainers-venv/bin/python scripts/check_trainers.py --megatron-lm /tmp/megatron-lm --file launch.args \\
+        --trainer torchtitan --gpus 64
 
 Cases (each with --emit megatron and --emit torchtitan unless it names its trainer, always with --trainer given):
 the pinned matrix below (CASES), every `ndcp search|estimate` command in the README, and scripts/bench_search.py's
@@ -19,7 +21,8 @@ validate_args with WORLD_SIZE = the case's GPUs and the environment the file exp
 ConfigManager, its fake process group, ParallelDims.build_mesh, and its Trainer, pipeline-stage and schedule checks
 on a meta-device model. `<NAME>` placeholders are filled with dummies of the type each trainer's parser declares.
 Per case: ACCEPTED with what the trainer parsed, REFUSED with the trainer's own message (and the source line that
-raised it), or NO FILE when ndcp wrote none; ndcp's own exit status and last message when it was not 0.
+raised it), DIFFERS when an FP8 plan's file parses without FP8, or NO FILE when ndcp wrote none; ndcp's own exit
+status and last message when it was not 0.
 """
 from __future__ import annotations
 
@@ -120,6 +123,9 @@ CASES = [
     Case("DeepSeek-V3 ep64 pp8, torchtitan", "torchtitan",
          "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 "
          "--strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
+    Case("DeepSeek-V3 FP8 ep64 pp8, torchtitan", "torchtitan",
+         "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 --precision fp8 "
+         "--strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
 ]
 # ndcp options a case's own command may carry that the checker sets itself (option -> how many values follow)
 OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, "--emit-file": 1, "--trainer": 1,
@@ -195,19 +201,20 @@ def gpus(command: str) -> int:
 
 
 class Verdict(NamedTuple):
-    outcome: str  # ACCEPTED, REFUSED or NO FILE
+    outcome: str  # ACCEPTED, REFUSED, DIFFERS (accepted, but an FP8 plan parsed without FP8) or NO FILE
     detail: str  # what the trainer parsed, or its message
 
 
-def check(args: argparse.Namespace, case: Case, text: str) -> Verdict:
-    """One emitted file through the trainer's own checks, in a fresh process (scripts/trainer_checks.py)."""
+def check(args: argparse.Namespace, trainer: str, world: int, text: str) -> Verdict:
+    """One emitted file through the trainer's own checks on `world` GPUs, in a fresh process
+    (scripts/trainer_checks.py)."""
     exported, tokens = split_emission(text)
     env = {k: v for k, v in {**os.environ, **exported}.items() if v is not None and k != "PYTHONPATH"}
-    env.update(WORLD_SIZE=str(gpus(case.command)), RANK="0")
-    if case.trainer == "megatron":
+    env.update(WORLD_SIZE=str(world), RANK="0")
+    if trainer == "megatron":
         env["PYTHONPATH"] = args.megatron_lm
     with tempfile.TemporaryDirectory() as cwd:  # torchtitan may write its dump folder under the working directory
-        done = subprocess.run([sys.executable, str(CHECKS), case.trainer, str(gpus(case.command)), json.dumps(tokens)],
+        done = subprocess.run([sys.executable, str(CHECKS), trainer, str(world), json.dumps(tokens)],
                               capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
     last = (done.stdout.strip().splitlines() or [""])[-1]
     answer = json.loads(last) if last.startswith("{") else {}
@@ -219,12 +226,23 @@ def check(args: argparse.Namespace, case: Case, text: str) -> Verdict:
 
 
 def parser_message(stderr: str) -> str:
-    """A command-line parser's refusal: argparse's `error:` line, or tyro's panel flattened to one line."""
-    lines = [line.strip(" │╭╮╰╯─┃━") for line in stderr.splitlines()]
+    """A command-line parser's refusal: argparse's `error:` line, or the text of tyro's last panel."""
+    lines = stderr.splitlines()
     errors = [line for line in lines if "error:" in line]
     if errors:
-        return errors[-1]
-    return " ".join(line for line in lines[-12:] if line)[-600:]
+        return errors[-1].strip()
+    panels = [i for i, line in enumerate(lines) if line.startswith("╭")]
+    if not panels:
+        return lines[-1].strip() if lines else ""
+    body = [lines[panels[-1]].strip(" ─╭╮") + ":"]  # the panel's title
+    for line in lines[panels[-1] + 1:]:
+        text = line.strip(" │╰╯")
+        if text.startswith("─") or text.startswith("For full helptext"):
+            break
+        body.append(text)
+    if len(body) > 1 and body[1].startswith(body[0][:-1]):  # a panel whose first line repeats its title
+        body = body[1:]
+    return " ".join(t for t in body if t)
 
 
 def run_case(args: argparse.Namespace, case: Case, anyway: bool) -> Verdict:
@@ -232,8 +250,16 @@ def run_case(args: argparse.Namespace, case: Case, anyway: bool) -> Verdict:
     ndcp = f" [ndcp exit {emission.status}: {emission.message}]" if emission.status else ""
     if emission.text is None:
         return Verdict("NO FILE", ndcp.strip(" []"))
-    verdict = check(args, case, emission.text)
+    verdict = check(args, case.trainer, gpus(case.command), emission.text)
+    if verdict.outcome == "ACCEPTED" and "--precision fp8" in case.command and not runs_fp8(case.trainer, verdict):
+        verdict = Verdict("DIFFERS", f"the plan is FP8, the trainer parsed no FP8: {verdict.detail}")
     return Verdict(verdict.outcome, verdict.detail + ndcp)
+
+
+def runs_fp8(trainer: str, accepted: Verdict) -> bool:
+    """Whether what the trainer parsed runs FP8: Megatron-LM's --fp8 format, torchtitan's FP8/MX linear layers."""
+    parsed = json.loads(accepted.detail)
+    return bool(parsed["fp8"] if trainer == "megatron" else parsed["quantized"])
 
 
 # -- facts -------------------------------------------------------------------------------------------------------
@@ -354,9 +380,16 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=60, help="each search's --time-limit (seconds)")
     parser.add_argument("--markdown", help="also write the results as a Markdown table to this file")
     parser.add_argument("--dump-facts", action="store_true", help="print the pinned flags as the parsers say")
+    parser.add_argument("--file", help="check only this emitted file (with --trainer and --gpus)")
+    parser.add_argument("--trainer", choices=TRAINERS, default="megatron", help="--file's trainer")
+    parser.add_argument("--gpus", type=int, default=8, help="--file's world size")
     args = parser.parse_args()
     if args.dump_facts:
         return check_facts(args)
+    if args.file:
+        verdict = check(args, args.trainer, args.gpus, Path(args.file).read_text())
+        print(f"{verdict.outcome:8s} {args.trainer:10s} {args.file}: {verdict.detail}")
+        return 0 if verdict.outcome == "ACCEPTED" else 1
     help_text = subprocess.run([*shlex.split(args.ndcp), "search", "--help"], capture_output=True, text=True).stdout
     anyway = "--emit-anyway" in help_text
     rows = []
@@ -366,8 +399,9 @@ def main() -> int:
         print(f"{verdict.outcome:8s} {case.trainer:10s} {case.name}: {verdict.detail}", flush=True)
     for trainer in TRAINERS:
         outcomes = [v.outcome for c, v in rows if c.trainer == trainer]
-        print(f"{trainer}: {outcomes.count('ACCEPTED')}/{len(outcomes)} accepted, "
-              f"{outcomes.count('REFUSED')} refused, {outcomes.count('NO FILE')} without a file")
+        print(f"{trainer}: {outcomes.count('ACCEPTED')}/{len(outcomes)} accepted, {outcomes.count('REFUSED')} "
+              f"refused, {outcomes.count('DIFFERS')} FP8 plans parsed without FP8, {outcomes.count('NO FILE')} "
+              "without a file")
     if args.markdown:
         Path(args.markdown).write_text(markdown(rows))
     wrong = check_facts(args) if not args.cases else 0

@@ -27,6 +27,7 @@ from pathlib import Path
 
 PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
 DUMMY_INT, DUMMY_FLOAT = "100", "0.0001"
+HOPPER = (9, 0)  # what device queries answer without a GPU: the compute capability of the cases' H100s and H800s
 
 
 def dummy(name: str, kind: object, scratch: Path) -> str:
@@ -85,9 +86,9 @@ def megatron(tokens: list[str], world: int, scratch: Path) -> dict:
     import torch
 
     arguments = megatron_arguments()
-    if not torch.cuda.is_available():  # validate_args' two device queries answer Hopper (9.0), as on H100/H800
-        arguments.get_device_arch_version = lambda: 9
-        torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    if not torch.cuda.is_available():  # validate_args' two device queries answer Hopper
+        arguments.get_device_arch_version = lambda: HOPPER[0]
+        torch.cuda.get_device_capability = lambda *a, **k: HOPPER
     parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     actions = {o: a for a in parser._actions for o in a.option_strings}
 
@@ -144,6 +145,10 @@ def torchtitan(tokens: list[str], world: int, scratch: Path) -> dict:
     from torchtitan.distributed import utils as dist_utils
     from torchtitan.distributed.full_dtensor import validate_config
 
+    if not torch.cuda.is_available():  # the FP8/MX converters' device checks answer Hopper (9.0), as on H100/H800
+        from torchtitan.components.quantization import float8, mx, nvfp4
+        for module in (float8, mx, nvfp4):
+            module.has_cuda_capability = lambda major, minor: HOPPER >= (major, minor)
     manager = ConfigManager()
     loaded, _ = manager._load_config(list(tokens))
     tokens, filled = fill_placeholders(tokens, lambda flag: _field_kind(loaded, flag), scratch)
