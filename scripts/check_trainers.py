@@ -179,7 +179,8 @@ def emit(args: argparse.Namespace, case: Case, anyway: bool) -> Emission:
                "--emit", case.trainer, "--emit-file", str(path), *(["--emit-anyway"] if anyway else [])]
         if case.command.startswith("search") and "--time-limit" not in case.command:
             cmd += ["--time-limit", str(args.time_limit)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        # run from the temporary directory: `python -m ndcp` would import an ndcp/ in the working directory first
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         return Emission(path.read_text() if path.exists() else None, done.returncode, lines[-1] if lines else "")
 
@@ -390,7 +391,8 @@ def main() -> int:
         verdict = check(args, args.trainer, args.gpus, Path(args.file).read_text())
         print(f"{verdict.outcome:8s} {args.trainer:10s} {args.file}: {verdict.detail}")
         return 0 if verdict.outcome == "ACCEPTED" else 1
-    help_text = subprocess.run([*shlex.split(args.ndcp), "search", "--help"], capture_output=True, text=True).stdout
+    help_text = subprocess.run([*shlex.split(args.ndcp), "search", "--help"], capture_output=True, text=True,
+                               cwd=tempfile.gettempdir()).stdout
     anyway = "--emit-anyway" in help_text
     rows = []
     for case in all_cases(args):
