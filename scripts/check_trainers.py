@@ -155,6 +155,7 @@ def bench_cases() -> list[Case]:
 
 
 def without_own_options(command: str) -> str:
+    """`command` less the options the checker sets itself (OWN_OPTIONS) and their values."""
     words, out = shlex.split(command), []
     while words:
         word = words.pop(0)
@@ -197,6 +198,7 @@ def split_emission(text: str) -> tuple[dict[str, str | None], list[str]]:
 
 
 def gpus(command: str) -> int:
+    """The world size of a case: its --gpus."""
     words = shlex.split(command)
     return int(words[words.index("--gpus") + 1])
 
@@ -247,6 +249,7 @@ def parser_message(stderr: str) -> str:
 
 
 def run_case(args: argparse.Namespace, case: Case, anyway: bool) -> Verdict:
+    """Emit one case's file and check it; ndcp's exit status and message follow when it was not 0."""
     emission = emit(args, case, anyway)
     ndcp = f" [ndcp exit {emission.status}: {emission.message}]" if emission.status else ""
     if emission.text is None:
@@ -358,11 +361,13 @@ def check_facts(args: argparse.Namespace) -> int:
 
 
 def all_cases(args: argparse.Namespace) -> list[Case]:
+    """The pinned cases, the README's and bench_search.py's, less those --cases does not match."""
     cases = CASES + readme_cases(Path(args.readme)) + bench_cases()
     return [c for c in cases if re.search(args.cases, f"{c.trainer} {c.name}")]
 
 
 def markdown(rows: list[tuple[Case, Verdict]]) -> str:
+    """The results as a Markdown table."""
     lines = ["| trainer | case | outcome | detail |", "|---|---|---|---|"]
     for case, verdict in rows:
         detail = verdict.detail.replace("|", "\\|")
