@@ -105,9 +105,9 @@ CASES = [
     Case("Llama-3 70B FP8 tensorwise, torchtitan", "torchtitan",
          "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --precision fp8 "
          "--fp8-recipe tensorwise --strategy tp=8,pp=2,mbs=1,zero=3,sp=on,recompute=full"),
-    Case("Llama-3.1 405B FP8 tensorwise, torchtitan", "torchtitan",
+    Case("Llama-3.1 405B FP8 blockwise (llama3_405b's rowwise Float8), torchtitan", "torchtitan",
          "estimate llama3.1-405b --device h100 --gpus 512 --global-batch 512 --seq-len 8192 --precision fp8 "
-         "--fp8-recipe tensorwise --strategy tp=8,pp=8,mbs=1,zero=3,sp=on,recompute=full"),
+         "--fp8-recipe blockwise --strategy tp=8,pp=8,mbs=1,zero=3,sp=on,recompute=full"),
     Case("Llama-3 8B FSDP (ZeRO-3) only, torchtitan", "torchtitan",
          "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
          "--strategy tp=1,mbs=2,zero=3,recompute=selective"),
@@ -123,9 +123,9 @@ CASES = [
     Case("DeepSeek-V3 ep64 pp8, torchtitan", "torchtitan",
          "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 "
          "--strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
-    Case("DeepSeek-V3 FP8 ep64 pp8, torchtitan", "torchtitan",
+    Case("DeepSeek-V3 FP8 blockwise ep64 pp8, torchtitan", "torchtitan",
          "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 --precision fp8 "
-         "--strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
+         "--fp8-recipe blockwise --strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
 ]
 # ndcp options a case's own command may carry that the checker sets itself (option -> how many values follow)
 OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, "--emit-file": 1, "--trainer": 1,
