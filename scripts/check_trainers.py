@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bench_search import MATRIX as BENCH_MATRIX
-from trainer_checks import megatron_arguments
+from trainer_checks import assume_titan_capability, megatron_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = Path(__file__).resolve().parent / "trainer_checks.py"
 TRAINERS = ("megatron", "torchtitan")
+BLACKWELL = (10, 0)  # a compute capability every torchtitan 0.3.0 converter accepts (MXFP8 and NVFP4 need 10.0)
 
 
 class Case(NamedTuple):
@@ -291,43 +292,66 @@ def megatron_facts(source: str, pinned: dict) -> dict:
     return out
 
 
-TITAN_FLAGS = ("parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
-               "parallelism.tensor_parallel_degree", "parallelism.enable_sequence_parallel",
-               "parallelism.pipeline_parallel_degree", "parallelism.module_fqns_per_model_part",
-               "parallelism.pipeline_parallel_first_stage_less_layers",
-               "parallelism.pipeline_parallel_last_stage_less_layers", "parallelism.pipeline_parallel_layers_per_stage",
-               "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size",
-               "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
-               "training.local_batch_size", "training.global_batch_size", "training.seq_len",
-               "training.disable_cuda_graphs")
 TITAN_AC = {"SelectiveAC": "selective", "FullAC": "full", "NoAC": "none"}
 
 
-def torchtitan_facts(configs: dict) -> dict:
+def _titan_field(flag: str) -> tuple[object, object]:
+    """(declared type, default) of torchtitan option `--section.field-name` (or `--field-name`), read from
+    Trainer.Config and the config dataclasses its fields name (torchtitan trainer.py, config/configs.py)."""
+    import dataclasses
+    import typing
+
+    from torchtitan.trainer import Trainer
+
+    owner, *path = [part.replace("-", "_") for part in flag[2:].split(".")]
+    names = [owner, *path]
+    cls: object = Trainer.Config
+    for i, name in enumerate(names):
+        field = {f.name: f for f in dataclasses.fields(cls)}[name]
+        declared = typing.get_type_hints(cls)[name]
+        if i == len(names) - 1:
+            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+            return declared, default
+        cls = next(t for t in (typing.get_args(declared) or (declared,)) if dataclasses.is_dataclass(t))
+    raise KeyError(flag)
+
+
+def _titan_kind(declared: object) -> dict:
+    """A declared type as facts/torchtitan.yaml writes it: int, float, flag (a bool), list, or str with choices
+    when it is a Literal."""
+    import typing
+
+    if typing.get_origin(declared) is typing.Literal:
+        return {"type": "str", "choices": list(typing.get_args(declared))}
+    options = typing.get_args(declared) if typing.get_origin(declared) is not list else (list,)
+    options = options or (declared,)
+    for kind, name in ((bool, "flag"), (int, "int"), (float, "float"), (list, "list")):
+        if any(t is kind or typing.get_origin(t) is kind for t in options):
+            return {"type": name}
+    return {"type": "str"}
+
+
+def torchtitan_facts(pinned_flags: dict, configs: dict) -> dict:
     """Type and default of each option ndcp emits or reads (torchtitan's config dataclasses), and each pinned
     registry config's own values where they differ (models/*/config_registry.py)."""
-    import dataclasses
     import importlib
 
-    from torchtitan.config import configs as titan
-
-    classes = {"parallelism": titan.ParallelismConfig, "training": titan.TrainingConfig}
+    assume_titan_capability(BLACKWELL)  # a registry config's values do not depend on the device its converters ask
     flags = {}
-    for dotted in TITAN_FLAGS:
-        section, name = dotted.split(".")
-        field = {f.name: f for f in dataclasses.fields(classes[section])}[name]
-        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        kind = {"int": "int", "bool": "flag", "str": "str"}.get(getattr(field.type, "__name__", ""), None)
-        kind = kind or ("int" if "int" in str(field.type) else "list" if "list" in str(field.type) else "str")
-        flags["--" + section + "." + name.replace("_", "-")] = {"type": kind, "default": default}
+    for flag in pinned_flags:
+        declared, default = _titan_field(flag)
+        kind = _titan_kind(declared)
+        flags[flag] = {"type": kind["type"], "default": default, **({"choices": kind["choices"]}
+                                                                    if "choices" in kind else {})}
     out_configs = {}
     for config, pinned in configs.items():
         registry = importlib.import_module(f"torchtitan.models.{pinned['module']}.config_registry")
         built = getattr(registry, config)()
         entry = {"model": pinned["model"], "module": pinned["module"]}
         for flag, fact in flags.items():
-            section, name = flag[2:].split(".")
-            value = getattr(getattr(built, section), name.replace("-", "_"))
+            value = built
+            for part in flag[2:].split("."):
+                value = getattr(value, part.replace("-", "_"))
             if value != fact["default"]:
                 entry[flag] = value
         ac = type(built.activation_checkpoint).__qualname__.split(".")[0]
@@ -344,7 +368,7 @@ def check_facts(args: argparse.Namespace) -> int:
 
     pinned = yaml.safe_load((Path(args.facts) / "megatron.yaml").read_text())["flags"]
     titan = yaml.safe_load((Path(args.facts) / "torchtitan.yaml").read_text())
-    real, real_titan = megatron_facts(args.megatron_lm, pinned), torchtitan_facts(titan["configs"])
+    real, real_titan = megatron_facts(args.megatron_lm, pinned), torchtitan_facts(titan["flags"], titan["configs"])
     if args.dump_facts:
         print(yaml.safe_dump({"megatron": {"flags": real}, "torchtitan": real_titan}, sort_keys=False,
                              default_flow_style=None, width=120))

@@ -124,6 +124,14 @@ def _field_kind(config: object, flag: str) -> object:
     return next((t for t in (int, float) if t in options), None)
 
 
+def assume_titan_capability(capability: tuple[int, int]) -> None:
+    """torchtitan's quantization converters (components/quantization/float8.py, mx.py, nvfp4.py) ask
+    has_cuda_capability(major, minor); from now on it answers as a GPU of this compute capability."""
+    from torchtitan.components.quantization import float8, mx, nvfp4
+    for module in (float8, mx, nvfp4):
+        module.has_cuda_capability = lambda major, minor: capability >= (major, minor)
+
+
 def torchtitan(tokens: list[str], world: int, scratch: Path) -> dict:
     """torchtitan's own set-up of rank 0 of `world`, in the order Trainer.__init__ runs it (torchtitan 0.3.0
     trainer.py), up to the weights: ConfigManager.parse_args (with the Trainer.Config checks tyro runs);
@@ -145,10 +153,8 @@ def torchtitan(tokens: list[str], world: int, scratch: Path) -> dict:
     from torchtitan.distributed import utils as dist_utils
     from torchtitan.distributed.full_dtensor import validate_config
 
-    if not torch.cuda.is_available():  # the FP8/MX converters' device checks answer Hopper (9.0), as on H100/H800
-        from torchtitan.components.quantization import float8, mx, nvfp4
-        for module in (float8, mx, nvfp4):
-            module.has_cuda_capability = lambda major, minor: HOPPER >= (major, minor)
+    if not torch.cuda.is_available():  # the FP8/MX converters' device checks answer Hopper, as on H100/H800
+        assume_titan_capability(HOPPER)
     manager = ConfigManager()
     loaded, _ = manager._load_config(list(tokens))
     tokens, filled = fill_placeholders(tokens, lambda flag: _field_kind(loaded, flag), scratch)
