@@ -1,165 +1,277 @@
 """Feed ndcp's emitted launch configurations to the trainers' own parsers and validators, and check the pinned flag
 facts (ndcp/trainers/facts/*.yaml) against the real parsers. Outside CI: torch, Megatron-LM and torchtitan are large.
+docs/trainers.md says how to set up and read it; in short:
 
-Scratch environment (Python >= 3.12: Megatron-LM main uses typing.override):
-    python3.12 -m venv /tmp/trainers-venv
-    /tmp/trainers-venv/bin/pip install torch==2.13.0 megatron-core torchtitan triton rich pyyaml
-    git --git-dir=<a Megatron-LM clone>/.git archive HEAD | tar -x -C /tmp/megatron-lm
-Run (ndcp's emissions come from this checkout's own environment, --ndcp):
+Scratch environment (Python 3.11 with the local CPU torch; Megatron-LM at the commit facts/megatron.yaml pins):
+    python3.11 -m venv /tmp/trainers-venv
+    /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0 torchao triton numpy pyyaml
+    mkdir /tmp/megatron-lm && cd /tmp/megatron-lm
+    git --git-dir=<a Megatron-LM clone>/.git archive d98e8a64ddf34856e74b24714e3bedb2f5a39553 | tar -x
+Run (ndcp itself runs in its own environment, --ndcp; the trainers in this script's interpreter):
     /tmp/trainers-venv/bin/python scripts/check_trainers.py --megatron-lm /tmp/megatron-lm [--ndcp .venv/bin/ndcp]
-    /tmp/trainers-venv/bin/python scripts/check_trainers.py --megatron-lm /tmp/megatron-lm --dump-facts megatron
+        [--cases REGEX] [--time-limit S] [--markdown FILE] [--readme FILE] [--facts DIR]
+    /tmp/trainers-venv/bin/python scripts/check_trainers.py --megatron-lm /tmp/megatron-lm --dump-facts
+    /tmp/trainers-venv/bin/python scripts/check_trainers.py --megatron-lm /tmp/megatron-lm --file launch.args \\
+        --trainer torchtitan --gpus 64
 
-Each case runs in its own process: Megatron-LM's parse_args + validate_args with WORLD_SIZE = the case's GPUs and
-the environment the emission exports; torchtitan's ConfigManager.parse_args + ParallelDims(world_size). Without a
-GPU, validate_args' two device queries (get_device_arch_version for the CUDA_DEVICE_MAX_CONNECTIONS check, and
-torch.cuda.get_device_capability for grouped-GEMM support) answer Hopper, 9.0 (the matrix's H100s); nothing else
-is changed.
+Cases (each with --emit megatron and --emit torchtitan unless it names its trainer, always with --trainer given):
+the pinned matrix below (CASES), every `ndcp search|estimate` command in the README, and scripts/bench_search.py's
+searches. Each emitted file runs in a fresh process (scripts/trainer_checks.py): Megatron-LM's parse_args +
+validate_args with WORLD_SIZE = the case's GPUs and the environment the file exports (or unsets); torchtitan's
+ConfigManager, its fake process group, ParallelDims.build_mesh, and its Trainer, pipeline-stage and schedule checks
+on a meta-device model. `<NAME>` placeholders are filled with dummies of the type each trainer's parser declares.
+Per case: ACCEPTED with what the trainer parsed, REFUSED with the trainer's own message (and the source line that
+raised it), DIFFERS when an FP8 plan's file parses without FP8, or NO FILE when ndcp wrote none; ndcp's own exit
+status and last message when it was not 0.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
+
+from bench_search import MATRIX as BENCH_MATRIX
+from trainer_checks import assume_titan_capability, megatron_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
+CHECKS = Path(__file__).resolve().parent / "trainer_checks.py"
+TRAINERS = ("megatron", "torchtitan")
+BLACKWELL = (10, 0)  # a compute capability every torchtitan 0.3.0 converter accepts (MXFP8 and NVFP4 need 10.0)
 
-# (name, trainer, ndcp arguments): the issue's matrix. Searches emit their winner; estimates emit the given strategy.
-MATRIX = [
-    ("70B search, 512 H100", "megatron",
-     "search llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192"),
-    ("405B tp8 pp16 uneven", "megatron",
-     "estimate llama3.1-405b --device h100 --gpus 2048 --global-batch 2048 --seq-len 8192 "
-     "--strategy tp=8,pp=16,mbs=1,zero=1,sp=on,recompute=selective,first_stage_layers=6"),
-    ("405B tp8 pp8 vpp8 accounted", "megatron",
-     "estimate llama3.1-405b --device h100 --gpus 2048 --global-batch 2048 --seq-len 8192 "
-     "--strategy tp=8,pp=8,vpp=8,mbs=1,zero=1,sp=on,recompute=selective"),
-    ("Mixtral-8x7B tp2 ep8", "megatron",
-     "estimate mixtral-8x7b --device h100 --gpus 64 --global-batch 256 --seq-len 4096 "
-     "--strategy tp=2,pp=2,ep=8,mbs=1,zero=1,sp=on,recompute=selective"),
-    ("Mixtral-8x7B folded ep8 etp1 on tp4", "megatron",
-     "estimate mixtral-8x7b --device h100 --gpus 64 --global-batch 256 --seq-len 4096 "
-     "--strategy tp=4,pp=2,ep=8,etp=1,mbs=1,zero=1,sp=on,recompute=full"),
-    ("70B per-stage plan, 60 GiB, 64 H100", "megatron",
-     "search llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --memory-cap 60GiB"),
-    ("DeepSeek-V3 tp2 pp16 ep64, 1024 H100", "megatron",
-     "estimate deepseek-v3 --device h100 --gpus 1024 --global-batch 4096 --seq-len 4096 "
-     "--strategy tp=2,pp=16,ep=64,mbs=1,zero=1,sp=on,recompute=full"),
-    ("70B FP8, 64 H100", "megatron",
-     "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --precision fp8 "
-     "--fp8-recipe tensorwise --strategy tp=4,pp=4,mbs=1,zero=1,sp=on,recompute=selective"),
-    ("70B CP2 a2a+p2p, ZeRO-3", "megatron",
-     "estimate llama3-70b --device h100 --gpus 128 --global-batch 128 --seq-len 32768 "
-     "--strategy tp=4,cp=4,cp_comm=a2a+p2p,mbs=1,zero=3,sp=on,recompute=full"),
-    ("70B ZeRO-2 (Megatron FSDP), recompute modules layernorm+mlp", "megatron",
-     "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
-     "--strategy tp=8,mbs=1,zero=2,sp=on,recompute=layernorm+mlp"),
-    ("70B optimizer offload, 64 H100", "megatron",
-     "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
-     "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,offload=optimizer"),
-    ("70B activation offload, 64 H100", "megatron",
-     "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
-     "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,offload=activations"),
-    ("Llama-3 8B search, torchtitan", "torchtitan",
-     "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --trainer torchtitan"),
-    ("Llama-3 70B search, torchtitan", "torchtitan",
-     "search llama3-70b --device h100 --gpus 256 --global-batch 512 --seq-len 8192 --trainer torchtitan"),
-    ("Llama-3 70B tp8 pp4 uneven, torchtitan", "torchtitan",
-     "estimate llama3-70b --device h100 --gpus 128 --global-batch 256 --seq-len 8192 --trainer torchtitan "
-     "--strategy tp=8,pp=4,mbs=1,zero=3,sp=on,recompute=full,first_stage_layers=18,last_stage_layers=18"),
-    ("Llama-3 8B cp2 pp2 vpp2, torchtitan", "torchtitan",
-     "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 --trainer torchtitan "
-     "--strategy tp=2,cp=2,pp=2,vpp=2,mbs=1,zero=3,sp=on,recompute=selective"),
+
+class Case(NamedTuple):
+    name: str
+    trainer: str
+    command: str  # ndcp arguments: searches emit their winner, estimates the given strategy
+
+
+CASES = [
+    Case("70B search, 512 H100", "megatron",
+         "search llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192"),
+    Case("405B tp8 pp16 uneven", "megatron",
+         "estimate llama3.1-405b --device h100 --gpus 2048 --global-batch 2048 --seq-len 8192 "
+         "--strategy tp=8,pp=16,mbs=1,zero=1,sp=on,recompute=selective,first_stage_layers=6"),
+    Case("405B tp8 pp8 vpp8 accounted", "megatron",
+         "estimate llama3.1-405b --device h100 --gpus 2048 --global-batch 2048 --seq-len 8192 "
+         "--strategy tp=8,pp=8,vpp=8,mbs=1,zero=1,sp=on,recompute=selective"),
+    Case("Mixtral-8x7B tp2 ep8", "megatron",
+         "estimate mixtral-8x7b --device h100 --gpus 64 --global-batch 256 --seq-len 4096 "
+         "--strategy tp=2,pp=2,ep=8,mbs=1,zero=1,sp=on,recompute=selective"),
+    Case("Mixtral-8x7B folded ep8 etp1 on tp4", "megatron",
+         "estimate mixtral-8x7b --device h100 --gpus 64 --global-batch 256 --seq-len 4096 "
+         "--strategy tp=4,pp=2,ep=8,etp=1,mbs=1,zero=1,sp=on,recompute=full"),
+    Case("70B per-stage plan, 60 GiB, 64 H100", "megatron",
+         "search llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --memory-cap 60GiB"),
+    Case("DeepSeek-V3 tp2 pp16 ep64, 1024 H100", "megatron",
+         "estimate deepseek-v3 --device h100 --gpus 1024 --global-batch 4096 --seq-len 4096 "
+         "--strategy tp=2,pp=16,ep=64,mbs=1,zero=1,sp=on,recompute=full"),
+    Case("DeepSeek-V3 DualPipe-V, EP+P2P overlap, 2048 H800", "megatron",
+         "search deepseek-v3 --device h800 --gpus 2048 --global-batch 4096 --seq-len 4096 --memory-cap 40GiB "
+         "--schedules all --overlap ep+p2p"),
+    Case("70B FP8, 64 H100", "megatron",
+         "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --precision fp8 "
+         "--fp8-recipe tensorwise --strategy tp=4,pp=4,mbs=1,zero=1,sp=on,recompute=selective"),
+    Case("70B CP4 a2a+p2p, ZeRO-3", "megatron",
+         "estimate llama3-70b --device h100 --gpus 128 --global-batch 128 --seq-len 32768 "
+         "--strategy tp=4,cp=4,cp_comm=a2a+p2p,mbs=1,zero=3,sp=on,recompute=full"),
+    Case("70B ZeRO-2 (Megatron FSDP), recompute modules layernorm+mlp", "megatron",
+         "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
+         "--strategy tp=8,mbs=1,zero=2,sp=on,recompute=layernorm+mlp"),
+    Case("70B optimizer offload, 64 H100", "megatron",
+         "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
+         "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,offload=optimizer"),
+    Case("70B activation offload, 64 H100", "megatron",
+         "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 "
+         "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,offload=activations"),
+    Case("Llama-3 8B search, torchtitan", "torchtitan",
+         "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192"),
+    Case("Llama-3 70B search, torchtitan", "torchtitan",
+         "search llama3-70b --device h100 --gpus 256 --global-batch 512 --seq-len 8192"),
+    Case("Llama-3 70B tp8 pp4 uneven, torchtitan", "torchtitan",
+         "estimate llama3-70b --device h100 --gpus 128 --global-batch 256 --seq-len 8192 "
+         "--strategy tp=8,pp=4,mbs=1,zero=3,sp=on,recompute=full,first_stage_layers=18,last_stage_layers=18"),
+    Case("Llama-3 8B cp2 pp2 vpp2, torchtitan", "torchtitan",
+         "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
+         "--strategy tp=2,cp=2,pp=2,vpp=2,mbs=1,zero=3,sp=on,recompute=selective"),
+    Case("Llama-3 70B DualPipe-V pp4, torchtitan", "torchtitan",
+         "estimate llama3-70b --device h100 --gpus 128 --global-batch 256 --seq-len 8192 "
+         "--strategy tp=2,pp=4,mbs=1,zero=3,sp=on,recompute=full,schedule=dualpipev"),
+    Case("Llama-3 70B FP8 tensorwise, torchtitan", "torchtitan",
+         "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --precision fp8 "
+         "--fp8-recipe tensorwise --strategy tp=8,pp=2,mbs=1,zero=3,sp=on,recompute=full"),
+    Case("Llama-3.1 405B FP8 blockwise (llama3_405b's rowwise Float8), torchtitan", "torchtitan",
+         "estimate llama3.1-405b --device h100 --gpus 512 --global-batch 512 --seq-len 8192 --precision fp8 "
+         "--fp8-recipe blockwise --strategy tp=8,pp=8,mbs=1,zero=3,sp=on,recompute=full"),
+    Case("Llama-3 8B FSDP (ZeRO-3) only, torchtitan", "torchtitan",
+         "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
+         "--strategy tp=1,mbs=2,zero=3,recompute=selective"),
+    Case("Llama-3 8B DDP (ZeRO-0), torchtitan", "torchtitan",
+         "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
+         "--strategy tp=1,mbs=1,zero=0,recompute=full"),
+    Case("Llama-3 8B cp8 dp1 (FSDP over the CP ranks), torchtitan", "torchtitan",
+         "estimate llama3-8b --device h100 --gpus 8 --global-batch 8 --seq-len 65536 "
+         "--strategy tp=1,cp=8,mbs=1,zero=3,recompute=full"),
+    Case("Llama-3 70B tp4 cp4 dp1, torchtitan", "torchtitan",
+         "estimate llama3-70b --device h100 --gpus 16 --global-batch 16 --seq-len 32768 "
+         "--strategy tp=4,cp=4,mbs=1,zero=3,sp=on,recompute=full"),
+    Case("DeepSeek-V3 ep64 pp8, torchtitan", "torchtitan",
+         "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 "
+         "--strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
+    Case("DeepSeek-V3 FP8 blockwise ep64 pp8, torchtitan", "torchtitan",
+         "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 --precision fp8 "
+         "--fp8-recipe blockwise --strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
 ]
-
-MEGATRON_CHILD = r"""
-import json, os, sys
-import megatron.training.arguments as A
-import torch
-if not torch.cuda.is_available():  # see the module docstring
-    A.get_device_arch_version = lambda: 9
-    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
-args_list = json.loads(sys.argv[1])
-sys.argv = ["pretrain_gpt.py"] + args_list
-args = A.parse_args()
-A.validate_args(args)
-print(json.dumps({"dp": args.data_parallel_size, "vpp": args.virtual_pipeline_model_parallel_size,
-                  "recompute": [args.recompute_granularity, args.recompute_method, args.recompute_num_layers]}))
-"""
-
-TORCHTITAN_CHILD = r"""
-import json, sys
-from torchtitan.config.manager import ConfigManager
-from torchtitan.distributed.parallel_dims import ParallelDims
-args_list, world = json.loads(sys.argv[1]), int(sys.argv[2])
-config = ConfigManager().parse_args(args_list)
-dims = ParallelDims.from_config(config.parallelism, world)
-p = config.parallelism
-print(json.dumps({"dp_shard": dims.dp_shard, "tp": dims.tp, "pp": dims.pp, "cp": dims.cp,
-                  "ac": type(config.activation_checkpoint).__qualname__,
-                  "parts": len(p.module_fqns_per_model_part or []) or None}))
-"""
+# ndcp options a case's own command may carry that the checker sets itself (option -> how many values follow)
+OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, "--emit-file": 1, "--trainer": 1,
+               "--emit-anyway": 0}
 
 
-def emitted(ndcp: str, command: str, trainer: str) -> str:
-    """ndcp's --emit output for one matrix case."""
+def readme_cases(readme: Path) -> list[Case]:
+    """Every `ndcp search|estimate ...` command of the README (console lines and continuations), for each trainer."""
+    commands, text = [], re.sub(r"\\\n\s*", " ", readme.read_text())
+    for line in text.splitlines():
+        found = re.search(r"(?:^\$ |bin/|&& )ndcp ((?:search|estimate) [^`|&]*)", line)
+        if found:
+            commands.append(without_own_options(found.group(1)))
+    unique = list(dict.fromkeys(commands))
+    return [Case(f"README: {c}", t, c) for c in unique for t in TRAINERS]
+
+
+def bench_cases() -> list[Case]:
+    """scripts/bench_search.py's searches, for each trainer."""
+    out = []
+    for model, device, gpus, batch, seq, cap in BENCH_MATRIX:
+        command = f"search {model} --device {device} --gpus {gpus} --global-batch {batch} --seq-len {seq}"
+        command += f" --memory-cap {cap}" if cap else ""
+        out += [Case(f"bench: {model} {device} x{gpus} gbs {batch} seq {seq} {cap}".rstrip(), t, command)
+                for t in TRAINERS]
+    return out
+
+
+def without_own_options(command: str) -> str:
+    """`command` less the options the checker sets itself (OWN_OPTIONS) and their values."""
+    words, out = shlex.split(command), []
+    while words:
+        word = words.pop(0)
+        if word in OWN_OPTIONS:
+            del words[:OWN_OPTIONS[word]]
+        else:
+            out.append(word)
+    return shlex.join(out)
+
+
+class Emission(NamedTuple):
+    text: str | None  # the file ndcp wrote, None when it wrote none
+    status: int
+    message: str  # ndcp's last line on stderr
+
+
+def emit(args: argparse.Namespace, case: Case, anyway: bool) -> Emission:
+    """ndcp's --emit file for one case, with --trainer the case's (and --emit-anyway where ndcp has it)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "emitted"
-        cmd = [ndcp, *shlex.split(command), "--quiet", "--emit", trainer, "--emit-file", str(path)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"ndcp failed: {done.stderr.strip() or done.stdout.strip()}")
-        return path.read_text()
+        cmd = [*shlex.split(args.ndcp), *shlex.split(case.command), "--quiet", "--trainer", case.trainer,
+               "--emit", case.trainer, "--emit-file", str(path), *(["--emit-anyway"] if anyway else [])]
+        if case.command.startswith("search") and "--time-limit" not in case.command:
+            cmd += ["--time-limit", str(args.time_limit)]
+        # run from the temporary directory: `python -m ndcp` would import an ndcp/ in the working directory first
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return Emission(path.read_text() if path.exists() else None, done.returncode, lines[-1] if lines else "")
 
 
-def split_emission(text: str) -> tuple[dict[str, str], list[str]]:
-    """(exported environment, argument tokens) of an emission."""
-    env, tokens = {}, shlex.split(text.replace("\\\n", " "), comments=True)
-    while tokens and tokens[0] == "export":
-        key, _, value = tokens[1].partition("=")
-        env[key] = value
-        tokens = tokens[2:]
+def split_emission(text: str) -> tuple[dict[str, str | None], list[str]]:
+    """(the environment the file exports, or unsets: None; its argument tokens)."""
+    env: dict[str, str | None] = {}
+    tokens = shlex.split(text.replace("\\\n", " "), comments=True)
+    while tokens and tokens[0] in ("export", "unset"):
+        statement, operand, tokens = tokens[0], tokens[1], tokens[2:]
+        key, _, value = operand.partition("=")
+        env[key] = value if statement == "export" else None
     return env, tokens
 
 
 def gpus(command: str) -> int:
+    """The world size of a case: its --gpus."""
     words = shlex.split(command)
     return int(words[words.index("--gpus") + 1])
 
 
-def run_case(name: str, trainer: str, command: str, args: argparse.Namespace) -> tuple[bool, str]:
-    try:
-        text = emitted(args.ndcp, command, trainer)
-    except RuntimeError as error:
-        return False, str(error)
-    env, tokens = split_emission(text)
-    child_env = {**os.environ, **env, "WORLD_SIZE": str(gpus(command)), "RANK": "0"}
-    child_env.pop("PYTHONPATH", None)
+class Verdict(NamedTuple):
+    outcome: str  # ACCEPTED, REFUSED, DIFFERS (accepted, but an FP8 plan parsed without FP8) or NO FILE
+    detail: str  # what the trainer parsed, or its message
+
+
+def check(args: argparse.Namespace, trainer: str, world: int, text: str) -> Verdict:
+    """One emitted file through the trainer's own checks on `world` GPUs, in a fresh process
+    (scripts/trainer_checks.py)."""
+    exported, tokens = split_emission(text)
+    env = {k: v for k, v in {**os.environ, **exported}.items() if v is not None and k != "PYTHONPATH"}
+    env.update(WORLD_SIZE=str(world), RANK="0")
     if trainer == "megatron":
-        child_env["PYTHONPATH"] = args.megatron_lm
-        if "CUDA_DEVICE_MAX_CONNECTIONS" not in env:
-            child_env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
-        cmd = [sys.executable, "-c", MEGATRON_CHILD, json.dumps(tokens)]
-    else:
-        cmd = [sys.executable, "-c", TORCHTITAN_CHILD, json.dumps(tokens), str(gpus(command))]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=600)
-    if done.returncode == 0:
-        return True, done.stdout.strip().splitlines()[-1]
-    lines = [l for l in done.stderr.strip().splitlines() if l.strip()]
-    return False, lines[-1] if lines else f"exit {done.returncode}"
+        env["PYTHONPATH"] = args.megatron_lm
+    with tempfile.TemporaryDirectory() as cwd:  # torchtitan may write its dump folder under the working directory
+        done = subprocess.run([sys.executable, str(CHECKS), trainer, str(world), json.dumps(tokens)],
+                              capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    answer = json.loads(last) if last.startswith("{") else {}
+    if done.returncode == 0 and answer:
+        return Verdict("ACCEPTED", json.dumps(answer))
+    if "refused" in answer:
+        return Verdict("REFUSED", f"{answer['refused']} [at {answer['at']}]")
+    return Verdict("REFUSED", parser_message(done.stderr) or f"exit {done.returncode}")
+
+
+def parser_message(stderr: str) -> str:
+    """A command-line parser's refusal: argparse's `error:` line, or the text of tyro's last panel."""
+    lines = stderr.splitlines()
+    errors = [line for line in lines if "error:" in line]
+    if errors:
+        return errors[-1].strip()
+    panels = [i for i, line in enumerate(lines) if line.startswith("╭")]
+    if not panels:
+        return lines[-1].strip() if lines else ""
+    body = [lines[panels[-1]].strip(" ─╭╮") + ":"]  # the panel's title
+    for line in lines[panels[-1] + 1:]:
+        text = line.strip(" │╰╯")
+        if text.startswith("─") or text.startswith("For full helptext"):
+            break
+        body.append(text)
+    if len(body) > 1 and body[1].startswith(body[0][:-1]):  # a panel whose first line repeats its title
+        body = body[1:]
+    return " ".join(t for t in body if t)
+
+
+def run_case(args: argparse.Namespace, case: Case, anyway: bool) -> Verdict:
+    """Emit one case's file and check it; ndcp's exit status and message follow when it was not 0."""
+    emission = emit(args, case, anyway)
+    ndcp = f" [ndcp exit {emission.status}: {emission.message}]" if emission.status else ""
+    if emission.text is None:
+        return Verdict("NO FILE", ndcp.strip(" []"))
+    verdict = check(args, case.trainer, gpus(case.command), emission.text)
+    if verdict.outcome == "ACCEPTED" and "--precision fp8" in case.command and not runs_fp8(case.trainer, verdict):
+        verdict = Verdict("DIFFERS", f"the plan is FP8, the trainer parsed no FP8: {verdict.detail}")
+    return Verdict(verdict.outcome, verdict.detail + ndcp)
+
+
+def runs_fp8(trainer: str, accepted: Verdict) -> bool:
+    """Whether what the trainer parsed runs FP8: Megatron-LM's --fp8 format, torchtitan's FP8/MX linear layers."""
+    parsed = json.loads(accepted.detail)
+    return bool(parsed["fp8"] if trainer == "megatron" else parsed["quantized"])
 
 
 # -- facts -------------------------------------------------------------------------------------------------------
 def megatron_facts(source: str, pinned: dict) -> dict:
     """Type, choices and nargs of each pinned flag, read from Megatron-LM's own parser."""
     sys.path.insert(0, source)
-    from megatron.training.arguments import add_megatron_arguments
-
-    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    parser = megatron_arguments().add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     actions = {o: a for a in parser._actions for o in a.option_strings}
     out = {}
     for name in pinned:
@@ -180,43 +292,66 @@ def megatron_facts(source: str, pinned: dict) -> dict:
     return out
 
 
-TITAN_FLAGS = ("parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
-               "parallelism.tensor_parallel_degree", "parallelism.enable_sequence_parallel",
-               "parallelism.pipeline_parallel_degree", "parallelism.module_fqns_per_model_part",
-               "parallelism.pipeline_parallel_first_stage_less_layers",
-               "parallelism.pipeline_parallel_last_stage_less_layers", "parallelism.pipeline_parallel_layers_per_stage",
-               "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size",
-               "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
-               "training.local_batch_size", "training.global_batch_size", "training.seq_len",
-               "training.disable_cuda_graphs")
 TITAN_AC = {"SelectiveAC": "selective", "FullAC": "full", "NoAC": "none"}
 
 
-def torchtitan_facts(configs: dict) -> dict:
+def _titan_field(flag: str) -> tuple[object, object]:
+    """(declared type, default) of torchtitan option `--section.field-name` (or `--field-name`), read from
+    Trainer.Config and the config dataclasses its fields name (torchtitan trainer.py, config/configs.py)."""
+    import dataclasses
+    import typing
+
+    from torchtitan.trainer import Trainer
+
+    owner, *path = [part.replace("-", "_") for part in flag[2:].split(".")]
+    names = [owner, *path]
+    cls: object = Trainer.Config
+    for i, name in enumerate(names):
+        field = {f.name: f for f in dataclasses.fields(cls)}[name]
+        declared = typing.get_type_hints(cls)[name]
+        if i == len(names) - 1:
+            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+            return declared, default
+        cls = next(t for t in (typing.get_args(declared) or (declared,)) if dataclasses.is_dataclass(t))
+    raise KeyError(flag)
+
+
+def _titan_kind(declared: object) -> dict:
+    """A declared type as facts/torchtitan.yaml writes it: int, float, flag (a bool), list, or str with choices
+    when it is a Literal."""
+    import typing
+
+    if typing.get_origin(declared) is typing.Literal:
+        return {"type": "str", "choices": list(typing.get_args(declared))}
+    options = typing.get_args(declared) if typing.get_origin(declared) is not list else (list,)
+    options = options or (declared,)
+    for kind, name in ((bool, "flag"), (int, "int"), (float, "float"), (list, "list")):
+        if any(t is kind or typing.get_origin(t) is kind for t in options):
+            return {"type": name}
+    return {"type": "str"}
+
+
+def torchtitan_facts(pinned_flags: dict, configs: dict) -> dict:
     """Type and default of each option ndcp emits or reads (torchtitan's config dataclasses), and each pinned
     registry config's own values where they differ (models/*/config_registry.py)."""
-    import dataclasses
     import importlib
 
-    from torchtitan.config import configs as titan
-
-    classes = {"parallelism": titan.ParallelismConfig, "training": titan.TrainingConfig}
+    assume_titan_capability(BLACKWELL)  # a registry config's values do not depend on the device its converters ask
     flags = {}
-    for dotted in TITAN_FLAGS:
-        section, name = dotted.split(".")
-        field = {f.name: f for f in dataclasses.fields(classes[section])}[name]
-        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        kind = {"int": "int", "bool": "flag", "str": "str"}.get(getattr(field.type, "__name__", ""), None)
-        kind = kind or ("int" if "int" in str(field.type) else "list" if "list" in str(field.type) else "str")
-        flags["--" + section + "." + name.replace("_", "-")] = {"type": kind, "default": default}
+    for flag in pinned_flags:
+        declared, default = _titan_field(flag)
+        kind = _titan_kind(declared)
+        flags[flag] = {"type": kind["type"], "default": default, **({"choices": kind["choices"]}
+                                                                    if "choices" in kind else {})}
     out_configs = {}
     for config, pinned in configs.items():
         registry = importlib.import_module(f"torchtitan.models.{pinned['module']}.config_registry")
         built = getattr(registry, config)()
         entry = {"model": pinned["model"], "module": pinned["module"]}
         for flag, fact in flags.items():
-            section, name = flag[2:].split(".")
-            value = getattr(getattr(built, section), name.replace("-", "_"))
+            value = built
+            for part in flag[2:].split("."):
+                value = getattr(value, part.replace("-", "_"))
             if value != fact["default"]:
                 entry[flag] = value
         ac = type(built.activation_checkpoint).__qualname__.split(".")[0]
@@ -231,9 +366,9 @@ def check_facts(args: argparse.Namespace) -> int:
     """Pinned facts equal to what the real parser says (flags ndcp emits or reads)."""
     import yaml
 
-    pinned = yaml.safe_load((ROOT / "ndcp/trainers/facts/megatron.yaml").read_text())["flags"]
-    titan = yaml.safe_load((ROOT / "ndcp/trainers/facts/torchtitan.yaml").read_text())
-    real, real_titan = megatron_facts(args.megatron_lm, pinned), torchtitan_facts(titan["configs"])
+    pinned = yaml.safe_load((Path(args.facts) / "megatron.yaml").read_text())["flags"]
+    titan = yaml.safe_load((Path(args.facts) / "torchtitan.yaml").read_text())
+    real, real_titan = megatron_facts(args.megatron_lm, pinned), torchtitan_facts(titan["flags"], titan["configs"])
     if args.dump_facts:
         print(yaml.safe_dump({"megatron": {"flags": real}, "torchtitan": real_titan}, sort_keys=False,
                              default_flow_style=None, width=120))
@@ -249,23 +384,59 @@ def check_facts(args: argparse.Namespace) -> int:
     return wrong
 
 
+def all_cases(args: argparse.Namespace) -> list[Case]:
+    """The pinned cases, the README's and bench_search.py's, less those --cases does not match."""
+    cases = CASES + readme_cases(Path(args.readme)) + bench_cases()
+    return [c for c in cases if re.search(args.cases, f"{c.trainer} {c.name}")]
+
+
+def markdown(rows: list[tuple[Case, Verdict]]) -> str:
+    """The results as a Markdown table."""
+    lines = ["| trainer | case | outcome | detail |", "|---|---|---|---|"]
+    for case, verdict in rows:
+        detail = verdict.detail.replace("|", "\\|")
+        lines.append(f"| {case.trainer} | {case.name} | {verdict.outcome} | {detail} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megatron-lm", required=True, help="a Megatron-LM source tree")
-    parser.add_argument("--ndcp", default=str(ROOT / ".venv/bin/ndcp"), help="the ndcp command (default: .venv's)")
-    parser.add_argument("--dump-facts", action="store_true", help="print the pinned Megatron flags as the parser says")
+    parser.add_argument("--ndcp", default=str(ROOT / ".venv/bin/ndcp"),
+                        help="the ndcp command, split like a shell line (default: .venv's)")
+    parser.add_argument("--readme", default=str(ROOT / "README.md"), help="the README whose commands are cases")
+    parser.add_argument("--facts", default=str(ROOT / "ndcp/trainers/facts"), help="the pinned facts to compare")
+    parser.add_argument("--cases", default="", help="only the cases whose 'trainer name' matches this regex")
+    parser.add_argument("--time-limit", type=float, default=60, help="each search's --time-limit (seconds)")
+    parser.add_argument("--markdown", help="also write the results as a Markdown table to this file")
+    parser.add_argument("--dump-facts", action="store_true", help="print the pinned flags as the parsers say")
+    parser.add_argument("--file", help="check only this emitted file (with --trainer and --gpus)")
+    parser.add_argument("--trainer", choices=TRAINERS, default="megatron", help="--file's trainer")
+    parser.add_argument("--gpus", type=int, default=8, help="--file's world size")
     args = parser.parse_args()
     if args.dump_facts:
         return check_facts(args)
-    results: dict[str, list[bool]] = {}
-    for name, trainer, command in MATRIX:
-        ok, detail = run_case(name, trainer, command, args)
-        results.setdefault(trainer, []).append(ok)
-        print(f"{'ACCEPTED' if ok else 'REFUSED '} {trainer:10s} {name}: {detail}", flush=True)
-    for trainer, oks in results.items():
-        print(f"{trainer}: {sum(oks)}/{len(oks)} accepted")
-    wrong = check_facts(args)
-    return 0 if all(all(v) for v in results.values()) and not wrong else 1
+    if args.file:
+        verdict = check(args, args.trainer, args.gpus, Path(args.file).read_text())
+        print(f"{verdict.outcome:8s} {args.trainer:10s} {args.file}: {verdict.detail}")
+        return 0 if verdict.outcome == "ACCEPTED" else 1
+    help_text = subprocess.run([*shlex.split(args.ndcp), "search", "--help"], capture_output=True, text=True,
+                               cwd=tempfile.gettempdir()).stdout
+    anyway = "--emit-anyway" in help_text
+    rows = []
+    for case in all_cases(args):
+        verdict = run_case(args, case, anyway)
+        rows.append((case, verdict))
+        print(f"{verdict.outcome:8s} {case.trainer:10s} {case.name}: {verdict.detail}", flush=True)
+    for trainer in TRAINERS:
+        outcomes = [v.outcome for c, v in rows if c.trainer == trainer]
+        print(f"{trainer}: {outcomes.count('ACCEPTED')}/{len(outcomes)} accepted, {outcomes.count('REFUSED')} "
+              f"refused, {outcomes.count('DIFFERS')} FP8 plans parsed without FP8, {outcomes.count('NO FILE')} "
+              "without a file")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(rows))
+    wrong = check_facts(args) if not args.cases else 0
+    return 0 if all(v.outcome == "ACCEPTED" for _, v in rows) and not wrong else 1
 
 
 if __name__ == "__main__":
