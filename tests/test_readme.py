@@ -94,7 +94,8 @@ def test_the_readme_links_and_picture_resolve():
     root = ElementTree.parse(picture).getroot()
     assert root.tag.endswith("svg")
     text = picture.read_text(encoding="utf-8").replace("&#160;", " ")
-    assert all(part in text for part in ("Assumptions", "certificate", "Memory per device", "host memory"))
+    assert all(part in text for part in ("Assumptions", "certificate", "Memory per device",
+                                            "per node, for offload"))
 
 
 def test_cli_docs_have_every_command_and_option():
