@@ -99,7 +99,8 @@ class Layout:
         return Strategy.trusted(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp,
                                 vpp=self.vpp, mbs=mbs, mbn=mbn, zero=zero, sp=sp,
                                 schedule=self.schedule, recompute=_UNIFORM[recompute],
-                                layers_per_stage=(), cp_comm=self.cp_comm, optimizer_offload=self.optimizer_offload)
+                                layers_per_stage=(), cp_comm=self.cp_comm, optimizer_offload=self.optimizer_offload,
+                                dp_shard=0)
 
 
 @dataclass
