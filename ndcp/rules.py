@@ -259,6 +259,16 @@ def _optimizer_offload(p: Problem, d: dict) -> Refusal | None:
         f"{p.run.trainer} has no optimizer offload ({_trainer(p).version}); plan with --trainer megatron"))
 
 
+def _dp_shard(p: Problem, d: dict) -> Refusal | None:
+    shard, dp = d.get("dp_shard", 0), d["dp"]
+    if not shard:
+        return None
+    return _refuse("dp_shard", "dp_shard", dp % shard == 0 and d["zero"] == 3 and p.model.moe is None, lambda: (
+        "HSDP shards ZeRO-3 (zero=3) over dp_shard ranks and replicates over dp / dp_shard; "
+        + ("with routed experts it is not modelled" if p.model.moe is not None else
+           f"valid dp_shard: {', '.join(str(v) for v in divisors(dp))}" if dp % shard else "it needs zero=3")))
+
+
 # In the walk's loop order (TP -> PP -> CP -> CP_COMM -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains
 # satisfy by construction (devices, batch_split, ep_experts, etp_tp, moe_dims: dp and mbn are derived, ep and etp range
 # over divisors) are checked on whole strategies only; they are listed at the level where they would apply.
@@ -287,6 +297,7 @@ RULEBOOK: tuple[Rule, ...] = (
     Rule("trainer_cp_comm", "the trainer runs this CP communication type", "cp_comm", _trainer_cp_comm),
     Rule("optimizer_offload", "the trainer offloads the optimizer under this ZeRO stage", "strategy",
          _optimizer_offload),
+    Rule("dp_shard", "HSDP: dp_shard divides dp, with ZeRO-3, on dense models", "strategy", _dp_shard),
     Rule("trainer_zero", "the trainer runs this ZeRO stage with these degrees (ndcp/trainers profiles)", "strategy",
          _trainer_zero),
     Rule("recompute_stages", "a per-stage recompute plan covers each stage's layers", "strategy", _recompute_stages),
@@ -322,7 +333,8 @@ def strategy_degrees(strategy: Strategy) -> dict:
     s = strategy
     return {"tp": s.tp, "pp": s.pp, "cp": s.cp, "dp": s.dp, "ep": s.ep, "etp": s.etp, "vpp": s.vpp, "mbs": s.mbs,
             "mbn": s.mbn, "sp": s.sp, "schedule": s.schedule, "layers_per_stage": s.layers_per_stage,
-            "recompute": s.recompute, "cp_comm": s.cp_comm, "zero": s.zero, "optimizer_offload": s.optimizer_offload}
+            "recompute": s.recompute, "cp_comm": s.cp_comm, "zero": s.zero, "optimizer_offload": s.optimizer_offload,
+            "dp_shard": s.dp_shard}
 
 
 def strategy_refusal(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> Refusal | None:

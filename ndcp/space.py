@@ -49,6 +49,9 @@ class SpaceOptions:
     # optimizer offload settings searched (True: the optimizer on the host, where the trainer runs it). Default off:
     # it doubles the batch items, and it pays only when the device memory binds.
     optimizer_offloads: tuple[bool, ...] = (False,)
+    # HSDP settings searched (True: ZeRO-3 sharded over the data-parallel ranks of one node, replicated across nodes,
+    # Strategy.dp_shard; docs/formulas.md §7.3). Default off: plain FSDP only.
+    hsdp: tuple[bool, ...] = (False,)
 
     def __post_init__(self):
         for name, value in self.fix + self.max:
@@ -62,6 +65,8 @@ class SpaceOptions:
             raise SpecError(f"cp_comm={','.join(self.cp_comms)} is not valid; valid: {', '.join(CP_COMM_TYPES)}")
         if not self.optimizer_offloads or any(not isinstance(x, bool) for x in self.optimizer_offloads):
             raise SpecError(f"optimizer_offloads={self.optimizer_offloads} is not valid; expected true and/or false")
+        if not self.hsdp or any(not isinstance(x, bool) for x in self.hsdp):
+            raise SpecError(f"hsdp={self.hsdp} is not valid; expected true and/or false")
         if not self.schedules or any(x not in SCHEDULES for x in self.schedules):
             raise SpecError(f"schedule={','.join(self.schedules)} is not valid; valid: {', '.join(SCHEDULES)}")
 
@@ -89,6 +94,7 @@ class Layout:
     cp_comm: str = "p2p"  # searched when cp > 1 (walk: the cp_comm level's rules)
     schedule: str = ""  # the pipeline schedule; "" = the default for vpp
     optimizer_offload: bool = False  # optimizer states and step on the host (searched when asked: SpaceOptions)
+    dp_shard: int = 0  # HSDP's shard ranks (Strategy.dp_shard; 0: plain ZeRO; searched when asked: SpaceOptions)
 
     def __post_init__(self):
         if not self.schedule:
@@ -99,7 +105,8 @@ class Layout:
         return Strategy.trusted(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp,
                                 vpp=self.vpp, mbs=mbs, mbn=mbn, zero=zero, sp=sp,
                                 schedule=self.schedule, recompute=_UNIFORM[recompute],
-                                layers_per_stage=(), cp_comm=self.cp_comm, optimizer_offload=self.optimizer_offload)
+                                layers_per_stage=(), cp_comm=self.cp_comm, optimizer_offload=self.optimizer_offload,
+                                dp_shard=self.dp_shard)
 
 
 @dataclass
@@ -153,8 +160,10 @@ class SearchSpace:
 
     def zero_stages(self, layout: Layout) -> list[int]:
         """The searched ZeRO stages of a layout: inner_choices' own, those the trainer offloads the optimizer under
-        when the layout offloads it (rule `optimizer_offload`)."""
+        when the layout offloads it (rule `optimizer_offload`), ZeRO-3 alone under HSDP (rule `dp_shard`)."""
         zeros = self.inner_choices(layout.tp)[0]
+        if layout.dp_shard:
+            return [z for z in zeros if z == 3]
         return [z for z in zeros if z in self._offload_zeros] if layout.optimizer_offload else zeros
 
     @cached_property
@@ -252,6 +261,7 @@ class SearchSpace:
                        for ep in eps for etp in etps}  # ep_ranks: folded onto the stage's tp*cp*dp ranks
         layouts: dict[tuple, Layout] = {}
         offloads = self._optimizer_offloads(tp, refused)
+        shards = self._hsdp_shards(tp, cp, dp, refused)
         for mbs in self._domain("mbs", divisors(self.run.global_batch // dp), refused):
             mbn = self.run.global_batch // (dp * mbs)
             if not self._allowed("mbn", mbn):
@@ -280,12 +290,13 @@ class SearchSpace:
                                 refused[refusal.rule] += 1
                                 continue
                             for cp_comm in comms:
-                                for offload in offloads:
+                                for offload, shard in ((o, s) for o in offloads for s in shards
+                                                       if not (o and s)):  # HSDP is ZeRO-3: no optimizer offload
                                     # one Layout per key across the mbs values
-                                    key = (ep, etp, vpp, cp_comm, schedule, offload)
+                                    key = (ep, etp, vpp, cp_comm, schedule, offload, shard)
                                     if key not in layouts:
                                         layouts[key] = Layout(tp, pp, cp, dp, ep, etp, vpp, cp_comm, schedule,
-                                                              offload)
+                                                              offload, shard)
                                     out.batches.append((layouts[key], mbs, mbn))
 
     def _optimizer_offloads(self, tp: int, refused: Counter) -> list[bool]:
@@ -299,6 +310,19 @@ class SearchSpace:
                 out.append(offload)
         return out
 
+    def _hsdp_shards(self, tp: int, cp: int, dp: int, refused: Counter) -> list[int]:
+        """The dp_shard values searched: 0 (plain ZeRO) and, when asked, HSDP over the data-parallel ranks of one
+        node (devices per node / (tp x cp), where it divides dp and leaves more than one replica), on dense models
+        under a trainer that runs ZeRO-3 (rule `dp_shard`; refused once per (tp, pp, cp) otherwise)."""
+        out = [0] if False in self.options.hsdp else []
+        if True in self.options.hsdp:
+            shard = self.cluster.device.devices_per_node // (tp * cp)
+            if (self.model.moe is None and 3 in self.inner_choices(tp)[0] and 1 <= shard < dp and dp % shard == 0):
+                out.append(shard)
+            else:
+                refused["dp_shard"] += 1
+        return out
+
     def candidates(self, walk: SpaceWalk | None = None) -> Iterator[Strategy]:
         """Every valid strategy: each (layout, mbs, mbn) times the inner ZeRO x SP x recompute choices."""
         for layout, mbs, mbn in (walk or self.walk()).batches:
@@ -310,10 +334,10 @@ class SearchSpace:
 
     def size(self, walk: SpaceWalk) -> int:
         """The number of valid strategies: each batch item times its inner choices (which depend on the layout only
-        through tp > 1 and optimizer offload, so items are counted by those two)."""
+        through tp > 1, optimizer offload and HSDP, so items are counted by those three)."""
         counts, layouts = Counter(), {}
         for layout, _, _ in walk.batches:
-            key = (layout.tp > 1, layout.optimizer_offload)
+            key = (layout.tp > 1, layout.optimizer_offload, layout.dp_shard > 0)
             counts[key] += 1
             layouts.setdefault(key, layout)
         total = 0

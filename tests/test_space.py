@@ -25,6 +25,19 @@ def test_every_candidate_obeys_every_rule():
         assert c.vpp == 1 or (LLAMA.layers >= c.pp * c.vpp and c.mbn >= c.pp)  # a layer per chunk; Megatron's group
 
 
+def test_hsdp_is_searched_when_asked_over_the_ranks_of_a_node_under_zero3():
+    s = space(hsdp=(False, True), zero_stages=(1, 3))
+    candidates = list(s.candidates())
+    assert len(candidates) == s.size(s.walk())
+    hsdp = [c for c in candidates if c.dp_shard]
+    assert hsdp and all(c.zero == 3 and c.dp_shard == 8 // (c.tp * c.cp) < c.dp for c in hsdp)
+    for c in hsdp:
+        check_strategy(s.model, s.cluster, s.run, c)
+    plain = space(zero_stages=(1, 3))
+    assert len(candidates) == plain.size(plain.walk()) + len(hsdp)  # the plain space, and HSDP beside it
+    assert space(hsdp=(True,), zero_stages=(1,)).walk().refused["dp_shard"] > 0  # HSDP is ZeRO-3
+
+
 def test_refusals_are_counted_by_rule_name():
     walk = space(gpus=32, gbs=8).walk()
     assert walk.refused["tp_heads"] == 2  # tp = 16, 32 do not divide 8 KV heads: counted once each

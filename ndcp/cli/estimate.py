@@ -22,7 +22,8 @@ def register(subparsers) -> None:
         subparsers, "estimate", "memory and step time of one given strategy",
         "Estimate per-device memory (per pipeline stage) and step time of one parallel strategy.\n\n"
         "--strategy is comma-separated key=value over dp, tp, pp, cp, ep, etp, vpp, mbs, mbn, zero (0-3), "
-        "sp (on/off), recompute (none|selective|full) and schedule (1f1b|interleaved). Unspecified: tp, pp, cp, "
+        "sp (on/off), recompute (none|selective|full) and schedule (1f1b|interleaved); HSDP as dp_shard=N (ZeRO-3 "
+        "over N data-parallel ranks of a replica, replicated over dp/N) or dp_replicate=R. Unspecified: tp, pp, cp, "
         "ep, etp, vpp, mbs = 1, zero = 1, sp off, recompute none; dp = gpus / (tp*pp*cp); mbn = global batch / "
         "(dp*mbs); schedule interleaved when vpp > 1. --strategy-file is a YAML with the same keys plus "
         "`layers_per_stage: [...]` and `recompute: {stages: [{none: N, selective: N, full: N}, ...]}`; "

@@ -46,6 +46,22 @@ def link(device: DeviceSpec, span: int) -> tuple[float, float]:
     return device.inter_node_bandwidth, device.inter_node_latency
 
 
+def ring_link(device: DeviceSpec, dims: tuple[str, ...], degrees: dict[str, int],
+              order: tuple[str, ...] = RANK_ORDER) -> tuple[float, float]:
+    """link() of a ring collective (all-reduce, reduce-scatter, all-gather) over the group spanning `dims`. Across
+    nodes NCCL forms one ring per channel and routes each channel through another NIC of the node, so a ring whose
+    group has k members on each node crosses between nodes on those k devices' NICs at once: k x the per-device
+    scale-out bandwidth, never more than the scale-up link the ring also runs through (docs/formulas.md §7: NVIDIA
+    measures 192 GB/s all-reduce bus bandwidth between DGX A100s of 8 x 200 Gb/s NICs, NVIDIA/nccl#812)."""
+    span = group_span(dims, degrees, order)
+    if fits_in_node(span, device):
+        return device.intra_node_bandwidth, device.intra_node_latency
+    stride = span // prod(degrees.get(d, 1) for d in dims)
+    members_per_node = max(1, device.devices_per_node // stride)
+    return (min(device.intra_node_bandwidth, members_per_node * device.inter_node_bandwidth),
+            device.inter_node_latency)
+
+
 # The links of the groups every layer shape asks about, cached per degrees.
 @lru_cache(maxsize=1024)
 def tp_link(cluster: ClusterSpec, tp: int) -> tuple[float, float]:
@@ -164,6 +180,6 @@ def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degree
                                  core_backward)
 
 
-__all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "fits_in_node", "link", "tp_link", "cp_link", "ep_link",
+__all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "fits_in_node", "link", "ring_link", "tp_link", "cp_link", "ep_link",
            "all_reduce_seconds", "reduce_scatter_seconds", "all_gather_seconds", "all_to_all_seconds", "p2p_seconds",
            "cp_bytes", "cp_comm_seconds", "CP_COMM_TIME"]

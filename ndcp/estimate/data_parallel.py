@@ -102,19 +102,33 @@ def host_optimizer_seconds(run: RunSpec, cluster: ClusterSpec, sharded: float) -
     return link + adam
 
 
-def _collectives(run: RunSpec, zero: int, params: float, n: int, link: tuple[float, float]) -> tuple[float, float]:
-    """(gradient sync, parameter gather) of `params` local parameters over an n-rank data-parallel group on `link`
-    (bandwidth, latency), seconds (ZeRO §7.2 volumes: all-reduce 2 Psi; reduce-scatter and all-gather Psi each); none
-    without parameters (a dense model's expert group)."""
-    if n <= 1 or params <= 0:
+class Group(NamedTuple):
+    """A data-parallel group: its ranks and its ring's link (bandwidth bytes/s, latency s)."""
+
+    ranks: int
+    link: tuple[float, float]
+
+
+NO_GROUP = Group(1, (1.0, 0.0))
+
+
+def _collectives(run: RunSpec, zero: int, params: float, units: int, group: Group,
+                 replicas: Group = NO_GROUP) -> tuple[float, float]:
+    """(gradient sync, parameter gather) of `params` local parameters in `units` collectives each over a data-parallel
+    `group`, seconds (ZeRO §7.2 volumes: all-reduce 2 Psi; reduce-scatter and all-gather Psi each; each collective
+    pays its ring's latency); none without parameters (a dense model's expert group). HSDP (`replicas` > 1,
+    docs/formulas.md §7.3): the sharded gradients are then all-reduced over the replicas, the rank's shard of them
+    (FSDP2 HSDP: reduce-scatter, then all-reduce across the replicate dimension)."""
+    if group.ranks * replicas.ranks <= 1 or params <= 0:
         return 0.0, 0.0
-    bandwidth, latency = link
+    n, (bandwidth, latency) = group
     # fp8: the parameters are gathered in FP8 (Megatron --fp8-param-gather; docs/formulas.md §3.1), half the volume
-    grads, weights = params * run.grad_bytes, params * run.param_gather_bytes
+    grads, weights = params * run.grad_bytes / units, params * run.param_gather_bytes / units
+    across = comm.all_reduce_seconds(grads / n, replicas.ranks, *replicas.link)
     if zero == 0:
-        return comm.all_reduce_seconds(grads, n, bandwidth, latency), 0.0
-    return (comm.reduce_scatter_seconds(grads, n, bandwidth, latency),
-            comm.all_gather_seconds(weights, n, bandwidth, latency))
+        return units * (comm.all_reduce_seconds(grads, n, bandwidth, latency) + across), 0.0
+    return (units * (comm.reduce_scatter_seconds(grads, n, bandwidth, latency) + across),
+            units * comm.all_gather_seconds(weights, n, bandwidth, latency))
 
 
 def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
@@ -128,30 +142,37 @@ def data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, st
 
 class _Placement(NamedTuple):
     """Where a strategy's parameters sit, whatever its ZeRO stage: a ZeRO-0 strategy of those degrees, each device
-    stage's parameters and the two data-parallel groups (size, link)."""
+    stage's parameters and the data-parallel groups: the dense parameters' (under HSDP its shard group, and the
+    replicas), the experts'."""
 
     strategy: Strategy
     stages: tuple
-    dense_group: int
-    dense_link: tuple[float, float]
-    expert_group: int
-    expert_link: tuple[float, float]
+    dense: Group
+    replicas: Group
+    expert: Group
     devices: int  # of the whole job
 
 
 @lru_cache(maxsize=16384)
 def _placement(model: ModelSpec, cluster: ClusterSpec, key: PlacementKey) -> _Placement:
     """_Placement, shared by the ZeRO stages (the solver's bounds ask for each of them)."""
-    pp, vpp, layers_per_stage, tp, cp, dp, ep, etp, schedule = key
+    pp, vpp, layers_per_stage, tp, cp, dp, ep, etp, schedule, dp_shard = key
     # the schedule places parameters (a mirrored one holds two stages' worth: their gradients sync too)
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=0, sp=False,
                          schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
-                         layers_per_stage=layers_per_stage, cp_comm="p2p", optimizer_offload=False)
-    edp = expert_data_parallel(s)
-    dense_span = comm.group_span(("cp", "dp"), {"tp": tp, "cp": cp, "dp": dp})
-    expert_span = comm.group_span(("edp",), {"etp": etp, "ep": ep, "edp": edp}, comm.EXPERT_RANK_ORDER)
-    return _Placement(s, stage_parameters(model, s), dp * cp, comm.link(cluster.device, dense_span), edp,
-                      comm.link(cluster.device, expert_span), s.devices)
+                         layers_per_stage=layers_per_stage, cp_comm="p2p", optimizer_offload=False, dp_shard=dp_shard)
+    edp, device = expert_data_parallel(s), cluster.device
+    # HSDP's mesh (torchtitan ParallelDims: dp_replicate outside dp_shard outside cp): the shard group is consecutive
+    shard, replicas = s.shard_ranks, s.dp_replicate
+    degrees = {"tp": tp, "cp": cp, "dp": shard, "replicas": replicas}
+    dense = Group(shard * cp, comm.ring_link(device, ("cp", "dp"), degrees, HSDP_RANK_ORDER))
+    across = Group(replicas, comm.ring_link(device, ("replicas",), degrees, HSDP_RANK_ORDER))
+    expert = Group(edp, comm.ring_link(device, ("edp",), {"etp": etp, "ep": ep, "edp": edp}, comm.EXPERT_RANK_ORDER))
+    return _Placement(s, stage_parameters(model, s), dense, across, expert, s.devices)
+
+
+# the data-parallel ranks split into HSDP's shard group (inner) and its replicas (outer); without HSDP one replica
+HSDP_RANK_ORDER = ("tp", "cp", "dp", "replicas", "pp")
 
 
 @lru_cache(maxsize=65536)
@@ -162,8 +183,11 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
     sync = data_parallel_sync(run, zero, placement.pp)
     out = []
     for params in place.stages if stages is None else (place.stages[i] for i in stages):
-        dense = _collectives(run, zero, params.dense, place.dense_group, place.dense_link)
-        expert = _collectives(run, zero, params.expert, place.expert_group, place.expert_link)
+        # ZeRO-3 gathers and reduces per layer (FSDP2 fully_shard per transformer block, torchtitan apply_fsdp;
+        # DeepSpeed ZeRO-3 per module): one collective per layer, each with its latency; else one per stage
+        units = max(params.layers, 1) if zero >= 3 else 1
+        dense = _collectives(run, zero, params.dense, units, place.dense, place.replicas)
+        expert = _collectives(run, zero, params.expert, units, place.expert)
         gradients, gather = dense[0] + expert[0], dense[1] + expert[1]
         sharded = optimizer_shard(sharding, params)
         fixed = step_cost_seconds(run, cluster, params.dense + params.expert, place.devices)

@@ -113,12 +113,14 @@ class PlacementKey(NamedTuple):
     """Expert tensor-parallel degree."""
     schedule: str
     """The pipeline schedule's name ("": the default for vpp); a mirrored schedule holds two stages' worth."""
+    dp_shard: int = 0
+    """HSDP's shard ranks among the data-parallel ones (Strategy.dp_shard; 0: all of them)."""
 
     @classmethod
     def of(cls, strategy) -> "PlacementKey":
         """A Strategy's placement."""
         s = strategy
-        return cls(s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp, s.schedule)
+        return cls(s.pp, s.vpp, s.layers_per_stage, s.tp, s.cp, s.dp, s.ep, s.etp, s.schedule, s.dp_shard)
 
 
 __all__ = ["Degrees", "LayerKey", "StageKey", "PlacementKey"]

@@ -27,7 +27,7 @@ from .trainers import data_parallel_sync, trainer_behaviour
 from .data_parallel import host_optimizer_bytes_per_parameter
 from .fp8 import weight_copy_bytes_per_parameter
 from .keys import Degrees
-from .parameters import StageParameters, expert_data_parallel, optimizer_shard, stage_parameters
+from .parameters import StageParameters, dense_shard_ranks, expert_data_parallel, optimizer_shard, stage_parameters
 
 
 def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, float]:
@@ -57,7 +57,7 @@ def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters)
     gathered past one layer (from forward to backward, or over the step: torchtitan with PP) held unsharded in the
     compute dtype, counted with the parameters; ZeRO-2/3 gradients accumulated unsharded and reduced once per step,
     a full gradient buffer besides the shard, counted with the gradients."""
-    dense = state_bytes_per_param(run, strategy.zero, strategy.dp * strategy.cp)
+    dense = state_bytes_per_param(run, strategy.zero, dense_shard_ranks(strategy))
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
     out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
     # fp8: Transformer Engine's FP8 weight copies (and transposes) of the linear layers, unsharded, next to the BF16

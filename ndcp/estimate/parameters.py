@@ -24,12 +24,18 @@ def expert_data_parallel(strategy: Strategy) -> int:
     return max(1, strategy.dp * strategy.cp * strategy.tp // (strategy.ep * strategy.etp))
 
 
+def dense_shard_ranks(strategy: Strategy) -> int:
+    """Ranks ZeRO shards the dense parameters' states over: the DP x CP ranks (HSDP: the dp_shard x CP ranks of a
+    replica)."""
+    return strategy.shard_ranks * strategy.cp
+
+
 def optimizer_shard(strategy: Strategy, params: StageParameters) -> float:
-    """Parameters whose optimizer step this device runs: with ZeRO >= 1 its shard (dense over the DP x CP ranks,
+    """Parameters whose optimizer step this device runs: with ZeRO >= 1 its shard (dense over dense_shard_ranks,
     experts over the expert-data-parallel ranks), else every parameter of its stage."""
     if strategy.zero == 0:
         return params.dense + params.expert
-    return params.dense / (strategy.dp * strategy.cp) + params.expert / expert_data_parallel(strategy)
+    return params.dense / dense_shard_ranks(strategy) + params.expert / expert_data_parallel(strategy)
 
 
 def _encoder_parameters(model: ModelSpec, tp: int) -> tuple[float, float]:

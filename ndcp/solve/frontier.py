@@ -89,7 +89,7 @@ def _space_at(space: SearchSpace, cap: int) -> SearchSpace:
 class _Solver:
     def __init__(self, space: SearchSpace, strategy: Strategy, seconds: float, seed: int, workers: int):
         layout = Layout(strategy.tp, strategy.pp, strategy.cp, strategy.dp, strategy.ep, strategy.etp, strategy.vpp,
-                        strategy.cp_comm, strategy.schedule, strategy.optimizer_offload)
+                        strategy.cp_comm, strategy.schedule, strategy.optimizer_offload, strategy.dp_shard)
         self.space, self.seconds, self.seed, self.workers = space, seconds, seed, workers
         self.model = PlanModel(space, layout, strategy.mbs, strategy.mbn, strategy.sp,
                                tuple(space.inner_choices(strategy.tp)[2]),

@@ -191,7 +191,8 @@ def _degree_key(strategy) -> tuple:
     """Strategies that differ only in their recompute plan, partition or ZeRO stage share one ranking entry (the
     schedule is part of the item, as the exhaustive oracle ranks it)."""
     s = strategy
-    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm, s.schedule, s.optimizer_offload)
+    return (s.tp, s.pp, s.cp, s.dp, s.ep, s.etp, s.vpp, s.mbs, s.mbn, s.sp, s.cp_comm, s.schedule, s.optimizer_offload,
+            s.dp_shard)
 
 
 class _Verify(NamedTuple):

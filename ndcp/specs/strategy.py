@@ -69,6 +69,10 @@ class Strategy:
     # optimizer states (master weights, moments) in host memory, the optimizer step on the host (Megatron
     # --optimizer-cpu-offload; docs/formulas.md §6.1)
     optimizer_offload: bool = False
+    # HSDP (torchtitan dp_shard x dp_replicate, FSDP2 on a 2-D device mesh; docs/formulas.md §7.3): ZeRO-3 shards over
+    # the dp_shard x cp ranks of a replica and replicates over dp / dp_shard replicas; 0 (the default, and what
+    # dp_shard = dp is stored as): shard over all the data-parallel ranks (plain FSDP / ZeRO)
+    dp_shard: int = 0
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn"):
@@ -80,6 +84,9 @@ class Strategy:
                 "a schedule name")
         require(self.cp_comm in CP_COMM_TYPES, "cp_comm", self.cp_comm, "valid: " + ", ".join(CP_COMM_TYPES))
         require(isinstance(self.optimizer_offload, bool), "optimizer_offload", self.optimizer_offload, "true or false")
+        non_negative_int("dp_shard", self.dp_shard)
+        if self.dp_shard == self.dp:  # one spelling of plain FSDP, so equal strategies compare and hash equal
+            object.__setattr__(self, "dp_shard", 0)
         for i, n in enumerate(self.layers_per_stage):
             non_negative_int(f"layers_per_stage[{i}]", n)  # a chunk may hold only the embedding or the loss
         if self.layers_per_stage:
@@ -100,6 +107,16 @@ class Strategy:
     @property
     def devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def shard_ranks(self) -> int:
+        """Data-parallel ranks ZeRO shards the dense parameters' states over: dp_shard (HSDP) or all dp ranks."""
+        return self.dp_shard or self.dp
+
+    @property
+    def dp_replicate(self) -> int:
+        """HSDP replicas (torchtitan data_parallel_replicate_degree under FSDP2): dp / dp_shard; 1 without HSDP."""
+        return self.dp // self.shard_ranks
 
     @property
     def global_batch(self) -> int:
@@ -131,6 +148,8 @@ class Strategy:
         out = {k: getattr(self, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero", "sp")}
         out.update(recompute=recompute, schedule=self.schedule, cp_comm=self.cp_comm,
                    optimizer_offload=self.optimizer_offload)
+        if self.dp_shard:
+            out["dp_shard"] = self.dp_shard
         if self.layers_per_stage:
             out["layers_per_stage"] = list(self.layers_per_stage)
         return out
@@ -139,7 +158,7 @@ class Strategy:
         """A hashable identity used to deduplicate and order strategies deterministically."""
         return (self.tp, self.pp, self.cp, self.ep, self.etp, self.vpp, self.dp, self.mbs, self.mbn, self.zero,
                 self.sp, self.schedule, self.recompute.key(), self.layers_per_stage, self.cp_comm,
-                self.optimizer_offload)
+                self.optimizer_offload, self.dp_shard)
 
 
 __all__ = ["accounted_partition", "default_partition", "Strategy", "CP_COMM_TYPES", "cp_a2a_size",

@@ -19,7 +19,7 @@ from .recompute import option_for_modules
 from .strategy import RECOMPUTE_MODES, RecomputePlan, StageRecompute, default_partition
 
 # -- strategy values ---------------------------------------------------------------------------------------------
-STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
+STRATEGY_INT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "mbn", "zero", "dp_shard", "dp_replicate")
 # Pipeline layout keys (specs/pipeline_layout.py), resolved into layers_per_stage by resolve_layout.
 LAYOUT_KEYS = ("layout", "first_stage_layers", "last_stage_layers")
 OFFLOAD_CHOICES = ("none", "activations", "optimizer", "activations+optimizer")
@@ -275,6 +275,7 @@ def derive_batch_split(cluster: ClusterSpec, run: RunSpec, v: dict[str, Any]) ->
                             f"--gpus {n}, so dp cannot take the rest; valid tp*pp*cp: "
                             f"{', '.join(map(str, divisors(n)))}")
         v["dp"] = n // model_parallel
+    _resolve_replicas(v)
     if "mbn" not in v:
         per_microbatch = v["dp"] * v["mbs"]
         if run.global_batch % per_microbatch:
@@ -283,6 +284,17 @@ def derive_batch_split(cluster: ClusterSpec, run: RunSpec, v: dict[str, Any]) ->
                             f"the global batch {run.global_batch}, so mbn cannot take the rest; valid mbs: "
                             f"{', '.join(map(str, valid_mbs)) or 'none (dp does not divide the global batch)'}")
         v["mbn"] = run.global_batch // per_microbatch
+
+
+def _resolve_replicas(v: dict[str, Any]) -> None:
+    """HSDP given as replicas (dp_replicate=R, Megatron --num-distributed-optimizer-instances): dp_shard = dp / R."""
+    if "dp_replicate" not in v:
+        return
+    replicas, dp = v.pop("dp_replicate"), v["dp"]
+    if dp % replicas or v.get("dp_shard", dp // replicas) * replicas != dp:
+        raise SpecError(f"dp_replicate={replicas} is not valid: dp_shard x dp_replicate must be dp = {dp}; valid "
+                        f"dp_replicate: {', '.join(map(str, divisors(dp)))}")
+    v["dp_shard"] = dp // replicas
 
 
 __all__ = ["parse_strategy_string", "load_strategy_file", "STRATEGY_KEYS", "STRATEGY_INT_KEYS", "DEFAULT_ONE",

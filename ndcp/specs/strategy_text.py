@@ -10,7 +10,7 @@ from typing import Sequence
 from .strategy import Strategy
 
 # The search report's degrees (ndcp search --quiet, nearest misses, ndcp recompute's header): the default.
-SEARCH_FIELDS = ("tp", "pp", "cp", "cp_comm", "dp", "ep", "etp", "vpp", "schedule", "mbs", "mbn", "zero",
+SEARCH_FIELDS = ("tp", "pp", "cp", "cp_comm", "dp", "dp_shard", "ep", "etp", "vpp", "schedule", "mbs", "mbn", "zero",
                  "optimizer_offload", "sp", "recompute")
 # Plot labels: strategy_text(s, PLOT_FIELDS, compact=True, experts_if_used=True, above_one=("vpp",)).
 PLOT_FIELDS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "schedule", "mbs", "zero", "optimizer_offload", "sp",
@@ -20,7 +20,7 @@ _IMPLIED_SCHEDULES = ("1f1b", "interleaved")
 # Infeasibility explanations (solve/explain.py): strategy_text(s, EXPLAIN_FIELDS).
 EXPLAIN_FIELDS = ("tp", "pp", "cp", "dp", "ep", "vpp", "mbs", "zero", "sp", "recompute")
 # Validation tables (validation/compare.py): strategy_text(s, VALIDATION_FIELDS, compact=True, above_one=("cp", "ep", "vpp")).
-VALIDATION_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute")
+VALIDATION_FIELDS = ("tp", "pp", "dp", "dp_shard", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute")
 
 _EXPERT_FIELDS = ("ep", "etp")
 
@@ -58,6 +58,8 @@ def _word(s: Strategy, name: str, compact: bool) -> str:
         return "" if not s.optimizer_offload else ("opt-host" if compact else "offload=optimizer")
     if name == "cp_comm":  # only where context parallelism runs
         return "" if s.cp <= 1 else f"cp_comm={s.cp_comm}"
+    if name == "dp_shard":  # only under HSDP (0: sharded over all dp ranks)
+        return "" if not s.dp_shard else (f"shard{s.dp_shard}" if compact else f"dp_shard={s.dp_shard}")
     value = getattr(s, name)
     if compact:
         return f"{'z' if name == 'zero' else name}{value}"

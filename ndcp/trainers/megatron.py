@@ -118,6 +118,8 @@ def _data_parallel(run: RunSpec, s: Strategy, notes: list[str]) -> list[str]:
     elif s.zero >= 2:
         flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", ZERO_SHARDING[s.zero],
                   "--ckpt-format", "fsdp_dtensor", "--overlap-param-gather"]
+    if s.dp_shard:  # HSDP: Megatron FSDP sharded inside each of R instances, replicated across them
+        flags += ["--num-distributed-optimizer-instances", str(s.dp_replicate)]
     if run.grad_sync != "trainer" or run.param_gather != "trainer":
         notes.append(f"--grad-sync {run.grad_sync} / --param-gather {run.param_gather} have no Megatron flag: "
                      "Megatron runs its own schedule for the ZeRO stage (plan with trainer)")
@@ -293,6 +295,12 @@ def read(text: str, model: ModelSpec) -> dict:
         v["cp_comm"] = a.cp_comm_type[0]
     v["zero"] = ({"optim_grads": 2, "optim_grads_params": 3}.get(a.data_parallel_sharding_strategy, 1)
                  if a.use_megatron_fsdp else 1 if a.use_distributed_optimizer else 0)
+    instances = a.num_distributed_optimizer_instances or 1
+    if instances > 1 and v["zero"] != 3:
+        raise read_error("megatron", f"--num-distributed-optimizer-instances {instances}: ndcp models HSDP under "
+                                     "Megatron FSDP optim_grads_params only")
+    if instances > 1:
+        v["dp_replicate"] = instances  # dp_shard = dp / instances once dp is known (derive_batch_split)
     if a.optimizer_cpu_offload:
         fraction = 1.0 if a.optimizer_offload_fraction is None else a.optimizer_offload_fraction
         if fraction != 1.0:

@@ -44,6 +44,10 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
         notes.append(f"MindFormers' optimizer parallelism shards weights, gradients and optimizer states together: "
                      f"ZeRO-{s.zero} emitted as ZeRO-3, which shards more")
         s = s.with_zero(3)
+    if s.dp_shard:  # parallel_optimizer.optimizer_weight_shard_size would shard over a subgroup: not read or emitted
+        notes.append(f"HSDP (dp_shard {s.dp_shard}) is not emitted for MindFormers: its optimizer parallelism shards "
+                     f"over all {s.dp} data-parallel ranks, which shards more")
+        s = s.with_(dp_shard=0)
     plans = stage_plans(model, s)
     foreign = used_options(plans) - set(TRAINER.recompute_options)
     if foreign:  # e.g. Korthikanti's selective (the attention core) or Megatron's recompute modules

@@ -162,8 +162,8 @@ def arguments(model: ModelSpec, run: RunSpec, strategy: Strategy, notes: list[st
     s, notes = strategy, notes if notes is not None else []
     module, config = _module_config(model, run, notes)
     out = ["--module", module, "--config", config,
-           "--parallelism.data-parallel-replicate-degree", str(s.dp if runs_ddp(s) else 1),
-           "--parallelism.data-parallel-shard-degree", str(1 if runs_ddp(s) else s.dp),
+           "--parallelism.data-parallel-replicate-degree", str(s.dp if runs_ddp(s) else s.dp_replicate),
+           "--parallelism.data-parallel-shard-degree", str(1 if runs_ddp(s) else s.shard_ranks),
            "--parallelism.tensor-parallel-degree", str(s.tp),
            "--parallelism.pipeline-parallel-degree", str(s.pp),
            "--parallelism.context-parallel-degree", str(s.cp)]
@@ -261,10 +261,11 @@ def read(text: str, model: ModelSpec) -> dict:
 
     replicate, shard = value("--parallelism.data-parallel-replicate-degree"), value(
         "--parallelism.data-parallel-shard-degree")
-    if replicate > 1 and shard != 1:
-        raise read_error("torchtitan", "HSDP (replicate and shard degrees both > 1) shards over part of the data-"
-                         "parallel ranks; ndcp models sharding over all of them (FSDP) or none (DDP)")
-    v = {"tp": value("--parallelism.tensor-parallel-degree"), "pp": value("--parallelism.pipeline-parallel-degree"),
+    if replicate > 1 and shard < 1:
+        raise read_error("torchtitan", f"HSDP with a replicate degree of {replicate}: give "
+                         "--parallelism.data-parallel-shard-degree (ndcp reads no leftover shard degree)")
+    v = {"dp_shard": shard} if replicate > 1 and shard > 1 else {}  # HSDP: FSDP2 over a 2-D mesh
+    v |= {"tp": value("--parallelism.tensor-parallel-degree"), "pp": value("--parallelism.pipeline-parallel-degree"),
          "cp": value("--parallelism.context-parallel-degree"),
          "ep": value("--parallelism.expert-parallel-degree") if model.moe is not None else 1, "etp": 1,
          "seq_len": value("--training.seq-len"), "global_batch": value("--training.global-batch-size")}

@@ -2,7 +2,8 @@
 import pytest
 
 from ndcp.estimate.communication import (EXPERT_RANK_ORDER, RANK_ORDER, all_gather_seconds, all_reduce_seconds,
-                                         all_to_all_seconds, group_span, link, p2p_seconds, reduce_scatter_seconds)
+                                         all_to_all_seconds, group_span, link, p2p_seconds, reduce_scatter_seconds,
+                                         ring_link)
 from ndcp.specs import device_preset
 
 
@@ -37,3 +38,17 @@ def test_group_in_a_node_uses_nvlink_else_the_nic():
     h100 = device_preset("h100")
     assert link(h100, 8) == (h100.intra_node_bandwidth, h100.intra_node_latency)
     assert link(h100, 16) == (h100.inter_node_bandwidth, h100.inter_node_latency)
+
+
+def test_a_ring_across_nodes_uses_the_nics_of_its_members_on_a_node():
+    # NCCL routes each ring channel through another NIC: a data-parallel group with k ranks on each node crosses
+    # between nodes at k x the per-device NIC bandwidth, up to NVLink (docs/formulas.md §7)
+    h100 = device_preset("h100")
+    nic, nvlink = h100.inter_node_bandwidth, h100.intra_node_bandwidth
+    for tp, members in ((8, 1), (4, 2), (2, 4), (1, 8)):
+        bandwidth, latency = ring_link(h100, ("cp", "dp"), {"tp": tp, "cp": 1, "dp": 16})
+        assert bandwidth == min(nvlink, members * nic) and latency == h100.inter_node_latency
+    assert ring_link(h100, ("cp", "dp"), {"tp": 16, "dp": 4}) == (nic, h100.inter_node_latency)  # one rank per node
+    assert ring_link(h100, ("dp",), {"tp": 2, "dp": 4}) == link(h100, 8)  # inside a node: NVLink
+    narrow = device_preset("h800")  # NVLink 160 GB/s: 8 NICs of 50 GB/s cannot outrun it
+    assert ring_link(narrow, ("dp",), {"dp": 16})[0] == narrow.intra_node_bandwidth

@@ -8,7 +8,7 @@ import pytest
 from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate import communication as comm
 from ndcp.estimate.compute import Gemm, layer_gemms, memory_seconds
-from ndcp.estimate.data_parallel import _collectives
+from ndcp.estimate.data_parallel import Group, _collectives
 from ndcp.estimate.fp8 import cast_bytes_per_element, check_fp8, weight_copy_bytes_per_parameter
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
 from ndcp.estimate.keys import Degrees, LayerKey, StageKey
@@ -143,9 +143,9 @@ def test_bf16_optimizer_states_and_fp8_parameter_gathers():
     assert BF16.optimizer_state_bytes == 12
     assert replace(BF16, optimizer_state_dtype="bf16").optimizer_state_bytes == 8
     assert FP8.param_bytes == FP8.activation_bytes == 2 and FP8.param_gather_bytes == 1
-    link = comm.link(H100, 8)
-    _, gather_bf16 = _collectives(BF16, 3, 1e9, 8, link)
-    _, gather_fp8 = _collectives(FP8, 3, 1e9, 8, link)
+    group = Group(8, comm.link(H100, 8))
+    _, gather_bf16 = _collectives(BF16, 3, 1e9, 1, group)
+    _, gather_fp8 = _collectives(FP8, 3, 1e9, 1, group)
     assert gather_fp8 < 0.51 * gather_bf16
 
 

@@ -49,8 +49,12 @@ def problems(draw):
     schedules = draw(st.sampled_from([DEFAULT_SCHEDULES, tuple(SCHEDULES)]))
     # optimizer offload searched too (its layouts run ZeRO 0/1 only: ZeRO-3 drops out of those items)
     offloads = draw(st.sampled_from([(False,), (False, True)]))
-    return SearchSpace(model, ClusterSpec(device, gpus), run, SpaceOptions(zero_stages=(1, 3), schedules=schedules,
-                                                                          optimizer_offloads=offloads))
+    # HSDP searched too (ZeRO-3 over the ranks of a node, replicated across nodes): nodes of two devices, so that
+    # a few GPUs span several
+    hsdp = draw(st.sampled_from([(False,), (False, True)]))
+    cluster = ClusterSpec(device, gpus).with_overrides(devices_per_node=2) if True in hsdp else ClusterSpec(device, gpus)
+    return SearchSpace(model, cluster, run, SpaceOptions(zero_stages=(1, 3), schedules=schedules,
+                                                         optimizer_offloads=offloads, hsdp=hsdp))
 
 
 def _times(result):

@@ -52,6 +52,9 @@ MEGATRON_CASES = [  # (model, gpus, run, strategy)
      Strategy(dp=4, tp=4, pp=4, mbs=1, mbn=32, sp=True, recompute=SELECTIVE)),
     (LLAMA70, 128, RunSpec(global_batch=128, seq_len=32768),
      Strategy(dp=8, tp=4, cp=4, cp_comm="a2a+p2p", mbs=1, mbn=16, zero=3, sp=True, recompute=FULL)),
+    # HSDP: Megatron FSDP in 8 instances (--num-distributed-optimizer-instances 8) of 8 ranks
+    (LLAMA8, 64, RunSpec(global_batch=128, seq_len=8192),
+     Strategy(dp=64, dp_shard=8, mbs=1, mbn=2, zero=3, recompute=FULL)),
     # the optimizer on the host (--optimizer-cpu-offload), under ZeRO-1 and plain DDP
     (LLAMA70, 64, RunSpec(global_batch=128, seq_len=8192),
      Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=SELECTIVE, optimizer_offload=True)),
@@ -83,11 +86,20 @@ TITAN = RunSpec(global_batch=256, seq_len=8192, trainer="torchtitan")
                        layers_per_stage=(38, 42))),
     (LLAMA70, Strategy(dp=2, tp=4, pp=4, cp=2, vpp=2, schedule="interleaved", mbs=1, mbn=128, zero=3, sp=True,
                        recompute=SELECTIVE)),
+    # HSDP: --parallelism.data-parallel-shard-degree 8 x data-parallel-replicate-degree 8, and with CP
+    (LLAMA8, Strategy(dp=64, dp_shard=8, mbs=2, mbn=2, zero=3, recompute=SELECTIVE)),
+    (LLAMA8, Strategy(dp=32, cp=2, dp_shard=4, mbs=1, mbn=8, zero=3, recompute=FULL)),
 ])
 def test_torchtitan_arguments_read_back_as_the_plan(tmp_path, model, strategy):
     cluster, ran, back = round_trip(tmp_path, "torchtitan", model, 64, TITAN, strategy)
     assert ran == strategy and back == strategy
     same_estimate(model, cluster, TITAN, strategy, back)
+
+
+def test_torchtitan_hsdp_arguments_name_both_degrees():
+    text = emit("torchtitan", LLAMA8, TITAN, Strategy(dp=64, dp_shard=8, mbs=2, mbn=2, zero=3)).text
+    assert "--parallelism.data-parallel-replicate-degree 8" in text
+    assert "--parallelism.data-parallel-shard-degree 8" in text
 
 
 def test_torchtitan_reads_back_the_nearest_plan_it_runs(tmp_path):
