@@ -9,7 +9,7 @@ from __future__ import annotations
 import yaml
 
 from ..estimate.layout import partition
-from ..specs.library import parse_yaml
+from ..specs.files import parse_yaml
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy

@@ -50,6 +50,7 @@ from ..specs.run import MFU_CONVENTIONS, RunSpec
 from ..specs.strategy import RecomputePlan, Strategy, accounted_partition, default_partition
 from ..specs.units import GIB
 from ..trainers import trainer_named
+from .shape import check_runs_document
 from .values import as_bool, as_fraction, as_number, int_or, is_null, read_text
 
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
@@ -356,8 +357,7 @@ def _unknown_peaks(data: dict) -> frozenset[str]:
 
 def _yaml_rows(path: Path) -> list[tuple[str, Any]]:
     data = parse_yaml(read_text(path), str(path))
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise SpecError(f"{path}: expected a mapping with a `runs:` list")
+    check_runs_document(data, path)
     unknown = _unknown_peaks(data)
     return [(str(entry.get("id", f"run{i}")), lambda entry=entry: _yaml_row(entry, unknown))
             for i, entry in enumerate(data["runs"])]
