@@ -6,7 +6,7 @@ write: ...` line, exit 2, and what is left in the buffer is thrown away (stdout 
 interpreter's own flush at exit fails no second time. Under PYTHONIOENCODING=ascii, LC_ALL=C (Python without its
 UTF-8 mode) or a Latin-1 terminal, text the encoding cannot hold (the µ of "µs", ×, ≤, an arrow) is written with
 ASCII stand-ins (u, x, <=, ->), and any other such character as `?`. A closed pipe stays BrokenPipeError (main:
-exit 0).
+exit 0; docs/files.md §4).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-from ..report.output import write_output
+from ..report.output import check_writable, write_output
 from ..options import SPACE_OPTIONS, int32, positive_int, positive_seconds
 from ..policy import build_problem, build_space_options, trainer_method
 from ..specs.fields import SpecError
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--ray-address needs --executor ray")
     jobs = build_jobs(args)
     if args.jsonl:
+        check_writable(args.jsonl, "--jsonl")  # a FIFO no one reads: refused, not waited on
         append_answers(args.jsonl, [])  # an unwritable log fails now, not after the first search
     answers = {}
     if args.resume:

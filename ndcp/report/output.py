@@ -4,14 +4,16 @@ A file is written whole or not at all: the content goes to a temporary file in t
 to the disk (fsync) and renamed over the target (os.replace, atomic on POSIX file systems), so a full disk or a
 Ctrl-C leaves the old file as it was. Inside `all_or_nothing()` (the command line runs every command in one) the
 renames wait until the block ends without an exception: a command's several outputs appear together, after its
-result is final, or none of them does. A target that exists and is not a regular file (/dev/null, /dev/full, a FIFO,
-/dev/stdout) is written in place: there is nothing to rename over.
+result is final, or none of them does. A target that exists and is not a regular file (/dev/null, /dev/full, a FIFO)
+or names a descriptor (/dev/stdout) is written in place: there is nothing to rename over; a FIFO no one reads is
+refused, not waited on.
 
-A path that cannot be written is the user's to fix: a SpecError naming the option, the path and why.
+A path that cannot be written is the user's to fix: a SpecError naming the option, the path and why (docs/files.md §3).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -43,13 +45,12 @@ def write_output(content: str | bytes, path: str | Path, option: str) -> None:
         _write_stdout(content)
         return
     try:
-        target = Path(os.path.realpath(Path(path).expanduser()))  # a symbolic link: its file is replaced
-        status = _status(target)
-        if status is not None and not stat.S_ISREG(status.st_mode):
-            if stat.S_ISDIR(status.st_mode):
-                raise IsADirectoryError(21, "Is a directory")
-            _write_in_place(data, target)
+        given = Path(path).expanduser()
+        status = _status(given)
+        if status is not None and _in_place(given, status):
+            _write_in_place(data, given, status)
             return
+        target = Path(os.path.realpath(given))  # a symbolic link: its file is replaced, the link kept
         staged = _Staged(_write_temporary(data, target, status), target, option)
     except (OSError, ValueError) as error:  # ValueError: a path with an embedded NUL
         raise _cannot_write(option, path, error) from None
@@ -96,8 +97,41 @@ def _status(target: Path) -> os.stat_result | None:
         return None
 
 
-def _write_in_place(data: bytes, target: Path) -> None:
-    with open(target, "wb") as stream:
+def check_writable(path: str | Path, option: str) -> None:
+    """Raise the SpecError write_output would for a target that is not a regular file and cannot be opened now
+    (a directory; a FIFO no one reads, which would block the writer)."""
+    try:
+        given = Path(path).expanduser()
+        status = _status(given)
+        if status is not None and _in_place(given, status):
+            os.close(_open_in_place(given, status))
+    except (OSError, ValueError) as error:
+        raise _cannot_write(option, path, error) from None
+
+
+def _in_place(given: Path, status: os.stat_result) -> bool:
+    """Whether `given` is written in place: not a regular file, or a name for a descriptor (/dev/stdout, /dev/fd/3,
+    /proc/self/fd/1: the file behind it is the shell's, its name no place to rename to)."""
+    return not stat.S_ISREG(status.st_mode) or given.absolute().parts[1:2] in (("dev",), ("proc",))
+
+
+def _open_in_place(target: Path, status: os.stat_result) -> int:
+    """A descriptor writing to the device, FIFO or pipe `target`; opened non-blocking, so a FIFO without a reader
+    fails (ENXIO) instead of waiting for one, then blocking for the writes."""
+    if stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    try:
+        descriptor = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ENXIO and stat.S_ISFIFO(status.st_mode):
+            raise OSError(errno.ENXIO, "a FIFO that no process reads") from None
+        raise
+    os.set_blocking(descriptor, True)
+    return descriptor
+
+
+def _write_in_place(data: bytes, target: Path, status: os.stat_result) -> None:
+    with os.fdopen(_open_in_place(target, status), "wb") as stream:
         stream.write(data)
 
 
@@ -158,4 +192,4 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
 
 
-__all__ = ["write_output", "all_or_nothing", "printable", "STDOUT"]
+__all__ = ["write_output", "all_or_nothing", "check_writable", "printable", "STDOUT"]

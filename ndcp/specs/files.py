@@ -3,8 +3,8 @@ Hugging Face configs, device files, strategy files, trainer configurations, meas
 
 A file is read only when it is a regular file no larger than its cap: a FIFO, a character device (/dev/zero,
 /dev/urandom) or a directory is refused before it is opened (os.stat), and the file is opened non-blocking, so a
-FIFO swapped in between the check and the open cannot block either. The caps are far above any real input (the
-largest Hugging Face config.json is under 100 KiB; examples/published_runs.yaml under 1 MiB):
+FIFO swapped in between the check and the open cannot block either. The caps (docs/files.md §1) are far above any
+real input (the largest Hugging Face config.json is under 100 KiB; examples/published_runs.yaml under 1 MiB):
 
 - SPEC_CAP, 16 MiB: model specs, Hugging Face configs, device files, strategy files, trainer configurations;
 - RUNS_CAP, 64 MiB: measured-runs YAML and CSV files (ndcp validate / calibrate).
@@ -12,7 +12,7 @@ largest Hugging Face config.json is under 100 KiB; examples/published_runs.yaml 
 YAML is read with PyYAML's safe loader (no python tags), and its aliases are expanded only up to YAML_NODE_BUDGET
 nodes: an alias bomb (`a: &a [x, x]; b: &b [*a, *a]; ...`) composes into a small graph that any later walk would
 expand exponentially, so the composed document's expanded size is counted first and a document over the budget is
-refused (a self-referencing alias too). Every failure is one SpecError line.
+refused (a self-referencing alias too; docs/files.md §2). Every failure is one SpecError line.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _check_kind(status: os.stat_result, cap: int) -> None:
 
 
 def _too_large(cap: int) -> str:
-    return f"larger than {cap // MIB} MiB, the most ndcp reads (docs/spec-format.md)"
+    return f"larger than {cap // MIB} MiB, the most ndcp reads (docs/files.md §1)"
 
 
 def _read_bounded(path: Path, cap: int) -> bytes:

@@ -30,8 +30,6 @@ Rules for fields a row leaves open (each use is recorded in the row's `assumptio
 """
 from __future__ import annotations
 
-import csv
-import io
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,7 +48,7 @@ from ..specs.run import MFU_CONVENTIONS, RunSpec
 from ..specs.strategy import RecomputePlan, Strategy, accounted_partition, default_partition
 from ..specs.units import GIB
 from ..trainers import trainer_named
-from .shape import check_runs_document
+from .shape import check_runs_document, csv_records
 from .values import as_bool, as_fraction, as_number, int_or, is_null, read_text
 
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
@@ -403,12 +401,11 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
 
 
 def _csv_rows(path: Path) -> list[tuple[str, Any]]:
-    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
-    missing = [c for c in CSV_REQUIRED if c not in (reader.fieldnames or ())]
+    header, records = csv_records(read_text(path), path)
+    missing = [c for c in CSV_REQUIRED if c not in header]
     if missing:
         raise SpecError(f"{path}: the header lacks the column(s) {', '.join(missing)}; a runs CSV needs "
                         f"{', '.join(CSV_REQUIRED)}")
-    records = list(reader)
     return [(record.get("id") or f"row{i + 1}", lambda i=i, record=record: _csv_row(i, record, path.parent))
             for i, record in enumerate(records)]
 

@@ -1,8 +1,11 @@
-"""The shape of a published-runs YAML (docs/calibration.md), checked before any row is read: a `runs:` list of
-mappings whose sections are mappings, and a `hardware:` list of mappings. A file of another shape is one user error
-naming the place (`runs[0].model: expected a mapping, got int 5`), never an AttributeError in the reader."""
+"""The shape of a measured-runs file, checked before any row is read. A published-runs YAML (docs/calibration.md):
+a `runs:` list of mappings whose sections are mappings, and a `hardware:` list of mappings; a CSV: what the csv module
+reads. A file of another shape is one user error naming the place (`runs[0].model: expected a mapping of model
+fields, got int 5`), never an AttributeError in the reader."""
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,16 @@ def check_runs_document(data: Any, path: Path) -> None:
             _require_mapping(entry["peak_tflops"], f"{path}: hardware[{i}].peak_tflops", "a mapping of peak figures")
 
 
+def csv_records(text: str, path: Path) -> tuple[tuple[str, ...], list[dict]]:
+    """(the header, a mapping per row) of a runs CSV; what the csv module cannot read (a field over its 128 KiB
+    limit, a NUL byte) is a SpecError."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        return tuple(reader.fieldnames or ()), list(reader)
+    except csv.Error as error:
+        raise SpecError(f"{path}: not a readable CSV at line {reader.line_num}: {error}") from None
+
+
 def _require_mapping(value: Any, where: str, expected: str) -> None:
     if not isinstance(value, dict):
         raise SpecError(f"{where}: expected {expected}, got {_kind(value)}")
@@ -41,4 +54,4 @@ def _kind(value: Any) -> str:
     return "null" if value is None else f"{type(value).__name__} {show(value)}"
 
 
-__all__ = ["check_runs_document", "RUN_SECTIONS"]
+__all__ = ["check_runs_document", "csv_records", "RUN_SECTIONS"]
