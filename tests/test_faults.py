@@ -250,6 +250,32 @@ def test_a_device_as_the_output_is_written_in_place(capsys):
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)  # /dev/null is still the device, not a renamed file
 
 
+def test_a_fifo_no_one_reads_is_refused_as_an_output(capsys, tmp_path, no_hang):
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    code, out, err = run(capsys, "search", *TINY, "--quiet", "--json", fifo)
+    assert_one_line_error(code, out, err, "--json", "a FIFO that no process reads")
+
+
+@pytest.mark.parametrize("journal, words", [("fifo", "a FIFO that no process reads"),
+                                            ("/dev/full", "is a character device, not a regular file")])
+def test_a_journal_that_is_no_file_is_refused_on_resume(capsys, tmp_path, no_hang, journal, words):
+    if journal == "fifo":
+        journal = tmp_path / "sweep.jsonl"
+        os.mkfifo(journal)
+    code, out, err = run(capsys, "sweep", *TINY, "--tokens", "1T", "--jsonl", journal, "--resume", "--workers", "1")
+    assert_one_line_error(code, out, err, "--jsonl", words)
+
+
+def test_a_symbolic_link_keeps_pointing_at_the_new_file(capsys, tmp_path):
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old\n")
+    link.symlink_to(real.name)
+    code, out, err = run(capsys, "search", *TINY, "--quiet", "--json", link)
+    assert code == 0, err
+    assert link.is_symlink() and json.loads(real.read_text())["status"] == "optimal"
+
+
 def test_a_full_stdout_is_a_user_error():
     with open("/dev/full", "w") as full:
         done = ndcp_process("search", *TINY, stdout=full)

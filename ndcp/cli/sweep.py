@@ -78,7 +78,8 @@ def register(subparsers) -> None:
                        help="reuse the answers in --jsonl PATH for the same problems; search only the rest")
     group.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no table")
     group.add_argument("--plot", metavar="PATH", type=output_path,
-                       help="plot time to train and cost against GPUs, the knee marked (.png or .svg; needs matplotlib)")
+                       help="plot time to train and cost against GPUs, the knee marked (.png or .svg; needs "
+                            "matplotlib)")
     # The search space of each point: everything `ndcp search` searches by default (--recompute is its own).
     parser.set_defaults(func=run, **{o.name: o.unset for o in SPACE_OPTIONS if o.name != "recompute"})
 

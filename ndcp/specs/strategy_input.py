@@ -131,7 +131,7 @@ def load_strategy_file(path: str) -> dict[str, Any]:
     """A YAML (or JSON) strategy: the --strategy keys plus `layers_per_stage` and a per-stage `recompute`. A document
     with a top-level `strategy` mapping (an `ndcp estimate --json` output) is read from that mapping."""
     where = f"--strategy-file {path}"
-    data = parse_yaml(read_text(path, where, "the strategy"), where)  # YAML errors, nesting too deep, 4300+-digit integers -> SpecError
+    data = parse_yaml(read_text(path, where, "the strategy"), where)  # every read or YAML failure -> SpecError
     if isinstance(data, dict) and isinstance(data.get("strategy"), dict):
         data = data["strategy"]
     if not isinstance(data, dict):
