@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Fuzz the real `ndcp` CLI: model YAMLs, Hugging Face config.json files, strategy files and CLI arguments.
+"""Fuzz the real `ndcp` CLI: model YAMLs, Hugging Face config.json files, strategy files and CLI arguments, and the
+fault categories of scripts/fuzz_faults.py (hostile files, FIFOs, devices, alias bombs, hostile runs files, escape
+sequences in names, a full disk, encodings without µ).
 
 Every case must end in exit 2 with ONE `ndcp: error: ...` line on stderr (no traceback), or a valid result (exit 0/1);
 never exit 3 (internal error), never a traceback, never a hang. Cases run in-process through `ndcp.cli.main` with a
 per-case wall-clock guard (SIGALRM), plus a few true subprocess runs (`python -m ndcp`).
 
-Usage: PYTHONPATH=. python scripts/fuzz_cli.py [--cases 1000] [--subprocess 50] [--seed 0] [--guard 20] [--show 5]
+Usage: PYTHONPATH=. python scripts/fuzz_cli.py [--cases 1000] [--subprocess 50] [--faults 200] [--seed 0]
+    [--guard 20] [--show 5]
 Exit status: 0 when every case behaved, 1 otherwise.
 """
 from __future__ import annotations
@@ -27,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fuzz_faults  # noqa: E402 - scripts/ is no package
 
 # -- nasty values ------------------------------------------------------------------------------------------------
 NASTY = [0, -1, 1, 2, 3, 7, 2**31, 2**63, 2**70, 10**30, 1e30, -1e30, 1e308, 0.5, -0.0, float("nan"), float("inf"),
@@ -275,17 +280,20 @@ def run_in_process(argv: list[str], guard: float) -> tuple[int | str, str, str, 
     return code, out.getvalue(), err.getvalue(), time.perf_counter() - t0
 
 
-def run_subprocess(argv: list[str], guard: float) -> tuple[int | str, str, str, float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def run_subprocess(argv: list[str], guard: float, env: dict | None = None,
+                   stdout: str | None = None) -> tuple[int | str, str, str, float]:
+    """As run_in_process, in a process of its own: `env` over this one's, stdout opened on `stdout` if given."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     t0 = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "ndcp", *argv], capture_output=True, timeout=guard, env=env,
-                              cwd=ROOT)
+        with open(stdout, "wb") if stdout else contextlib.nullcontext(subprocess.PIPE) as out:
+            done = subprocess.run([sys.executable, "-m", "ndcp", *argv], stdout=out, stderr=subprocess.PIPE,
+                                  timeout=guard, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return "timeout", "", "", time.perf_counter() - t0
     except ValueError as error:  # e.g. an embedded NUL the OS cannot pass as an argument
         return "skipped", "", str(error), 0.0
-    return (done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"),
+    return (done.returncode, (done.stdout or b"").decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"),
             time.perf_counter() - t0)
 
 
@@ -298,19 +306,40 @@ def problem_with(code, out: str, err: str) -> str | None:
     if code == 3 or "internal error" in err:
         return f"internal error: {err.strip()[-300:]}"
     if code == 2:
-        lines = [line for line in err.splitlines() if line.strip()]
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith("ndcp: note: ")]
         if len(lines) != 1 or not lines[0].startswith("ndcp: error: "):
             return f"exit 2 without exactly one `ndcp: error:` line: {err!r:.300}"
         return None
     if code in (0, 1):
-        return None
+        return fuzz_faults.escape_problem(out)
     return f"unexpected exit {code!r}"
+
+
+def _cases(rng: random.Random, args: argparse.Namespace, tmp: Path):
+    """(mode, case, argv) of every case in turn: the random ones in-process and in processes of their own, then the
+    fault cases (mode `fault/KIND`, `+process` for those that need a process of their own)."""
+    for i in range(args.cases + args.subprocess):
+        case = generate(rng)
+        yield ("in-process" if i < args.cases else "subprocess"), case, materialise(case, tmp, i)
+    for i in range(args.faults):
+        case = fuzz_faults.generate_fault(rng)
+        mode = f"fault/{case.kind}" + ("+process" if case.own_process else "")
+        yield mode, case, fuzz_faults.materialise(case, tmp, i)
+
+
+def _run(mode: str, case, argv: list[str], guard: float) -> tuple[int | str, str, str, float]:
+    if mode == "subprocess":
+        return run_subprocess(argv, guard)
+    if mode.endswith("+process"):
+        return run_subprocess(argv, guard, case.env, case.stdout)
+    return run_in_process(argv, guard)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=1000, help="in-process cases (default 1000)")
     parser.add_argument("--subprocess", type=int, default=50, help="true subprocess cases (default 50)")
+    parser.add_argument("--faults", type=int, default=200, help="fault cases (scripts/fuzz_faults.py; default 200)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--guard", type=float, default=20.0, help="per-case wall-clock limit in seconds (default 20)")
     parser.add_argument("--show", type=int, default=5, help="failing cases to print (default 5)")
@@ -322,13 +351,8 @@ def main() -> int:
     tracebacks = internal = 0
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ndcp-fuzz-") as tmpdir:
-        tmp = Path(tmpdir)
-        plan = [("in-process", i) for i in range(args.cases)] + [("subprocess", i) for i in range(args.subprocess)]
-        for mode, i in plan:
-            case = generate(rng)
-            argv = materialise(case, tmp, len(codes.keys()) + i + (0 if mode == "in-process" else args.cases))
-            runner = run_in_process if mode == "in-process" else run_subprocess
-            code, out, err, seconds = runner(argv, args.guard)
+        for mode, case, argv in _cases(rng, args, Path(tmpdir)):
+            code, out, err, seconds = _run(mode, case, argv, args.guard)
             if code == "skipped":
                 continue
             codes[f"{mode}:{code}"] += 1
@@ -340,7 +364,8 @@ def main() -> int:
             if why:
                 failures.append((why, f"{mode} {case.describe()}"))
     total = sum(codes.values())
-    print(f"cases: {total} ({args.cases} in-process, {args.subprocess} subprocess requested; seed {args.seed}) "
+    print(f"cases: {total} ({args.cases} in-process, {args.subprocess} subprocess, {args.faults} fault cases "
+          f"requested; seed {args.seed}) "
           f"in {time.perf_counter() - t_start:.1f} s")
     print(f"tracebacks: {tracebacks}   internal errors (exit 3): {internal}   contract failures: {len(failures)}")
     print("exit codes: " + ", ".join(f"{k}={v}" for k, v in sorted(codes.items())))

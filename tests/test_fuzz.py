@@ -176,3 +176,15 @@ def test_error_line_is_bounded_for_alias_bombs(tmp_path):
     path.write_bytes(fuzz_cli._bomb("tp"))
     code, _, err = run_cli(["estimate", "tiny", *PROBLEM, "--strategy-file", path])
     assert code == 2 and len(err) < 1000
+
+
+def test_fault_cases_from_the_script(tmp_path):
+    """A seeded slice of the script's fault categories (scripts/fuzz_faults.py: hostile files, FIFOs, devices, alias
+    bombs, runs files, escapes, a full disk, encodings), in-process and in processes of their own."""
+    rng = random.Random(36)
+    for i in range(36):
+        case = fuzz_cli.fuzz_faults.CATEGORIES[i % len(fuzz_cli.fuzz_faults.CATEGORIES)](rng)  # each one, 6 times
+        argv = fuzz_cli.fuzz_faults.materialise(case, tmp_path, i)
+        mode = "fault+process" if case.own_process else "fault"
+        code, out, err, _ = fuzz_cli._run(mode, case, argv, 30.0)
+        assert fuzz_cli.problem_with(code, out, err) is None, case.describe()

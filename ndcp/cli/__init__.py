@@ -17,12 +17,14 @@ import traceback
 from typing import Callable
 
 from .. import __version__
+from ..report.output import all_or_nothing
 from ..specs.fields import SpecError
 from . import calibrate, estimate, listings, recompute, search, sweep, validate
 from ..policy import build_problem, build_space_options, build_strategy
 from .common import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, SEARCH_COMMANDS, Formatter,
-                     InternalError, Parser, UsageError, one_line)
+                     InternalError, Parser, UsageError, error_line)
 from .startup import before_exit, collect_less, defer_pandas
+from .streams import guarded_stdout
 
 # Registration functions, in the order `ndcp --help` lists them.
 COMMANDS: list[Callable] = [estimate.register, search.register, recompute.register, listings.register_models,
@@ -50,16 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     defer_pandas()
     debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
-        debug = debug or getattr(args, "debug", False)
-        return int(args.func(args) or EXIT_OK)
+        with guarded_stdout():
+            args = build_parser().parse_args(argv)
+            debug = debug or getattr(args, "debug", False)
+            with all_or_nothing():  # the command's output files appear together when it ends, or none does
+                return int(args.func(args) or EXIT_OK)
     except UsageError as error:
-        print(f"ndcp: error: {one_line(error)}", file=sys.stderr)
+        print(f"ndcp: error: {error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     except SpecError as error:
         if debug:
             traceback.print_exc()
-        print(f"ndcp: error: {one_line(error)}", file=sys.stderr)
+        print(f"ndcp: error: {error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     except SystemExit as exit_:  # --help / --version
         code = exit_.code
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - the last line of defence
         if debug:
             traceback.print_exc()
-        what = one_line(error) if isinstance(error, InternalError) else f"{type(error).__name__}: {one_line(error)}"
+        what = error_line(error if isinstance(error, InternalError) else f"{type(error).__name__}: {error}")
         print(f"ndcp: internal error: {what}" + ("" if debug else " (rerun with --debug for the traceback)"),
               file=sys.stderr)
         return EXIT_INTERNAL

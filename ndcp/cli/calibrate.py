@@ -11,7 +11,7 @@ from ..specs.device import device_yaml, load_device
 from ..specs.fields import SpecError
 from ..validation.fittable import DEFAULT_PARAMETERS, FITTABLE
 from .common import EXIT_OK, console, subparser
-from .outputs import add_json_argument, emit_json
+from .outputs import add_json_argument, emit_json, output_path
 
 EXAMPLE = ("ndcp calibrate examples/published_runs.yaml --device h100 \\\n"
            "    --output my-h100.yaml\n"
@@ -30,7 +30,8 @@ def register(subparsers) -> None:
     parser.add_argument("runs", metavar="RUNS.yaml|RUNS.csv", help="measured runs (the format `ndcp validate` reads)")
     parser.add_argument("--device", metavar="NAME|FILE", required=True,
                         help="the device to fit: a preset or a device YAML file (its values are the start and prior)")
-    parser.add_argument("--output", metavar="PATH", required=True, help="where to write the fitted device YAML")
+    parser.add_argument("--output", metavar="PATH", type=output_path, required=True,
+                        help="where to write the fitted device YAML")
     parser.add_argument("--name", help="the fitted device's name (default: the output file's stem)")
     parser.add_argument("--parameters", metavar="P,...", type=_parameters, default=DEFAULT_PARAMETERS,
                         help=f"the parameters to fit, from {', '.join(FITTABLE)} (default: "

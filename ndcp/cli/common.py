@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from rich.console import Console
 
 from ..options import CLUSTER_OPTIONS, RUN_OPTIONS, add_options, strategy_options
 from ..policy import build_strategy  # also importable from here (tests)
+from ..report.output import printable
 
 # exit codes: a strategy found; proven infeasible; a user error; an internal error; stopped before any strategy was
 # verified (status unknown: nothing is known to fit or proven not to)
@@ -33,10 +35,36 @@ class InternalError(RuntimeError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line through `main` instead of usage + exit."""
+    """argparse that reports errors as one line through `main` instead of usage + exit. A value that starts with
+    `-` (`--memory-cap -1GiB`) reads to argparse as another option ("expected one argument"): the error then says
+    what is wrong with the value, as `--memory-cap=-1GiB` would."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        raise UsageError(message)
+        raise UsageError(self._dash_value_error(message) or message)
+
+    def _dash_value_error(self, message: str) -> str | None:
+        """For "argument --X: expected one argument" where the word after --X starts with `-` and a digit or a
+        point: the option's own verdict on that word (its type's error), or how to pass it."""
+        match = re.fullmatch(r"argument (\S+): expected one argument", message)
+        words = getattr(self, "_words", [])
+        if match is None:
+            return None
+        names = match.group(1).split("/")
+        at = next((i for i, word in enumerate(words) if word in names), None)
+        value = words[at + 1] if at is not None and at + 1 < len(words) else ""
+        if not re.match(r"-[0-9.]", value):
+            return None
+        action = self._option_string_actions.get(names[0])
+        try:
+            if action is not None and callable(action.type):
+                action.type(value)
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+            return f"argument {match.group(1)}: {error}"
+        return f"argument {match.group(1)}: a value that starts with '-' is written {names[0]}={value}"
 
 
 MAX_HELP_WIDTH = 100  # columns of --help on a wider terminal (longer lines read badly)
@@ -72,7 +100,22 @@ def _wrap(text: str, width: int) -> list[str]:
 
 
 def one_line(message: Any) -> str:
-    return " ".join(str(message).split()) or "unknown error"
+    """The message on one line, its control characters escaped (report.output.printable)."""
+    return printable(" ".join(str(message).split())) or "unknown error"
+
+
+# Characters of an `ndcp: error:` line; the longest ndcp writes itself (a list of valid choices) has 584.
+MAX_ERROR_LENGTH = 600
+
+
+def error_line(message: Any) -> str:
+    """one_line, at most MAX_ERROR_LENGTH characters: a longer one (a huge value quoted in it) is elided in the
+    middle, where the value is, so the field it names and what would be valid stay."""
+    text = one_line(message)
+    if len(text) <= MAX_ERROR_LENGTH:
+        return text
+    tail = MAX_ERROR_LENGTH // 3
+    return f"{text[:MAX_ERROR_LENGTH - tail - 5]} ... {text[-tail:]}"
 
 
 def print_note(note: str) -> None:
@@ -115,7 +158,13 @@ def add_quiet_argument(group) -> None:
 
 class _Console(Console):
     """rich's console, but a reader that stops early (`ndcp models | head -3`) ends the command as main() ends any
-    closed pipe, exit 0: rich's own ends it with exit 1, ndcp's code for an infeasible search."""
+    closed pipe, exit 0: rich's own ends it with exit 1, ndcp's code for an infeasible search; and the control
+    characters of the text it prints (names read from files) escaped (report.output.printable), its own styles
+    kept."""
+
+    def _render_buffer(self, buffer) -> str:  # rich.console.Console's: the segments to the text it writes
+        return super()._render_buffer(segment if segment.control else segment._replace(text=printable(segment.text))
+                                      for segment in buffer)
 
     def on_broken_pipe(self) -> None:
         # stdout to /dev/null first, so nothing fails again writing at exit (Python's signal docs, "Note on SIGPIPE")
@@ -138,4 +187,4 @@ def add_strategy_arguments(parser: argparse.ArgumentParser, strategy_help: str, 
 __all__ = ["EXIT_OK", "EXIT_INFEASIBLE", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_UNKNOWN", "EXIT_INTERRUPTED",
            "SEARCH_COMMANDS", "UsageError", "InternalError",
            "Parser", "Formatter", "subparser", "add_problem_arguments", "add_strategy_arguments", "add_quiet_argument",
-           "console", "one_line", "print_note", "print_message", "build_strategy"]
+           "console", "one_line", "error_line", "print_note", "print_message", "build_strategy"]

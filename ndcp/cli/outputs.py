@@ -19,8 +19,16 @@ from .common import one_line, print_message
 EMIT_KINDS = KINDS  # the emitters ndcp.report.emit has
 
 
+def output_path(text: str) -> str:
+    """The argparse type of every output option (--json, --csv, --plot, --emit-file, --jsonl, --output): an empty
+    path is refused (it would otherwise read as the option not given, and nothing be written)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty path; give a file path")
+    return text
+
+
 def add_json_argument(parser) -> None:
-    parser.add_argument("--json", metavar="PATH|-", dest="json",
+    parser.add_argument("--json", metavar="PATH|-", dest="json", type=output_path,
                         help="also write the result as JSON to PATH; `-` writes only the JSON to stdout")
 
 
@@ -51,7 +59,8 @@ def add_emit_arguments(parser, what: str) -> None:
                              "checked first: read back as --strategy-from reads it, it must run the plan (same step "
                              "time and peak) and fit, else nothing is written and the exit status is 1; without "
                              "--trainer, --emit X plans for X")
-    parser.add_argument("--emit-file", metavar="PATH", help="write the --emit configuration to PATH instead of stdout")
+    parser.add_argument("--emit-file", metavar="PATH", type=output_path,
+                        help="write the --emit configuration to PATH instead of stdout")
     parser.add_argument("--emit-anyway", action="store_true",
                         help="write the --emit configuration even when it is not the plan or does not fit (its "
                              "first lines say so)")
@@ -102,5 +111,5 @@ def write_plot(path: str, draw: Callable[[str], Any]) -> None:
     print(f"ndcp: wrote the plot to {path}", file=sys.stderr)
 
 
-__all__ = ["add_json_argument", "emit_json", "stdout_owners", "EMIT_KINDS", "add_emit_arguments",
+__all__ = ["output_path", "add_json_argument", "emit_json", "stdout_owners", "EMIT_KINDS", "add_emit_arguments",
            "check_emit_arguments", "write_launch", "check_plot_path", "write_plot"]

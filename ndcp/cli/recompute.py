@@ -15,7 +15,7 @@ from ..policy import build_problem, build_strategy, check_max_offset, gib_text, 
 from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_argument, add_strategy_arguments,
                      console, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
-                      stdout_owners, write_launch, write_plot)
+                      output_path, stdout_owners, write_launch, write_plot)
 
 EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 \\\n"
            "    --seq-len 8192 --strategy tp=2,pp=4,mbs=2,zero=1,sp=on\n"
@@ -47,9 +47,11 @@ def register(subparsers) -> None:
     group.add_argument("--seed", metavar="S", type=int32, default=0, help="CP-SAT random seed (default 0)")
     group = parser.add_argument_group("output")
     add_json_argument(group)
-    group.add_argument("--csv", metavar="PATH|-", help="also write the frontier as CSV; `-` writes only the CSV")
+    group.add_argument("--csv", metavar="PATH|-", type=output_path,
+                       help="also write the frontier as CSV; `-` writes only the CSV")
     add_quiet_argument(group)
-    group.add_argument("--plot", metavar="PATH", help="plot step time vs cap (.png or .svg; needs matplotlib)")
+    group.add_argument("--plot", metavar="PATH", type=output_path,
+                       help="plot step time vs cap (.png or .svg; needs matplotlib)")
     add_emit_arguments(group, "the fastest plan of the frontier")
     parser.set_defaults(func=run)
 

@@ -21,7 +21,7 @@ from ..solve.result import UNKNOWN
 from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, console,
                      one_line, print_message, print_note, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
-                      stdout_owners, write_launch, write_plot)
+                      output_path, stdout_owners, write_launch, write_plot)
 
 EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024 \\\n"
            "    --seq-len 8192 --memory-cap 75GiB --top 10\n"
@@ -47,13 +47,13 @@ def register(subparsers) -> None:
     add_options(parser.add_argument_group("solver"), SOLVER_OPTIONS)
     group = parser.add_argument_group("output")
     add_json_argument(parser)
-    group.add_argument("--csv", metavar="PATH|-", help="also write the ranked strategies as CSV; `-` writes only the "
-                                                       "CSV to stdout")
+    group.add_argument("--csv", metavar="PATH|-", type=output_path,
+                       help="also write the ranked strategies as CSV; `-` writes only the CSV to stdout")
     add_quiet_argument(group)
     add_emit_arguments(group, "the winner")
     SEARCH_STRATEGY_FROM.add_to(group)
-    group.add_argument("--plot", metavar="PATH", help="plot the ranking and the winner's memory (.png or .svg; needs "
-                                                      "matplotlib)")
+    group.add_argument("--plot", metavar="PATH", type=output_path,
+                       help="plot the ranking and the winner's memory (.png or .svg; needs matplotlib)")
     parser.set_defaults(func=run)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import re
 import sys
 
-from ..report.output import write_output
+from ..report.output import check_writable, write_output
 from ..options import SPACE_OPTIONS, int32, positive_int, positive_seconds
 from ..policy import build_problem, build_space_options, trainer_method
 from ..specs.fields import SpecError
@@ -18,7 +19,7 @@ from ..sweep.results import append_answers, read_answers, sweep_csv, sweep_docum
 from ..sweep.solve import Job, derive
 from ..specs.units import parse_count
 from .common import EXIT_OK, add_problem_arguments, console, subparser
-from .outputs import add_json_argument, check_plot_path, emit_json, stdout_owners, write_plot
+from .outputs import add_json_argument, check_plot_path, emit_json, output_path, stdout_owners, write_plot
 
 EXAMPLE = ("ndcp sweep llama3-70b --device h100 --gpus 256,512,1024 \\\n"
            "    --global-batch 1024 --seq-len 8k --tokens 1T --price-per-gpu-hour 2.5 \\\n"
@@ -69,25 +70,28 @@ def register(subparsers) -> None:
                        help="the Ray cluster to join (e.g. auto or ray://head:10001; default: start a local Ray)")
     group = parser.add_argument_group("output")
     add_json_argument(parser)
-    group.add_argument("--csv", metavar="PATH|-",
+    group.add_argument("--csv", metavar="PATH|-", type=output_path,
                        help="also write the points as CSV; `-` writes only the CSV to stdout")
-    group.add_argument("--jsonl", metavar="PATH", help="append each point's answer to PATH as it finishes")
+    group.add_argument("--jsonl", metavar="PATH", type=output_path,
+                       help="append each point's answer to PATH as it finishes")
     group.add_argument("--resume", action="store_true",
                        help="reuse the answers in --jsonl PATH for the same problems; search only the rest")
     group.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no table")
-    group.add_argument("--plot", metavar="PATH", help="plot time to train and cost against GPUs, the knee marked "
-                                                      "(.png or .svg; needs matplotlib)")
+    group.add_argument("--plot", metavar="PATH", type=output_path,
+                       help="plot time to train and cost against GPUs, the knee marked (.png or .svg; needs "
+                            "matplotlib)")
     # The search space of each point: everything `ndcp search` searches by default (--recompute is its own).
     parser.set_defaults(func=run, **{o.name: o.unset for o in SPACE_OPTIONS if o.name != "recompute"})
 
 
 def _argument_type(parse):
-    """An argparse type from a SpecError-raising parser."""
+    """An argparse type from a SpecError-raising parser; argparse names the option, so the message does not
+    again ("--gpus: ..." and "--gpus='0' is not valid" lose their option)."""
     def convert(text: str):
         try:
             return parse(text)
         except SpecError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
+            raise argparse.ArgumentTypeError(re.sub(r"^--[\w-]+(: |=)", "", str(error))) from None
     return convert
 
 
@@ -126,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--ray-address needs --executor ray")
     jobs = build_jobs(args)
     if args.jsonl:
+        check_writable(args.jsonl, "--jsonl")  # a FIFO no one reads: refused, not waited on
         append_answers(args.jsonl, [])  # an unwritable log fails now, not after the first search
     answers = {}
     if args.resume:

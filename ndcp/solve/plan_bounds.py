@@ -63,7 +63,8 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         offloading = tuple(m for m in offloads if any(host[(k, m)] > 0 for k in counts))
         plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
         saves = {key: per_layer[(key[0], NO_RECOMPUTE)] - b for key, b in per_layer.items()}
-        rest = {k: max(saves[(k, m)] for m in modes if m not in offloading) for k in counts}
+        # a layer off the host saves what its best other option saves: nothing when offload is all that is searched
+        rest = {k: max((saves[(k, m)] for m in modes if m not in offloading), default=0.0) for k in counts}
         gain = max((saves[(k, m)] - rest[k] for k in counts for m in offloading), default=0.0)
         least_host = min((host[(k, m)] for k in counts for m in offloading), default=0.0)
         workspace = _least_workspace(model, run, tuple(counts), modes, degrees)

@@ -10,7 +10,7 @@ import yaml
 
 from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, positive_int,
                      require, state_without_hash)
-from .library import parse_yaml
+from .files import parse_yaml, read_text
 from .units import GB, MIB, lookup
 
 
@@ -259,13 +259,7 @@ def load_device(text: str) -> DeviceSpec:
 
 def read_device_file(path: Path) -> DeviceSpec:
     where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(f"{where}: cannot read device file: not UTF-8 text") from None
-    except OSError as error:
-        raise SpecError(f"{where}: cannot read device file: {error.strerror or type(error).__name__}") from None
-    return device_from_mapping(parse_yaml(text, where), where, path.stem)
+    return device_from_mapping(parse_yaml(read_text(path, where, "device file"), where), where, path.stem)
 
 
 def device_from_mapping(data, where: str, default_name: str) -> DeviceSpec:

@@ -61,10 +61,13 @@ class HFConfig:
             raise self.error(key, value, f"expected at most {MAX_LAYERS:,} layers")
         return value
 
-    def number(self, key: str, default: Any = _MISSING) -> float:
+    def number(self, key: str, default: Any = _MISSING, maximum: float = math.inf) -> float:
+        """A finite number, at most `maximum` in magnitude (NaN and infinities refused)."""
         value = self.raw(key, default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise self.error(key, value, "expected a number")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise self.error(key, value, "expected a finite number")
+        if abs(value) > maximum:
+            raise self.error(key, value, f"expected a number of at most {maximum:,}")
         return value
 
     def bool(self, key: str, default: Any = _MISSING) -> bool:
@@ -147,7 +150,7 @@ def windows(cfg: HFConfig, layers: int, every: int = 0) -> dict[str, int]:
         first = cfg.int("max_window_layers")
         key, types = "max_window_layers", [SLIDING if i >= first else FULL for i in range(layers)]
     if types is not None:
-        if not isinstance(types, list) or len(types) != layers or not set(types) <= {SLIDING, FULL}:
+        if not isinstance(types, list) or len(types) != layers or not all(t in (SLIDING, FULL) for t in types):
             raise cfg.error(key, types, f"expected a list of {layers} entries, each {SLIDING!r} or {FULL!r}")
         windowed = [t == SLIDING for t in types]
         if not any(windowed):

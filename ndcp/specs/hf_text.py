@@ -331,7 +331,8 @@ def llama4_chunks(cfg: HFConfig, layers: int) -> dict[str, int]:
     types, flags = cfg.raw("layer_types", None), cfg.indices("no_rope_layers", [])
     if types is not None:
         key = "layer_types"
-        if not isinstance(types, list) or len(types) != layers or not set(types) <= {CHUNKED, "full_attention"}:
+        if not isinstance(types, list) or len(types) != layers or not all(t in (CHUNKED, "full_attention")
+                                                                          for t in types):
             raise cfg.error(key, types, f"expected a list of {layers} entries, each {CHUNKED!r} or 'full_attention'")
         local = [t == CHUNKED for t in types]
     elif flags:  # HF: "at least the same length as the number of layers"; 1 = RoPE (and chunked)

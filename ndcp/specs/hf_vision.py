@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .fields import MAX_SIZE
 from .hf_config import HFConfig, activation
 from .hf_text import TEXT_BUILDERS
 
@@ -38,6 +39,8 @@ def _with_defaults(cfg: HFConfig, key: str, defaults: dict[str, dict[str, Any]],
     """The nested config `key` over the transformers defaults of its model_type."""
     nested = cfg.nested(key)
     kind = nested.data.get("model_type", default_type)
+    if not isinstance(kind, str):
+        raise nested.error("model_type", kind, f"expected a model type name, e.g. {default_type!r}")
     return HFConfig({**defaults.get(kind, {}), "model_type": kind, **nested.data}, nested.context)
 
 
@@ -120,7 +123,7 @@ def _qwen_vit(vision: HFConfig, output_hidden: int, v2_5: bool) -> dict[str, Any
         act, norm, output_key = activation(vision, "hidden_act", "silu", gated=True), "rmsnorm", "out_hidden_size"
     else:
         width = vision.take("encoder.hidden", "embed_dim", vision.int("embed_dim"))
-        ffn = vision.take("encoder.ffn_hidden", "mlp_ratio", int(width * vision.number("mlp_ratio", 4)))
+        ffn = vision.take("encoder.ffn_hidden", "mlp_ratio", int(width * vision.number("mlp_ratio", 4, MAX_SIZE)))
         act, norm, output_key = activation(vision, "hidden_act", "quick_gelu", gated=False), "layernorm", "hidden_size"
     return {
         "layers": vision.take("encoder.layers", "depth", vision.layers("depth")),

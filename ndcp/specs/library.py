@@ -10,9 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .fields import SpecError, from_mapping
+from .files import first_line, parse_yaml, read_text
 from .hf import model_from_hf_config
 from .model import ModelSpec
 from .units import lookup
@@ -62,30 +61,6 @@ def list_models() -> list[ModelSpec]:
     return [load_model(name) for name in library_names()]
 
 
-def parse_yaml(text: str, where: str) -> Any:
-    """`yaml.safe_load` (no python tags) with every failure as a one-line SpecError: syntax errors, nesting too deep
-    for the parser (RecursionError) and integers too long to convert (ValueError, over 4300 digits)."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or (str(error).splitlines() or ["parse error"])[0]
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SpecError(f"{where}: invalid YAML{at}: {problem}") from None
-    except RecursionError:
-        raise SpecError(f"{where}: invalid YAML: nested too deeply") from None
-    except (ValueError, OverflowError) as error:  # e.g. an integer literal over 4300 digits
-        raise SpecError(f"{where}: invalid YAML: {_first_line(error)}") from None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).split(";")[0].strip()
-    return (text.splitlines() or [type(error).__name__])[0][:200]
-
-
-_parse_yaml = parse_yaml
-
-
 def _parse_json(text: str, where: str) -> Any:
     try:
         return json.loads(text)
@@ -94,17 +69,13 @@ def _parse_json(text: str, where: str) -> Any:
     except RecursionError:
         raise SpecError(f"{where}: invalid JSON: nested too deeply") from None
     except (ValueError, OverflowError) as error:  # e.g. an integer literal over 4300 digits
-        raise SpecError(f"{where}: invalid JSON: {_first_line(error)}") from None
+        raise SpecError(f"{where}: invalid JSON: {first_line(error)}") from None
 
 
 def _read_text(path, where: str) -> str:
-    try:
+    if not isinstance(path, Path):  # a library entry (package data): read whole, it is ndcp's own
         return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(f"{where}: cannot read model spec: not UTF-8 text") from None
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise SpecError(f"{where}: cannot read model spec: {reason}") from None
+    return read_text(path, where, "model spec")
 
 
 def _default_name(path: Path) -> str:
@@ -145,7 +116,7 @@ def load_model(arg: str) -> ModelSpec:
     if text_arg in library:
         entry = library[text_arg]
         where = f"model {text_arg!r}"
-        return _from_data(_parse_yaml(_read_text(entry, where), where), where, text_arg, hf=False)
+        return _from_data(parse_yaml(_read_text(entry, where), where), where, text_arg, hf=False)
     path = Path(text_arg).expanduser()
     looks_like_path = os.sep in text_arg or "/" in text_arg or path.suffix.lower() in (*_SUFFIXES, ".json")
     if not _probe(path.exists) and not looks_like_path:  # a library name in any case, else the nearest names
@@ -164,7 +135,7 @@ def load_model(arg: str) -> ModelSpec:
         where = str(path)
     text = _read_text(path, where)
     is_json = path.suffix.lower() == ".json"
-    data = _parse_json(text, where) if is_json else _parse_yaml(text, where)
+    data = _parse_json(text, where) if is_json else parse_yaml(text, where)
     return _from_data(data, where, _default_name(path), hf=is_json)
 
 

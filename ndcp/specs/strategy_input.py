@@ -7,12 +7,11 @@ caller (ndcp.policy.build_strategy) on the whole strategy.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from .device import ClusterSpec
 from .fields import SpecError, divisors, show
-from .library import parse_yaml
+from .files import parse_yaml, read_text
 from .pipeline_layout import check_layout, first_last_partition, parse_layout
 from .run import RunSpec
 from .recompute import option_for_modules
@@ -132,13 +131,7 @@ def load_strategy_file(path: str) -> dict[str, Any]:
     """A YAML (or JSON) strategy: the --strategy keys plus `layers_per_stage` and a per-stage `recompute`. A document
     with a top-level `strategy` mapping (an `ndcp estimate --json` output) is read from that mapping."""
     where = f"--strategy-file {path}"
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(f"{where}: cannot read: not UTF-8 text") from None
-    except (OSError, ValueError) as error:  # ValueError: a path with an embedded NUL
-        raise SpecError(f"{where}: cannot read: {getattr(error, 'strerror', None) or type(error).__name__}") from None
-    data = parse_yaml(text, where)  # YAML errors, nesting too deep, 4300+-digit integers -> SpecError
+    data = parse_yaml(read_text(path, where, "the strategy"), where)  # every read or YAML failure -> SpecError
     if isinstance(data, dict) and isinstance(data.get("strategy"), dict):
         data = data["strategy"]
     if not isinstance(data, dict):

@@ -62,6 +62,7 @@ def parse_size(text: str) -> int:
                         f"(decimal); {number}bytes for bytes")
     if not match or unit not in _SIZE_UNITS:
         raise SpecError(f"invalid size {text!r}: expected e.g. {_SIZE_FORMS}")
+    _refuse_bits(text, match.group(3), number)
     try:  # a huge exponent (1e400GB) overflows the float: too large, not a crash
         value = float(match.group(1)) * (10.0 ** int(match.group(2)) if match.group(2) else 1) * _SIZE_UNITS[unit]
     except (OverflowError, ValueError):
@@ -73,6 +74,16 @@ def parse_size(text: str) -> int:
         raise SpecError(f"invalid size {text!r}: {number} reads as {count} bytes; did you mean {count}GB or "
                         f"{count}GiB? ({count}bytes if bytes are meant)")
     return int(round(value))
+
+
+def _refuse_bits(text: str, written: str, number: str) -> None:
+    """A capital prefix with a lower-case b (70Gb, 800Mb) is how bits are written (network rates): refused, not
+    read as bytes; units in one case (70gb, 70GB) are bytes."""
+    if len(written) > 1 and written.endswith("b") and not written.islower():
+        count = number[: -len(written)].strip()
+        decimal = written[0].upper() + "B"
+        raise SpecError(f"invalid size {text!r}: {written} reads as bits; sizes are bytes: {count}{decimal} "
+                        f"(decimal) or {count}{written[0].upper()}iB (binary)")
 
 
 T = TypeVar("T")

@@ -45,19 +45,29 @@ def parse_gpus(text: str) -> list[int]:
     """`--gpus 256,512,1024` or `--gpus 256..2048` (START..END: START, then doubling while at most END)."""
     if ".." in str(text):
         start_text, _, end_text = str(text).partition("..")
-        start, end = parse_count(start_text), parse_count(end_text)
+        start, end = _gpu_count(start_text), _gpu_count(end_text)
         if start > end:
             raise SpecError(f"--gpus={text!r} is not valid; expected START..END with START <= END, e.g. 256..2048")
         return [start << i for i in range((end // start).bit_length())]
-    return _unique([parse_count(item) for item in _items("--gpus", text, "256,512,1024 or 256..1024")])
+    return _unique([_gpu_count(item) for item in _items("--gpus", text, "256,512,1024 or 256..1024")])
+
+
+def _gpu_count(text: str) -> int:
+    return _count("--gpus", text, "GPU counts", "256,512,1024 or 256..1024")
+
+
+def _count(option: str, text: str, what: str, example: str) -> int:
+    """parse_count, its error naming the option and this option's own example."""
+    try:
+        return parse_count(text)
+    except SpecError:
+        raise SpecError(f"{option}={text.strip()!r} is not valid; expected {what} of at least 1, e.g. {example}"
+                        ) from None
 
 
 def parse_counts(option: str, text: str) -> list[int]:
     """`--global-batch 512,1024` (sequences; decimal suffixes: 2k = 2,000)."""
-    try:
-        return _unique([parse_count(item) for item in _items(option, text, "512,1024")])
-    except SpecError as error:
-        raise SpecError(f"{option}: {error}") from None
+    return _unique([_count(option, item, "counts", "512,1024 or 2k") for item in _items(option, text, "512,1024")])
 
 
 def parse_lengths(option: str, text: str) -> list[int]:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..specs.fields import SpecError
+from ..specs.files import RUNS_CAP, read_text
 from ..specs.model import ModelSpec
 
 POINT_KEYS = ("device", "gpus", "global_batch", "seq_len", "status", "strategy", "step_seconds", "mfu",
@@ -56,11 +57,7 @@ def read_answers(path: str | Path) -> dict[str, dict]:
     path = Path(path).expanduser()
     if not path.exists():
         return {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecError(f"--jsonl {path}: cannot read: {getattr(error, 'strerror', None) or type(error).__name__}") \
-            from None
+    lines = read_text(path, f"--jsonl {path}", "the answers", RUNS_CAP).splitlines()  # a FIFO or device refused
     answers = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():

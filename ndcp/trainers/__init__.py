@@ -14,9 +14,9 @@ configuration back into strategy values for `--strategy-from`, so emit -> read g
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from ..specs.fields import SpecError
+from ..specs.files import read_text
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import Strategy, default_partition
@@ -64,8 +64,8 @@ def file_trainer(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        return detect(Path(path).expanduser().read_text(encoding="utf-8")).name
-    except (OSError, UnicodeDecodeError, ValueError, SpecError):
+        return detect(read_text(path, f"--strategy-from {path}", "the configuration")).name
+    except SpecError:
         return None
 
 
@@ -84,10 +84,7 @@ def file_overlap(path: str | None) -> str | None:
 def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
     """Strategy values (--strategy keys) from a trainer configuration file; its global batch and sequence length
     must be the run's."""
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise SpecError(f"--strategy-from {path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+    text = read_text(path, f"--strategy-from {path}", "the configuration")
     values = detect(text).read(text, model)
     for key, flag, expected in (("global_batch", "--global-batch", run.global_batch),
                                 ("seq_len", "--seq-len", run.seq_len)):

@@ -17,12 +17,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-import yaml
-
 from ..estimate.layout import partition
 from ..estimate.overlap import strategy_overlaps
 from ..schedules import default_schedule, schedule_named
 from ..specs.fields import SpecError
+from ..specs.files import parse_yaml, read_text
 from ..specs.model import ModelSpec
 from ..specs.recompute import HEAVIEST, NO_RECOMPUTE, RECOMPUTE_MODES, modules_cover, recompute_option
 from ..specs.run import OVERLAPS, RunSpec
@@ -252,8 +251,8 @@ def partition_of(values: dict, model: ModelSpec) -> tuple[int, ...]:
 def facts(trainer: str) -> dict:
     """The pinned facts of one trainer version: its flags (or keys) with type and choices, and where they come
     from (ndcp/trainers/facts/<trainer>.yaml)."""
-    data = yaml.safe_load((FACTS_DIR / f"{trainer}.yaml").read_text(encoding="utf-8"))
-    return data
+    path = FACTS_DIR / f"{trainer}.yaml"
+    return parse_yaml(read_text(path, str(path), "trainer facts"), str(path))
 
 
 def read_error(trainer: str, message: str) -> SpecError:

@@ -247,9 +247,17 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: i
 
 
 # -- reading (--strategy-from) -----------------------------------------------------------------------------------
+class _ArgumentReader(argparse.ArgumentParser):
+    """argparse whose errors are one --strategy-from error naming the argument (argparse's own prints its usage
+    block and exits)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise read_error("megatron", f"{message}, as Megatron-LM reads it (facts/megatron.yaml)")
+
+
 def _parser() -> argparse.ArgumentParser:
     """An argparse for the pinned flags (facts/megatron.yaml), so a launch script reads as Megatron reads it."""
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p = _ArgumentReader(add_help=False, allow_abbrev=False)
     types = {"int": int, "float": float, "str": str}
     filled = {p.option for p in PLACEHOLDERS}  # the user's settings: not read
     for name, fact in facts("megatron")["flags"].items():
@@ -276,10 +284,7 @@ def arguments(text: str) -> list[str]:
 
 def read(text: str, model: ModelSpec) -> dict:
     """Strategy values (the --strategy keys, plus run settings) from Megatron arguments."""
-    try:
-        a, _ = _parser().parse_known_args(arguments(text))
-    except SystemExit:
-        raise read_error("megatron", "an argument has a value Megatron would refuse (facts/megatron.yaml)") from None
+    a, _ = _parser().parse_known_args(arguments(text))
     for flag, value, expected in (("--num-layers", a.num_layers, model.layers), ("--hidden-size", a.hidden_size,
                                   model.hidden), ("--num-attention-heads", a.num_attention_heads, model.heads),
                                   ("--num-experts", a.num_experts, model.moe.experts if model.moe else None)):

@@ -11,7 +11,7 @@ import dataclasses
 import yaml
 
 from ..estimate.layout import partition
-from ..specs.library import parse_yaml
+from ..specs.files import parse_yaml
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy

@@ -22,8 +22,6 @@ use is recorded in the row's `assumptions`):
 """
 from __future__ import annotations
 
-import csv
-import io
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +39,7 @@ from ..specs.units import GIB
 from ..trainers import trainer_named
 from .run_model import read_model, row_seq_len
 from .run_strategy import checked_strategy, read_strategy
+from .shape import check_runs_document, csv_records
 from .unknowns import Filled, fill_unknowns
 from .values import SkipRun, as_bool, as_fraction, as_number, is_null, read_text
 
@@ -240,8 +239,7 @@ def _unknown_peaks(data: dict) -> frozenset[str]:
 
 def _yaml_rows(path: Path) -> list[tuple[str, Any]]:
     data = parse_yaml(read_text(path), str(path))
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise SpecError(f"{path}: expected a mapping with a `runs:` list")
+    check_runs_document(data, path)
     unknown = _unknown_peaks(data)
     return [(str(entry.get("id", f"run{i}")), lambda entry=entry: _yaml_row(entry, path.parent, unknown))
             for i, entry in enumerate(data["runs"])]
@@ -276,12 +274,11 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
 
 
 def _csv_rows(path: Path) -> list[tuple[str, Any]]:
-    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
-    missing = [c for c in CSV_REQUIRED if c not in (reader.fieldnames or ())]
+    header, records = csv_records(read_text(path), path)
+    missing = [c for c in CSV_REQUIRED if c not in header]
     if missing:
         raise SpecError(f"{path}: the header lacks the column(s) {', '.join(missing)}; a runs CSV needs "
                         f"{', '.join(CSV_REQUIRED)}")
-    records = list(reader)
     return [(record.get("id") or f"row{i + 1}", lambda i=i, record=record: _csv_row(i, record, path.parent))
             for i, record in enumerate(records)]
 

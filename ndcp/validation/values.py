@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..specs.fields import SpecError
+from ..specs.files import RUNS_CAP, read_text as read_text_file
 from ..specs.strategy_input import ON_WORDS
 
 
@@ -53,11 +54,7 @@ def as_bool(value: Any) -> bool | None:
 
 def read_text(path: Path) -> str:
     """The file's text; missing, a directory, unreadable or not UTF-8: the user's to fix (exit 2)."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or "not UTF-8 text"
-        raise SpecError(f"{path}: cannot read the measured runs: {reason}; give a runs YAML or CSV file") from None
+    return read_text_file(path, str(path), "the measured runs", RUNS_CAP)
 
 
 __all__ = ["SkipRun", "is_null", "as_number", "as_fraction", "int_or", "as_bool", "read_text"]
