@@ -75,9 +75,9 @@ def file_overlap(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
+        text = read_text(path, f"--strategy-from {path}", "the configuration")
         return detect(text).read_overlap(text)
-    except (OSError, UnicodeDecodeError, ValueError, SpecError, SystemExit):
+    except (SpecError, SystemExit):
         return None
 
 
