@@ -11,8 +11,10 @@ from typing import Any
 
 from ..specs.fields import SpecError, show
 
-# The sections of a run entry that are mappings of fields (runs.py reads them with .get).
+# The sections of a run entry that are mappings of fields (runs.py reads them with .get); `model` may also name a
+# library model or a model file (validation/run_model.py: `model: NAME|PATH`).
 RUN_SECTIONS = ("model", "cluster", "training", "strategy", "outcome", "source", "memory_observation")
+NAMED_SECTIONS = ("model",)
 
 
 def check_runs_document(data: Any, path: Path) -> None:
@@ -22,8 +24,9 @@ def check_runs_document(data: Any, path: Path) -> None:
     for i, entry in enumerate(data["runs"]):
         _require_mapping(entry, f"{path}: runs[{i}]", "a mapping of run fields")
         for section in RUN_SECTIONS:
-            if entry.get(section) is not None:
-                _require_mapping(entry[section], f"{path}: runs[{i}].{section}", f"a mapping of {section} fields")
+            if entry.get(section) is not None and not (section in NAMED_SECTIONS and isinstance(entry[section], str)):
+                _require_mapping(entry[section], f"{path}: runs[{i}].{section}", f"a mapping of {section} fields"
+                                 + (" or a library model's name" if section in NAMED_SECTIONS else ""))
     hardware = data.get("hardware")
     if hardware is None:
         return
