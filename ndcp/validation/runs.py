@@ -177,6 +177,11 @@ def _row_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, fields: 
     return filled
 
 
+def _stated(fields: dict, keys: tuple[str, ...]) -> dict[str, str]:
+    """The run settings among `keys` a row states (RunSpec checks their values; the rest keep RunSpec's defaults)."""
+    return {k: str(fields[k]).strip().lower() for k in keys if not is_null(fields.get(k))}
+
+
 def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozenset()) -> MeasuredRun:
     notes: list[str] = []
     cluster_fields, training = entry.get("cluster") or {}, entry.get("training") or {}
@@ -192,10 +197,9 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
     cluster = _cluster(str(cluster_fields.get("gpu")), gpus, cluster_fields.get("gpus_per_node"))
     run = RunSpec(int(training["global_batch"]), seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
-                  attention_kernel=training.get("attention_kernel") or "fused",
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes),
-                  moe_dispatcher=str(training.get("moe_dispatcher") or "alltoall"))
+                  **_stated(training, ("attention_kernel", "moe_dispatcher")))
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))
@@ -261,10 +265,10 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     gpus, global_batch = int(record["gpus"]), int(record["global_batch"])
     cluster = _cluster(record["device"], gpus, record.get("devices_per_node"))
     flash = as_bool(record.get("flash_attention"))
-    optional = {k: str(record[k]).strip().lower() for k in ("grad_dtype", "trainer") if not is_null(record.get(k))}
     run = RunSpec(global_batch, seq, precision=_precision(record.get("precision"), notes),
                   flash_attention=True if flash is None else flash,
-                  mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), **optional)
+                  mfu_convention=_mfu_convention(record.get("mfu_convention"), notes),
+                  **_stated(record, ("grad_dtype", "trainer")))
     run = _fp8_run(run, record.get("fp8_recipe"), cluster, notes)
     fields = {k: v for k, v in record.items() if k in CSV_STRATEGY_COLUMNS}
     strategy, searched = _row_strategy(model, cluster, run, fields, False, notes)
