@@ -26,14 +26,14 @@ def launch_lines(check: LaunchCheck) -> list[str]:
 
 def trainer_best_lines(best) -> list[str]:
     """Under --trainer any (ndcp.api.TrainerBest): the trainer's best plan beside the trainer-free winner, and when
-    that winner is at least 0.5 % faster, what the trainer lacks to run it and what it would buy."""
+    that winner is at least SHOWN_GAIN faster, what the trainer lacks to run it and what it would buy."""
     found = best.result.best
     if found is None:
         return [f"{best.trainer} runs no plan that fits ({best.result.status})"]
     line = (f"best {best.trainer} plan: {strategy_text(found.strategy, experts_if_used=True)}, step "
             f"{found.step_seconds:.3f} s")
     if best.faster_by is None or best.faster_by < SHOWN_GAIN:
-        return [line + " (within 0.5 % of the plan above)"]
+        return [line + f" (within {100 * SHOWN_GAIN:g} % of the plan above)"]
     lacks = "; ".join(best.lacks) or "the plan above"
     return [line, f"the plan above is {100 * best.faster_by:.1f} % faster; {best.trainer} lacks: {lacks}"]
 
