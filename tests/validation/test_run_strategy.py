@@ -67,7 +67,7 @@ def test_a_run_publishing_only_its_peak_memory_is_compared_on_memory(tmp_path):
 
 def test_every_run_of_the_second_set_is_read():
     result = validate_file(ROOT / "examples" / "measured_runs_2.yaml")
-    assert not result.skipped and len(result.runs) == 54
+    assert not result.skipped and len(result.runs) == 55
     qwen = next(r for r in result.runs if r.id == "mbr26041_qwen3_235b_h100_fp8_256_gbs8192")
     assert "ep32" in qwen.strategy
 
