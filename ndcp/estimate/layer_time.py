@@ -19,6 +19,7 @@ from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_by
 from .fp8 import cast_bytes_per_element
 from .gemm import attention_core_seconds, weight_gemm_seconds
 from .keys import Degrees, LayerKey
+from .mixers import scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
 from .overlap import ep_overlapped, layer_overlaps, tp_overlapped
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
@@ -99,7 +100,8 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
     """The GEMM work of one body layer for one micro-batch of `tokens` tokens per device (mbs x seq / cp), shared by
     its SP, overlap and cp_comm variants and by the (cp, mbs) pairs with the same tokens: seconds of the weight GEMMs
     (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and backward seconds
-    (its queries against the whole sequence's keys), and the core's FLOPs."""
+    (its queries against the whole sequence's keys, on the kind's attention layers; the chunked scans on its
+    linear-attention and Mamba-2 layers), and the cores' FLOPs."""
     device = cluster.device
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp, imbalance=run.moe_load_imbalance)
     linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
@@ -109,9 +111,13 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
         per_element = cast_bytes_per_element(run, device)
         cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
         cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
-    core_flops = attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
-    core, core_backward = attention_core_seconds(core_flops, device, run.flash_attention, run.attention_kernel)
-    return linear, total_flops(gemms), cast_forward, cast_backward, core, core_backward, core_flops
+    share = model.mixer_shares(kind).attention
+    attention = share * attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
+    core, core_backward = attention_core_seconds(attention, device, run.flash_attention, run.attention_kernel)
+    scan = scan_core_flops(model, kind, tokens, tp)  # linear-attention and Mamba-2 cores (estimate/mixers.py)
+    if scan:
+        core, core_backward = map(add, (core, core_backward), scan_core_seconds(scan, device))
+    return linear, total_flops(gemms), cast_forward, cast_backward, core, core_backward, attention + scan
 
 
 class _Passes(NamedTuple):
