@@ -88,6 +88,7 @@ def test_cpsat_optimum_equals_the_oracle(space):
     solved = cpsat_search(space, top=TOP, time_limit=60)
     event(f"oracle {oracle.status}, {oracle.over_memory and 'some' or 'none'} over memory")
     event(f"best schedule {oracle.strategies[0].strategy.schedule if oracle.strategies else '-'}")
+    event(f"layers: {'hybrid blocks' if space.model.hybrid_blocks else 'hybrid' if space.model.layer_mixers else 'attention'}")
     assert solved.status == oracle.status
     if oracle.status == "infeasible":
         assert not solved.strategies
