@@ -196,7 +196,9 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     backward = 2.0 * (linear + elementwise) + core_backward + cast_backward + routing  # dgrad + wgrad (Narayanan §5.1)
 
     # docs/formulas.md §7
-    tp_forward = 2 * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
+    # two row-parallel outputs per layer (the mixer's and the MLP's); one in a hybrid block (a mixer or an MLP alone)
+    collectives = 1 if model.hybrid_blocks else 2
+    tp_forward = collectives * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
     # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
     # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
     tp_backward = max(0.0, tp_forward - linear)

@@ -8,7 +8,9 @@ import pytest
 from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.compute import layer_forward_flops, mixer_core_flops
 from ndcp.estimate.keys import Degrees
+from ndcp.estimate.layer_time import _layer_passes, tp_all_reduce_seconds
 from ndcp.estimate.mixers import gated_deltanet_core_flops, ssd_core_flops
+from ndcp.specs import ClusterSpec, device_preset
 from ndcp.specs.library import load_model
 from ndcp.specs.run import RunSpec
 
@@ -73,3 +75,13 @@ def test_a_scan_keeps_no_score_sized_activations():
     scores = 2 * 32 * S * S  # the unfused softmax output of one attention layer
     assert hybrid < scores / 10 < attention  # only 4 of 52 layers keep scores: the average is a thirteenth
     assert layer_activation_bytes(NEMOTRON_H, run, "dense", "full", degrees) == 2 * S * 4096
+
+
+def test_a_hybrid_block_has_one_tensor_parallel_reduction_a_layer_two():
+    cluster, run = ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=8, seq_len=8192)
+    degrees = Degrees(8, 1, 1, 1, 1, True)
+    one = tp_all_reduce_seconds(cluster, 8192 * 4096 * run.activation_bytes, 8)
+    block = _layer_passes(NEMOTRON_H, cluster, run, "dense", degrees, "p2p", frozenset())
+    layer = _layer_passes(_attention_layer(NEMOTRON_H), cluster, run, "dense", degrees, "p2p", frozenset())
+    assert block.tp_total == pytest.approx(one + max(0.0, one - block.linear))
+    assert layer.tp_total == pytest.approx(2 * one + max(0.0, 2 * one - layer.linear))
