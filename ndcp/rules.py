@@ -71,12 +71,16 @@ def scan_mixers(model: ModelSpec) -> list[str]:
     return [name for code, name in (("G", "Gated DeltaNet"), ("M", "Mamba-2")) if code in model.layer_mixers]
 
 
+CP_REFUSALS = {"Gated DeltaNet": "Megatron-Core's Gated DeltaNet has no context parallelism "
+                                  "(megatron/core/ssm/gated_delta_net.py, core_r0.15)",
+               "Mamba-2": "Mamba-2's all-to-all context parallelism (megatron/core/ssm/mamba_context_parallel.py) is "
+                          "not priced by ndcp"}
+
+
 def _cp_mixers(p: Problem, d: dict) -> Refusal | None:
     scans = scan_mixers(p.model)
     return _refuse("cp_mixers", "cp", d["cp"] == 1 or not scans, lambda: (
-        f"expected 1 with {' and '.join(scans)} layers: Megatron-Core's Gated DeltaNet has no context parallelism "
-        "(megatron/core/ssm/gated_delta_net.py, core_r0.15), and Mamba-2's all-to-all context parallelism "
-        "(mamba_context_parallel.py) is not priced by ndcp"))
+        f"expected 1 with {' and '.join(scans)} layers: " + "; ".join(CP_REFUSALS[s] for s in scans)))
 
 
 def _trainer_mixers(p: Problem, d: dict) -> Refusal | None:

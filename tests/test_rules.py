@@ -172,6 +172,9 @@ def test_hybrid_layers_tp_cp_trainer_and_recompute_rules():
         check_strategy(dataclasses.replace(nemotron, kv_heads=32), cluster, run_spec, Strategy(dp=1, tp=16, mbn=16))
     with pytest.raises(SpecError, match=r"cp=2 .*Gated DeltaNet has no context parallelism"):
         check_strategy(qwen, cluster, run_spec, Strategy(dp=8, cp=2, mbn=2))
+    with pytest.raises(SpecError, match=r"cp=2 .*Mamba-2 layers: Mamba-2's all-to-all context parallelism .*not "
+                                        r"priced by ndcp$"):
+        check_strategy(nemotron, cluster, run_spec, Strategy(dp=8, cp=2, mbn=2))
     with pytest.raises(SpecError, match="recompute.*whole \\(full\\) or not at all"):
         check_strategy(nemotron, cluster, run_spec, Strategy(dp=16, mbn=1, recompute=RecomputePlan("selective")))
     titan = RunSpec(global_batch=16, seq_len=4096, trainer="torchtitan")
