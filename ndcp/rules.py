@@ -11,10 +11,10 @@ Search restrictions are not validity rules: --fix/--max bounds, tp x cp within a
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
+from .mixer_rules import cp_mixers, recompute_mixers_refusal, tp_mixers, trainer_mixers
 from .schedules import SCHEDULES, Refusal, default_schedule
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
@@ -54,40 +54,6 @@ def _tp_heads(p: Problem, d: dict) -> Refusal | None:
     return _refuse("tp_heads", "tp", m.heads % tp == 0 and m.num_kv_heads % tp == 0, lambda: (
         f"must divide {m.heads} attention heads and {m.num_kv_heads} KV heads; valid tp: "
         + ", ".join(str(v) for v in divisors(m.heads) if m.num_kv_heads % v == 0)))
-
-
-def _tp_mixers(p: Problem, d: dict) -> Refusal | None:
-    m, tp = p.model, d["tp"]
-    counts = {f"{name} {what}": n for name, spec in (("Gated DeltaNet", m.linear_attention), ("Mamba-2", m.mamba))
-              if spec is not None for what, n in spec.tp_counts.items()}
-    return _refuse("tp_mixers", "tp", all(n % tp == 0 for n in counts.values()), lambda: (
-        "must divide the " + ", ".join(f"{n} {what}" for what, n in counts.items()) + "; valid tp: "
-        + ", ".join(str(v) for v in divisors(math.gcd(*counts.values())))))
-
-
-def scan_mixers(model: ModelSpec) -> list[str]:
-    """The chunked-scan mixers a model's layers run (specs/mixers.py): what context parallelism, the trainers and
-    the module recompute options do not run here."""
-    return [name for code, name in (("G", "Gated DeltaNet"), ("M", "Mamba-2")) if code in model.layer_mixers]
-
-
-CP_REFUSALS = {"Gated DeltaNet": "Megatron-Core's Gated DeltaNet has no context parallelism "
-                                  "(megatron/core/ssm/gated_delta_net.py, core_r0.15)",
-               "Mamba-2": "Mamba-2's all-to-all context parallelism (megatron/core/ssm/mamba_context_parallel.py) is "
-                          "not priced by ndcp"}
-
-
-def _cp_mixers(p: Problem, d: dict) -> Refusal | None:
-    scans = scan_mixers(p.model)
-    return _refuse("cp_mixers", "cp", d["cp"] == 1 or not scans, lambda: (
-        f"expected 1 with {' and '.join(scans)} layers: " + "; ".join(CP_REFUSALS[s] for s in scans)))
-
-
-def _trainer_mixers(p: Problem, d: dict) -> Refusal | None:
-    scans = scan_mixers(p.model) + (["hybrid block"] if p.model.hybrid_blocks else [])
-    return _refuse("trainer_mixers", "tp", p.run.trainer == "megatron" or not scans, lambda: (
-        f"{p.run.trainer} does not run {', '.join(scans)} layers here; the Megatron-Core hybrid models do "
-        "(--trainer megatron)"))
 
 
 def _devices(p: Problem, d: dict) -> Refusal | None:
@@ -228,9 +194,8 @@ def recompute_option_refusal(model: ModelSpec, run: RunSpec, mode: str) -> Refus
     if idle:
         return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: "
                        + ", ".join(f"{n} needs {MODULES[n].needs} layers" for n in idle))
-    if scan_mixers(model) and mode not in ("none", "full"):
-        return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: its "
-                       f"{' and '.join(scan_mixers(model))} layers recompute whole (full) or not at all (none)")
+    if refusal := recompute_mixers_refusal(model, mode):
+        return refusal
     trainer = trainer_named(run.trainer)
     if option.name not in trainer.recompute_options:
         return Refusal("recompute_modules", "recompute", f"{run.trainer} does not run recompute={mode} ({option.source}"
@@ -312,13 +277,14 @@ def _dp_shard(p: Problem, d: dict) -> Refusal | None:
 # over divisors) are checked on whole strategies only; they are listed at the level where they would apply.
 RULEBOOK: tuple[Rule, ...] = (
     Rule("tp_heads", "tp divides the attention heads and the KV heads", "tp", _tp_heads),
-    Rule("tp_mixers", "tp divides the linear-attention and Mamba-2 heads and groups", "tp", _tp_mixers),
+    Rule("tp_mixers", "tp divides the linear-attention and Mamba-2 heads and groups", "tp", tp_mixers),
     Rule("trainer_mixers", "linear-attention, Mamba-2 and hybrid-block layers under Megatron-Core", "tp",
-         _trainer_mixers),
+         trainer_mixers),
     Rule("sp_tp", "sequence parallelism only with tp > 1", "strategy", _sp_tp),
     Rule("pp_layers", "pp <= layers / vpp", "pp", _pp_layers),
     Rule("cp_sequence", "sequence divisible by 2 x cp (load-balanced ring attention)", "cp", _cp_sequence),
-    Rule("cp_mixers", "cp = 1 with linear-attention or Mamba-2 layers", "cp", _cp_mixers),
+    Rule("cp_mixers", "cp = 1 with linear attention; Mamba-2: heads and groups split over tp x cp", "cp",
+         cp_mixers),
     Rule("cp_comm_cp", "a CP communication type other than p2p only with cp > 1", "cp_comm", _cp_comm_cp),
     Rule("cp_comm_heads", "a2a / a2a+p2p: heads and KV heads divisible by tp x the all-to-all group", "cp_comm",
          _cp_comm_heads),

@@ -13,6 +13,9 @@ state between chunks.
   B^T X and the output C h from the states (2NP each): 2Q(N + P) + 4NP.
 Both count the whole chunk (no causal half inside it): a conservative count of what the kernels execute.
 
+Context parallelism (mixer_cp_seconds): Gated DeltaNet has none (the rules refuse cp > 1); Mamba-2's is an
+all-to-all to head-sharded sequences and back, per layer, as Megatron-Core runs it.
+
 Time: the kernels (fla's and mamba_ssm's Triton kernels, which Megatron-Core's gated_delta_net.py and
 mamba_mixer.py call) are not measured here: their matmuls are priced as the unfused attention core's batched
 per-head GEMMs (DeviceSpec.unfused_attention_efficiency), their backward at SCAN_BACKWARD_RATIO times the forward's
@@ -20,8 +23,11 @@ FLOPs (both recompute the chunk states in backward). Unvalidated: no measured ru
 """
 from __future__ import annotations
 
-from ..specs.device import DeviceSpec
+from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
+from ..specs.run import RunSpec
+from .communication import all_to_all_seconds, cp_comm_seconds, cp_link
+from .keys import Degrees
 
 SCAN_BACKWARD_RATIO = 2.5  # as flash attention's (it recomputes the chunk states as flash recomputes the scores)
 FP32 = 4
@@ -56,6 +62,39 @@ def scan_core_seconds(forward_flops: float, device: DeviceSpec) -> tuple[float, 
     batched GEMMs, conservatively)."""
     forward = forward_flops / (device.peak_flops * min(device.unfused_attention_efficiency, device.compute_efficiency))
     return forward, SCAN_BACKWARD_RATIO * forward
+
+
+def mixer_cp_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, degrees: Degrees,
+                     cp_comm: str, attention: float, attention_backward: float) -> tuple[float, float]:
+    """Exposed (forward, backward) context-parallel seconds of an average layer of `kind`: the attention layers'
+    exchange under `cp_comm` (estimate/communication.py), each hidden behind its own layer's core (`attention`,
+    `attention_backward`: the kind's average), and the Mamba-2 layers' all-to-alls (mamba_cp_seconds)."""
+    shares = model.mixer_shares(kind)
+    if shares.plain or degrees.cp == 1:
+        return cp_comm_seconds(model, cluster, run, degrees, cp_comm, attention, attention_backward)
+    forward = backward = 0.0
+    if shares.attention:
+        a = shares.attention
+        f, b = cp_comm_seconds(model, cluster, run, degrees, cp_comm, attention / a, attention_backward / a)
+        forward, backward = a * f, a * b
+    if shares.mamba:
+        seconds = shares.mamba * mamba_cp_seconds(model, cluster, run, degrees)
+        forward, backward = forward + seconds, backward + seconds
+    return forward, backward
+
+
+def mamba_cp_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degrees: Degrees) -> float:
+    """One Mamba-2 layer's context-parallel all-to-alls, one direction (Megatron-Core mamba_context_parallel.py):
+    its sequence-sharded z, x, B, C and dt become head-sharded over the CP group before the convolution and the scan
+    (B and C repeated over the CP ranks that share a group), and the output goes back; none of it overlapped (the
+    scan needs all of it). The backward moves the same bytes as gradients."""
+    m, tp, cp = model.mamba, degrees.tp, degrees.cp
+    groups = m.groups // tp
+    repeat = cp // groups if groups < cp else 1
+    into = 2 * m.inner + 2 * m.groups * m.state * repeat + m.heads
+    tokens, dtype = degrees.tokens(run.seq_len), run.activation_bytes
+    bandwidth, latency = cp_link(cluster, tp, cp)
+    return sum(all_to_all_seconds(tokens * width / tp * dtype, cp, bandwidth, latency) for width in (into, m.inner))
 
 
 def scan_elementwise_bytes(model: ModelSpec, kind: str, tokens: float, tp: int, dtype_bytes: int) -> float:
@@ -93,5 +132,6 @@ def scan_saved(model: ModelSpec, kind: str, tokens: float, dtype_bytes: int) -> 
     return out
 
 
-__all__ = ["gated_deltanet_core_flops", "ssd_core_flops", "scan_core_flops", "scan_core_seconds",
+__all__ = ["gated_deltanet_core_flops", "ssd_core_flops", "scan_core_flops", "scan_core_seconds", "mixer_cp_seconds",
+           "mamba_cp_seconds",
            "scan_elementwise_bytes", "scan_saved", "SCAN_BACKWARD_RATIO"]

@@ -36,7 +36,7 @@ def problems(draw):
                       kv_heads=draw(st.sampled_from([heads, heads // 4])), moe=moe, max_positions=1 << 20, **mixers)
     seq = draw(st.sampled_from([512, 4096, 32768, 131072, 1048576]))
     tp, pp = draw(st.sampled_from([1, 2, 4, 8])), draw(st.sampled_from([1, 2, 4]))
-    cp = 1 if hybrid else draw(st.sampled_from([1, 2, 8]))  # no CP with scan layers (rules.py cp_mixers)
+    cp = 1 if hybrid == "GGGA" else draw(st.sampled_from([1, 2, 8]))  # no CP with Gated DeltaNet (cp_mixers)
     dp, mbs, mbn = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 4, 8]))
     ep = draw(st.sampled_from([1, 2, 4])) if moe else 1
     strategy = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=1 if moe else 1, mbs=mbs, mbn=mbn,

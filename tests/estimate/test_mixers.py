@@ -9,7 +9,8 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.compute import layer_forward_flops, mixer_core_flops
 from ndcp.estimate.keys import Degrees
 from ndcp.estimate.layer_time import _layer_passes, tp_all_reduce_seconds
-from ndcp.estimate.mixers import gated_deltanet_core_flops, ssd_core_flops
+from ndcp.estimate.communication import all_to_all_seconds, cp_link
+from ndcp.estimate.mixers import gated_deltanet_core_flops, mamba_cp_seconds, ssd_core_flops
 from ndcp.specs import ClusterSpec, device_preset
 from ndcp.specs.library import load_model
 from ndcp.specs.run import RunSpec
@@ -85,3 +86,21 @@ def test_a_hybrid_block_has_one_tensor_parallel_reduction_a_layer_two():
     layer = _layer_passes(_attention_layer(NEMOTRON_H), cluster, run, "dense", degrees, "p2p", frozenset())
     assert block.tp_total == pytest.approx(one + max(0.0, one - block.linear))
     assert layer.tp_total == pytest.approx(2 * one + max(0.0, 2 * one - layer.linear))
+
+
+def test_mamba_context_parallelism_is_two_all_to_alls_each_way_on_its_share_of_the_layers():
+    cluster, run = ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=8, seq_len=S)
+    degrees = Degrees(2, 4, 1, 1, 1, True)
+    tokens, link = S / 4, cp_link(cluster, 2, 4)
+    # z, x (8192 each), B and C (8 groups of 128, 4 per TP rank: no repeat at cp 4), dt (128), over tp 2; the output
+    into = (2 * 8192 + 2 * 8 * 128 + 128) / 2
+    expected = sum(all_to_all_seconds(tokens * w * 2, 4, *link) for w in (into, 8192 / 2))
+    assert mamba_cp_seconds(NEMOTRON_H, cluster, run, degrees) == pytest.approx(expected)
+    p = _layer_passes(NEMOTRON_H, cluster, run, "dense", degrees, "p2p", frozenset())
+    attention_only = _layer_passes(_attention_layer(NEMOTRON_H), cluster, run, "dense", degrees, "p2p", frozenset())
+    assert p.cp_forward == pytest.approx(24 / 52 * expected + 4 / 52 * attention_only.cp_forward)
+    # B and C repeated over the CP ranks that share a group: 8 groups at tp 8 leave one per rank, cp 4 repeats it
+    wide = Degrees(8, 4, 1, 1, 1, True)
+    repeated = (2 * 8192 + 2 * 8 * 128 * 4 + 128) / 8
+    assert mamba_cp_seconds(NEMOTRON_H, cluster, run, wide) == pytest.approx(sum(
+        all_to_all_seconds(tokens * w * 2, 4, *cp_link(cluster, 8, 4)) for w in (repeated, 8192 / 8)))
