@@ -305,7 +305,8 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
     return nbytes / device.hbm_bandwidth
 
 
-__all__ = ["Gemm", "layer_gemms", "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops", "output_layer_gemm", "mtp_projection_gemm",
+__all__ = ["Gemm", "layer_gemms", "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
+           "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
            "model_flops_per_step", "narayanan_flops_per_step", "encoder_gemms", "encoder_forward_flops",
            "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]

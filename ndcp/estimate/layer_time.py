@@ -185,8 +185,8 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tp, cp, ep, etp, _, sp = degrees
     tokens, keys = degrees.tokens(run.seq_len), run.seq_len
     flash = run.flash_attention
-    linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops, attention, attention_backward = \
-        _layer_compute(model, cluster, run, kind, tp, ep, etp, tokens)
+    (linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops, attention,
+     attention_backward) = _layer_compute(model, cluster, run, kind, tp, ep, etp, tokens)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)

@@ -168,10 +168,11 @@ def mixer_shares(mixers: list[str], has_mlp: list[bool]) -> MixerShares:
 
 def check_layer_mixers(pattern: str, layers: int, hybrid_blocks: bool) -> None:
     """A pattern of one MIXER_CODES character per body layer (or empty); "-" only with hybrid_blocks."""
-    codes = set(MIXER_CODES) if hybrid_blocks else set(MIXERS)
-    require(isinstance(pattern, str) and (pattern == "" or (len(pattern) == layers and set(pattern) <= codes)),
-            "layer_mixers", pattern, f"expected {layers} characters (one per layer), each one of "
-                                     f"{', '.join(sorted(codes))} ({'; '.join(f'{c}: {MIXER_CODES[c]}' for c in sorted(codes))})")
+    codes = sorted(MIXER_CODES if hybrid_blocks else MIXERS)
+    meaning = "; ".join(f"{c}: {MIXER_CODES[c]}" for c in codes)
+    require(isinstance(pattern, str) and (pattern == "" or (len(pattern) == layers and set(pattern) <= set(codes))),
+            "layer_mixers", pattern, f"expected {layers} characters (one per layer), each one of {', '.join(codes)} "
+                                     f"({meaning})")
 
 
 __all__ = ["LinearAttentionSpec", "MambaSpec", "MIXER_CODES", "MIXERS", "ATTENTION", "GATED_DELTANET", "MAMBA2",
