@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .mixer_rules import cp_mixers, recompute_mixers_refusal, tp_mixers, trainer_mixers
 from .schedules import SCHEDULES, Refusal, default_schedule
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
@@ -193,6 +194,8 @@ def recompute_option_refusal(model: ModelSpec, run: RunSpec, mode: str) -> Refus
     if idle:
         return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: "
                        + ", ".join(f"{n} needs {MODULES[n].needs} layers" for n in idle))
+    if refusal := recompute_mixers_refusal(model, mode):
+        return refusal
     trainer = trainer_named(run.trainer)
     if option.name not in trainer.recompute_options:
         return Refusal("recompute_modules", "recompute", f"{run.trainer} does not run recompute={mode} ({option.source}"
@@ -274,9 +277,14 @@ def _dp_shard(p: Problem, d: dict) -> Refusal | None:
 # over divisors) are checked on whole strategies only; they are listed at the level where they would apply.
 RULEBOOK: tuple[Rule, ...] = (
     Rule("tp_heads", "tp divides the attention heads and the KV heads", "tp", _tp_heads),
+    Rule("tp_mixers", "tp divides the linear-attention and Mamba-2 heads and groups", "tp", tp_mixers),
+    Rule("trainer_mixers", "linear-attention, Mamba-2 and hybrid-block layers under Megatron-Core", "tp",
+         trainer_mixers),
     Rule("sp_tp", "sequence parallelism only with tp > 1", "strategy", _sp_tp),
     Rule("pp_layers", "pp <= layers / vpp", "pp", _pp_layers),
     Rule("cp_sequence", "sequence divisible by 2 x cp (load-balanced ring attention)", "cp", _cp_sequence),
+    Rule("cp_mixers", "cp = 1 with linear attention; Mamba-2: heads and groups split over tp x cp", "cp",
+         cp_mixers),
     Rule("cp_comm_cp", "a CP communication type other than p2p only with cp > 1", "cp_comm", _cp_comm_cp),
     Rule("cp_comm_heads", "a2a / a2a+p2p: heads and KV heads divisible by tp x the all-to-all group", "cp_comm",
          _cp_comm_heads),

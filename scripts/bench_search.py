@@ -46,6 +46,7 @@ MATRIX = [  # model, device, gpus, global batch, sequence, memory cap ("" = the 
     ("qwen3-235b-a22b", "h100", 1024, 2048, 4096, "70GiB"),
     ("llama3.1-405b", "h100", 2048, 1024, 8192, ""),
     ("mixtral-8x22b", "h100", 2048, 2048, 4096, ""),
+    ("qwen3-next-80b-a3b", "h100", 256, 256, 131072, ""),  # hybrid: Gated DeltaNet + gated attention, 128k context
     ("deepseek-v3", "h800", 2048, 4096, 4096, ""),
     ("deepseek-v3", "h800", 2048, 4096, 4096, "40GiB"),
     ("qwen3-235b-a22b", "h100", 4096, 4096, 4096, ""),

@@ -1,4 +1,6 @@
 """The rulebook: one set of named rules, so the space walk, a single strategy check and `ndcp estimate` agree."""
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
@@ -152,3 +154,31 @@ def test_a_strategy_runs_only_its_trainers_recompute_options(trainer, mode, refu
     with pytest.raises(SpecError, match=rf"recompute={mode} is not valid: {trainer} does not run recompute={mode}"
                                         + valid):
         check_strategy(LLAMA, cluster, run_spec, strategy)
+
+
+def test_hybrid_layers_tp_cp_trainer_and_recompute_rules():
+    """Megatron-Core's hybrid layers (docs/models.md §6): TP splits the Gated DeltaNet key/value heads and Mamba-2's
+    heads and groups; no context parallelism with Gated DeltaNet, Mamba-2's within its head and group split; only
+    Megatron runs them; whole-layer recompute or none."""
+    qwen, nemotron = load_model("qwen3-next-80b-a3b"), load_model("nemotron-h-8b")
+    cluster, run_spec = ClusterSpec(H100, 16), RunSpec(global_batch=16, seq_len=4096)
+    check_strategy(qwen, cluster, run_spec, Strategy(dp=8, tp=2, mbn=2, ep=8, recompute=RecomputePlan("full")))
+    narrow = dataclasses.replace(qwen, kv_heads=16, linear_attention=dataclasses.replace(
+        qwen.linear_attention, key_heads=4, value_heads=8))
+    with pytest.raises(SpecError, match=r"tp=8 .*4 Gated DeltaNet key heads, 8 Gated DeltaNet value heads; valid tp: "
+                                        r"1, 2, 4$"):
+        check_strategy(narrow, cluster, run_spec, Strategy(dp=2, tp=8, mbn=8))
+    with pytest.raises(SpecError, match=r"tp=16 .*128 Mamba-2 heads, 8 Mamba-2 groups; valid tp: 1, 2, 4, 8$"):
+        check_strategy(dataclasses.replace(nemotron, kv_heads=32), cluster, run_spec, Strategy(dp=1, tp=16, mbn=16))
+    with pytest.raises(SpecError, match=r"cp=2 .*Gated DeltaNet has no context parallelism"):
+        check_strategy(qwen, cluster, run_spec, Strategy(dp=8, cp=2, mbn=2))
+    check_strategy(nemotron, cluster, run_spec, Strategy(dp=8, cp=2, mbn=2))  # Mamba-2: all-to-all CP
+    odd = dataclasses.replace(nemotron, mamba=dataclasses.replace(nemotron.mamba, heads=24, groups=3))
+    with pytest.raises(SpecError, match=r"cp=2 .*24 heads divisible by tp x cp and its 3 groups.*valid cp at tp=1: "
+                                        r"1, 3, 6, 12, 24$"):
+        check_strategy(odd, cluster, run_spec, Strategy(dp=8, cp=2, mbn=2))
+    with pytest.raises(SpecError, match="recompute.*whole \\(full\\) or not at all"):
+        check_strategy(nemotron, cluster, run_spec, Strategy(dp=16, mbn=1, recompute=RecomputePlan("selective")))
+    titan = RunSpec(global_batch=16, seq_len=4096, trainer="torchtitan")
+    with pytest.raises(SpecError, match="torchtitan does not run Mamba-2, hybrid block layers"):
+        check_strategy(nemotron, cluster, titan, Strategy(dp=16, mbn=1))

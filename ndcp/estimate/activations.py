@@ -31,6 +31,7 @@ from ..specs.run import RunSpec
 from .trainers import trainer_behaviour
 from .fp8 import linear_input_bytes
 from .keys import Degrees
+from .mixers import scan_saved
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti §4.1)
 FP32 = 4
@@ -121,8 +122,29 @@ def layer_inventory(model: ModelSpec, run: RunSpec, moe: bool, tp: int, cp: int,
                     sp: bool) -> list[Tensor]:
     """Every tensor one layer stores for backward, before sharding (except expert tensors, already per rank)."""
     tokens = mbs * run.seq_len // cp
-    return (_attention_inventory(model, run, tokens, run.seq_len)
-            + _mlp_block_inventory(model, run, tokens, moe, tp, sp, etp))
+    shares = model.mixer_shares("moe" if moe else "dense")
+    if shares.plain:
+        return (_attention_inventory(model, run, tokens, run.seq_len)
+                + _mlp_block_inventory(model, run, tokens, moe, tp, sp, etp))
+    return (_share(_attention_inventory(model, run, tokens, run.seq_len), shares.attention)
+            + _scan_inventory(model, run, tokens, moe, shares.linear_attention + shares.mamba)
+            + _share(_mlp_block_inventory(model, run, tokens, moe, tp, sp, etp), shares.mlp))
+
+
+def _share(items: list[Tensor], share: float) -> list[Tensor]:
+    """The tensors of a share of a kind's layers (an average layer's part of them)."""
+    return [Tensor(t.name, t.bytes * share, t.shard) for t in items] if share else []
+
+
+def _scan_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool, share: float) -> list[Tensor]:
+    """The linear-attention and Mamba-2 layers' share of an average layer: the mixer's norm input and projection
+    input (full width, as attention's), and what the scan mixers keep (estimate/mixers.py scan_saved, split by
+    TP with their heads)."""
+    B, h = run.activation_bytes, model.hidden
+    saved = scan_saved(model, "moe" if moe else "dense", tokens, B)
+    inputs = [Tensor("norm1_input", B * tokens * h, "seq"),
+              Tensor("attention_input", linear_input_bytes(run) * tokens * h, "seq")]
+    return _share(inputs, share) + [Tensor(name, nbytes, "tp") for name, nbytes in saved]
 
 
 def sharded_bytes(tensor: Tensor, tp: int, sp: bool) -> float:

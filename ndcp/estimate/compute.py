@@ -23,6 +23,7 @@ from typing import NamedTuple
 from ..specs.device import DeviceSpec
 from ..specs.model import ModelSpec
 from ..specs.run import MFU_CONVENTIONS
+from .mixers import scan_core_flops, scan_elementwise_bytes
 
 FLASH_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward (Dao 2023 §3.1.2)
 # score-matrix passes without flash attention: write QK^T, softmax read/write, dropout read/write, read by attention x V
@@ -58,8 +59,29 @@ def attention_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tupl
         kv = (Gemm(tokens, h, m.kv_lora_rank + m.qk_rope_head_dim), kv_up)
         return q + kv + (Gemm(tokens, a * m.v_head_dim / tp, h),)
     d, g = model.dim_per_head, model.num_kv_heads
+    q = 2 * a if model.gated_attention else a  # a gated query projection also outputs the per-head gate
     # Megatron column-parallel QKV (a + 2g heads of d), row-parallel output projection (Shoeybi 2019 §3)
-    return Gemm(tokens, h, (a + 2 * g) * d / tp), Gemm(tokens, a * d / tp, h)
+    return Gemm(tokens, h, (q + 2 * g) * d / tp), Gemm(tokens, a * d / tp, h)
+
+
+def _scaled(gemms: tuple[Gemm, ...], share: float) -> tuple[Gemm, ...]:
+    """The GEMMs of a share of a kind's layers (an average layer's part of them): counts times the share."""
+    return gemms if share == 1.0 else tuple(g._replace(count=g.count * share) for g in gemms) if share else ()
+
+
+def mixer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int) -> tuple[Gemm, ...]:
+    """The token mixers' projections of an average body layer of `kind`, forward, one device: softmax attention's
+    on its share of the layers, Gated DeltaNet's and Mamba-2's input (column-parallel) and output (row-parallel)
+    projections on theirs (Megatron-Core gated_delta_net.py, mamba_mixer.py: heads split over TP)."""
+    shares = model.mixer_shares(kind)
+    if shares.plain:
+        return attention_projection_gemms(model, tokens, tp)
+    out = _scaled(attention_projection_gemms(model, tokens, tp), shares.attention)
+    for share, spec in ((shares.linear_attention, model.linear_attention), (shares.mamba, model.mamba)):
+        if share:
+            into, inner = spec.projection_widths()
+            out += (Gemm(tokens, model.hidden, into / tp, share), Gemm(tokens, inner / tp, model.hidden, share))
+    return out
 
 
 def mla_up_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:
@@ -115,7 +137,7 @@ def layer_gemms(model: ModelSpec, kind: str, tokens: float, tp: int, ep: int = 1
     as they run (padded to the capacity factor, or the busiest device's `imbalance` x share) or not (model FLOPs)."""
     mlp = (moe_gemms(model, tokens, tp, ep, etp, padded, imbalance) if kind == "moe"
            else mlp_gemms(model, model.ffn_hidden, tokens, tp))
-    return attention_projection_gemms(model, tokens, tp) + mlp
+    return mixer_gemms(model, kind, tokens, tp) + _scaled(mlp, model.mixer_shares(kind).mlp)
 
 
 def attended_keys(model: ModelSpec, keys: float, causal: bool) -> float:
@@ -135,6 +157,14 @@ def attended_keys(model: ModelSpec, keys: float, causal: bool) -> float:
         return keys / 2
     count = model.local_layers
     return (count * local + (model.layers - count) * keys / 2) / model.layers
+
+
+def mixer_core_flops(model: ModelSpec, kind: str, queries: float, keys: float, tp: int, causal: bool) -> float:
+    """The token-mixing cores of an average body layer of `kind`, forward: the attention core on the kind's
+    attention share of its layers, the chunked scans on the others (estimate/mixers.py, no s^2 term)."""
+    share = model.mixer_shares(kind).attention
+    attention = share * attention_core_flops(model, queries, keys, tp, causal) if share else 0.0
+    return attention + scan_core_flops(model, kind, queries, tp)
 
 
 def attention_core_flops(model: ModelSpec, queries: float, keys: float, tp: int, causal: bool) -> float:
@@ -183,7 +213,7 @@ def layer_forward_flops(model: ModelSpec, kind: str, seq: int, convention: str) 
     counts the causal half (convention "causal", Megatron-LM since core_r0.12) or the full s x s scores ("full",
     PaLM App. B, torchtitan, Megatron before core_r0.12)."""
     return (total_flops(layer_gemms(model, kind, seq, 1, padded=False))
-            + attention_core_flops(model, seq, seq, 1, causal=_causal(convention)))
+            + mixer_core_flops(model, kind, seq, seq, 1, causal=_causal(convention)))
 
 
 def _causal(convention: str) -> bool:
@@ -257,24 +287,26 @@ def elementwise_bytes(model: ModelSpec, kind: str, tokens: float, keys: float, t
     parallelism, else on every TP rank (Korthikanti §4.2.2); the MLP activation reads its input(s) and writes F/tp;
     without flash attention the score matrix makes UNFUSED_SOFTMAX_PASSES passes per head.
     """
-    h = model.hidden
+    h, shares = model.hidden, model.mixer_shares(kind)
     norm_tokens = tokens / tp if sp else tokens
-    norms_and_residuals = norm_tokens * (2 * 2 * h + 2 * 3 * h)
+    norms_and_residuals = norm_tokens * (2 * 2 * h + 2 * 3 * h) / (2 if model.hybrid_blocks else 1)  # one per block
     if kind == "moe":
         m = model.moe
         width = m.expert_ffn_hidden * m.top_k + m.shared_hidden * m.shared_experts
     else:
         width = model.ffn_hidden
-    activation = tokens * width / tp * (3 if model.gated else 2)
-    scores = 0.0 if flash else tokens * keys * model.heads / tp * UNFUSED_SOFTMAX_PASSES
-    return (norms_and_residuals + activation + scores) * dtype_bytes
+    activation = shares.mlp * tokens * width / tp * (3 if model.gated else 2)
+    scores = 0.0 if flash else shares.attention * tokens * keys * model.heads / tp * UNFUSED_SOFTMAX_PASSES
+    return ((norms_and_residuals + activation + scores) * dtype_bytes
+            + scan_elementwise_bytes(model, kind, tokens, tp, dtype_bytes))
 
 
 def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
     return nbytes / device.hbm_bandwidth
 
 
-__all__ = ["Gemm", "layer_gemms", "router_gemm", "attention_core_flops", "output_layer_gemm", "mtp_projection_gemm",
+__all__ = ["Gemm", "layer_gemms", "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
+           "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
            "model_flops_per_step", "narayanan_flops_per_step", "encoder_gemms", "encoder_forward_flops",
            "elementwise_bytes", "memory_seconds", "FLASH_BACKWARD_RATIO"]

@@ -13,12 +13,12 @@ from ..specs.model import ModelSpec
 from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, recompute_option
 from ..specs.run import RunSpec
 from . import communication as comm
-from .communication import cp_comm_seconds
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, fp8_gemms, layer_gemms,
                       memory_seconds, total_flops)
 from .fp8 import cast_bytes_per_element
 from .gemm import attention_core_seconds, weight_gemm_seconds
 from .keys import Degrees, LayerKey
+from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
 from .overlap import ep_overlapped, layer_overlaps, tp_overlapped
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
@@ -98,8 +98,10 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
                    tokens: float) -> tuple[float, ...]:
     """The GEMM work of one body layer for one micro-batch of `tokens` tokens per device (mbs x seq / cp), shared by
     its SP, overlap and cp_comm variants and by the (cp, mbs) pairs with the same tokens: seconds of the weight GEMMs
-    (one pass), their FLOPs, the FP8 casts forward and backward, the attention core forward and backward seconds
-    (its queries against the whole sequence's keys), and the core's FLOPs."""
+    (one pass), their FLOPs, the FP8 casts forward and backward, the mixer cores' forward and backward seconds (the
+    attention core, its queries against the whole sequence's keys, on the kind's attention layers; the chunked
+    scans on its linear-attention and Mamba-2 layers), the cores' FLOPs, and the attention core's seconds alone
+    (what context-parallel attention hides its exchange behind)."""
     device = cluster.device
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp, imbalance=run.moe_load_imbalance)
     linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
@@ -109,9 +111,13 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
         per_element = cast_bytes_per_element(run, device)
         cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
         cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
-    core_flops = attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
-    core, core_backward = attention_core_seconds(core_flops, device, run.flash_attention, run.attention_kernel)
-    return linear, total_flops(gemms), cast_forward, cast_backward, core, core_backward, core_flops
+    share = model.mixer_shares(kind).attention
+    attention = share * attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
+    core, core_backward = attention_core_seconds(attention, device, run.flash_attention, run.attention_kernel)
+    scan = scan_core_flops(model, kind, tokens, tp)  # linear-attention and Mamba-2 cores (estimate/mixers.py)
+    scan_forward, scan_backward = scan_core_seconds(scan, device) if scan else (0.0, 0.0)
+    return (linear, total_flops(gemms), cast_forward, cast_backward, core + scan_forward, core_backward + scan_backward,
+            attention + scan, core, core_backward)
 
 
 class _Passes(NamedTuple):
@@ -179,8 +185,8 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tp, cp, ep, etp, _, sp = degrees
     tokens, keys = degrees.tokens(run.seq_len), run.seq_len
     flash = run.flash_attention
-    linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops = _layer_compute(
-        model, cluster, run, kind, tp, ep, etp, tokens)
+    (linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops, attention,
+     attention_backward) = _layer_compute(model, cluster, run, kind, tp, ep, etp, tokens)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
@@ -190,14 +196,17 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     backward = 2.0 * (linear + elementwise) + core_backward + cast_backward + routing  # dgrad + wgrad (Narayanan §5.1)
 
     # docs/formulas.md §7
-    tp_forward = 2 * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
+    # two row-parallel outputs per layer (the mixer's and the MLP's); one in a hybrid block (a mixer or an MLP alone)
+    collectives = 1 if model.hybrid_blocks else 2
+    tp_forward = collectives * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
     # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
     # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
     tp_backward = max(0.0, tp_forward - linear)
     tp_total = tp_forward + tp_backward
     if "tp" in hidden:
         tp_forward, tp_backward = tp_overlapped(tp_forward, linear)
-    cp_forward, cp_backward = cp_comm_seconds(model, cluster, run, degrees, cp_comm, core, core_backward)
+    cp_forward, cp_backward = mixer_cp_seconds(model, cluster, run, kind, degrees, cp_comm, attention,
+                                               attention_backward)
     a2a = dispatch_seconds(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
     ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
     if "ep" in hidden:

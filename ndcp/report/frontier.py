@@ -57,7 +57,7 @@ def frontier_rows(model, result: Frontier) -> list[dict]:
 
 def frontier_document(model, result: Frontier) -> dict:
     return {
-        "model_assumptions": list(model.assumptions),
+        "model_assumptions": list(model.report_assumptions),
         "strategy": result.strategy.as_dict(),
         "least_memory_bytes": result.least_bytes,
         "frontier": frontier_rows(model, result),

@@ -40,7 +40,7 @@ def model_document(model: ModelSpec) -> dict:
         # the language model and the submodules beside it, in pipeline order (docs/models.md §5)
         "submodules": [{"name": name, "parameters": int(n)} for name, n in model.submodules],
         "source": model.source,
-        "assumptions": list(model.assumptions),  # what reading the source assumed, one line each
+        "assumptions": list(model.report_assumptions),  # what reading the source assumed, one line each
     }
     return doc
 

@@ -186,7 +186,7 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
         if model.moe.shared_experts:
             shape += f" + {model.moe.shared_experts} shared"
     table.add_row("model", f"{model.name}: {size}; {shape}")
-    for line in model.assumptions:
+    for line in model.report_assumptions:
         table.add_row("assumed", Text(line))
     table.add_row("batch", f"global batch {run.global_batch} x sequence {run.seq_len} "
                            f"= {run.global_batch * run.seq_len:,} tokens per step")
@@ -236,7 +236,7 @@ def host_assumption(cluster: ClusterSpec) -> str:
 
 def assumed_lines(model: ModelSpec) -> list[Text]:
     """The model's assumptions (ModelSpec.assumptions) as lines, for the reports without an assumptions panel."""
-    return [Text.assemble(("assumed: ", "bold yellow"), line) for line in model.assumptions]
+    return [Text.assemble(("assumed: ", "bold yellow"), line) for line in model.report_assumptions]
 
 
 def strategy_line(strategy: Strategy, layers: int | None = None) -> Text:

@@ -1,7 +1,7 @@
 """Hugging Face `config.json` -> ModelSpec (docs/models.md §1).
 
-Each supported `model_type` has a builder (specs/hf_text.py; vision-language types: specs/hf_vision.py) that
-reads the keys that change the shape or the parameter count. A `model_type` ndcp does not know is read by the
+Each supported `model_type` has a builder (specs/hf_text.py; hybrid models: specs/hf_hybrid.py; vision-language
+types: specs/hf_vision.py) that reads the keys that change the shape or the parameter count. A `model_type` ndcp does not know is read by the
 builder its `architectures` entry names (`DeepseekV3ForCausalLM`: deepseek_v3), else, when it carries the Llama
 keys (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size) and no MoE keys, the
 Llama way. Either way the spec's `assumptions` say so in one line: the type, the reader, the keys read. The spec is
@@ -14,14 +14,16 @@ from typing import Any, Mapping, NamedTuple
 
 from .fields import SpecError, from_mapping, show
 from .hf_config import HFConfig
+from .hf_hybrid import HYBRID_BUILDERS
 from .hf_text import LLAMA_KEYS, TEXT_BUILDERS, Builder, is_llama_compatible, llama
 from .hf_vision import VISION_BUILDERS
 from .model import ModelSpec
 
-BUILDERS = {**TEXT_BUILDERS, **VISION_BUILDERS}
+LANGUAGE_BUILDERS = {**TEXT_BUILDERS, **HYBRID_BUILDERS}
+BUILDERS = {**LANGUAGE_BUILDERS, **VISION_BUILDERS}
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(BUILDERS)
 # transformers' class-name suffixes (modeling_auto.py): a language model's head, or a vision-language model's
-ARCHITECTURE_SUFFIXES = {"ForCausalLM": TEXT_BUILDERS, "LMHeadModel": TEXT_BUILDERS,
+ARCHITECTURE_SUFFIXES = {"ForCausalLM": LANGUAGE_BUILDERS, "LMHeadModel": LANGUAGE_BUILDERS,
                          "ForConditionalGeneration": VISION_BUILDERS}
 LLAMA_ASSUMED = "a Llama-style decoder (RMSNorm, rotary positions, gated MLP, no experts)"
 

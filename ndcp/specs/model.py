@@ -1,10 +1,14 @@
-"""Model architecture spec: transformer shape, MoE, MLA and MTP, with exact parameter counts per component."""
+"""Model architecture spec: transformer shape, MoE, MLA, MTP and hybrid token mixers, with exact parameter counts per
+component."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
 
 from .encoder import EncoderSpec
+from .layer_variants import MAX_LAYERS, MLASpec, MoESpec
+from .mixers import (ATTENTION, MLP_ONLY, LinearAttentionSpec, MambaSpec, MixerShares, check_layer_mixers,
+                     mixer_shares)
 from .rope import RopeScaling
 from .fields import (SpecError, cached_hash, divisors, finite_number, non_negative_int, one_of, positive_int, require,
                      state_without_hash)
@@ -13,9 +17,7 @@ from .fields import (SpecError, cached_hash, divisors, finite_number, non_negati
 # projection; SwiGLU and GeGLU (Shazeer 2020, "GLU Variants Improve Transformer") add a gate projection.
 ACTIVATIONS = ("gelu", "relu", "squared_relu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-MAX_LAYERS = 1 << 14  # 16,384 layers: far above any real model; per-layer loops (partition, plans) stay fast
 NORMS = ("layernorm", "rmsnorm")
-ROUTER_SCORES = ("softmax", "sigmoid")
 POSITIONS = ("learned", "rope")
 
 
@@ -26,89 +28,6 @@ def _printable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return all(c.isprintable() or c in "\t\n" for c in text)
-
-
-@dataclass(frozen=True)
-class MoESpec:
-    """Mixture of experts: routed experts (top-k of `experts`), optional always-on shared experts, dense prefix."""
-
-    experts: int
-    """routed experts per MoE layer"""
-    top_k: int
-    """routed experts each token goes to"""
-    expert_ffn_hidden: int
-    """MLP width of one routed expert"""
-    shared_experts: int = 0
-    """always-on shared experts per MoE layer (DeepSeek-V3: 1)"""
-    shared_expert_ffn_hidden: int = 0
-    """MLP width of one shared expert (0 = expert_ffn_hidden)"""
-    first_dense_layers: int = 0
-    """the first k layers use the dense MLP (DeepSeek-V3: 3)"""
-    layer_frequency: int = 1
-    """every n-th layer after the dense prefix is MoE (Mixtral, DeepSeek: 1)"""
-    capacity_factor: float = 0.0
-    """0 = dropless; otherwise tokens per expert are padded or cut to this factor of the even share"""
-    # The router: its groups limit where a token's experts are (priced: estimate/moe.py, node-limited dispatch); its
-    # scores, bias and scaling are not (the router's GEMM is `hidden x experts` whatever it scores; the launch
-    # configurations state them, ndcp/trainers)
-    router_score: str = "softmax"
-    """how the router scores experts: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3 §2.1.2)"""
-    router_groups: int = 0
-    """group-limited routing (Megatron --moe-router-num-groups; HF n_group): the experts form this many equal groups
-    of consecutive experts a token's experts are chosen from (DeepSeek-V3: 8; 0 = no grouping)"""
-    router_group_topk: int = 0
-    """groups each token may route to (Megatron --moe-router-group-topk; HF topk_group): with the groups laid out
-    over the nodes, each token reaches at most this many nodes' groups (DeepSeek-V3: 4 of 8; 0 = no grouping)"""
-    router_expert_bias: bool = False
-    """a per-expert bias, updated from the load, added to the scores for choosing (DeepSeek-V3's auxiliary-loss-free
-    balancing, §2.1.2)"""
-    routed_scaling: float = 1.0
-    """factor on the routed experts' gate values (DeepSeek-V3 routed_scaling_factor: 2.5)"""
-
-    def __post_init__(self):
-        positive_int("moe.experts", self.experts)
-        positive_int("moe.top_k", self.top_k)
-        require(self.top_k <= self.experts, "moe.top_k", self.top_k, f"must be <= moe.experts ({self.experts})")
-        positive_int("moe.expert_ffn_hidden", self.expert_ffn_hidden)
-        non_negative_int("moe.shared_experts", self.shared_experts)
-        non_negative_int("moe.shared_expert_ffn_hidden", self.shared_expert_ffn_hidden)
-        non_negative_int("moe.first_dense_layers", self.first_dense_layers, MAX_LAYERS)
-        positive_int("moe.layer_frequency", self.layer_frequency, MAX_LAYERS)
-        finite_number("moe.capacity_factor", self.capacity_factor, 0.0, 64.0)
-        one_of("moe.router_score", self.router_score, ROUTER_SCORES)
-        non_negative_int("moe.router_groups", self.router_groups, self.experts)
-        non_negative_int("moe.router_group_topk", self.router_group_topk, self.router_groups)
-        require((self.router_groups == 0) == (self.router_group_topk == 0), "moe.router_group_topk",
-                self.router_group_topk, "give router_groups and router_group_topk together (or neither)")
-        require(self.router_groups == 0 or self.experts % self.router_groups == 0, "moe.router_groups",
-                self.router_groups, f"must divide moe.experts ({self.experts})")
-        one_of("moe.router_expert_bias", self.router_expert_bias, (False, True))
-        finite_number("moe.routed_scaling", self.routed_scaling, 0.0, 1e3, low_open=True)
-
-    @property
-    def shared_hidden(self) -> int:
-        return self.shared_expert_ffn_hidden or self.expert_ffn_hidden
-
-
-@dataclass(frozen=True)
-class MLASpec:
-    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and KV projections with decoupled RoPE dims."""
-
-    kv_lora_rank: int
-    """rank of the compressed (latent) keys and values"""
-    qk_rope_head_dim: int
-    """per-head query/key dims that carry the decoupled RoPE"""
-    qk_nope_head_dim: int
-    """per-head query/key dims without positions"""
-    v_head_dim: int
-    """per-head value dims"""
-    q_lora_rank: int = 0
-    """rank of the compressed queries (0 = queries are projected directly, no low-rank Q)"""
-
-    def __post_init__(self):
-        for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
-            positive_int(f"mla.{name}", getattr(self, name))
-        non_negative_int("mla.q_lora_rank", self.q_lora_rank)
 
 
 @dataclass(frozen=True)
@@ -195,6 +114,18 @@ class ModelSpec:
     global_every: int = 0
     """with a sliding window or chunks, layers n-1, 2n-1, ... keep full attention (Gemma 2: 2, Gemma 3: 6, gpt-oss:
     2, Llama 4: 4); 0 = every layer is local (Mistral 7B v0.1, Phi-3, StarCoder2)"""
+    layer_mixers: str = ""
+    """the token mixer of each body layer, one character per layer (specs/mixers.py MIXER_CODES: A softmax
+    attention, G Gated DeltaNet, M Mamba-2, - none); empty: softmax attention on every layer"""
+    hybrid_blocks: bool = False
+    """each body layer is one block, a mixer alone or ("-") the MLP alone (Megatron-Core hybrid models, Nemotron-H
+    hybrid_override_pattern); false: every layer has its mixer and its MLP"""
+    gated_attention: bool = False
+    """softmax attention's output is gated per head by a sigmoid of a second query-sized projection (Qwen3-Next)"""
+    linear_attention: LinearAttentionSpec | None = None
+    """the Gated DeltaNet mixer of the G layers, or None"""
+    mamba: MambaSpec | None = None
+    """the Mamba-2 mixer of the M layers, or None"""
     causal: bool = True
     """a causal decoder; false: bidirectional attention (a ViT encoder's layers)"""
     encoder: EncoderSpec | None = None
@@ -244,9 +175,44 @@ class ModelSpec:
         if self.encoder is not None:
             require(self.encoder.output_hidden == self.hidden, "encoder.output_hidden", self.encoder.output_hidden,
                     f"must be the language model's hidden size ({self.hidden})")
+        self._check_mixers()
         if self.moe is not None:
             require(self.moe.first_dense_layers < self.layers, "moe.first_dense_layers", self.moe.first_dense_layers,
                     f"must be < layers ({self.layers})")
+
+    def _check_mixers(self) -> None:
+        """The layer pattern and the mixer specs it names agree; hybrid layers are not combined with what their
+        estimators do not model (local attention windows, MLA, MTP; docs/models.md §6)."""
+        one_of("hybrid_blocks", self.hybrid_blocks, (False, True))
+        one_of("gated_attention", self.gated_attention, (False, True))
+        check_layer_mixers(self.layer_mixers, self.layers, self.hybrid_blocks)
+        for code, spec, name in (("G", self.linear_attention, "linear_attention"), ("M", self.mamba, "mamba")):
+            require((code in self.layer_mixers) == (spec is not None), name, spec,
+                    f"give it exactly when layer_mixers has {code} layers ({self.layer_mixers or 'none'})")
+        if set(self.layer_mixers) - {ATTENTION}:
+            for name in ("sliding_window", "attention_chunk", "mtp_depth"):
+                require(not getattr(self, name), name, getattr(self, name),
+                        "expected 0 with linear-attention, Mamba or MLP-only layers (not modelled together)")
+            require(self.mla is None, "mla", self.mla, "expected none with linear-attention or Mamba layers")
+        require(not self.hybrid_blocks or self.layer_mixers, "hybrid_blocks", self.hybrid_blocks,
+                "needs layer_mixers (which blocks are mixers and which are MLPs)")
+        if self.hybrid_blocks and self.moe is not None:
+            require(self.moe.first_dense_layers == 0 and self.moe.layer_frequency == 1, "moe.layer_frequency",
+                    self.moe.layer_frequency, "expected 1 (and no dense prefix) with hybrid_blocks: every MLP block "
+                                              "is a MoE block")
+
+    @cached_property
+    def report_assumptions(self) -> tuple[str, ...]:
+        """What every report states about this model: `assumptions`, and for hybrid layers how they are priced
+        (docs/models.md §6)."""
+        mixed = [c for c in self.layer_mixers if c != ATTENTION]
+        if not mixed:
+            return self.assumptions
+        return self.assumptions + (
+            f"hybrid layers ({len(mixed)} of {self.layers} without softmax attention): linear-attention and Mamba-2 "
+            "scan cores priced conservatively (as unfused attention's per-head GEMMs), unvalidated on measured runs; "
+            "each layer priced at its kind's average mixer (exact for the whole model and for stages holding whole "
+            "repeats of the layer pattern)",)
 
     # -- shape helpers -------------------------------------------------------------------------------------------
     @property
@@ -282,8 +248,32 @@ class ModelSpec:
         """The kind of the transformer layer in each MTP module: the MoE layer in a MoE model (DeepSeek-V3 §2.2)."""
         return "moe" if self.moe is not None else "dense"
 
+    def mixer(self, index: int) -> str:
+        """Body layer `index`'s token mixer (specs/mixers.py MIXER_CODES)."""
+        return self.layer_mixers[index] if self.layer_mixers else ATTENTION
+
+    def has_mlp(self, index: int) -> bool:
+        """Whether body layer `index` has an MLP (dense or MoE): every layer, except a hybrid block's mixer."""
+        return not self.hybrid_blocks or self.mixer(index) == MLP_ONLY
+
+    def mixer_shares(self, kind: str) -> MixerShares:
+        """The share of each mixer, and of layers with an MLP, among the body layers of `kind` ("dense" or "moe"):
+        what a layer of that kind costs on average (the estimators price each kind at its average; docs/models.md
+        §6)."""
+        return self._kind_shares[kind == "moe"]
+
+    @cached_property
+    def _kind_shares(self) -> tuple[MixerShares, MixerShares]:
+        kinds = [self.is_moe_layer(i) for i in range(self.layers)]
+        return tuple(mixer_shares([self.mixer(i) for i in range(self.layers) if kinds[i] == moe],
+                                  [self.has_mlp(i) for i in range(self.layers) if kinds[i] == moe])
+                     for moe in (False, True))
+
     def is_moe_layer(self, index: int) -> bool:
-        """Whether body layer `index` (0-based) is a MoE layer."""
+        """Whether body layer `index` (0-based) is a MoE layer (with hybrid_blocks: every MLP block of a MoE
+        model)."""
+        if self.hybrid_blocks:
+            return self.moe is not None and self.mixer(index) == MLP_ONLY
         if self.moe is None or index < self.moe.first_dense_layers:
             return False
         return (index - self.moe.first_dense_layers) % self.moe.layer_frequency == 0
@@ -312,7 +302,7 @@ class ModelSpec:
             kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
             return q + kv + a * m.v_head_dim * h
         d, g = self.dim_per_head, self.num_kv_heads
-        qkv_out = (a + 2 * g) * d
+        qkv_out = ((2 if self.gated_attention else 1) * a + 2 * g) * d  # a gated query projection is twice as wide
         params = h * qkv_out + a * d * h
         if self.linear_bias:
             params += qkv_out + h
@@ -320,23 +310,57 @@ class ModelSpec:
             params += qkv_out
         return params
 
-    @cached_property
-    def dense_layer(self) -> LayerParameters:
-        return LayerParameters(self.attention_params, self._mlp_params(self.ffn_hidden), 0, 2 * self.norm_params, 0)
+    def mixer_params(self, mixer: str) -> int:
+        """Parameters of one token mixer of `mixer`'s code (specs/mixers.py); none for an MLP-only block."""
+        if mixer == ATTENTION:
+            return self.attention_params
+        if mixer == MLP_ONLY:
+            return 0
+        spec = self.linear_attention if mixer == "G" else self.mamba
+        return spec.parameters(self.hidden)
 
-    @cached_property
-    def moe_layer(self) -> LayerParameters | None:
-        if self.moe is None:
-            return None
+    def _block(self, mixer: str, moe: bool, mlp: bool = True) -> LayerParameters:
+        """One body layer: its mixer, its dense MLP or MoE (shared experts and router; routed experts apart), and a
+        norm before each of the two (one in a hybrid block)."""
+        norms = (1 if self.hybrid_blocks else 2) * self.norm_params
+        if not mlp:
+            return LayerParameters(self.mixer_params(mixer), 0, 0, norms, 0)
+        if not moe:
+            return LayerParameters(self.mixer_params(mixer), self._mlp_params(self.ffn_hidden), 0, norms, 0)
         m = self.moe
         expert = self._mlp_params(m.expert_ffn_hidden)
         shared = m.shared_experts * self._mlp_params(m.shared_hidden)
-        router = self.hidden * m.experts
-        return LayerParameters(self.attention_params, shared + router, m.experts * expert, 2 * self.norm_params,
+        return LayerParameters(self.mixer_params(mixer), shared + self.hidden * m.experts, m.experts * expert, norms,
                                m.top_k * expert)
 
+    @cached_property
+    def _layers(self) -> tuple[LayerParameters, ...]:
+        kinds = {}
+        for i in range(self.layers):
+            key = (self.mixer(i), self.is_moe_layer(i), self.has_mlp(i))
+            kinds.setdefault(key, self._block(*key))
+        return tuple(kinds[(self.mixer(i), self.is_moe_layer(i), self.has_mlp(i))] for i in range(self.layers))
+
+    def _largest(self, moe: bool) -> LayerParameters:
+        return max((p for i, p in enumerate(self._layers) if self.is_moe_layer(i) == moe), key=lambda p: p.total,
+                   default=self._block(ATTENTION, moe))
+
+    @cached_property
+    def dense_layer(self) -> LayerParameters:
+        """A dense layer (with hybrid layers: the largest one, what a ZeRO-3 gather or a stage's slope reads)."""
+        return self._largest(False) if self.layer_mixers else self._block(ATTENTION, False)
+
+    @cached_property
+    def moe_layer(self) -> LayerParameters | None:
+        """A MoE layer (with hybrid layers: the largest one), or None for a dense model."""
+        if self.moe is None:
+            return None
+        return self._largest(True) if self.layer_mixers else self._block(ATTENTION, True)
+
     def layer(self, index: int) -> LayerParameters:
-        return self.moe_layer if self.is_moe_layer(index) else self.dense_layer
+        if not self.layer_mixers:
+            return self.moe_layer if self.is_moe_layer(index) else self.dense_layer
+        return self._layers[index]
 
     @property
     def embedding_params(self) -> int:
@@ -360,7 +384,7 @@ class ModelSpec:
     @cached_property
     def language_parameters(self) -> int:
         """The language model (embeddings, body, output; MTP modules excluded, as papers count)."""
-        body = self.dense_layers * self.dense_layer.total + self.moe_layers * (self.moe_layer.total if self.moe else 0)
+        body = sum(self.layer(i).total for i in range(self.layers))
         return self.embedding_params + body + self.output_params
 
     # -- submodules (docs/models.md §5) ----------------------------------------------------------------------------
@@ -398,4 +422,4 @@ class ModelSpec:
         return self.parameters - inactive
 
 
-__all__ = ["ModelSpec", "MoESpec", "MLASpec", "LayerParameters", "SpecError"]
+__all__ = ["ModelSpec", "MoESpec", "MLASpec", "LayerParameters", "LinearAttentionSpec", "MambaSpec", "SpecError"]

@@ -23,7 +23,7 @@ POINT_KEYS = ("device", "gpus", "global_batch", "seq_len", "status", "strategy",
 
 
 def sweep_document(rows: list[dict], model: ModelSpec, tokens: int, price: float | None) -> dict:
-    return {"model": model.name, "model_assumptions": list(model.assumptions), "tokens": tokens,
+    return {"model": model.name, "model_assumptions": list(model.report_assumptions), "tokens": tokens,
             "price_per_gpu_hour": price,
             "points": [{key: row.get(key) for key in POINT_KEYS} for row in rows],
             "knees": knees(rows)}

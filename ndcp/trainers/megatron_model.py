@@ -57,7 +57,27 @@ def architecture(model: ModelSpec, run: RunSpec, notes: list[str]) -> list[str]:
         flags.append("--disable-bias-linear")
     if m.qkv_bias and not m.linear_bias:
         flags.append("--add-qkv-bias")
+    if set(m.layer_mixers) - {"A"} or m.gated_attention:
+        notes.append(hybrid_note(m))
     return flags + _positions(m, notes) + _moe(m) + _mla(m)
+
+
+def hybrid_note(m: ModelSpec) -> str:
+    """What the GPT-model arguments cannot state of a hybrid model (docs/models.md §6): its layer pattern and mixer
+    shapes, which Megatron-Core's hybrid model (pretrain_mamba.py, megatron/core/ssm) takes; not emitted because
+    facts/megatron.yaml does not pin those flags."""
+    parts = [f"layer pattern {m.layer_mixers}" + (" (one block per layer)" if m.hybrid_blocks else "")]
+    if m.linear_attention is not None:
+        g = m.linear_attention
+        parts.append(f"Gated DeltaNet {g.key_heads} key / {g.value_heads} value heads of {g.key_head_dim} / "
+                     f"{g.value_head_dim}, convolution {g.conv_kernel}")
+    if m.mamba is not None:
+        parts.append(f"Mamba-2 {m.mamba.heads} heads of {m.mamba.head_dim}, state {m.mamba.state}, "
+                     f"{m.mamba.groups} groups")
+    if m.gated_attention:
+        parts.append("gated attention output")
+    return (f"{m.name} has hybrid layers the GPT-model arguments above do not state ({'; '.join(parts)}): set them "
+            "for Megatron-Core's hybrid model (pretrain_mamba.py) before launching")
 
 
 def _positions(m: ModelSpec, notes: list[str]) -> list[str]:
@@ -141,4 +161,4 @@ def moe_layer_pattern(pattern: list[int]) -> str:
     return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
 
 
-__all__ = ["architecture", "moe_layer_pattern", "PLACEHOLDERS", "LLAMA3_FIXED", "MLA_YARN_ORIGINAL"]
+__all__ = ["architecture", "hybrid_note", "moe_layer_pattern", "PLACEHOLDERS", "LLAMA3_FIXED", "MLA_YARN_ORIGINAL"]

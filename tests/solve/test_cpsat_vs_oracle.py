@@ -10,9 +10,25 @@ from ndcp.space import DEFAULT_SCHEDULES, SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, ModelSpec, MoESpec, RunSpec, device_preset
 from ndcp.specs.encoder import EncoderSpec
 from ndcp.specs.library import load_model
+from ndcp.specs.mixers import LinearAttentionSpec, MambaSpec
 
 TOP = 3
 OVERLAP_SETTINGS = ["trainer", "none", "ep+tp+p2p"]  # RunSpec.overlap: the trainer's defaults, none, all asked
+
+
+def _hybrid_layers(draw, layers: int, heads: int, moe) -> dict:
+    """Hybrid layer kinds (docs/models.md §6): a random pattern of softmax attention, Gated DeltaNet and Mamba-2
+    layers, each with its MLP, or (hybrid_blocks) of those mixers and MLP-only blocks, at least one MLP block in a
+    MoE model."""
+    blocks = draw(st.booleans())
+    pattern = "".join(draw(st.lists(st.sampled_from("AGM-" if blocks else "AGM"), min_size=layers, max_size=layers)))
+    if blocks and moe is not None and "-" not in pattern:
+        pattern = pattern[:-1] + "-"
+    return {"layer_mixers": pattern, "hybrid_blocks": blocks,
+            "linear_attention": LinearAttentionSpec(key_heads=heads // 2, value_heads=heads, key_head_dim=32,
+                                                    value_head_dim=32) if "G" in pattern else None,
+            "mamba": MambaSpec(heads=2 * heads, head_dim=32, state=draw(st.sampled_from([16, 64])), groups=1)
+            if "M" in pattern else None}
 
 
 @st.composite
@@ -30,13 +46,17 @@ def problems(draw):
         encoder = EncoderSpec(layers=draw(st.integers(1, 4)), hidden=draw(st.sampled_from([128, 256])), heads=4,
                               ffn_hidden=512, patch_size=14, image_size=draw(st.sampled_from([56, 112])),
                               output_hidden=hidden, projector=draw(st.sampled_from(["mlp", "linear"])))
-    model = ModelSpec(name="random", layers=draw(st.integers(2, 12)), hidden=hidden,
+    layers = draw(st.integers(2, 12))
+    hybrid = _hybrid_layers(draw, layers, heads, moe) if draw(st.booleans()) else {}
+    if hybrid.get("hybrid_blocks") and moe is not None:
+        moe = MoESpec(experts=moe.experts, top_k=moe.top_k, expert_ffn_hidden=moe.expert_ffn_hidden)
+    model = ModelSpec(name="random", layers=layers, hidden=hidden, **hybrid,
                       heads=heads, kv_heads=kv, ffn_hidden=draw(st.sampled_from([256, 512, 1024])),
                       vocab=draw(st.sampled_from([1000, 32000])),
                       activation=draw(st.sampled_from(["gelu", "swiglu", "squared_relu", "geglu"])),
                       tied_embeddings=draw(st.booleans()), moe=moe,
                       hidden_dropout=draw(st.sampled_from([0.0, 0.1])), encoder=encoder,
-                      sliding_window=draw(st.sampled_from([0, 256])))
+                      sliding_window=0 if hybrid else draw(st.sampled_from([0, 256])))
     device = device_preset(draw(st.sampled_from(["a100-80g", "h100", "mi300x"])))
     gpus = draw(st.sampled_from([1, 2, 4, 6, 8]))
     # Caps from so tight that nothing fits to generous (tiny models: a small reserve keeps caps meaningful).
@@ -68,6 +88,7 @@ def test_cpsat_optimum_equals_the_oracle(space):
     solved = cpsat_search(space, top=TOP, time_limit=60)
     event(f"oracle {oracle.status}, {oracle.over_memory and 'some' or 'none'} over memory")
     event(f"best schedule {oracle.strategies[0].strategy.schedule if oracle.strategies else '-'}")
+    event(f"layers: {'hybrid blocks' if space.model.hybrid_blocks else 'hybrid' if space.model.layer_mixers else 'attention'}")
     assert solved.status == oracle.status
     if oracle.status == "infeasible":
         assert not solved.strategies

@@ -91,3 +91,16 @@ def test_the_users_settings_come_last_as_placeholders_named_in_a_comment():
                                                 "--train-iters", "--lr", "--min-lr", "--lr-decay-style",
                                                 "--lr-warmup-iters", "--save", "--load"}
     assert all(f"#   {p.value}: " in text for p in PLACEHOLDERS)
+
+
+def test_hybrid_layers_are_stated_in_a_note_not_as_gpt_arguments():
+    notes: list[str] = []
+    flags = flags_of("qwen3-next-80b-a3b", notes)
+    assert flags["--num-layers"] == ["48"] and flags["--kv-channels"] == ["256"]
+    assert len(notes) == 1 and "layer pattern GGGAGGGA" in notes[0] and "Gated DeltaNet 16 key / 32 value heads" \
+        in notes[0] and "gated attention output" in notes[0] and "pretrain_mamba.py" in notes[0]
+    flags_of("nemotron-h-8b", notes)
+    assert "Mamba-2 128 heads of 64, state 128, 8 groups" in notes[1] and "(one block per layer)" in notes[1]
+    llama: list[str] = []
+    flags_of("llama3-8b", llama)
+    assert not any("hybrid" in note for note in llama)
