@@ -9,7 +9,7 @@ scripts/calibrate.py does) and measured / estimated peak memory (nothing of memo
 
 The band of a plan (`evidence_for`, docs/evidence.md §2):
 - its comparable rows (`comparable`): all rows, narrowed one plan feature at a time to those sharing it (the feature
-  leaving the most rows first) while at least MIN_STEP_ROWS step rows (MIN_PEAK_ROWS peak rows) remain;
+  leaving the most rows first) while enough rows from enough sources remain (STEP_LEAST, PEAK_LEAST);
 - their edges at confidence c: split-conformal order statistics (Lei et al. 2018, "Distribution-free predictive
   inference for regression", JASA 113(523), §2.2): of n sorted ratios, the upper edge at level q is the
   ceil(q (n + 1))-th (the largest when that passes n), the lower edge the floor((1 - q) (n + 1))-th (the smallest
@@ -37,9 +37,20 @@ from ..specs.strategy import Strategy
 
 TABLE_PATH = Path(__file__).with_name("evidence_table.json")
 DEFAULT_CONFIDENCE = 0.9
-# the fewest rows a band is read from (comparable): of the step rows, and of the far fewer measured peaks
-MIN_STEP_ROWS = 10
-MIN_PEAK_ROWS = 5
+
+
+class Least(NamedTuple):
+    """The fewest rows, and the fewest sources they come from, a band is read from (`comparable`)."""
+
+    rows: int
+    sources: int
+
+
+# Errors differ more between publications than within one, so a band is read from rows of several sources. Chosen
+# from a small grid with their held-out coverage (docs/evidence.md §3): steps 15 rows of 4 sources; the peaks, 9
+# rows of 3 sources in all, 5 rows of 2 sources.
+STEP_LEAST = Least(rows=15, sources=4)
+PEAK_LEAST = Least(rows=5, sources=2)
 
 # Device generation by preset name prefix (ndcp/specs/device.py PRESETS); any other device is its own name.
 GENERATIONS = (("a100", "ampere"), ("h100", "hopper"), ("h200", "hopper"), ("h800", "hopper"), ("gb200", "blackwell"),
@@ -58,6 +69,19 @@ class Evidence(NamedTuple):
     memory_rows: int  # measured peak rows behind memory_high
     features_without_evidence: tuple[str, ...]  # features of the plan no measured run exercises
     confidence: float
+
+    def step_seconds_band(self, step_seconds: float) -> tuple[float, float]:
+        """The band's (low, high) edges in seconds around a point step time."""
+        return step_seconds * self.step_band[0], step_seconds * self.step_band[1]
+
+    def peak_bytes_high(self, peak_bytes: int) -> int:
+        """The peak's upper edge in bytes (rounded up) of a point peak."""
+        return int(ceil(peak_bytes * self.memory_high))
+
+    def document(self) -> dict:
+        """The `evidence` object of a strategy in --json."""
+        return {"runs": self.runs, "memory_rows": self.memory_rows,
+                "features_without_evidence": list(self.features_without_evidence), "confidence": self.confidence}
 
 
 class Residual(NamedTuple):
@@ -158,8 +182,8 @@ class EvidenceTable(NamedTuple):
         """The band of a plan with these features at `confidence` (module docstring: the rule)."""
         features = frozenset(features)
         missing = tuple(sorted(features - self.evidenced))
-        step = _band(comparable(self.steps, features, MIN_STEP_ROWS), confidence, two_sided=True)
-        peak = _band(comparable(self.peaks, features, MIN_PEAK_ROWS), confidence, two_sided=False)
+        step = _band(comparable(self.steps, features, STEP_LEAST), confidence, two_sided=True)
+        peak = _band(comparable(self.peaks, features, PEAK_LEAST), confidence, two_sided=False)
         low, high, memory_high = step.low, step.high, peak.high
         pooled_step = _band(self.steps, confidence, two_sided=True)
         pooled_peak = _band(self.peaks, confidence, two_sided=False)
@@ -209,16 +233,19 @@ def _band(rows: Iterable[Residual], confidence: float, two_sided: bool) -> _Band
     return _Band(low, max(1.0, upper_edge(ratios, level)), len(rows))
 
 
-def comparable(rows: tuple[Residual, ...], features: frozenset[str], min_rows: int) -> tuple[Residual, ...]:
+def comparable(rows: tuple[Residual, ...], features: frozenset[str], least: Least) -> tuple[Residual, ...]:
     """The rows most like a plan: starting from all rows, narrowed one plan feature at a time to the rows that share
-    it, each time by the feature leaving the most rows (ties: its name), while at least `min_rows` remain."""
+    it, each time by the feature leaving the most rows (ties: its name), while at least `least.rows` rows from
+    `least.sources` sources remain."""
     chosen, remaining = rows, sorted(features)
     while remaining:
-        sizes = [(-sum(f in r.features for r in chosen), f) for f in remaining]
-        size, feature = min(sizes)
-        if -size < min_rows:
+        narrowed = [(tuple(r for r in chosen if f in r.features), f) for f in remaining]
+        narrowed = [(sub, f) for sub, f in narrowed
+                    if len(sub) >= least.rows and len({r.source for r in sub}) >= least.sources]
+        if not narrowed:
             break
-        chosen, remaining = tuple(r for r in chosen if feature in r.features), [f for f in remaining if f != feature]
+        chosen, feature = min(narrowed, key=lambda option: (-len(option[0]), option[1]))
+        remaining.remove(feature)
     return chosen
 
 
@@ -240,7 +267,13 @@ def evidence_for(features: frozenset[str], confidence: float = DEFAULT_CONFIDENC
     return shipped_table().evidence(features, confidence)
 
 
+def plan_evidence(model: ModelSpec, device_name: str, run: RunSpec, strategy: Strategy,
+                  confidence: float = DEFAULT_CONFIDENCE) -> Evidence:
+    """The evidence behind one plan's estimate on this device (its features' band from the shipped table)."""
+    return evidence_for(plan_features(model, strategy, run, device_name), confidence)
+
+
 EVIDENCED_FEATURES: frozenset[str] = shipped_table().evidenced
 
-__all__ = ["Evidence", "Residual", "EvidenceTable", "plan_features", "evidence_for", "EVIDENCED_FEATURES",
-           "Coverage", "DEFAULT_CONFIDENCE", "MIN_STEP_ROWS", "MIN_PEAK_ROWS", "comparable", "device_generation", "shipped_table", "upper_edge", "lower_edge"]
+__all__ = ["Evidence", "plan_evidence", "Residual", "EvidenceTable", "plan_features", "evidence_for", "EVIDENCED_FEATURES",
+           "Coverage", "DEFAULT_CONFIDENCE", "Least", "STEP_LEAST", "PEAK_LEAST", "comparable", "device_generation", "shipped_table", "upper_edge", "lower_edge"]

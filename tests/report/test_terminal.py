@@ -8,7 +8,7 @@ from ndcp.cli import build_strategy
 from ndcp.specs.strategy_input import parse_strategy_string
 from ndcp.estimate.memory import estimate_memory
 from ndcp.report.jsonout import estimate_document
-from ndcp.report.terminal import format_bytes, gib, memory_bar, memory_bars, render_estimate
+from ndcp.report.terminal import format_bytes, format_seconds, gib, memory_bar, memory_bars, render_estimate
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
 
@@ -48,9 +48,14 @@ def test_report_sections_and_numbers_match_json():
         row = next(line for line in text.splitlines() if re.match(rf"\s+{stage['stage']}\s+{stage['layers']}\s", line))
         assert gib(stage["total_bytes"]) in row
         assert gib(stage["parts"]["parameters"]) in row and gib(stage["parts"]["activations"]) in row
-    assert mem["fits"] and f"fits: peak {format_bytes(mem['peak_bytes'])} on stage {mem['peak_stage']}" in text
+    rows = doc["evidence"]["memory_rows"]
+    assert mem["fits"] and (f"fits: peak {format_bytes(mem['peak_bytes'])} (≤ "
+                            f"{format_bytes(mem['peak_bytes_band_high'])} at 90 %, {rows} measured rows) on stage "
+                            f"{mem['peak_stage']}") in text
     if "time" in doc:
         t = doc["time"]
+        low, high = (format_seconds(s) for s in t["step_seconds_band"])
+        assert f"({low}–{high}, 90 %, {doc['evidence']['runs']} comparable runs)" in text
         assert "Step time" in text and f"MFU {100 * t['mfu']:.1f}%" in text and f"HFU {100 * t['hfu']:.1f}%" in text
         assert f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU" in text
         assert "pipeline bubble" in text and "% of step" in text
