@@ -22,6 +22,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -42,11 +43,14 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def measured_rows(paths: tuple[Path, ...]) -> list[MeasuredRun]:
-    """The runs of `paths` that build (the rest `ndcp validate` skips too), in file order."""
+def measured_rows(paths: tuple[Path, ...], wanted: Callable[[str], bool] = lambda run_id: True
+                  ) -> list[MeasuredRun]:
+    """The runs of `paths` whose id is `wanted` and that build (the rest `ndcp validate` skips too), in file order."""
     rows = []
     for path in paths:
-        for _, build in read_rows(path):
+        for run_id, build in read_rows(path):
+            if not wanted(run_id):
+                continue
             try:
                 rows.append(build())
             except (SkipRun, SpecError, ValueError, TypeError, KeyError):

@@ -97,3 +97,23 @@ def test_memory_bars_are_fixed_width_on_a_common_scale():
     assert all(len(bar.plain) == 20 for bar in bars)
     assert "┃" in bars[1].plain and "┃" not in bars[0].plain
     assert memory_bar({"parameters": 5}, 10, width=10).plain == "█████░░░░░"
+
+
+def test_report_names_the_features_no_measured_run_uses_and_drops_bands_at_confidence_zero():
+    args = problem(strategy="tp=2,pp=2,mbs=1,sp=on,recompute=offload")
+    text = render(*args)
+    assert "no measured run uses: activation offload (band widened for each)" in text
+    console = Console(record=True, width=120, color_system=None)
+    render_estimate(console, *args, confidence=0.0)
+    point = console.export_text()
+    assert "comparable runs" not in point and "measured rows" not in point and " at 90 %" not in point
+    assert "no measured run uses: activation offload\n" in point  # named at any confidence
+
+
+def test_report_says_when_the_peak_fits_and_its_upper_edge_does_not():
+    m, cluster, run, s, _, time = problem()
+    capacity = estimate_memory(m, cluster, run, s).peak_bytes + 2**28  # 256 MiB over the point peak
+    capped = RunSpec(global_batch=64, seq_len=4096, memory_cap_bytes=capacity)
+    memory = estimate_memory(m, cluster, capped, s)
+    text = render(m, cluster, capped, s, memory, time, width=200)
+    assert memory.fits and "; at 90 % it may need " in text and "more than the capacity" in text
