@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..estimate.evidence import DEFAULT_CONFIDENCE, Evidence, plan_evidence
 from ..estimate.layout import layout_document
 from ..space import SearchSpace
 from ..specs.device import ClusterSpec, DeviceSpec
@@ -103,9 +104,22 @@ def _layout(model: ModelSpec, strategy: Strategy) -> dict:
     return {"layout": layout_document(model, strategy)}
 
 
+def with_evidence(entry: dict, evidence: Evidence) -> dict:
+    """A strategy object (its `memory`, and `time` when estimated) with its band at the evidence's confidence:
+    time.step_seconds_band [low, high] seconds, memory.peak_bytes_band_high bytes and the `evidence` object
+    (docs/evidence.md)."""
+    out = {**entry, "memory": {**entry["memory"],
+                               "peak_bytes_band_high": evidence.peak_bytes_high(entry["memory"]["peak_bytes"])}}
+    if "time" in entry:
+        out["time"] = {**entry["time"],
+                       "step_seconds_band": list(evidence.step_seconds_band(entry["time"]["step_seconds"]))}
+    return {**out, "evidence": evidence.document()}
+
+
 def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy, memory,
-                      time=None, notes: Iterable[str] = ()) -> dict:
-    """The `ndcp estimate --json` document. `time` is omitted when no time estimate is available."""
+                      time=None, notes: Iterable[str] = (), confidence: float = DEFAULT_CONFIDENCE) -> dict:
+    """The `ndcp estimate --json` document, its bands at `confidence`. `time` is omitted when no time estimate is
+    available."""
     doc: dict[str, Any] = {
         "model": model_document(model),
         "device": device_document(cluster.device),
@@ -117,18 +131,24 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
     }
     if time is not None:
         doc["time"] = time.as_dict()
+    doc = with_evidence(doc, plan_evidence(model, cluster.device.name, run, strategy, confidence))
     notes = list(notes)
     if notes:
         doc["notes"] = notes
     return doc
 
 
-def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace, result) -> dict:
-    """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result."""
+def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace, result,
+                    confidence: float = DEFAULT_CONFIDENCE) -> dict:
+    """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result, each
+    strategy with its band at `confidence`."""
     o = space.options
     found = result.as_dict()
-    for entry, point in zip(found.get("strategies", ()), result.strategies):
-        entry["strategy"] = {**entry["strategy"], **_layout(model, point.strategy), **run_settings(run)}
+    found["strategies"] = [
+        with_evidence({**entry, "strategy": {**entry["strategy"], **_layout(model, point.strategy),
+                                             **run_settings(run)}},
+                      plan_evidence(model, cluster.device.name, run, point.strategy, confidence))
+        for entry, point in zip(found["strategies"], result.strategies)]
     return {
         "model": model_document(model),
         "device": device_document(cluster.device),
@@ -170,5 +190,6 @@ def write_json(doc: Any, path: str | Path) -> None:
     write_output(dumps(doc) + "\n", path, "--json")
 
 
-__all__ = ["model_document", "device_document", "run_document", "estimate_document", "search_document", "write_json",
+__all__ = ["model_document", "device_document", "run_document", "estimate_document", "search_document", "with_evidence",
+           "write_json",
            "dumps", "plain", "RUN_KEYS"]

@@ -14,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..estimate.evidence import DEFAULT_CONFIDENCE, Evidence, plan_evidence
 from ..rules import RULES
 from ..solve.explain import unproven_hint
 from ..solve.result import TIE
@@ -26,6 +27,7 @@ from ..specs.units import GIB
 from ..trainers import trainer_named
 from .terminal import (assumptions_panel, format_bytes, format_seconds, gib, print_fit, print_memory, strategy_line,
                        throughput_line)
+from .bands import missing_evidence_line
 from .notation import Breakable, plan_legend
 
 # Step-time columns of the ranking: header -> the time parts (estimate/time.py names) it adds up.
@@ -366,13 +368,17 @@ def print_ranking(console: Console, result, ep: bool = True) -> None:
         console.print(legend)
 
 
-def best_detail(console: Console, result, devices_per_node: int, layers: int | None = None) -> None:
+def best_detail(console: Console, result, devices_per_node: int, layers: int | None = None,
+                evidence: Evidence | None = None) -> None:
+    """The best strategy: its memory per stage, fit verdict and step time (with their bands: `evidence`)."""
     best = result.best
     console.print(Text("Best strategy", style="bold underline"))
     console.print(Breakable(strategy_line(best.strategy, layers)))
     print_memory(console, best.memory)
-    print_fit(console, best.memory, devices_per_node)
-    console.print(throughput_line(best.time))
+    print_fit(console, best.memory, devices_per_node, evidence)
+    console.print(throughput_line(best.time, evidence))
+    if (missing := missing_evidence_line(evidence)) is not None:
+        console.print(missing)
 
 
 def miss_line(miss, best) -> Text:
@@ -391,14 +397,16 @@ def miss_line(miss, best) -> Text:
 
 
 def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace,
-                  result, trainer: str | None) -> None:
-    """The full `ndcp search` report; `trainer`: whose plans it holds (None: any trainer's)."""
+                  result, trainer: str | None, confidence: float = DEFAULT_CONFIDENCE) -> None:
+    """The full `ndcp search` report; `trainer`: whose plans it holds (None: any trainer's); the best strategy's
+    bands at `confidence`."""
     console.print(assumptions_with_space(model, cluster, run, space, result, trainer))
     console.print(result_panel(result))
     if result.strategies:
         print_ranking(console, result, ep=model.moe is not None)
         console.print()
-        best_detail(console, result, cluster.device.devices_per_node, model.layers)
+        best_detail(console, result, cluster.device.devices_per_node, model.layers,
+                    plan_evidence(model, cluster.device.name, run, result.best.strategy, confidence))
     if result.nearest_misses:
         console.print()
         title = "Nearest misses (faster, but over the memory capacity)" if result.best is not None else \

@@ -21,7 +21,9 @@ from ..specs.run import RunSpec
 from ..specs.pipeline_layout import megatron_layout
 from ..specs.strategy import Strategy
 from ..specs.strategy_text import strategy_text
-from ..specs.units import GIB, KIB, MIB, TIB
+from ..estimate.evidence import DEFAULT_CONFIDENCE, Evidence, plan_evidence
+from .bands import missing_evidence_line, over_capacity_text, peak_band_text, step_band_text
+from .formats import format_bytes, format_count, format_rate, format_seconds, gib
 from .notation import Breakable, plan_legend
 
 # Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
@@ -52,51 +54,6 @@ TIME_PART_LABELS = {
     "optimizer": "optimizer step",
     "step_costs": "per-step costs",
 }
-
-
-# -- formatting helpers ------------------------------------------------------------------------------------------
-def format_bytes(n: float | int | None, unit: str | None = None, digits: int = 2) -> str:
-    """`n` bytes as e.g. "62.34 GiB"; `unit` fixes the unit (B, KiB, MiB, GiB, TiB), else the largest that is >= 1."""
-    if n is None:
-        return "-"
-    units = (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB), ("B", 1))
-    if unit is None:
-        unit, scale = next(((u, s) for u, s in units if abs(n) >= s), ("B", 1))
-    else:
-        scale = dict(units)[unit]
-    if unit == "B":
-        return f"{int(n)} B"
-    return f"{n / scale:.{digits}f} {unit}"
-
-
-def gib(n: float | int, digits: int = 2) -> str:
-    """Bytes as a bare GiB number for table cells."""
-    return f"{n / GIB:.{digits}f}"
-
-
-def format_count(n: float | int) -> str:
-    """A parameter count as e.g. "8.03B" or "125.8M"."""
-    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.{2 if scale >= 1e9 else 1}f}{suffix}"
-    return str(int(n))
-
-
-def format_seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s == 0:
-        return "0 s"
-    if abs(s) >= 1:
-        return f"{s:.3f} s"
-    if abs(s) >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
-def format_rate(bytes_per_second: float) -> str:
-    """Bandwidth as GB/s (decimal, as datasheets quote it)."""
-    return f"{bytes_per_second / 1e9:g} GB/s"
 
 
 def group_parts(parts: Mapping[str, int]) -> dict[str, int]:
@@ -341,14 +298,15 @@ def other_note(memory) -> Text:
     return Text(f"other on stage {peak.stage} (GiB): {listing or 'none'}", style="dim")
 
 
-def fit_line(memory) -> Text:
-    """"fits" with the headroom, or "over by X GiB on stage N" for the worst stage (or for the host memory, when the
-    device memory fits and the offloaded bytes do not)."""
+def fit_line(memory, evidence: Evidence | None = None) -> Text:
+    """"fits" with the headroom (and the peak's upper edge at the evidence's confidence), or "over by X GiB on stage
+    N" for the worst stage (or for the host memory, when the device memory fits and the offloaded bytes do not)."""
     capacity, peak = memory.capacity_bytes, memory.peak_bytes
     if memory.fits:
         return Text.assemble(("fits", "bold green"),
-                             f": peak {format_bytes(peak)} on stage {memory.peak_stage}, "
-                             f"{format_bytes(capacity - peak)} free of {format_bytes(capacity)}")
+                             f": peak {format_bytes(peak)}{peak_band_text(peak, evidence)} on stage "
+                             f"{memory.peak_stage}, {format_bytes(capacity - peak)} free of {format_bytes(capacity)}"
+                             f"{over_capacity_text(peak, capacity, evidence)}")
     if peak <= capacity:
         host_over = memory.host_peak_bytes - memory.host_capacity_bytes
         return Text.assemble(("DOES NOT FIT", "bold red"),
@@ -379,9 +337,9 @@ def host_line(memory, devices_per_node: int) -> Text | None:
                          f"{format_bytes(capacity)} per device ({format_bytes(capacity * devices_per_node)} per node)")
 
 
-def print_fit(console: Console, memory, devices_per_node: int) -> None:
+def print_fit(console: Console, memory, devices_per_node: int, evidence: Evidence | None = None) -> None:
     """The fit verdict, and the host-memory line when the plan offloads."""
-    console.print(fit_line(memory))
+    console.print(fit_line(memory, evidence))
     if (host := host_line(memory, devices_per_node)) is not None:
         console.print(host)
 
@@ -401,9 +359,11 @@ def time_table(time) -> Table:
     return table
 
 
-def throughput_line(time) -> Text:
+def throughput_line(time, evidence: Evidence | None = None) -> Text:
+    """The step time (with its band at the evidence's confidence), MFU, HFU and throughput."""
     t = time.as_dict() if hasattr(time, "as_dict") else dict(time)
     return Text.assemble(("step ", "bold"), (format_seconds(t["step_seconds"]), "bold"),
+                         step_band_text(t["step_seconds"], evidence),
                          f"   MFU {100 * t['mfu']:.1f}%   HFU {100 * t['hfu']:.1f}%   "
                          f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU")
 
@@ -430,20 +390,24 @@ def estimate_line(strategy: Strategy, memory, time=None) -> str:
 
 
 def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                    memory, time=None, notes: Iterable[str] = ()) -> None:
-    """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time."""
+                    memory, time=None, notes: Iterable[str] = (), confidence: float = DEFAULT_CONFIDENCE) -> None:
+    """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time, their
+    bands at `confidence` and the features without measured evidence."""
+    evidence = plan_evidence(model, cluster.device.name, run, strategy, confidence)
     console.print(assumptions_panel(model, cluster, run, memory.capacity_bytes))
     console.print(Breakable(strategy_line(strategy, model.layers)))
     console.print()
     print_memory(console, memory)
     console.print(other_note(memory))
-    print_fit(console, memory, cluster.device.devices_per_node)
+    print_fit(console, memory, cluster.device.devices_per_node, evidence)
     console.print()
     if time is not None:
         console.print(time_table(time))
-        console.print(throughput_line(time))
+        console.print(throughput_line(time, evidence))
     else:
         console.print(Text("step time: not estimated", style="yellow"))
+    if (missing := missing_evidence_line(evidence)) is not None:
+        console.print(missing)
     legend_of_plan = plan_legend([strategy.recompute])
     if legend_of_plan is not None:
         console.print(legend_of_plan)

@@ -5,7 +5,8 @@ import dataclasses
 import json
 
 from ndcp.cli import main
-from ndcp.report.jsonout import RUN_KEYS, run_document
+from ndcp.estimate.evidence import Evidence
+from ndcp.report.jsonout import RUN_KEYS, estimate_document, run_document, with_evidence
 from ndcp.specs.device import PRESETS, ClusterSpec
 from ndcp.specs.run import RunSpec
 
@@ -47,3 +48,46 @@ def test_a_field_not_in_the_key_order_still_reaches_the_run_object(monkeypatch):
 
     monkeypatch.setattr(jsonout, "RUN_KEYS", tuple(k for k in RUN_KEYS if k != "overlap"))
     assert jsonout.run_document(RunSpec(32, 4096, overlap="p2p"), CLUSTER)["overlap"] == "p2p"
+
+
+def _estimate(confidence: float, recompute: str = "selective") -> dict:
+    from ndcp.estimate.memory import estimate_memory
+    from ndcp.estimate.time import estimate_time
+    from ndcp.specs.library import load_model
+    from ndcp.specs.recompute import RecomputePlan
+    from ndcp.specs.strategy import Strategy
+
+    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096)
+    strategy = Strategy(dp=4, tp=2, mbn=8, sp=True, recompute=RecomputePlan(recompute))
+    return estimate_document(model, CLUSTER, run, strategy, estimate_memory(model, CLUSTER, run, strategy),
+                             estimate_time(model, CLUSTER, run, strategy), confidence=confidence)
+
+
+def test_a_strategy_object_carries_its_band_and_evidence():
+    doc = _estimate(0.9)
+    low, high = doc["time"]["step_seconds_band"]
+    assert low < doc["time"]["step_seconds"] < high
+    assert isinstance(doc["memory"]["peak_bytes_band_high"], int)
+    assert doc["memory"]["peak_bytes_band_high"] > doc["memory"]["peak_bytes"]
+    assert doc["evidence"]["confidence"] == 0.9 and doc["evidence"]["features_without_evidence"] == []
+    offloading = _estimate(0.9, "offload")
+    assert offloading["evidence"]["features_without_evidence"] == ["activation offload"]
+
+
+def test_at_confidence_zero_the_bands_are_the_point_estimate():
+    doc = _estimate(0.0)
+    assert doc["time"]["step_seconds_band"] == [doc["time"]["step_seconds"]] * 2
+    assert doc["memory"]["peak_bytes_band_high"] == doc["memory"]["peak_bytes"]
+    assert doc["evidence"]["confidence"] == 0.0
+
+
+def test_with_evidence_scales_the_point_by_the_factors_and_leaves_the_rest():
+    evidence = Evidence(3, (0.5, 2.0), 1.25, 2, ("dualpipev",), 0.8)
+    entry = {"rank": 1, "memory": {"peak_bytes": 1000, "fits": True}, "time": {"step_seconds": 4.0}}
+    out = with_evidence(entry, evidence)
+    assert out["time"] == {"step_seconds": 4.0, "step_seconds_band": [2.0, 8.0]}
+    assert out["memory"] == {"peak_bytes": 1000, "fits": True, "peak_bytes_band_high": 1250}
+    assert out["evidence"] == {"runs": 3, "memory_rows": 2, "features_without_evidence": ["dualpipev"],
+                               "confidence": 0.8}
+    assert entry == {"rank": 1, "memory": {"peak_bytes": 1000, "fits": True}, "time": {"step_seconds": 4.0}}
+    assert "time" not in with_evidence({"memory": {"peak_bytes": 10}}, evidence)  # no time estimate: no step band

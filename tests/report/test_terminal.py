@@ -8,7 +8,7 @@ from ndcp.cli import build_strategy
 from ndcp.specs.strategy_input import parse_strategy_string
 from ndcp.estimate.memory import estimate_memory
 from ndcp.report.jsonout import estimate_document
-from ndcp.report.terminal import format_bytes, gib, memory_bar, memory_bars, render_estimate
+from ndcp.report.terminal import format_bytes, format_seconds, gib, memory_bar, memory_bars, render_estimate
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
 
@@ -48,9 +48,14 @@ def test_report_sections_and_numbers_match_json():
         row = next(line for line in text.splitlines() if re.match(rf"\s+{stage['stage']}\s+{stage['layers']}\s", line))
         assert gib(stage["total_bytes"]) in row
         assert gib(stage["parts"]["parameters"]) in row and gib(stage["parts"]["activations"]) in row
-    assert mem["fits"] and f"fits: peak {format_bytes(mem['peak_bytes'])} on stage {mem['peak_stage']}" in text
+    rows = doc["evidence"]["memory_rows"]
+    assert mem["fits"] and (f"fits: peak {format_bytes(mem['peak_bytes'])} (≤ "
+                            f"{format_bytes(mem['peak_bytes_band_high'])} at 90 %, {rows} measured rows) on stage "
+                            f"{mem['peak_stage']}") in text
     if "time" in doc:
         t = doc["time"]
+        low, high = (format_seconds(s) for s in t["step_seconds_band"])
+        assert f"({low}–{high}, 90 %, {doc['evidence']['runs']} comparable runs)" in text
         assert "Step time" in text and f"MFU {100 * t['mfu']:.1f}%" in text and f"HFU {100 * t['hfu']:.1f}%" in text
         assert f"{t['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU" in text
         assert "pipeline bubble" in text and "% of step" in text
@@ -92,3 +97,23 @@ def test_memory_bars_are_fixed_width_on_a_common_scale():
     assert all(len(bar.plain) == 20 for bar in bars)
     assert "┃" in bars[1].plain and "┃" not in bars[0].plain
     assert memory_bar({"parameters": 5}, 10, width=10).plain == "█████░░░░░"
+
+
+def test_report_names_the_features_no_measured_run_uses_and_drops_bands_at_confidence_zero():
+    args = problem(strategy="tp=2,pp=2,mbs=1,sp=on,recompute=offload")
+    text = render(*args)
+    assert "no measured run uses: activation offload (band widened for each)" in text
+    console = Console(record=True, width=120, color_system=None)
+    render_estimate(console, *args, confidence=0.0)
+    point = console.export_text()
+    assert "comparable runs" not in point and "measured rows" not in point and " at 90 %" not in point
+    assert "no measured run uses: activation offload\n" in point  # named at any confidence
+
+
+def test_report_says_when_the_peak_fits_and_its_upper_edge_does_not():
+    m, cluster, run, s, _, time = problem()
+    capacity = estimate_memory(m, cluster, run, s).peak_bytes + 2**28  # 256 MiB over the point peak
+    capped = RunSpec(global_batch=64, seq_len=4096, memory_cap_bytes=capacity)
+    memory = estimate_memory(m, cluster, capped, s)
+    text = render(m, cluster, capped, s, memory, time, width=200)
+    assert memory.fits and "; at 90 % it may need " in text and "more than the capacity" in text

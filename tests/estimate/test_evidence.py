@@ -1,0 +1,120 @@
+"""Evidence behind an estimate (ndcp.estimate.evidence, docs/evidence.md): the generated table is current, its
+held-out bands cover what the docs state, and the band rule behaves as documented."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ndcp.estimate.evidence import (EVIDENCED_FEATURES, TABLE_PATH, EvidenceTable, Least, Residual, comparable,
+                                    evidence_for, lower_edge, plan_evidence, plan_features, shipped_table, upper_edge)
+from ndcp.specs.library import load_model
+from ndcp.specs.recompute import RecomputePlan, StageRecompute
+from ndcp.specs.run import RunSpec
+from ndcp.specs.strategy import Strategy
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENT = json.loads(TABLE_PATH.read_text(encoding="utf-8"))
+LLAMA = load_model("llama3-8b")
+MIXTRAL = load_model("mixtral-8x7b")
+RUN = RunSpec(global_batch=64, seq_len=4096)
+FEATURES = sorted(EVIDENCED_FEATURES) + ["activation offload", "dualpipev"]
+
+
+def test_the_table_records_the_digest_of_the_runs_files_it_was_built_from():
+    # a runs file changed without `python scripts/build_evidence.py` fails here
+    recorded = {entry["path"]: entry["sha256"] for entry in DOCUMENT["inputs"]}
+    assert sorted(recorded) == ["examples/measured_runs_2.yaml", "examples/published_runs.yaml"]
+    for path, digest in recorded.items():
+        assert hashlib.sha256((ROOT / path).read_bytes()).hexdigest() == digest, path
+
+
+def test_held_out_bands_cover_at_least_85_percent_of_step_times_and_peaks():
+    coverage = shipped_table().held_out_coverage(0.9)
+    assert coverage._asdict() == DOCUMENT["held_out_coverage"]  # the figure the script printed, and the docs state
+    assert (coverage.step_covered, coverage.step_rows) == (72, 83)
+    assert (coverage.peak_covered, coverage.peak_rows) == (8, 9)
+    assert coverage.step_share >= 0.85 and coverage.peak_share >= 0.85
+
+
+def test_confidence_zero_is_the_point_estimate():
+    evidence = evidence_for(frozenset({"trainer megatron", "dense", "dualpipev"}), 0.0)
+    assert evidence.step_band == (1.0, 1.0) and evidence.memory_high == 1.0
+    assert evidence.features_without_evidence == ("dualpipev",)  # named even then
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.frozensets(st.sampled_from(FEATURES), max_size=6), st.floats(0.05, 0.95), st.floats(0.0, 0.2))
+def test_bands_hold_the_point_and_widen_with_confidence(features, confidence, more):
+    narrow, wide = evidence_for(features, confidence), evidence_for(features, min(0.99, confidence + more))
+    assert narrow.step_band[0] <= 1.0 <= narrow.step_band[1] and narrow.memory_high >= 1.0
+    assert wide.step_band[0] <= narrow.step_band[0] and wide.step_band[1] >= narrow.step_band[1]
+    assert wide.memory_high >= narrow.memory_high
+
+
+def test_each_feature_without_evidence_widens_the_band_by_the_pooled_band():
+    base = frozenset({"trainer megatron", "dense", "device hopper", "zero-1"})
+    known, unknown = evidence_for(base, 0.9), evidence_for(base | {"dualpipev", "activation offload"}, 0.9)
+    pooled = evidence_for(frozenset(), 0.9)
+    assert unknown.features_without_evidence == ("activation offload", "dualpipev")
+    assert unknown.step_band[1] == pytest.approx(known.step_band[1] * pooled.step_band[1] ** 2)
+    assert unknown.step_band[0] == pytest.approx(known.step_band[0] * pooled.step_band[0] ** 2)
+    assert unknown.memory_high == pytest.approx(known.memory_high * pooled.memory_high ** 2)
+    assert {"activation offload", "dualpipev"}.isdisjoint(EVIDENCED_FEATURES)
+
+
+def test_conformal_edges_are_the_stated_order_statistics():
+    ratios = [float(i) for i in range(1, 11)]  # n = 10
+    assert upper_edge(ratios, 0.9) == 10.0  # ceil(0.9 * 11) = 10th
+    assert upper_edge(ratios, 0.5) == 6.0  # ceil(5.5) = 6th
+    assert upper_edge(ratios, 0.95) == 10.0  # ceil(10.45) = 11 > n: the largest
+    assert lower_edge(ratios, 0.9) == 1.0  # floor(1.1) = 1st
+    assert lower_edge(ratios, 0.5) == 5.0  # floor(5.5) = 5th
+    assert lower_edge(ratios, 0.99) == 1.0  # floor(0.11) = 0: the smallest
+
+
+def _row(i: int, source: str, *features: str) -> Residual:
+    return Residual(f"r{i}", source, frozenset(features), 1.0)
+
+
+def test_comparable_rows_narrow_by_the_largest_shared_feature_while_enough_rows_and_sources_remain():
+    rows = tuple(_row(i, f"s{i % 3}", "a", *(("b",) if i < 6 else ()), *(("c",) if i < 2 else ()))
+                 for i in range(9))
+    assert comparable(rows, frozenset({"a", "b", "c"}), Least(rows=3, sources=3)) == rows[:6]  # a, then b; c: 2 rows
+    assert comparable(rows, frozenset({"b"}), Least(rows=7, sources=1)) == rows  # b leaves 6 < 7: all rows
+    assert comparable(rows, frozenset({"c"}), Least(rows=2, sources=2)) == rows[:2]
+    assert comparable(rows, frozenset({"c"}), Least(rows=2, sources=3)) == rows  # c's rows come from 2 sources
+
+
+def test_held_out_coverage_counts_rows_inside_the_bands_of_the_other_sources():
+    rows = tuple(Residual(f"r{i}", f"s{i}", frozenset({"a"}), 1.0 + i / 10) for i in range(4))
+    table = EvidenceTable(rows, ())
+    coverage = table.held_out_coverage(0.5)
+    # each row against the three others' band at 50 % (level 0.75: the 1st and the 3rd of 3, widened to hold 1.0):
+    # 1.0, 1.1 and 1.2 inside, 1.3 above the others' largest
+    assert (coverage.step_rows, coverage.step_covered) == (4, 3)
+
+
+def test_plan_features_name_what_an_estimate_rests_on():
+    plain = plan_features(LLAMA, Strategy(dp=8, tp=1), RUN, "h100")
+    assert plain == {"trainer megatron", "device hopper", "dense", "zero-1", "no recompute"}
+    assert plan_features(LLAMA, Strategy(dp=1), RUN) == {"trainer megatron", "dense", "no recompute"}
+    piped = Strategy(dp=2, pp=2, mbn=8, zero=3, dp_shard=1, cp=2, schedule="dualpipev",
+                     recompute=RecomputePlan("per-stage", (StageRecompute(offload=16), StageRecompute(full=16))))
+    fp8 = RunSpec(global_batch=64, seq_len=4096, precision="fp8", fp8_recipe="tensorwise", trainer="torchtitan")
+    assert plan_features(MIXTRAL, piped, fp8, "b200") == {
+        "trainer torchtitan", "device blackwell", "moe", "moe dispatcher alltoall", "hsdp", "context parallel",
+        "cp comm p2p", "fp8 tensorwise", "dualpipev", "activation offload", "full recompute"}
+    assert "recompute modules" in plan_features(MIXTRAL, Strategy(recompute=RecomputePlan("moe_act")), RUN)
+    assert "fsdp" in plan_features(LLAMA, Strategy(dp=8, zero=3), RUN)
+
+
+def test_plan_evidence_is_the_band_of_the_plan_features():
+    strategy = Strategy(dp=8, recompute=RecomputePlan("offload"))
+    evidence = plan_evidence(LLAMA, "h100", RUN, strategy)
+    assert evidence == evidence_for(plan_features(LLAMA, strategy, RUN, "h100"), 0.9)
+    assert evidence.features_without_evidence == ("activation offload",)
+    assert evidence.peak_bytes_high(10**9) == -(-10**9 * evidence.memory_high // 1)
