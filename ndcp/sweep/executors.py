@@ -6,6 +6,7 @@ one CP-SAT worker and a fixed seed); only the order in which points finish diffe
 """
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from importlib import import_module
@@ -13,6 +14,7 @@ from typing import Iterator, Sequence
 
 from ..specs.fields import SpecError
 from .solve import Job, solve_job
+from .workers import WorkerPool
 
 EXECUTORS = ("local", "ray")
 RAY_MISSING = "--executor ray needs Ray: pip install 'ndcp[ray]'"
@@ -57,29 +59,9 @@ def _worker_context():
 
 
 def _processes(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, dict]]:
-    """Starts the workers and queues every job now (a forking pool starts all its workers at the first submit);
-    the generator returned yields the answers and shuts the pool down."""
-    from concurrent.futures import ProcessPoolExecutor  # 30 ms of imports only `sweep` needs
-
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_worker_context())
-    try:
-        pending = {pool.submit(solve_job, jobs[index]): index for index in _longest_first(jobs)}
-    except BaseException:
-        pool.shutdown(cancel_futures=True)
-        raise
-    return _answers(pool, pending)
-
-
-def _answers(pool, pending: dict) -> Iterator[tuple[int, dict]]:
-    from concurrent.futures import FIRST_COMPLETED, wait
-
-    try:
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=pending.get):
-                yield pending.pop(future), future.result()
-    finally:  # interrupted (or the consumer stopped): drop the points not started yet
-        pool.shutdown(cancel_futures=True)
+    """Starts the workers and gives each its first point now; the generator returned yields the answers and stops
+    the workers (ndcp/sweep/workers.py: a killed worker's point retried once, then answered `failed`)."""
+    return WorkerPool(jobs, _longest_first(jobs), workers, _worker_context).answers()
 
 
 def _ray(jobs: Sequence[Job], address: str | None) -> Iterator[tuple[int, dict]]:
@@ -89,21 +71,39 @@ def _ray(jobs: Sequence[Job], address: str | None) -> Iterator[tuple[int, dict]]
         raise SpecError(RAY_MISSING) from None
     started_here = not ray.is_initialized()
     if started_here:  # an address joins that cluster; none starts a local one (stopped again at the end)
-        try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as error:
-            where = f"--ray-address {address}" if address else "--executor ray"
-            raise SpecError(f"{where}: cannot start or join Ray: {' '.join(str(error).split())[:300]}") from None
+        _start_ray(ray, address)
+    pending: dict = {}
     try:
         remote = ray.remote(num_cpus=1)(solve_job)
-        pending = {remote.remote(jobs[index]): index for index in _longest_first(jobs)}
+        pending.update({remote.remote(jobs[index]): index for index in _longest_first(jobs)})
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 yield pending.pop(ref), ray.get(ref)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (the CLI's handler): the tasks cancelled, one line
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        print(f"ndcp: note: interrupted: {len(pending)} Ray tasks cancelled"
+              + (", the local Ray stopped" if started_here else ""), file=sys.stderr)
+        raise
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _start_ray(ray, address: str | None) -> None:
+    """ray.init, ndcp's own SIGINT and SIGTERM handlers kept (Ray's driver installs handlers that dump native stacks
+    on SIGTERM), so a signal still ends the sweep with one line."""
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        where = f"--ray-address {address}" if address else "--executor ray"
+        raise SpecError(f"{where}: cannot start or join Ray: {' '.join(str(error).split())[:300]}") from None
+    finally:
+        for number, handler in handlers.items():
+            if handler is not None:
+                signal.signal(number, handler)
 
 
 __all__ = ["run_jobs", "EXECUTORS", "RAY_MISSING"]
