@@ -49,7 +49,9 @@ def _worker_context():
     """How worker processes start. On Linux, from a single-threaded parent: forked, after the parent imports the
     solver once, so each worker starts with OR-Tools and ndcp already imported (bench_sweep, 16 points on 2 workers:
     1.70x with spawned workers, 2.0-2.4x forked; the workers' CPU 16.4-17.2 s against 14.3-15.6 s). Elsewhere, or
-    with other threads running (a thread's locks would be copied held): spawned, a clean interpreter each."""
+    with other threads running (a thread's locks would be copied held): spawned, a clean interpreter each. Asked
+    again for each worker started, so a worker replacing one that died while the progress bar's thread runs is
+    spawned."""
     import multiprocessing  # here, not at the top: every ndcp command imports this module to register `sweep`
 
     if sys.platform == "linux" and threading.active_count() == 1:

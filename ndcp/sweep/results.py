@@ -1,8 +1,8 @@
 """A sweep's results: the JSON document, the CSV, and the knee of each time-to-train curve.
 
-JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds, mfu, tokens_per_second,
-time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing fits or no price was
-given. The JSONL journal that --resume reads is journal.py.
+JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds,
+mfu, tokens_per_second, time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing
+fits or no price was given. The journal that --resume reads is journal.py.
 """
 from __future__ import annotations
 

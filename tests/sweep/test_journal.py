@@ -1,11 +1,14 @@
 """The sweep journal (--jsonl): checksummed lines, torn and corrupt lines dropped before anything is appended, every
 field checked before an answer is reused, one sweep per journal at a time (issue #36, "Why" 2)."""
+import itertools
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ndcp.specs import SpecError
 from ndcp.sweep.journal import Journal, answer_problem, decode_line, encode_line, scan
@@ -129,3 +132,21 @@ def test_a_failed_append_is_one_line(tmp_path):
         journal._descriptor = os.open(os.devnull, os.O_RDONLY)  # any descriptor a write fails on
         with pytest.raises(SpecError, match=r"--jsonl .*j\.jsonl: cannot write"):
             journal.append(ANSWER)
+
+
+answers = st.builds(lambda gpus, step, mfu, extra: {**ANSWER, "key": f"k{gpus}", "gpus": gpus, "step_seconds": step,
+                                                      "mfu": mfu, "tokens_per_second": 1024 * 8192 / step, **extra},
+                    st.integers(1, 1 << 20), st.floats(1e-6, 1e6), st.floats(1e-6, 1.0),
+                    st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in ANSWER),
+                                    st.none() | st.integers() | st.text(max_size=20), max_size=3))
+
+
+@given(st.lists(answers, min_size=1, max_size=6), st.data())
+def test_a_journal_cut_anywhere_keeps_exactly_the_whole_lines_before_the_cut(records, data):
+    lines = [encode_line(record) for record in records]
+    journal = b"".join(lines)
+    cut = data.draw(st.integers(0, len(journal)))
+    whole = sum(1 for end in itertools.accumulate(map(len, lines)) if end <= cut)
+    found = scan(journal[:cut])
+    assert found.answers == records[:whole] and b"".join(found.good) == b"".join(lines[:whole])
+    assert found.skipped == ([] if cut in (0, *itertools.accumulate(map(len, lines))) else [whole + 1])
