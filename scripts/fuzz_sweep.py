@@ -114,8 +114,9 @@ def _signalled(rng: random.Random, kind: str) -> SweepCase:
                      signals=signals)
 
 
-def generate_sweep_fault(rng: random.Random) -> SweepCase:
-    kind = rng.choices(KINDS, weights=[40, 10, 20, 15, 15])[0]
+def generate_sweep_fault(rng: random.Random, kind: str | None = None) -> SweepCase:
+    """A case of `kind` (one of KINDS), or of a random one."""
+    kind = kind or rng.choices(KINDS, weights=[40, 10, 20, 15, 15])[0]
     if kind == "journal-corrupt":
         return _corrupt(rng)
     if kind == "journal-path":
