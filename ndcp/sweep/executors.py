@@ -6,6 +6,7 @@ one CP-SAT worker and a fixed seed); only the order in which points finish diffe
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -72,40 +73,64 @@ def _ray(jobs: Sequence[Job], address: str | None) -> Iterator[tuple[int, dict]]
     except ImportError:
         raise SpecError(RAY_MISSING) from None
     started_here = not ray.is_initialized()
-    if started_here:  # an address joins that cluster; none starts a local one (stopped again at the end)
-        _start_ray(ray, address)
     pending: dict = {}
-    try:
-        remote = ray.remote(num_cpus=1)(solve_job)
-        pending.update({remote.remote(jobs[index]): index for index in _longest_first(jobs)})
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                yield pending.pop(ref), ray.get(ref)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (the CLI's handler): the tasks cancelled, one line
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        print(f"ndcp: note: interrupted: {len(pending)} Ray tasks cancelled"
-              + (", the local Ray stopped" if started_here else ""), file=sys.stderr)
-        raise
-    finally:
-        if started_here:
-            ray.shutdown()
+    with _interrupting_signals() as handlers:
+        try:
+            if started_here:  # an address joins that cluster; none starts a local one (stopped again at the end)
+                _start_ray(ray, address, handlers)
+            remote = ray.remote(num_cpus=1)(solve_job)
+            pending.update({remote.remote(jobs[index]): index for index in _longest_first(jobs)})
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    yield pending.pop(ref), ray.get(ref)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the tasks cancelled, one line
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            print(f"ndcp: note: interrupted: {len(pending)} Ray tasks cancelled"
+                  + (", the local Ray stopped" if started_here else ""), file=sys.stderr)
+            raise
+        finally:
+            if started_here:
+                ray.shutdown()
 
 
-def _start_ray(ray, address: str | None) -> None:
-    """ray.init, ndcp's own SIGINT and SIGTERM handlers kept (Ray's driver installs handlers that dump native stacks
-    on SIGTERM), so a signal still ends the sweep with one line."""
-    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+def _start_ray(ray, address: str | None, handlers: dict) -> None:
     try:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = f"--ray-address {address}" if address else "--executor ray"
         raise SpecError(f"{where}: cannot start or join Ray: {' '.join(str(error).split())[:300]}") from None
     finally:
-        for number, handler in handlers.items():
-            if handler is not None:
-                signal.signal(number, handler)
+        _install(handlers)  # over the ones Ray's driver installed
+
+
+def _raise_interrupt(number, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _install(handlers: dict) -> None:
+    for number, handler in handlers.items():
+        signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _interrupting_signals():
+    """The signal handlers a Ray sweep runs under (yielded, for _start_ray to put back over Ray's: its driver dumps
+    native stacks on SIGTERM): ndcp's own, and a SIGTERM that would kill this process at once raising
+    KeyboardInterrupt instead (the tasks cancelled, the local Ray stopped, one line; not left running). The handlers
+    before are put back after. Off the main thread (where no handler can be set): nothing changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    ours = {**before, signal.SIGTERM: _raise_interrupt if before[signal.SIGTERM] in (signal.SIG_DFL, None)
+            else before[signal.SIGTERM]}
+    _install(ours)
+    try:
+        yield ours
+    finally:
+        _install(before)
 
 
 __all__ = ["run_jobs", "EXECUTORS", "RAY_MISSING"]
