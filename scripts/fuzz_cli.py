@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Fuzz the real `ndcp` CLI: model YAMLs, Hugging Face config.json files, strategy files and CLI arguments, and the
 fault categories of scripts/fuzz_faults.py (hostile files, FIFOs, devices, alias bombs, hostile runs files, escape
-sequences in names, a full disk, encodings without µ).
+sequences in names, a full disk, encodings without µ) and the sweep's of scripts/fuzz_sweep.py (corrupt, locked and
+hostile journals, killed workers, a signalled sweep then resumed).
 
 Every case must end in exit 2 with ONE `ndcp: error: ...` line on stderr (no traceback), or a valid result (exit 0/1);
 never exit 3 (internal error), never a traceback, never a hang. Cases run in-process through `ndcp.cli.main` with a
 per-case wall-clock guard (SIGALRM), plus a few true subprocess runs (`python -m ndcp`).
 
-Usage: PYTHONPATH=. python scripts/fuzz_cli.py [--cases 1000] [--subprocess 50] [--faults 200] [--seed 0]
-    [--guard 20] [--show 5]
+Usage: PYTHONPATH=. python scripts/fuzz_cli.py [--cases 1000] [--subprocess 50] [--faults 200] [--sweep-faults 40]
+    [--seed 0] [--guard 20] [--show 5]
 Exit status: 0 when every case behaved, 1 otherwise.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzz_faults  # noqa: E402 - scripts/ is no package
+import fuzz_sweep  # noqa: E402
 
 # -- nasty values ------------------------------------------------------------------------------------------------
 NASTY = [0, -1, 1, 2, 3, 7, 2**31, 2**63, 2**70, 10**30, 1e30, -1e30, 1e308, 0.5, -0.0, float("nan"), float("inf"),
@@ -325,9 +327,19 @@ def _cases(rng: random.Random, args: argparse.Namespace, tmp: Path):
         case = fuzz_faults.generate_fault(rng)
         mode = f"fault/{case.kind}" + ("+process" if case.own_process else "")
         yield mode, case, fuzz_faults.materialise(case, tmp, i)
+    yield from _sweep_cases(rng, args.sweep_faults, tmp)
+
+
+def _sweep_cases(rng: random.Random, count: int, tmp: Path):
+    """(mode `sweep/KIND`, case, argv) of the sweep fault cases (scripts/fuzz_sweep.py; Linux: they read /proc)."""
+    for i in range(count if sys.platform == "linux" else 0):
+        case = fuzz_sweep.generate_sweep_fault(rng)
+        yield f"sweep/{case.kind}", case, fuzz_sweep.materialise(case, tmp, i)
 
 
 def _run(mode: str, case, argv: list[str], guard: float) -> tuple[int | str, str, str, float]:
+    if mode.startswith("sweep/"):
+        return fuzz_sweep.run_case(case, argv, guard, run_in_process)
     if mode == "subprocess":
         return run_subprocess(argv, guard)
     if mode.endswith("+process"):
@@ -340,6 +352,8 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=1000, help="in-process cases (default 1000)")
     parser.add_argument("--subprocess", type=int, default=50, help="true subprocess cases (default 50)")
     parser.add_argument("--faults", type=int, default=200, help="fault cases (scripts/fuzz_faults.py; default 200)")
+    parser.add_argument("--sweep-faults", type=int, default=40,
+                        help="sweep fault cases (scripts/fuzz_sweep.py; default 40)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--guard", type=float, default=20.0, help="per-case wall-clock limit in seconds (default 20)")
     parser.add_argument("--show", type=int, default=5, help="failing cases to print (default 5)")
@@ -364,8 +378,8 @@ def main() -> int:
             if why:
                 failures.append((why, f"{mode} {case.describe()}"))
     total = sum(codes.values())
-    print(f"cases: {total} ({args.cases} in-process, {args.subprocess} subprocess, {args.faults} fault cases "
-          f"requested; seed {args.seed}) "
+    print(f"cases: {total} ({args.cases} in-process, {args.subprocess} subprocess, {args.faults} fault cases, "
+          f"{args.sweep_faults} sweep fault cases requested; seed {args.seed}) "
           f"in {time.perf_counter() - t_start:.1f} s")
     print(f"tracebacks: {tracebacks}   internal errors (exit 3): {internal}   contract failures: {len(failures)}")
     print("exit codes: " + ", ".join(f"{k}={v}" for k, v in sorted(codes.items())))

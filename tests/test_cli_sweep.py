@@ -1,5 +1,7 @@
 """`ndcp sweep`: the JSON contract, cost = price x GPU-hours, the JSONL log and --resume, and its user errors."""
 import json
+import os
+import zlib
 
 import pytest
 
@@ -81,3 +83,55 @@ def test_a_device_file_is_a_point_named_by_its_device(tmp_path, capsys):
     fast, slow = json.loads(out)["points"]
     assert code == 0 and (fast["device"], slow["device"]) == ("h100", "slow")
     assert slow["step_seconds"] > fast["step_seconds"]
+
+
+def test_a_torn_journal_resumes_whole_at_the_second_try(tmp_path, capsys, monkeypatch):
+    # the probe: `SW --jsonl F; truncate -s -30 F; SW --jsonl F --resume` twice said "23 of 24" both times
+    log = tmp_path / "sweep.jsonl"
+    assert run(capsys, *SWEEP, "--jsonl", log, "--quiet")[0] == 0
+    os.truncate(log, log.stat().st_size - 30)
+    code, _, err = run(capsys, *SWEEP, "--jsonl", log, "--resume")
+    assert code == 0 and "resuming: 5 of 6 points" in err and "line 6 cut short" in err
+    code, _, err = run(capsys, *SWEEP, "--jsonl", log, "--resume")
+    assert code == 0 and "resuming: 6 of 6 points" in err and "cut short" not in err
+
+
+@pytest.mark.parametrize("value", ['"abc"', "-5"])  # the probe: exit 3, and a negative time to train
+def test_a_journaled_answer_with_a_bad_field_is_searched_again(tmp_path, capsys, value):
+    log = tmp_path / "sweep.jsonl"
+    code, first, _ = run(capsys, *SWEEP, "--jsonl", log, "--json", "-")
+    lines = log.read_text().splitlines(keepends=True)
+    record = json.loads(lines[0])
+    record["answer"]["step_seconds"] = json.loads(value)
+    text = json.dumps(record["answer"], sort_keys=True, separators=(",", ":"))
+    record["crc32"] = f"{zlib.crc32(text.encode()):08x}"  # a checksum that matches: the fields are checked too
+    log.write_text(json.dumps(record) + "\n" + "".join(lines[1:]))
+    code, second, err = run(capsys, *SWEEP, "--jsonl", log, "--resume", "--json", "-")
+    assert code == 0 and "line 1 cut short, corrupt or not a valid answer" in err
+    def answers(doc):
+        return [{k: v for k, v in p.items() if k != "solve_seconds"} for p in json.loads(doc)["points"]]
+    assert answers(second) == answers(first)
+    assert all(p["time_to_train_seconds"] > 0 for p in json.loads(second)["points"])
+
+
+def test_a_journal_another_sweep_holds_is_refused_in_one_line(tmp_path, capsys):
+    from ndcp.sweep.journal import Journal
+    with Journal.open(tmp_path / "sweep.jsonl"):
+        assert_one_line_error(*run(capsys, *SWEEP, "--jsonl", tmp_path / "sweep.jsonl"), "--jsonl",
+                              "another ndcp sweep is using this journal")
+
+
+def test_failed_points_are_listed_and_the_sweep_exits_0(tmp_path, capsys, monkeypatch):
+    from ndcp.sweep.solve import failed_answer
+    monkeypatch.setattr("ndcp.cli.sweep.run_jobs", lambda jobs, *rest: (
+        (i, failed_answer(job, "its worker process died") if job.point.gpus == 4 else solve_module.solve_job(job))
+        for i, job in enumerate(jobs)))
+    log = tmp_path / "sweep.jsonl"
+    code, out, err = run(capsys, *SWEEP, "--jsonl", log, "--json", "-")
+    assert code == 0 and "2 points failed" in err and "h100 x 4, GBS 16, seq 512; h100 x 4, GBS 32" in err
+    statuses = [p["status"] for p in json.loads(out)["points"]]
+    assert statuses == ["optimal", "optimal", "failed", "failed", "optimal", "optimal"]
+    monkeypatch.undo()
+    code, out, err = run(capsys, *SWEEP, "--jsonl", log, "--resume", "--json", tmp_path / "resumed.json")
+    assert code == 0 and "resuming: 4 of 6" in err  # a failed point is searched again
+    assert {p["status"] for p in json.loads((tmp_path / "resumed.json").read_text())["points"]} == {"optimal"}

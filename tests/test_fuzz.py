@@ -188,3 +188,15 @@ def test_fault_cases_from_the_script(tmp_path):
         mode = "fault+process" if case.own_process else "fault"
         code, out, err, _ = fuzz_cli._run(mode, case, argv, 30.0)
         assert fuzz_cli.problem_with(code, out, err) is None, case.describe()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the sweep's fault cases read the Linux process table")
+def test_sweep_fault_cases_from_the_script(tmp_path):
+    """One case of each of the script's sweep fault categories (scripts/fuzz_sweep.py: corrupt, locked and hostile
+    journals, a killed worker, a signalled sweep then resumed)."""
+    rng = random.Random(36)
+    for i, kind in enumerate(fuzz_cli.fuzz_sweep.KINDS):
+        case = fuzz_cli.fuzz_sweep.generate_sweep_fault(rng, kind)
+        argv = fuzz_cli.fuzz_sweep.materialise(case, tmp_path, i)
+        code, out, err, _ = fuzz_cli._run(f"sweep/{kind}", case, argv, 60.0)
+        assert fuzz_cli.problem_with(code, out, err) is None, case.describe()

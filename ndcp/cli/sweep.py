@@ -3,6 +3,7 @@ GPU-hours and cost; local worker processes or a Ray cluster; a JSONL log that --
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import re
@@ -15,7 +16,8 @@ from ..specs.fields import SpecError
 from ..sweep.executors import EXECUTORS, run_jobs
 from ..sweep.points import parse_counts, parse_devices, parse_gpus, parse_lengths, sweep_points
 from ..sweep.report import SweepProgress, plot_sweep, print_sweep
-from ..sweep.results import append_answers, read_answers, sweep_csv, sweep_document
+from ..sweep.journal import FAILED, Journal
+from ..sweep.results import sweep_csv, sweep_document
 from ..sweep.solve import Job, derive
 from ..specs.units import parse_count
 from .common import EXIT_OK, add_problem_arguments, console, subparser
@@ -129,34 +131,60 @@ def run(args: argparse.Namespace) -> int:
     if args.ray_address and args.executor != "ray":
         raise SpecError("--ray-address needs --executor ray")
     jobs = build_jobs(args)
+    shown = not (json_only or csv_only or args.quiet)
     if args.jsonl:
         check_writable(args.jsonl, "--jsonl")  # a FIFO no one reads: refused, not waited on
-        append_answers(args.jsonl, [])  # an unwritable log fails now, not after the first search
-    answers = {}
-    if args.resume:
-        done = read_answers(args.jsonl)
-        answers = {i: done[job.key()] for i, job in enumerate(jobs) if job.key() in done}
-    todo = [i for i in range(len(jobs)) if i not in answers]
-    shown = not (json_only or csv_only or args.quiet)
-    if args.resume and shown:
-        print(f"ndcp: resuming: {len(answers)} of {len(jobs)} points answered in {args.jsonl}", file=sys.stderr)
-    running = run_jobs([jobs[i] for i in todo], args.executor, args.workers, args.ray_address)  # workers start now
-    with SweepProgress(shown, len(jobs), len(answers)) as progress:
-        for index, answer in running:
-            answers[todo[index]] = answer
-            if args.jsonl:
-                append_answers(args.jsonl, [answer])
-            progress.advance()
+    with Journal.open(args.jsonl) if args.jsonl else contextlib.nullcontext() as journal:
+        answers = _reused(jobs, journal, args.resume, shown)
+        todo = [i for i in range(len(jobs)) if i not in answers]
+        running = run_jobs([jobs[i] for i in todo], args.executor, args.workers, args.ray_address)  # workers start
+        with SweepProgress(shown, len(jobs), len(answers)) as progress:
+            for index, answer in running:
+                answers[todo[index]] = answer
+                if journal:
+                    journal.append(answer)
+                progress.advance()
     rows = [derive(answers[i], args.tokens, args.price_per_gpu_hour) for i in range(len(jobs))]
+    _note_failed(rows)
     priced = args.price_per_gpu_hour is not None
     if args.plot:
         write_plot(args.plot, lambda path: plot_sweep(rows, path, priced, f"ndcp sweep {jobs[0].model.name}"))
     if args.csv:
         write_output(sweep_csv(rows), args.csv, "--csv")
     emit_json(args, sweep_document(rows, jobs[0].model, args.tokens, args.price_per_gpu_hour))
-    if not (json_only or csv_only or args.quiet):
+    if shown:
         print_sweep(console(), jobs[0].model, rows, priced)
     return EXIT_OK
+
+
+def _reused(jobs: list[Job], journal: Journal | None, resume: bool, shown: bool) -> dict[int, dict]:
+    """With --resume, the journal's answers for these very points (same problem key and point; a `failed` point is
+    searched again), by job index."""
+    if not (resume and journal):
+        return {}
+    answers = {}
+    for index, job in enumerate(jobs):
+        answer = journal.answers.get(job.key())
+        if answer is not None and answer["status"] != FAILED and _same_point(answer, job):
+            answers[index] = answer
+    if shown:
+        print(f"ndcp: resuming: {len(answers)} of {len(jobs)} points answered in {journal.path}", file=sys.stderr)
+    return answers
+
+
+def _same_point(answer: dict, job: Job) -> bool:
+    return (answer["device"], answer["gpus"], answer["global_batch"], answer["seq_len"]) == (
+        job.cluster.device.name, job.point.gpus, job.point.global_batch, job.point.seq_len)
+
+
+def _note_failed(rows: list[dict]) -> None:
+    """One line naming the points no search answered (exit status stays 0: the other points are answers)."""
+    failed = [f"{r['device']} x {r['gpus']}, GBS {r['global_batch']}, seq {r['seq_len']}" for r in rows
+              if r["status"] == FAILED]
+    if failed:
+        print(f"ndcp: note: {len(failed)} point{'s' * (len(failed) > 1)} failed (the worker process died on each "
+              f"try): {'; '.join(failed[:5])}{' ...' if len(failed) > 5 else ''}; --resume searches them again",
+              file=sys.stderr)
 
 
 __all__ = ["register", "run", "build_jobs", "EXAMPLE"]

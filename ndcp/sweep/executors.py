@@ -6,6 +6,8 @@ one CP-SAT worker and a fixed seed); only the order in which points finish diffe
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import threading
 from importlib import import_module
@@ -13,6 +15,7 @@ from typing import Iterator, Sequence
 
 from ..specs.fields import SpecError
 from .solve import Job, solve_job
+from .workers import WorkerPool
 
 EXECUTORS = ("local", "ray")
 RAY_MISSING = "--executor ray needs Ray: pip install 'ndcp[ray]'"
@@ -47,7 +50,9 @@ def _worker_context():
     """How worker processes start. On Linux, from a single-threaded parent: forked, after the parent imports the
     solver once, so each worker starts with OR-Tools and ndcp already imported (bench_sweep, 16 points on 2 workers:
     1.70x with spawned workers, 2.0-2.4x forked; the workers' CPU 16.4-17.2 s against 14.3-15.6 s). Elsewhere, or
-    with other threads running (a thread's locks would be copied held): spawned, a clean interpreter each."""
+    with other threads running (a thread's locks would be copied held): spawned, a clean interpreter each. Asked
+    again for each worker started, so a worker replacing one that died while the progress bar's thread runs is
+    spawned."""
     import multiprocessing  # here, not at the top: every ndcp command imports this module to register `sweep`
 
     if sys.platform == "linux" and threading.active_count() == 1:
@@ -57,29 +62,9 @@ def _worker_context():
 
 
 def _processes(jobs: Sequence[Job], workers: int) -> Iterator[tuple[int, dict]]:
-    """Starts the workers and queues every job now (a forking pool starts all its workers at the first submit);
-    the generator returned yields the answers and shuts the pool down."""
-    from concurrent.futures import ProcessPoolExecutor  # 30 ms of imports only `sweep` needs
-
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_worker_context())
-    try:
-        pending = {pool.submit(solve_job, jobs[index]): index for index in _longest_first(jobs)}
-    except BaseException:
-        pool.shutdown(cancel_futures=True)
-        raise
-    return _answers(pool, pending)
-
-
-def _answers(pool, pending: dict) -> Iterator[tuple[int, dict]]:
-    from concurrent.futures import FIRST_COMPLETED, wait
-
-    try:
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=pending.get):
-                yield pending.pop(future), future.result()
-    finally:  # interrupted (or the consumer stopped): drop the points not started yet
-        pool.shutdown(cancel_futures=True)
+    """Starts the workers and gives each its first point now; the generator returned yields the answers and stops
+    the workers (ndcp/sweep/workers.py: a killed worker's point retried once, then answered `failed`)."""
+    return WorkerPool(jobs, _longest_first(jobs), workers, _worker_context).answers()
 
 
 def _ray(jobs: Sequence[Job], address: str | None) -> Iterator[tuple[int, dict]]:
@@ -88,22 +73,64 @@ def _ray(jobs: Sequence[Job], address: str | None) -> Iterator[tuple[int, dict]]
     except ImportError:
         raise SpecError(RAY_MISSING) from None
     started_here = not ray.is_initialized()
-    if started_here:  # an address joins that cluster; none starts a local one (stopped again at the end)
+    pending: dict = {}
+    with _interrupting_signals() as handlers:
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as error:
-            where = f"--ray-address {address}" if address else "--executor ray"
-            raise SpecError(f"{where}: cannot start or join Ray: {' '.join(str(error).split())[:300]}") from None
+            if started_here:  # an address joins that cluster; none starts a local one (stopped again at the end)
+                _start_ray(ray, address, handlers)
+            remote = ray.remote(num_cpus=1)(solve_job)
+            pending.update({remote.remote(jobs[index]): index for index in _longest_first(jobs)})
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    yield pending.pop(ref), ray.get(ref)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the tasks cancelled, one line
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            print(f"ndcp: note: interrupted: {len(pending)} Ray tasks cancelled"
+                  + (", the local Ray stopped" if started_here else ""), file=sys.stderr)
+            raise
+        finally:
+            if started_here:
+                ray.shutdown()
+
+
+def _start_ray(ray, address: str | None, handlers: dict) -> None:
     try:
-        remote = ray.remote(num_cpus=1)(solve_job)
-        pending = {remote.remote(jobs[index]): index for index in _longest_first(jobs)}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                yield pending.pop(ref), ray.get(ref)
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        where = f"--ray-address {address}" if address else "--executor ray"
+        raise SpecError(f"{where}: cannot start or join Ray: {' '.join(str(error).split())[:300]}") from None
     finally:
-        if started_here:
-            ray.shutdown()
+        _install(handlers)  # over the ones Ray's driver installed
+
+
+def _raise_interrupt(number, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _install(handlers: dict) -> None:
+    for number, handler in handlers.items():
+        signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _interrupting_signals():
+    """The signal handlers a Ray sweep runs under (yielded, for _start_ray to put back over Ray's: its driver dumps
+    native stacks on SIGTERM): ndcp's own, and a SIGTERM that would kill this process at once raising
+    KeyboardInterrupt instead (the tasks cancelled, the local Ray stopped, one line; not left running). The handlers
+    before are put back after. Off the main thread (where no handler can be set): nothing changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    ours = {**before, signal.SIGTERM: _raise_interrupt if before[signal.SIGTERM] in (signal.SIG_DFL, None)
+            else before[signal.SIGTERM]}
+    _install(ours)
+    try:
+        yield ours
+    finally:
+        _install(before)
 
 
 __all__ = ["run_jobs", "EXECUTORS", "RAY_MISSING"]

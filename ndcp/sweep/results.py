@@ -1,20 +1,14 @@
-"""A sweep's results: the JSON document, the CSV, the JSONL log that `--resume` reads, and the knee of each
-time-to-train curve.
+"""A sweep's results: the JSON document, the CSV, and the knee of each time-to-train curve.
 
-JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds, mfu, tokens_per_second,
-time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing fits or no price was
-given. The JSONL log holds one answer per line, with its problem key (solve.Job.key), appended as points finish.
+JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds,
+mfu, tokens_per_second, time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing
+fits or no price was given. The journal that --resume reads is journal.py.
 """
 from __future__ import annotations
 
 import csv
 import io
-import json
-import sys
-from pathlib import Path
 
-from ..specs.fields import SpecError
-from ..specs.files import RUNS_CAP, read_text
 from ..specs.model import ModelSpec
 
 POINT_KEYS = ("device", "gpus", "global_batch", "seq_len", "status", "strategy", "step_seconds", "mfu",
@@ -37,41 +31,6 @@ def sweep_csv(rows: list[dict]) -> str:
         writer.writerow(["" if row.get(k) is None else repr(row[k]) if isinstance(row[k], float) else row[k]
                          for k in POINT_KEYS])
     return out.getvalue()
-
-
-# -- the JSONL log -----------------------------------------------------------------------------------------------
-def append_answers(path: str | Path, answers: list[dict]) -> None:
-    """Append answers, one line each, and close the file (so an interrupted sweep keeps every finished point);
-    none: check that PATH can be appended to (it is created if missing)."""
-    try:
-        with open(Path(path).expanduser(), "a", encoding="utf-8") as stream:
-            stream.writelines(json.dumps(answer, sort_keys=True) + "\n" for answer in answers)
-    except (OSError, ValueError) as error:
-        raise SpecError(f"--jsonl {path}: cannot write: {getattr(error, 'strerror', None) or type(error).__name__}") \
-            from None
-
-
-def read_answers(path: str | Path) -> dict[str, dict]:
-    """The answers of an earlier run, by problem key (a missing file is an empty log; a line cut short by an
-    interrupted write is skipped with a note on stderr)."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        return {}
-    lines = read_text(path, f"--jsonl {path}", "the answers", RUNS_CAP).splitlines()  # a FIFO or device refused
-    answers = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            answer = json.loads(line)
-        except json.JSONDecodeError:
-            print(f"ndcp: note: --jsonl {path} line {number} is not JSON (an interrupted write?); skipped",
-                  file=sys.stderr)
-            continue
-        if not isinstance(answer, dict) or not isinstance(answer.get("key"), str) or "status" not in answer:
-            raise SpecError(f"--jsonl {path} line {number}: not a sweep answer (no key and status); give another file")
-        answers[answer["key"]] = answer
-    return answers
 
 
 # -- the knee ----------------------------------------------------------------------------------------------------
@@ -107,4 +66,4 @@ def knees(rows: list[dict]) -> list[dict]:
     return out
 
 
-__all__ = ["POINT_KEYS", "sweep_document", "sweep_csv", "append_answers", "read_answers", "knee", "knees", "series"]
+__all__ = ["POINT_KEYS", "sweep_document", "sweep_csv", "knee", "knees", "series"]

@@ -21,6 +21,7 @@ from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy_text import strategy_text
+from .journal import FAILED
 from .points import SweepPoint
 
 
@@ -54,16 +55,26 @@ def solve_job(job: Job) -> dict:
     space = SearchSpace(job.model, job.cluster, job.run, job.space_options)
     result = search(space, job.method, SearchOptions(top=1, time_limit=job.time_limit, seed=job.seed, workers=1))
     best = result.best
-    answer = {"device": job.cluster.device.name, "gpus": job.point.gpus, "global_batch": job.point.global_batch,
-              "seq_len": job.point.seq_len, "key": job.key(), "status": result.status,
-              "strategy": None, "label": None, "step_seconds": None, "mfu": None, "tokens_per_second": None,
-              "explanation": result.explanation or None}
+    answer = _planless(job, result.status, result.explanation or None)
     if best is not None:
         answer.update(strategy=strategy_text(best.strategy), label=strategy_label(best.strategy),
                       step_seconds=best.step_seconds, mfu=best.time.mfu,
                       tokens_per_second=job.point.global_batch * job.point.seq_len / best.step_seconds)
     answer["solve_seconds"] = time.perf_counter() - started
     return answer
+
+
+def _planless(job: Job, status: str, explanation: str | None) -> dict:
+    """The answer's keys for `job`, no plan in them."""
+    return {"device": job.cluster.device.name, "gpus": job.point.gpus, "global_batch": job.point.global_batch,
+            "seq_len": job.point.seq_len, "key": job.key(), "status": status, "strategy": None, "label": None,
+            "step_seconds": None, "mfu": None, "tokens_per_second": None, "explanation": explanation}
+
+
+def failed_answer(job: Job, why: str) -> dict:
+    """The answer of a point no search answered (its worker process died on each try; executors): status
+    `failed`, `why` as its explanation."""
+    return {**_planless(job, FAILED, why), "solve_seconds": 0.0}
 
 
 def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None) -> dict:
@@ -81,4 +92,4 @@ def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None) -> dict:
     return row
 
 
-__all__ = ["Job", "solve_job", "derive"]
+__all__ = ["Job", "solve_job", "failed_answer", "derive"]

@@ -1,4 +1,4 @@
-"""Sweep results: derived time to train / GPU-hours / cost, the knee, the JSONL log, the CSV."""
+"""Sweep results: derived time to train / GPU-hours / cost, the knee, the JSON document, the CSV."""
 import csv
 import io
 import json
@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from ndcp.specs import SpecError
 from ndcp.specs.library import load_model
-from ndcp.sweep.results import append_answers, knee, knees, read_answers, sweep_csv, sweep_document
+from ndcp.sweep.results import knee, knees, sweep_csv, sweep_document
 from ndcp.sweep.solve import derive
 
 ANSWER = {"device": "h100", "gpus": 512, "global_batch": 1024, "seq_len": 8192, "key": "k512", "status": "optimal",
@@ -35,21 +34,6 @@ def test_knee_is_where_time_to_train_bends_from_steep_to_flat():
     rows = [derive({**ANSWER, "gpus": g, "step_seconds": s}, 10**9, None)
             for g, s in ((128, 80.0), (256, 40.0), (512, 20.0), (1024, 19.0))]
     assert knees(rows) == [{"device": "h100", "global_batch": 1024, "seq_len": 8192, "gpus": 512}]
-
-
-def test_jsonl_log_round_trips_and_skips_a_line_cut_short(tmp_path, capsys):
-    path = tmp_path / "sweep.jsonl"
-    assert read_answers(path) == {}
-    append_answers(path, [ANSWER])
-    append_answers(path, [{**ANSWER, "gpus": 1024, "key": "k1024"}])
-    with open(path, "a") as stream:
-        stream.write('{"device": "h1')  # an interrupted write
-    answers = read_answers(path)
-    assert sorted(answers) == ["k1024", "k512"] and answers["k512"] == ANSWER
-    assert "line 3 is not JSON" in capsys.readouterr().err
-    path.write_text('{"something": 1}\n')
-    with pytest.raises(SpecError, match="line 1: not a sweep answer"):
-        read_answers(path)
 
 
 def test_document_and_csv_carry_the_contract_keys():
