@@ -91,7 +91,7 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
         searched.append(f"recompute {{{', '.join(modes)}}} ({how})")  # spaced: a long list wraps, never cut
     derived = [n for n in ("dp", "mbn") if n not in fixed]
     bound = (f"tp x cp <= {o.tp_cp_bound}" if o.tp_cp_bound
-             else f"tp <= {space.cluster.device.devices_per_node} (one node)")
+             else f"tp <= {space.cluster.domain_ranks} (one scale-up domain)")
     refused = sum(result.refused.values())
     rows = [("searched", ", ".join(searched) + (f"; {' and '.join(derived)} follow" if derived else "")),
             ("pinned", ", ".join(pinned) or "nothing"),
