@@ -40,7 +40,7 @@ class Evaluated:
 
     def rank_key(self) -> tuple:
         """Rank by step time; equal times (equivalent plans) by the canonical tie-break: least peak memory, then
-        fewest peers across nodes, then the strategy's identity, so every search orders alike."""
+        fewest peers across scale-up domains, then the strategy's identity, so every search orders alike."""
         return (self.step_seconds, self.memory.peak_bytes, self.off_node_peers, self.strategy.key())
 
     def as_dict(self, rank: int | None = None) -> dict:
