@@ -11,7 +11,7 @@ then EP, then expert-data-parallel. The job's consecutive ranks fill scale-up do
 (ClusterSpec.domain_ranks) and pods of the scale-out network likewise (ClusterSpec.pod_ranks). A group of `span`
 consecutive ranks (its blocks start at multiples of span) stays inside a domain when span divides the segment, and
 then talks over the scale-up fabric (NVLink, DeviceSpec.intra_node_*); otherwise each device uses its scale-out NIC
-(inter_node_*), at 1/oversubscription of it when the group also leaves its pod (docs/formulas.md §7.3).
+(inter_node_*), at 1/oversubscription of it when the group also leaves its pod (docs/formulas.md §7.4).
 
 Context parallelism's attention traffic per --cp-comm-type (cp_comm_seconds) sits here too: it is built from these
 collectives and the CP group's link.

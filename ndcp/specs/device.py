@@ -1,7 +1,7 @@
 """Accelerator presets, device YAML files and clusters (device x count with optional overrides). Bandwidths are per
 device, one way.
 
-Two links (docs/formulas.md §7.3): the scale-up fabric (NVLink/xGMI/HCCS) joins the devices of one scale-up domain,
+Two links (docs/formulas.md §7.4): the scale-up fabric (NVLink/xGMI/HCCS) joins the devices of one scale-up domain,
 `devices_per_domain` of them: the node on an 8-GPU board, 72 devices of 18 trays in a GB200/GB300 NVL72 rack; its
 figures keep their historical names `intra_node_bandwidth` and `intra_node_latency` (every device file and --json
 key stays valid; "node" there reads "scale-up domain"). The scale-out network (IB/RoCE) joins domains: one NIC per
@@ -224,7 +224,7 @@ HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True,
               fp8_peak_flops=1978.9e12)  # H100 SXM datasheet: 1,978.9 TFLOP/s FP8 dense (3,957.8 with sparsity)
 
-# Host side of a Grace-Blackwell tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs; docs/formulas.md §7.3): each
+# Host side of a Grace-Blackwell tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs; docs/formulas.md §9): each
 # Grace reaches its 2 GPUs over NVLink-C2C, 900 GB/s bidirectional per Grace (450 one way, 225 per GPU), and holds
 # 480 GB of LPDDR5X at up to 512 GB/s (NVIDIA Grace CPU datasheet); one ConnectX NIC per GPU. Not confirmed in stored
 # material beyond these datasheet figures; no measured run offloads on them.
@@ -397,7 +397,7 @@ class ClusterSpec:
         """Consecutive ranks of the job on one scale-up domain: all of them when the job fits in one; else the most
         whole nodes, no more than a domain holds, that divide the job evenly (the scheduler's segment: Slurm's
         topology/block plugin keeps each --segment of nodes inside one block; 2,048 GPUs on NVL72 racks: 64 per rack,
-        docs/formulas.md §7.3); a whole domain when no such segment divides the job (a last, partial domain)."""
+        docs/formulas.md §7.4); a whole domain when no such segment divides the job (a last, partial domain)."""
         domain, per_node = self.device.domain_size, self.device.devices_per_node
         if self.count <= domain:
             return self.count
