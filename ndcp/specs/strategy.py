@@ -38,7 +38,8 @@ def default_partition(layers: int, virtual_stages: int) -> tuple[int, ...]:
 
 
 # Megatron-Core --cp-comm-type (Transformer Engine context parallelism): p2p ring of K/V chunks, all-gather of K/V,
-# Ulysses-style all-to-all of Q/K/V/output, hierarchical a2a inside a node + p2p across (docs/formulas.md §7).
+# Ulysses-style all-to-all of Q/K/V/output, hierarchical a2a inside a scale-up domain + p2p across (docs/formulas.md
+# §7).
 CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p")
 
 
