@@ -242,8 +242,9 @@ SYNC_RUNS = st.fixed_dictionaries({"trainer": st.sampled_from(["megatron", "torc
 
 def _with_sync(space, fields):
     fields = dict(fields)
-    cluster = space.cluster.with_overrides(devices_per_node=fields.pop("devices_per_node"),
-                                           inter_node_bandwidth=fields.pop("inter_node_bandwidth"))
+    # the nodes are the scale-up domains here (the drawn space may have wider domains: tests/solve)
+    cluster = space.cluster.with_overrides(devices_per_node=fields.pop("devices_per_node"), devices_per_domain=0,
+                                           pod_size=0, inter_node_bandwidth=fields.pop("inter_node_bandwidth"))
     return replace(space, cluster=cluster, run=replace(space.run, **fields),
                    options=replace(space.options, zero_stages=(0, 1, 2, 3)))
 
