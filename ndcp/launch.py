@@ -106,7 +106,7 @@ def check_launch(kind: str, values: argparse.Namespace, problem: tuple[ModelSpec
     """`kind`'s configuration for the plan `strategy` of the problem the options `values` describe, read back and
     compared with the plan's own estimate."""
     model, cluster, run = problem
-    emitted = emit(kind, model, run, strategy, cluster.device.devices_per_node)
+    emitted = emit(kind, model, run, strategy, cluster.domain_ranks)
     plan_step = estimate_time(model, cluster, run, strategy).step_seconds
     plan_peak = estimate_memory(model, cluster, run, strategy).peak_bytes
     reasons = [] if emitted.same_as_plan else list(emitted.notes)

@@ -247,12 +247,12 @@ CLUSTER_OPTIONS = (
     Option("--device", f"device preset (see `ndcp devices`): {', '.join(PRESETS)}; or a device YAML file (`ndcp "
                        "devices --show h100` prints one to start from)", metavar="NAME|FILE", required=True),
     Option("--gpus", "number of devices", positive_int, metavar="N", required=True),
-    Option("--devices-per-node", "override the preset's devices per node (scale-up domain)", positive_int,
-           metavar="N"),
-    Option("--intra-node-bandwidth", "override the per-device intra-node bandwidth, one way, in GB/s", bandwidth,
-           metavar="GB/s"),
-    Option("--inter-node-bandwidth", "override the per-device inter-node bandwidth, one way, in GB/s", bandwidth,
-           metavar="GB/s"),
+    Option("--devices-per-node", "override the preset's devices per node (also its scale-up domain unless the device "
+           "sets devices_per_domain)", positive_int, metavar="N"),
+    Option("--intra-node-bandwidth", "override the per-device scale-up bandwidth inside a domain (NVLink), one way, "
+           "in GB/s", bandwidth, metavar="GB/s"),
+    Option("--inter-node-bandwidth", "override the per-device scale-out bandwidth across domains (NIC), one way, in "
+           "GB/s", bandwidth, metavar="GB/s"),
     Option("--device-memory", "override the device memory, e.g. 80GiB", size_argument, metavar="SIZE"),
 )
 

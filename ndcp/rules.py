@@ -6,7 +6,7 @@ strategy files) and names the first broken rule's field, value and what would be
 by construction (tests/test_rules.py checks it on random strategies). A schedule's own rules (interleaving's layer
 and micro-batch divisibility) live in its module under ndcp/schedules and are applied through the `schedule` rule.
 
-Search restrictions are not validity rules: --fix/--max bounds, tp x cp within a node, the vpp range searched
+Search restrictions are not validity rules: --fix/--max bounds, tp x cp within a scale-up domain, the vpp range searched
 (space.py, SpaceOptions) narrow what is searched; a strategy outside them is still valid for `estimate`.
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _cp_comm_heads(p: Problem, d: dict) -> Refusal | None:
     comm, tp, cp = d.get("cp_comm", "p2p"), d["tp"], d["cp"]
     if comm not in ("a2a", "a2a+p2p"):
         return None
-    group = cp if comm == "a2a" else cp_a2a_size(p.cluster.device.devices_per_node, tp, cp)
+    group = cp if comm == "a2a" else cp_a2a_size(p.cluster.domain_ranks, tp, cp)
     m = p.model
     kv_heads = m.heads if m.mla is not None else m.num_kv_heads
     return _refuse("cp_comm_heads", "cp_comm", m.heads % (tp * group) == 0 and kv_heads % (tp * group) == 0,
@@ -100,10 +100,10 @@ def _cp_comm_heads(p: Problem, d: dict) -> Refusal | None:
 
 def _cp_comm_nodes(p: Problem, d: dict) -> Refusal | None:
     comm, tp, cp = d.get("cp_comm", "p2p"), d["tp"], d["cp"]
-    inner = cp_a2a_size(p.cluster.device.devices_per_node, tp, cp)
+    inner = cp_a2a_size(p.cluster.domain_ranks, tp, cp)
     return _refuse("cp_comm_nodes", "cp_comm", comm != "a2a+p2p" or 1 < inner < cp, lambda: (
-        f"a2a+p2p puts a2a among the CP ranks of a node and p2p across nodes; cp={cp} (tp={tp}) has {inner} of its "
-        f"ranks in a node of {p.cluster.device.devices_per_node} GPUs: use " + ("a2a" if inner == cp else "p2p")))
+        f"a2a+p2p puts a2a among the CP ranks of a scale-up domain and p2p across domains; cp={cp} (tp={tp}) has "
+        f"{inner} of its ranks in a domain of {p.cluster.domain_ranks} GPUs: use " + ("a2a" if inner == cp else "p2p")))
 
 
 def _global_batch(p: Problem, d: dict) -> Refusal | None:
@@ -317,7 +317,7 @@ LEVEL_RULES = {level: tuple(r for r in RULEBOOK if r.level == level)
 
 # Every refusal name a report can show -> what it requires: the rules, each schedule's rules, search restrictions.
 RESTRICTIONS = {
-    "tp_cp_node": "tp x cp within the bound (default: tp within a node)",
+    "tp_cp_node": "tp x cp within the bound (default: tp within a scale-up domain)",
     "fixed": "pinned by --fix",
     "bounded": "above a --max bound",
 }

@@ -40,7 +40,7 @@ class SpaceOptions:
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     sp_choices: tuple[bool, ...] = (False, True)
-    tp_cp_bound: int = 0  # 0 = tp within a node, cp unbounded
+    tp_cp_bound: int = 0  # 0 = tp within a scale-up domain (ClusterSpec.domain_ranks), cp unbounded
     max_offset: int = 0  # per-layer plans: how far a stage's layer count may move from the default partition
     # CP communication types searched when cp > 1 (the rules still apply). Default the p2p ring alone, as the CLI:
     # each extra type adds the cp > 1 candidates again (measured 2-3x the search time, `ndcp search --cp-comm`).
@@ -49,7 +49,8 @@ class SpaceOptions:
     # optimizer offload settings searched (True: the optimizer on the host, where the trainer runs it). Default off:
     # it doubles the batch items, and it pays only when the device memory binds.
     optimizer_offloads: tuple[bool, ...] = (False,)
-    # HSDP settings searched (True: ZeRO-3 sharded over the data-parallel ranks of one node, replicated across nodes,
+    # HSDP settings searched (True: ZeRO-3 sharded over the data-parallel ranks of one scale-up domain, replicated
+    # across domains,
     # Strategy.dp_shard; docs/formulas.md §7.3). Default off: plain FSDP only.
     hsdp: tuple[bool, ...] = (False,)
 
@@ -199,7 +200,7 @@ class SearchSpace:
         problem = Problem(m, self.cluster, run)
         out = SpaceWalk()
         refused = out.refused
-        node = self.cluster.device.devices_per_node
+        domain = self.cluster.domain_ranks
         for tp in self._domain("tp", divisors(n), refused):
             degrees = {"tp": tp}
             if self._refused(problem, "tp", degrees, refused):
@@ -207,7 +208,7 @@ class SearchSpace:
             if not all(self.inner_choices(tp)):
                 refused["sp_tp"] += 1  # e.g. only sp=on searched, which needs tp > 1
                 continue
-            if tp > (self.options.tp_cp_bound or node):
+            if tp > (self.options.tp_cp_bound or domain):
                 refused["tp_cp_node"] += 1
                 continue
             for pp in self._domain("pp", divisors(n // tp), refused):
@@ -312,11 +313,11 @@ class SearchSpace:
 
     def _hsdp_shards(self, tp: int, cp: int, dp: int, refused: Counter) -> list[int]:
         """The dp_shard values searched: 0 (plain ZeRO) and, when asked, HSDP over the data-parallel ranks of one
-        node (devices per node / (tp x cp), where it divides dp and leaves more than one replica), on dense models
+        scale-up domain (its ranks / (tp x cp), where it divides dp and leaves more than one replica), on dense models
         under a trainer that runs ZeRO-3 (rule `dp_shard`; refused once per (tp, pp, cp) otherwise)."""
         out = [0] if False in self.options.hsdp else []
         if True in self.options.hsdp:
-            shard = self.cluster.device.devices_per_node // (tp * cp)
+            shard = self.cluster.domain_ranks // (tp * cp)
             if (self.model.moe is None and 3 in self.inner_choices(tp)[0] and 1 <= shard < dp and dp % shard == 0):
                 out.append(shard)
             else:

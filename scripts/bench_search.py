@@ -53,6 +53,7 @@ MATRIX = [  # model, device, gpus, global batch, sequence, memory cap ("" = the 
     ("llama3.1-405b", "h100", 16384, 2048, 8192, ""),
     ("gpt3-175b", "h100", 16384, 4096, 2048, ""),
     ("llama3.1-405b", "h100", 131072, 16384, 8192, ""),
+    ("deepseek-v3", "gb200-nvl72", 2048, 8192, 4096, ""),  # EP 64 inside a 72-GPU NVLink domain (trays of 4)
 ]
 QUICK = [0, 2, 4, 6]
 

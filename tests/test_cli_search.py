@@ -253,3 +253,21 @@ def test_a_search_stopped_before_any_verified_strategy_is_unknown_with_its_own_e
     answer = json.loads(done.stdout)
     assert (done.returncode, answer["status"], answer["strategies"]) == (4, "unknown", [])
     assert "nothing verified" in done.stderr
+
+
+def test_deepseek_v3_ep64_all_to_all_runs_on_nvlink_in_a_gb200_rack_and_over_the_nics_of_h100_nodes(capsys):
+    """Issue 37 (docs/formulas.md §7.4): on 2,048 GB200 NVL72 GPUs the job fills each 72-GPU rack with 64 ranks, so
+    an EP group of 64 stays on NVLink; on H100 the same group spans 8 nodes and its all-to-all crosses InfiniBand."""
+    problem = ["deepseek-v3", "--gpus", "2048", "--global-batch", "8192", "--seq-len", "4096", "--fix", "ep=64",
+               "--top", "1"]
+    rack, _ = run_json(capsys, *problem, "--device", "gb200-nvl72")
+    nodes, _ = run_json(capsys, *problem, "--device", "h100")
+
+    def ep_share(doc):
+        time = doc["strategies"][0]["time"]
+        return time["parts"]["ep_comm"] / time["step_seconds"]
+
+    assert rack["domain_ranks"] == 64 and rack["device"]["devices_per_domain"] == 72
+    assert nodes["domain_ranks"] == 8 and nodes["device"]["devices_per_domain"] == 8
+    assert rack["strategies"][0]["strategy"]["ep"] == 64
+    assert ep_share(rack) < 0.25 and ep_share(nodes) > 0.4

@@ -7,8 +7,11 @@ n-1 steps, all-to-all (n-1)/n x nbytes in n-1 steps; each step pays the link lat
 
 Rank placement (Megatron-LM parallel_state, order "tp-cp-ep-dp-pp"): consecutive global ranks vary TP fastest,
 then CP, then DP, then PP. Expert layers re-carve the same tp*cp*dp ranks of a pipeline stage as ETP (fastest),
-then EP, then expert-data-parallel. A group whose ranks all lie within one block of devices_per_node consecutive
-ranks talks over the scale-up fabric (NVLink); otherwise each device uses its scale-out NIC.
+then EP, then expert-data-parallel. The job's consecutive ranks fill scale-up domains in equal segments
+(ClusterSpec.domain_ranks) and pods of the scale-out network likewise (ClusterSpec.pod_ranks). A group of `span`
+consecutive ranks (its blocks start at multiples of span) stays inside a domain when span divides the segment, and
+then talks over the scale-up fabric (NVLink, DeviceSpec.intra_node_*); otherwise each device uses its scale-out NIC
+(inter_node_*), at 1/oversubscription of it when the group also leaves its pod (docs/formulas.md §7.4).
 
 Context parallelism's attention traffic per --cp-comm-type (cp_comm_seconds) sits here too: it is built from these
 collectives and the CP group's link.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from math import prod
+from typing import NamedTuple
 
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
@@ -35,50 +39,75 @@ def group_span(dims: tuple[str, ...], degrees: dict[str, int], order: tuple[str,
     return inner * prod(degrees.get(order[i], 1) for i in positions)
 
 
-def fits_in_node(span: int, device: DeviceSpec) -> bool:
-    return span <= device.devices_per_node
+class Link(NamedTuple):
+    """What one device of a group gets: bytes/s one way, and seconds per ring step."""
+
+    bandwidth: float
+    latency: float
 
 
-def link(device: DeviceSpec, span: int) -> tuple[float, float]:
-    """(bandwidth bytes/s, latency s) per device for a group covering `span` consecutive ranks."""
-    if fits_in_node(span, device):
-        return device.intra_node_bandwidth, device.intra_node_latency
-    return device.inter_node_bandwidth, device.inter_node_latency
+def in_domain(cluster: ClusterSpec, span: int) -> bool:
+    """Whether every group of `span` consecutive ranks lies inside one scale-up domain."""
+    return cluster.domain_ranks % span == 0
 
 
-def ring_link(device: DeviceSpec, dims: tuple[str, ...], degrees: dict[str, int],
-              order: tuple[str, ...] = RANK_ORDER) -> tuple[float, float]:
+def in_pod(cluster: ClusterSpec, span: int) -> bool:
+    """Whether every group of `span` consecutive ranks lies inside one pod of the scale-out network."""
+    return cluster.pod_ranks % span == 0
+
+
+def scale_out_bandwidth(cluster: ClusterSpec, span: int) -> float:
+    """Scale-out bytes/s per device of a group covering `span` consecutive ranks: the device's NIC, tapered by the
+    oversubscription between pods when the group spans pods."""
+    device = cluster.device
+    return device.inter_node_bandwidth / (1.0 if in_pod(cluster, span) else device.oversubscription)
+
+
+def scale_up(device: DeviceSpec) -> Link:
+    """The scale-up fabric's Link."""
+    return Link(device.intra_node_bandwidth, device.intra_node_latency)
+
+
+def link(cluster: ClusterSpec, span: int) -> Link:
+    """The Link of a group covering `span` consecutive ranks: scale-up inside a domain, else scale-out."""
+    if in_domain(cluster, span):
+        return scale_up(cluster.device)
+    return Link(scale_out_bandwidth(cluster, span), cluster.device.inter_node_latency)
+
+
+def ring_link(cluster: ClusterSpec, dims: tuple[str, ...], degrees: dict[str, int],
+              order: tuple[str, ...] = RANK_ORDER) -> Link:
     """link() of a ring collective (all-reduce, reduce-scatter, all-gather) over the group spanning `dims`. Across
-    nodes NCCL forms one ring per channel and routes each channel through another NIC of the node, so a ring whose
-    group has k members on each node crosses between nodes on those k devices' NICs at once: k x the per-device
-    scale-out bandwidth, never more than the scale-up link the ring also runs through (docs/formulas.md §7: NVIDIA
-    measures 192 GB/s all-reduce bus bandwidth between DGX A100s of 8 x 200 Gb/s NICs, NVIDIA/nccl#812)."""
+    domains NCCL forms one ring per channel and routes each channel through another NIC of the domain, so a ring
+    whose group has k members in each domain crosses between domains on those k devices' NICs at once: k x the
+    per-device scale-out bandwidth, never more than the scale-up link the ring also runs through (docs/formulas.md
+    §7: NVIDIA measures 192 GB/s all-reduce bus bandwidth between DGX A100s of 8 x 200 Gb/s NICs, NVIDIA/nccl#812)."""
     span = group_span(dims, degrees, order)
-    if fits_in_node(span, device):
-        return device.intra_node_bandwidth, device.intra_node_latency
+    if in_domain(cluster, span):
+        return scale_up(cluster.device)
     stride = span // prod(degrees.get(d, 1) for d in dims)
-    members_per_node = max(1, device.devices_per_node // stride)
-    return (min(device.intra_node_bandwidth, members_per_node * device.inter_node_bandwidth),
-            device.inter_node_latency)
+    members_per_domain = max(1, cluster.domain_ranks // stride)
+    return Link(min(cluster.device.intra_node_bandwidth, members_per_domain * scale_out_bandwidth(cluster, span)),
+                cluster.device.inter_node_latency)
 
 
 # The links of the groups every layer shape asks about, cached per degrees.
 @lru_cache(maxsize=1024)
-def tp_link(cluster: ClusterSpec, tp: int) -> tuple[float, float]:
+def tp_link(cluster: ClusterSpec, tp: int) -> Link:
     """link() of a TP group."""
-    return link(cluster.device, group_span(("tp",), {"tp": tp}))
+    return link(cluster, group_span(("tp",), {"tp": tp}))
 
 
 @lru_cache(maxsize=1024)
-def cp_link(cluster: ClusterSpec, tp: int, cp: int) -> tuple[float, float]:
+def cp_link(cluster: ClusterSpec, tp: int, cp: int) -> Link:
     """link() of a CP group (TP ranks innermost)."""
-    return link(cluster.device, group_span(("cp",), {"tp": tp, "cp": cp}))
+    return link(cluster, group_span(("cp",), {"tp": tp, "cp": cp}))
 
 
 @lru_cache(maxsize=1024)
-def ep_link(cluster: ClusterSpec, ep: int, etp: int) -> tuple[float, float]:
+def ep_link(cluster: ClusterSpec, ep: int, etp: int) -> Link:
     """link() of an EP group (ETP ranks innermost, the expert rank order)."""
-    return link(cluster.device, group_span(("ep",), {"etp": etp, "ep": ep}, EXPERT_RANK_ORDER))
+    return link(cluster, group_span(("ep",), {"etp": etp, "ep": ep}, EXPERT_RANK_ORDER))
 
 
 def all_reduce_seconds(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
@@ -146,7 +175,7 @@ def _cp_allgather(cluster, tp, cp, kv, q, out, core, core_backward):
 
 def _a2a_pass(cluster, tp, n, span, kv, q, out):
     """One Ulysses pass over n ranks: all-to-alls of Q, K+V and the output (backward: dO, dQ, dK+dV)."""
-    bandwidth, latency = link(cluster.device, span)
+    bandwidth, latency = link(cluster, span)
     return sum(all_to_all_seconds(b, n, bandwidth, latency) for b in (q, kv, out))
 
 
@@ -158,9 +187,9 @@ def _cp_a2a(cluster, tp, cp, kv, q, out, core, core_backward):
 
 
 def _cp_a2a_p2p(cluster, tp, cp, kv, q, out, core, core_backward):
-    """Hierarchical: Ulysses over the a CP ranks of a node, then the p2p ring over the cp/a node groups, whose K/V
-    chunk (a x tokens, heads/a) has the same bytes as kv."""
-    a = cp_a2a_size(cluster.device.devices_per_node, tp, cp)
+    """Hierarchical: Ulysses over the a CP ranks of a scale-up domain, then the p2p ring over the cp/a domain groups,
+    whose K/V chunk (a x tokens, heads/a) has the same bytes as kv."""
+    a = cp_a2a_size(cluster.domain_ranks, tp, cp)
     a2a = _a2a_pass(cluster, tp, a, tp * a, kv, q, out) if a > 1 else 0.0
     ring_forward, ring_backward = _ring(cp_link(cluster, tp, cp), cp // a, kv, core, core_backward)
     return a2a + ring_forward, a2a + ring_backward
@@ -180,6 +209,7 @@ def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degree
                                  core_backward)
 
 
-__all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "fits_in_node", "link", "ring_link", "tp_link", "cp_link", "ep_link",
+__all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "Link", "in_domain", "in_pod", "scale_out_bandwidth",
+           "scale_up", "link", "ring_link", "tp_link", "cp_link", "ep_link",
            "all_reduce_seconds", "reduce_scatter_seconds", "all_gather_seconds", "all_to_all_seconds", "p2p_seconds",
            "cp_bytes", "cp_comm_seconds", "CP_COMM_TIME"]

@@ -161,13 +161,13 @@ def _placement(model: ModelSpec, cluster: ClusterSpec, key: PlacementKey) -> _Pl
     s = Strategy.trusted(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=1, mbn=1, zero=0, sp=False,
                          schedule=schedule or default_schedule(vpp), recompute=RecomputePlan(),
                          layers_per_stage=layers_per_stage, cp_comm="p2p", optimizer_offload=False, dp_shard=dp_shard)
-    edp, device = expert_data_parallel(s), cluster.device
+    edp = expert_data_parallel(s)
     # HSDP's mesh (torchtitan ParallelDims: dp_replicate outside dp_shard outside cp): the shard group is consecutive
     shard, replicas = s.shard_ranks, s.dp_replicate
     degrees = {"tp": tp, "cp": cp, "dp": shard, "replicas": replicas}
-    dense = Group(shard * cp, comm.ring_link(device, ("cp", "dp"), degrees, HSDP_RANK_ORDER))
-    across = Group(replicas, comm.ring_link(device, ("replicas",), degrees, HSDP_RANK_ORDER))
-    expert = Group(edp, comm.ring_link(device, ("edp",), {"etp": etp, "ep": ep, "edp": edp}, comm.EXPERT_RANK_ORDER))
+    dense = Group(shard * cp, comm.ring_link(cluster, ("cp", "dp"), degrees, HSDP_RANK_ORDER))
+    across = Group(replicas, comm.ring_link(cluster, ("replicas",), degrees, HSDP_RANK_ORDER))
+    expert = Group(edp, comm.ring_link(cluster, ("edp",), {"etp": etp, "ep": ep, "edp": edp}, comm.EXPERT_RANK_ORDER))
     return _Placement(s, stage_parameters(model, s), dense, across, expert, s.devices)
 
 

@@ -34,8 +34,8 @@ def host_copy_bandwidth(cluster: ClusterSpec, network_busy: bool) -> float:
 
 def offload_copy_bandwidth(cluster: ClusterSpec) -> float:
     """The bandwidth of activation offload copies: they run under the layers' compute, which the job's scale-out
-    traffic overlaps whenever the cluster spans nodes."""
-    return host_copy_bandwidth(cluster, cluster.nodes > 1)
+    traffic overlaps whenever the cluster spans scale-up domains."""
+    return host_copy_bandwidth(cluster, cluster.count > cluster.domain_ranks)
 
 
 __all__ = ["fair_share", "host_copy_bandwidth", "offload_copy_bandwidth"]

@@ -2,10 +2,12 @@
 
 Dispatch (one token dispatch; the combine moves the same bytes back). Routing is taken as balanced and uniform over
 the experts a token may reach, the busiest rank receiving `RunSpec.moe_load_imbalance` times the even share. The
-EP group (ETP ranks innermost, estimate/communication.py EXPERT_RANK_ORDER) spans `nodes` nodes, `per_node` EP ranks
-each; what stays in a node goes over the scale-up fabric, what leaves it over the device's scale-out NIC, the two
-links at once, so a dispatch takes the longer of the two shares (each at its own bandwidth), plus one latency per
-peer at the slowest crossed link's (the ring model's charge: a group spread over more nodes is never faster).
+EP group (ETP ranks innermost, estimate/communication.py EXPERT_RANK_ORDER) spans `domains` scale-up domains (the
+node of an 8-GPU board, the rack of an NVL72; "node" below reads "domain"), `per_domain` EP ranks each; what stays
+in a domain goes over the scale-up fabric, what leaves it over the device's scale-out NIC (tapered when the group
+spans pods, communication.scale_out_bandwidth), the two links at once, so a dispatch takes the longer of the two
+shares (each at its own bandwidth), plus one latency per peer at the slowest crossed link's (the ring model's
+charge: a group spread over more domains is never faster).
 
 - alltoall (Megatron-Core MoEAlltoAllTokenDispatcher): one copy per token-expert pair to the rank of its expert, so
   per_node - 1 of the ep ranks' shares stay in the node and ep - per_node leave it. Within one node this is the
@@ -28,7 +30,7 @@ from typing import NamedTuple
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec, MoESpec
 from ..specs.run import RunSpec
-from .communication import all_gather_seconds, ep_link
+from .communication import all_gather_seconds, ep_link, in_domain, scale_out_bandwidth
 
 # Megatron-Core's router keeps its logits, scores and top-k probabilities in FP32 (--moe-router-dtype fp32, as the
 # recipes set it) and passes over them: logits written, softmax or sigmoid read and written, top-k read, the
@@ -38,19 +40,20 @@ ROUTER_BYTES = 4
 
 
 class EPPlacement(NamedTuple):
-    """Where an EP group's ranks sit: the nodes it spans and its EP ranks per node."""
+    """Where an EP group's ranks sit: the scale-up domains it spans and its EP ranks per domain."""
 
-    nodes: int
-    per_node: float
+    domains: int
+    per_domain: float
 
 
 def ep_placement(cluster: ClusterSpec, ep: int, etp: int) -> EPPlacement:
-    """The nodes an EP group of ep ranks (each etp consecutive devices wide) spans, and its EP ranks per node."""
-    span, per_node = ep * etp, cluster.device.devices_per_node
-    if span <= per_node:
+    """The scale-up domains an EP group of ep ranks (each etp consecutive devices wide) spans, and its EP ranks per
+    domain. A group that does not tile the job's domain segment straddles at least two domains."""
+    span = ep * etp
+    if in_domain(cluster, span):
         return EPPlacement(1, float(ep))
-    nodes = math.ceil(span / per_node)
-    return EPPlacement(nodes, ep / nodes)
+    domains = max(2, math.ceil(span / cluster.domain_ranks))
+    return EPPlacement(domains, ep / domains)
 
 
 def distinct_hits(bins: float, draws: int) -> float:
@@ -82,12 +85,15 @@ def reachable_ranks(moe: MoESpec, ep: int) -> float:
     return max(1.0, ep * chosen / groups)
 
 
-def _two_links(cluster: ClusterSpec, intra_bytes: float, inter_bytes: float, peers: int, nodes: int) -> float:
-    """The scale-up and scale-out shares of a dispatch at once (the longer of the two), plus one latency per peer
-    at the latency of the slowest link it crosses, as the ring model charges (communication.py)."""
+def _two_links(cluster: ClusterSpec, span: int, intra_bytes: float, inter_bytes: float, peers: int,
+               domains: int) -> float:
+    """The scale-up and scale-out shares of a dispatch over a group covering `span` consecutive ranks at once (the
+    longer of the two), plus one latency per peer at the latency of the slowest link it crosses, as the ring model
+    charges (communication.py)."""
     device = cluster.device
-    latency = device.inter_node_latency if nodes > 1 else device.intra_node_latency
-    return max(intra_bytes / device.intra_node_bandwidth, inter_bytes / device.inter_node_bandwidth) + peers * latency
+    latency = device.inter_node_latency if domains > 1 else device.intra_node_latency
+    return (max(intra_bytes / device.intra_node_bandwidth, inter_bytes / scale_out_bandwidth(cluster, span))
+            + peers * latency)
 
 
 def dispatch_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int, ep: int,
@@ -100,15 +106,16 @@ def dispatch_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, token
     row = tokens * etp / tp * model.hidden * run.activation_bytes  # this rank's tokens, one copy each
     if run.moe_dispatcher == "allgather":
         return all_gather_seconds(ep * row, ep, *ep_link(cluster, ep, etp))
-    nodes, per_node = ep_placement(cluster, ep, etp)
+    domains, per_domain = ep_placement(cluster, ep, etp)
     received = row * run.moe_load_imbalance  # the busiest rank's share bounds the exchange
     if run.moe_dispatcher == "alltoall":
         pairs = received * moe.top_k
-        return _two_links(cluster, pairs * (per_node - 1) / ep, pairs * (ep - per_node) / ep, ep - 1, nodes)
-    node_copies = distinct_hits(reachable_nodes(moe, nodes), moe.top_k)
+        return _two_links(cluster, ep * etp, pairs * (per_domain - 1) / ep, pairs * (ep - per_domain) / ep, ep - 1,
+                          domains)
+    domain_copies = distinct_hits(reachable_nodes(moe, domains), moe.top_k)
     rank_copies = distinct_hits(reachable_ranks(moe, ep), moe.top_k)
-    return _two_links(cluster, received * rank_copies * (per_node - 1) / per_node,
-                      received * node_copies * (nodes - 1) / nodes, ep - 1, nodes)
+    return _two_links(cluster, ep * etp, received * rank_copies * (per_domain - 1) / per_domain,
+                      received * domain_copies * (domains - 1) / domains, ep - 1, domains)
 
 
 def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, etp: int) -> float:

@@ -21,15 +21,15 @@ STEP_SCALAR_SYNCS = 2
 
 def tree_all_reduce_latency(cluster: ClusterSpec, devices: int) -> float:
     """A latency-bound all-reduce of a few bytes over `devices` devices: NCCL's tree algorithm, up a tree and back
-    down (NCCL src/graph/tuning.cc: tree latency grows with the tree's depth), log2 hops across the nodes and log2
-    inside one, at the per-hop latencies of the device (DeviceSpec inter/intra_node_latency)."""
+    down (NCCL src/graph/tuning.cc: tree latency grows with the tree's depth), log2 hops across the scale-up
+    domains and log2 inside one, at the per-hop latencies of the device (DeviceSpec inter/intra_node_latency)."""
     if devices <= 1:
         return 0.0
     device = cluster.device
-    per_node = min(devices, device.devices_per_node)
-    nodes = -(-devices // per_node)
-    return 2 * (math.ceil(math.log2(nodes)) * device.inter_node_latency
-                + math.ceil(math.log2(per_node)) * device.intra_node_latency)
+    per_domain = min(devices, cluster.domain_ranks)
+    domains = -(-devices // per_domain)
+    return 2 * (math.ceil(math.log2(domains)) * device.inter_node_latency
+                + math.ceil(math.log2(per_domain)) * device.intra_node_latency)
 
 
 def gradient_buffer_seconds(run: RunSpec, cluster: ClusterSpec, local_parameters: float) -> float:

@@ -140,16 +140,14 @@ def stage_extra(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, schedule: 
 
 
 def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool,
-                pp_span_crosses_node: bool) -> float:
-    """One activation (or gradient) send between pipeline stages: b*s*h/(cp*tp) elements per rank (scatter/gather
-    optimisation, Narayanan §4.1; already sharded under SP), re-gathered over NVLink without SP."""
-    device = cluster.device
+                pp_link: comm.Link) -> float:
+    """One activation (or gradient) send between pipeline stages over `pp_link`: b*s*h/(cp*tp) elements per rank
+    (scatter/gather optimisation, Narayanan §4.1; already sharded under SP), re-gathered over the TP group without
+    SP."""
     full = mbs * run.seq_len / cp * model.hidden * run.activation_bytes
-    bandwidth, latency = ((device.inter_node_bandwidth, device.inter_node_latency) if pp_span_crosses_node
-                          else (device.intra_node_bandwidth, device.intra_node_latency))
-    send = comm.p2p_seconds(full / tp, bandwidth, latency)
+    send = comm.p2p_seconds(full / tp, *pp_link)
     if tp > 1 and not sp:
-        send += comm.all_gather_seconds(full, tp, device.intra_node_bandwidth, device.intra_node_latency)
+        send += comm.all_gather_seconds(full, tp, *comm.tp_link(cluster, tp))
     return send
 
 
@@ -204,7 +202,7 @@ def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts
 def _p2p_sends(model, cluster, run, strategy: Strategy) -> float:
     s = strategy
     return pipeline_p2p_seconds(model, cluster, run, s.pp, s.vpp, Degrees.of_strategy(s),
-                                p2p_crosses_node(cluster, s.tp, s.cp, s.dp))
+                                pipeline_link(cluster, s.tp, s.cp, s.dp))
 
 
 def p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
@@ -213,18 +211,19 @@ def p2p_per_microbatch(model, cluster, run, strategy: Strategy) -> float:
     return 0.0 if "p2p" in strategy_overlaps(run, strategy) else _p2p_sends(model, cluster, run, strategy)
 
 
-def p2p_crosses_node(cluster: ClusterSpec, tp: int, cp: int, dp: int) -> bool:
-    """Whether neighbouring pipeline stages sit on different nodes (ranks ordered TP -> CP -> DP -> PP)."""
-    return not comm.fits_in_node(2 * tp * cp * dp, cluster.device)
+def pipeline_link(cluster: ClusterSpec, tp: int, cp: int, dp: int) -> comm.Link:
+    """The link between neighbouring pipeline stages (ranks ordered TP -> CP -> DP -> PP): scale-up when two
+    stages' tp x cp x dp ranks share a scale-up domain, else scale-out (communication.link)."""
+    return comm.link(cluster, 2 * tp * cp * dp)
 
 
 @lru_cache(maxsize=65536)
 def pipeline_p2p_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, pp: int, vpp: int, degrees: Degrees,
-                         crosses_node: bool) -> float:
-    """p2p_per_microbatch from the fields it depends on (shared by every dp with the same node crossing)."""
+                         pp_link: comm.Link) -> float:
+    """p2p_per_microbatch from the fields it depends on (shared by every dp with the same pipeline link)."""
     if pp == 1:
         return 0.0
-    return 2 * vpp * p2p_seconds(model, cluster, run, degrees.tp, degrees.cp, degrees.mbs, degrees.sp, crosses_node)
+    return 2 * vpp * p2p_seconds(model, cluster, run, degrees.tp, degrees.cp, degrees.mbs, degrees.sp, pp_link)
 
 
 def stage_times(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> list[LayerTime]:
@@ -281,4 +280,4 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
 
 __all__ = ["stage_extra_time", "stage_extra", "p2p_seconds", "pipeline_seconds",
            "stage_fill", "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts",
-           "PART_KEYS", "p2p_per_microbatch", "p2p_crosses_node", "pipeline_p2p_seconds"]
+           "PART_KEYS", "p2p_per_microbatch", "pipeline_link", "pipeline_p2p_seconds"]

@@ -58,6 +58,11 @@ def device_document(device: DeviceSpec) -> dict:
         "devices_per_node": device.devices_per_node,
         "intra_node_latency": float(device.intra_node_latency),
         "inter_node_latency": float(device.inter_node_latency),
+        "devices_per_domain": device.domain_size,  # the scale-up (NVLink) domain; intra_node_* is its link
+        "pod_size": device.pod_size or None,  # devices per pod of the scale-out network; null: one flat network
+        "oversubscription": float(device.oversubscription),  # scale-out taper between pods
+        "fp8_peak_flops": float(device.fp8_peak_flops),
+        "fp4_peak_flops": float(device.fp4_peak_flops),
         "compute_efficiency": float(device.compute_efficiency),
         "calibrated": bool(device.calibrated),  # compute_efficiency fitted on measured runs of this chip
         "source": device.source,
@@ -125,6 +130,7 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
         "device": device_document(cluster.device),
         "gpus": cluster.count,
         "nodes": cluster.nodes,
+        "domain_ranks": cluster.domain_ranks,  # consecutive ranks per scale-up domain (ClusterSpec.domain_ranks)
         "run": run_document(run, cluster),
         "strategy": {**strategy.as_dict(), **_layout(model, strategy), **run_settings(run)},
         "memory": memory.as_dict(),
@@ -154,6 +160,7 @@ def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space:
         "device": device_document(cluster.device),
         "gpus": cluster.count,
         "nodes": cluster.nodes,
+        "domain_ranks": cluster.domain_ranks,  # consecutive ranks per scale-up domain (ClusterSpec.domain_ranks)
         "run": run_document(run, cluster),
         "search": {"fix": dict(o.fix), "max": dict(o.max), "recompute_modes": list(o.recompute_modes),
                    "zero_stages": list(o.zero_stages), "sp_choices": list(o.sp_choices),

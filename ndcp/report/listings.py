@@ -15,9 +15,10 @@ from ..specs.units import GIB
 MODEL_TITLE = "Library models (parameters in billions; heads = attention/KV)"
 MODEL_COLUMNS = (("name", "left"), ("params", "right"), ("active", "right"), ("layers", "right"),
                  ("hidden", "right"), ("heads", "right"), ("experts", "left"))
-DEVICE_TITLE = "Device presets (peak dense BF16; bandwidths per device, one way)"
-DEVICE_COLUMNS = (("name", "left"), ("mem GiB", "right"), ("TFLOP/s", "right"), ("HBM TB/s", "right"),
-                  ("intra GB/s", "right"), ("inter GB/s", "right"), ("/node", "right"))
+DEVICE_TITLE = ("Device presets (mem GiB; dense TFLOP/s BF16/FP8/FP4; HBM TB/s; GB/s per device, one way: up inside "
+                "a scale-up domain, out across; devices per node/domain; cal: efficiency calibrated on measured runs)")
+DEVICE_COLUMNS = (("name", "left"), ("mem", "right"), ("TFLOP/s", "right"), ("HBM", "right"), ("up", "right"),
+                  ("out", "right"), ("node/dom", "right"), ("cal", "left"))
 
 
 def _billions(n: int) -> str:
@@ -34,8 +35,10 @@ def model_row(m: ModelSpec) -> tuple[str, ...]:
 
 
 def device_row(d: DeviceSpec) -> tuple[str, ...]:
-    return (d.name, f"{d.memory_bytes / GIB:.1f}", f"{d.peak_flops / 1e12:g}", f"{d.hbm_bandwidth / 1e12:g}",
-            f"{d.intra_node_bandwidth / 1e9:g}", f"{d.inter_node_bandwidth / 1e9:g}", str(d.devices_per_node))
+    peaks = "/".join(f"{p / 1e12:.0f}" if p else "-" for p in (d.peak_flops, d.fp8_peak_flops, d.fp4_peak_flops))
+    return (d.name, f"{d.memory_bytes / GIB:.0f}", peaks, f"{d.hbm_bandwidth / 1e12:g}",
+            f"{d.intra_node_bandwidth / 1e9:g}", f"{d.inter_node_bandwidth / 1e9:g}",
+            f"{d.devices_per_node}/{d.domain_size}", "yes" if d.calibrated else "no")
 
 
 def print_models(console: Console, models: Sequence[ModelSpec]) -> None:

@@ -93,7 +93,7 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
         searched.append(f"recompute {{{', '.join(modes)}}} ({how})")  # spaced: a long list wraps, never cut
     derived = [n for n in ("dp", "mbn") if n not in fixed]
     bound = (f"tp x cp <= {o.tp_cp_bound}" if o.tp_cp_bound
-             else f"tp <= {space.cluster.device.devices_per_node} (one node)")
+             else f"tp <= {space.cluster.domain_ranks} (one scale-up domain)")
     refused = sum(result.refused.values())
     rows = [("searched", ", ".join(searched) + (f"; {' and '.join(derived)} follow" if derived else "")),
             ("pinned", ", ".join(pinned) or "nothing"),
@@ -193,13 +193,13 @@ def result_panel(result) -> Panel:
 COMPACT_WIDTH = 100  # at most this many columns: the compact ranking (short headers, degrees in one column)
 TIE_MARK = "≡"
 TIE_LEGEND = (f"{TIE_MARK}: the same step time as the plan above (equal times rank by least peak memory, then fewest "
-              "peers across nodes)")
+              "peers across scale-up domains)")
 
 
 def tied_with_previous(strategies) -> list[bool]:
     """For each ranked strategy, whether its step time equals the one above it (within TIE): the ranking orders
     equal times by the canonical tie-break (solve/result.py rank_key), so a tied plan only costs more memory or
-    more peers across nodes than the one above."""
+    more peers across scale-up domains than the one above."""
     return [rank > 0 and abs(e.step_seconds - strategies[rank - 1].step_seconds)
             <= TIE * strategies[rank - 1].step_seconds for rank, e in enumerate(strategies)]
 

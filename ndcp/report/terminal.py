@@ -150,8 +150,7 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
     table.add_row("devices", f"{cluster.count} x {d.name} ({cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of "
                              f"{d.devices_per_node}); {d.peak_flops / 1e12:g} TFLOP/s peak, "
                              f"HBM {d.hbm_bandwidth / 1e12:g} TB/s")
-    table.add_row("network", f"intra-node {format_rate(d.intra_node_bandwidth)}, inter-node "
-                             f"{format_rate(d.inter_node_bandwidth)} per device, one way")
+    table.add_row("network", network_line(cluster))
     capacity = capacity_bytes if capacity_bytes is not None else run.capacity(d.memory_bytes)
     cap = f"cap {format_bytes(run.memory_cap_bytes)}" if run.memory_cap_bytes else "no cap"
     if run.headroom_fraction:
@@ -175,6 +174,17 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
                               f"{('on (' + run.attention_kernel + ')') if run.flash_attention else 'off'}; "
                               f"{run.trainer} memory behaviour; MFU counts {run.mfu_convention} attention")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
+
+
+def network_line(cluster: ClusterSpec) -> str:
+    """The two links (specs/device.py): scale-up inside a domain of the job's consecutive ranks, scale-out across,
+    with its taper between pods when the cluster has pods."""
+    d = cluster.device
+    line = (f"scale-up {format_rate(d.intra_node_bandwidth)} inside a domain of {cluster.domain_ranks} ranks, "
+            f"scale-out {format_rate(d.inter_node_bandwidth)} per device, one way")
+    if d.pod_size and d.oversubscription > 1:
+        line += f"; {d.oversubscription:g}:1 oversubscribed between pods of {cluster.pod_ranks} ranks"
+    return line
 
 
 def host_assumption(cluster: ClusterSpec) -> str:

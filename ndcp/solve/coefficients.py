@@ -32,7 +32,7 @@ from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parall
 from ..estimate.overlap import LAYER_OVERLAPS, hidden_comms
 from ..estimate.keys import Degrees, LayerKey, StageKey
 from ..estimate.layer_time import layer_time
-from ..estimate.time import (overlap_windows, p2p_crosses_node, p2p_per_microbatch, pipeline_p2p_seconds,
+from ..estimate.time import (overlap_windows, p2p_per_microbatch, pipeline_link, pipeline_p2p_seconds,
                              pipeline_seconds, stage_extra, stage_extra_time, stage_fill, stage_times)
 from ..schedules import schedule_named
 from ..rules import sp_allowed
@@ -159,9 +159,9 @@ def _pipeline_no_recompute(space: SearchSpace, layout: Layout, mbs: int, sp: boo
     t = _no_recompute(space, layout, mbs, sp, hidden, memo)
     if layout.pp == 1:
         return t.work(1), t.work(1)
-    crosses = p2p_crosses_node(cluster, layout.tp, layout.cp, layout.dp)
+    pp_link = pipeline_link(cluster, layout.tp, layout.cp, layout.dp)
     p2p = 0.0 if "p2p" in hidden else pipeline_p2p_seconds(
-        model, cluster, space.run, layout.pp, layout.vpp, Degrees.of(layout, mbs, sp), crosses)
+        model, cluster, space.run, layout.pp, layout.vpp, Degrees.of(layout, mbs, sp), pp_link)
     total = t.work(layout.pp) + layout.pp * p2p
     slowest = total / layout.pp
     if fixed:  # each stage's own layers and extra work: the slowest stage exactly

@@ -40,7 +40,7 @@ class Evaluated:
 
     def rank_key(self) -> tuple:
         """Rank by step time; equal times (equivalent plans) by the canonical tie-break: least peak memory, then
-        fewest peers across nodes, then the strategy's identity, so every search orders alike."""
+        fewest peers across scale-up domains, then the strategy's identity, so every search orders alike."""
         return (self.step_seconds, self.memory.peak_bytes, self.off_node_peers, self.strategy.key())
 
     def as_dict(self, rank: int | None = None) -> dict:
@@ -48,10 +48,11 @@ class Evaluated:
         return {"rank": rank, **out} if rank is not None else out
 
 
-def off_node_peers(strategy: Strategy, devices_per_node: int) -> int:
-    """How many of rank 0's peers in its TP, CP, DP and PP groups (and ETP, EP for expert layers) sit on other
-    nodes, under Megatron's rank placement (estimate/communication.py): a group of n ranks at stride `stride` keeps
-    ceil(devices_per_node / stride) of them (at most n, at least rank 0 itself) on rank 0's node."""
+def off_node_peers(strategy: Strategy, domain_ranks: int) -> int:
+    """How many of rank 0's peers in its TP, CP, DP and PP groups (and ETP, EP for expert layers) sit outside its
+    scale-up domain of `domain_ranks` consecutive ranks (ClusterSpec.domain_ranks; the node on 8-GPU boards), under
+    Megatron's rank placement (estimate/communication.py): a group of n ranks at stride `stride` keeps
+    ceil(domain_ranks / stride) of them (at most n, at least rank 0 itself) in rank 0's domain."""
     s = strategy
     expert_dp = (s.tp * s.cp * s.dp) // (s.etp * s.ep)
     orders = [(RANK_ORDER, {"tp": s.tp, "cp": s.cp, "dp": s.dp, "pp": s.pp})]
@@ -62,7 +63,7 @@ def off_node_peers(strategy: Strategy, devices_per_node: int) -> int:
         stride = 1
         for name in order:
             size = degrees[name]
-            peers += size - min(size, max(1, -(-devices_per_node // stride)))
+            peers += size - min(size, max(1, -(-domain_ranks // stride)))
             stride *= size
     return peers
 
@@ -71,7 +72,7 @@ def evaluate(space: SearchSpace, strategy: Strategy) -> Evaluated:
     """Price one strategy with the full memory and step-time estimators."""
     return Evaluated(strategy, estimate_memory(space.model, space.cluster, space.run, strategy),
                      estimate_time(space.model, space.cluster, space.run, strategy),
-                     off_node_peers(strategy, space.cluster.device.devices_per_node))
+                     off_node_peers(strategy, space.cluster.domain_ranks))
 
 
 @dataclass(frozen=True)

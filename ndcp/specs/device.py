@@ -1,5 +1,14 @@
 """Accelerator presets, device YAML files and clusters (device x count with optional overrides). Bandwidths are per
-device, one way."""
+device, one way.
+
+Two links (docs/formulas.md §7.4): the scale-up fabric (NVLink/xGMI/HCCS) joins the devices of one scale-up domain,
+`devices_per_domain` of them: the node on an 8-GPU board, 72 devices of 18 trays in a GB200/GB300 NVL72 rack; its
+figures keep their historical names `intra_node_bandwidth` and `intra_node_latency` (every device file and --json
+key stays valid; "node" there reads "scale-up domain"). The scale-out network (IB/RoCE) joins domains: one NIC per
+device, `inter_node_*`, rail-optimised (NIC k of every node on the leaf switch of rail k, so traffic between the
+same local ranks of two nodes crosses one leaf: the fabric is taken as non-blocking inside a pod of `pod_size`
+devices) and tapered by `oversubscription` between pods. A job's consecutive ranks fill domains in equal segments
+(ClusterSpec.domain_ranks)."""
 from __future__ import annotations
 
 import os
@@ -39,15 +48,24 @@ class DeviceSpec:
     hbm_bandwidth: float
     """HBM bandwidth, bytes/s"""
     devices_per_node: int
-    """devices per node: the scale-up (NVLink/xGMI/HCCS) domain"""
+    """devices per node (tray): the host side (CPU sockets, PCIe, host memory) is shared by them"""
     intra_node_bandwidth: float
-    """bytes/s per device, one way, inside a node (scale-up: NVLink/xGMI/HCCS)"""
+    """bytes/s per device, one way, inside a scale-up domain (NVLink/xGMI/HCCS)"""
     inter_node_bandwidth: float
-    """bytes/s per device, one way, across nodes (scale-out: IB/RoCE)"""
+    """bytes/s per device, one way, across scale-up domains (scale-out: IB/RoCE, one NIC per device)"""
     intra_node_latency: float = INTRA_NODE_LATENCY
-    """seconds per ring step inside a node (the alpha of the collectives' alpha-beta model)"""
+    """seconds per ring step inside a scale-up domain (the alpha of the collectives' alpha-beta model)"""
     inter_node_latency: float = INTER_NODE_LATENCY
-    """seconds per ring step across nodes"""
+    """seconds per ring step across scale-up domains"""
+    devices_per_domain: int = 0
+    """devices per scale-up (NVLink) domain, a multiple of devices_per_node; 0 = one node (GB200 NVL72: 72, 18 trays
+    of 4)"""
+    pod_size: int = 0
+    """devices per pod of the scale-out network, a multiple of the domain; 0 = one non-blocking network. The fabric
+    is taken as non-blocking inside a pod (rail-optimised placement)"""
+    oversubscription: float = 1.0
+    """scale-out taper between pods (2 = a 2:1 oversubscribed spine): a group spanning pods gets
+    inter_node_bandwidth / oversubscription per device"""
     compute_efficiency: float = 0.62
     """GEMM ceiling, fraction of peak. What a full wave of tiles reaches (estimate/gemm.py)"""
     calibrated: bool = False
@@ -69,6 +87,9 @@ class DeviceSpec:
     """fraction of peak of the attention core's per-head batched GEMMs without flash attention"""
     fp8_peak_flops: float = 0.0
     """dense FP8 matrix FLOP/s, 0 = no FP8 tensor cores (FP8 runs refused). estimate/fp8.py, docs/formulas.md §3.1"""
+    fp4_peak_flops: float = 0.0
+    """dense FP4 matrix FLOP/s (NVFP4/MXFP4), 0 = no FP4 tensor cores. Listed, not priced: ndcp has no FP4
+    precision"""
     mxfp8: bool = False
     """true when the tensor cores apply MX block scales and take either operand layout (Blackwell). MXFP8 then runs,
     and per-tensor recipes need no transposed FP8 copies"""
@@ -93,6 +114,11 @@ class DeviceSpec:
     """host memory bandwidth per CPU socket, bytes/s, datasheet peak. The host-side optimizer step and the host
     copies share it. Xeon 8480C (DGX H100/H200): 8 DDR5-4800 channels x 38.4 GB/s = 307.2 GB/s; EPYC 7742 (DGX
     A100): 8 DDR4-3200 channels = 204.8 GB/s"""
+
+    @property
+    def domain_size(self) -> int:
+        """Devices per scale-up domain (devices_per_node when the field is 0)."""
+        return self.devices_per_domain or self.devices_per_node
 
     @property
     def devices_per_socket(self) -> float:
@@ -121,6 +147,13 @@ class DeviceSpec:
             finite_number(name, getattr(self, name), 0.0, low_open=True)
         for name in ("intra_node_latency", "inter_node_latency"):
             finite_number(name, getattr(self, name), 0.0, 1.0)
+        non_negative_int("devices_per_domain", self.devices_per_domain, 1 << 20)
+        require(self.domain_size % self.devices_per_node == 0, "devices_per_domain", self.devices_per_domain,
+                f"expected 0 or a multiple of devices_per_node ({self.devices_per_node})")
+        non_negative_int("pod_size", self.pod_size, 1 << 24)
+        require(self.pod_size % self.domain_size == 0, "pod_size", self.pod_size,
+                f"expected 0 or a multiple of the scale-up domain ({self.domain_size} devices)")
+        finite_number("oversubscription", self.oversubscription, 1.0)
         finite_number("compute_efficiency", self.compute_efficiency, 0.0, 1.0, low_open=True)
         positive_int("sm_count", self.sm_count, 1 << 16)
         positive_int("gemm_tile_m", self.gemm_tile_m, 1024)
@@ -128,6 +161,7 @@ class DeviceSpec:
         for name in ("flash_forward_efficiency", "flash_backward_efficiency", "unfused_attention_efficiency"):
             finite_number(name, getattr(self, name), 0.0, 1.0, low_open=True)
         finite_number("fp8_peak_flops", self.fp8_peak_flops, 0.0)
+        finite_number("fp4_peak_flops", self.fp4_peak_flops, 0.0)
         finite_number("host_bandwidth", self.host_bandwidth, 0.0, low_open=True)
         positive_int("host_memory_bytes", self.host_memory_bytes, 1 << 60)
         positive_int("devices_per_pcie_switch", self.devices_per_pcie_switch, 64)
@@ -156,6 +190,7 @@ def offered_host_memory(node_bytes: int, devices_per_node: int, device_memory: i
 
 def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per_node=8,
             node_memory=DGX_H100_HOST_MEMORY, **extra) -> DeviceSpec:
+    memory_mib = int(memory_mib)
     return DeviceSpec(name, memory_mib * MIB, tflops * 1e12, hbm_gbs * GB, per_node, intra_gbs * GB, inter_gbs * GB,
                       source=source, host_memory_bytes=offered_host_memory(node_memory, per_node, memory_mib * MIB),
                       **extra)
@@ -189,6 +224,13 @@ HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True,
               fp8_peak_flops=1978.9e12)  # H100 SXM datasheet: 1,978.9 TFLOP/s FP8 dense (3,957.8 with sparsity)
 
+# Host side of a Grace-Blackwell tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs; docs/formulas.md §9): each
+# Grace reaches its 2 GPUs over NVLink-C2C, 900 GB/s bidirectional per Grace (450 one way, 225 per GPU), and holds
+# 480 GB of LPDDR5X at up to 512 GB/s (NVIDIA Grace CPU datasheet); one ConnectX NIC per GPU. Not confirmed in stored
+# material beyond these datasheet figures; no measured run offloads on them.
+GRACE_BLACKWELL = dict(host_bandwidth=225e9, node_memory=2 * 480 * 10**9, sockets_per_node=2,
+                       socket_memory_bandwidth=512e9)
+
 # Sources: published_runs.yaml `hardware:` (docs/calibration.md §4); NVLink figures are the published
 # bidirectional numbers halved; scale-out is one NIC per GPU (HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s).
 PRESETS: dict[str, DeviceSpec] = {
@@ -216,10 +258,45 @@ PRESETS: dict[str, DeviceSpec] = {
                 "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed); "
                 "FP8 4500 TFLOP/s dense (DGX B200 datasheet 72 PFLOPS FP8 training per 8 GPUs, with sparsity, halved)",
                 sm_count=148, fp8_peak_flops=4500e12, mxfp8=True),
+        _preset("b300", 288e9 / MIB, 2250, 8000, 900, 100,
+                "NOT CALIBRATED. HGX B300 (Blackwell Ultra), per GPU of 8: 2250 TFLOP/s BF16, 4500 FP8, 13,500 FP4 "
+                "dense (NVIDIA HGX page: 36 / 72 / 144 PFLOPS per 8 GPUs with sparsity, FP4 108 dense); 2.3 TB HBM3e "
+                "per 8 GPUs (288 GB nominal) 8 TB/s; NVLink5 1.8 TB/s; ConnectX-8 800 Gb/s per GPU; 160 SMs "
+                "(third-party spec pages, unconfirmed)",
+                sm_count=160, fp8_peak_flops=4500e12, fp4_peak_flops=13500e12, mxfp8=True),
+        _preset("gb200-nvl72", 13.4e12 / 72 / MIB, 2500, 8000, 900, 50,
+                "NOT CALIBRATED. GB200 NVL72 rack / 72 GPUs: 2500 TFLOP/s BF16, 5000 FP8, 10,000 FP4 dense (NVIDIA "
+                "GB200 NVL72 page: 360 / 720 / 1,440 PFLOPS per rack with sparsity); 13.4 TB HBM3e 576 TB/s per rack "
+                "(186 GB, 8 TB/s per GPU); one NVLink5 domain of 72 (130 TB/s: 1.8 TB/s per GPU), 18 trays of 4 GPUs "
+                "and 2 Grace CPUs; ConnectX-7 400 Gb/s per GPU; 148 SMs as b200 (unconfirmed)",
+                per_node=4, devices_per_domain=72, **GRACE_BLACKWELL,
+                sm_count=148, fp8_peak_flops=5000e12, fp4_peak_flops=10000e12, mxfp8=True),
+        _preset("gb300-nvl72", 20e12 / 72 / MIB, 2500, 8000, 900, 100,
+                "NOT CALIBRATED. GB300 NVL72 rack / 72 GPUs (Blackwell Ultra): 2500 TFLOP/s BF16, 5000 FP8 (NVIDIA "
+                "GB300 NVL72 page: 360 / 720 PFLOPS per rack with sparsity), 15,000 FP4 dense (1,080 PFLOPS per rack "
+                "dense); 20 TB HBM3e 576 TB/s per rack (278 GB, 8 TB/s per GPU); one NVLink5 domain of 72 (1.8 TB/s "
+                "per GPU), trays of 4 GPUs and 2 Grace CPUs; ConnectX-8 800 Gb/s per GPU; 160 SMs (unconfirmed)",
+                per_node=4, devices_per_domain=72, **GRACE_BLACKWELL,
+                sm_count=160, fp8_peak_flops=5000e12, fp4_peak_flops=15000e12, mxfp8=True),
+        _preset("h20", 96e9 / MIB, 148, 4000, 450, 50,
+                "NOT CALIBRATED. NVIDIA H20 (Hopper, export part): 148 TFLOP/s BF16 and 296 FP8 dense, 96 GB HBM3 "
+                "4.0 TB/s, NVLink 900 GB/s; 400 Gb/s per GPU assumed (HGX board); 78 SMs (Geekbench report, "
+                "unconfirmed)",
+                sm_count=78, fp8_peak_flops=296e12, flash_forward_efficiency=HOPPER["flash_forward_efficiency"],
+                flash_backward_efficiency=HOPPER["flash_backward_efficiency"]),
         _preset("mi300x", 196608, 1307.4, 5300, 448, 50,
                 "AMD MI300X: 1307.4 TFLOP/s BF16 dense, 192 GB HBM3 5.3 TB/s, 7x128 GB/s xGMI (896 aggregate); "
                 "400 Gb/s per GPU; 304 CUs (AMD CDNA 3 white paper)",
                 sm_count=304),
+        _preset("mi325x", 256e9 / MIB, 1307.4, 6000, 448, 50,
+                "NOT CALIBRATED. AMD MI325X (CDNA 3, MI300X compute): 1307.4 TFLOP/s BF16, 2614.9 FP8 dense, 256 GB "
+                "HBM3E 6 TB/s, 7x128 GB/s xGMI as mi300x; 400 Gb/s per GPU; 304 CUs",
+                sm_count=304, fp8_peak_flops=2614.9e12),
+        _preset("mi355x", 288e9 / MIB, 2516.6, 8000, 537.6, 50,
+                "NOT CALIBRATED. AMD MI355X (CDNA 4): 256 CUs x 2.4 GHz x 8,192 FP8 FLOP/clock/CU = 5033 TFLOP/s FP8, "
+                "2516.6 BF16, 10,066 FP4 dense (AMD: ~2.5 / 5 / 10 PFLOPS); 288 GB HBM3E 8 TB/s; 7x153.6 GB/s "
+                "Infinity Fabric (1075 aggregate); 400 Gb/s (Pollara) per GPU",
+                sm_count=256, fp8_peak_flops=5033.2e12, fp4_peak_flops=10066.3e12),
         _preset("ascend-910b", 65536, 320, 1600, 196, 25,
                 "NOT CONFIRMED (published_runs.yaml): ~320 TFLOP/s FP16, 64 GB HBM2e ~1.6 TB/s, HCCS ~392 GB/s; "
                 "200 Gb/s RoCE per NPU assumed; 20 AI (cube) cores ASSUMED for the GEMM waves",
@@ -314,6 +391,24 @@ class ClusterSpec:
     @property
     def nodes(self) -> int:
         return -(-self.count // self.device.devices_per_node)
+
+    @property
+    def domain_ranks(self) -> int:
+        """Consecutive ranks of the job on one scale-up domain: all of them when the job fits in one; else the most
+        whole nodes, no more than a domain holds, that divide the job evenly (the scheduler's segment: Slurm's
+        topology/block plugin keeps each --segment of nodes inside one block; 2,048 GPUs on NVL72 racks: 64 per rack,
+        docs/formulas.md §7.4); a whole domain when no such segment divides the job (a last, partial domain)."""
+        domain, per_node = self.device.domain_size, self.device.devices_per_node
+        if self.count <= domain:
+            return self.count
+        return next((n for n in range(domain, 0, -per_node) if self.count % n == 0), domain)
+
+    @property
+    def pod_ranks(self) -> int:
+        """Consecutive ranks of the job in one pod of the scale-out network: a pod's domains, each holding
+        domain_ranks of them; the whole job without pods or when it fits in one."""
+        pod = self.device.pod_size
+        return min(self.count, pod // self.device.domain_size * self.domain_ranks) if pod else self.count
 
     def with_overrides(self, **overrides) -> "ClusterSpec":
         """A copy whose device has the given fields replaced (validated like a preset)."""

@@ -38,13 +38,15 @@ def default_partition(layers: int, virtual_stages: int) -> tuple[int, ...]:
 
 
 # Megatron-Core --cp-comm-type (Transformer Engine context parallelism): p2p ring of K/V chunks, all-gather of K/V,
-# Ulysses-style all-to-all of Q/K/V/output, hierarchical a2a inside a node + p2p across (docs/formulas.md §7).
+# Ulysses-style all-to-all of Q/K/V/output, hierarchical a2a inside a scale-up domain + p2p across (docs/formulas.md
+# §7).
 CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p")
 
 
-def cp_a2a_size(devices_per_node: int, tp: int, cp: int) -> int:
-    """a2a+p2p's inner all-to-all group: the CP ranks that share a node (ranks ordered TP -> CP), which divides cp."""
-    return gcd(cp, max(1, devices_per_node // tp))
+def cp_a2a_size(domain_ranks: int, tp: int, cp: int) -> int:
+    """a2a+p2p's inner all-to-all group: the CP ranks that share a scale-up domain of `domain_ranks` consecutive
+    ranks (ranks ordered TP -> CP; ClusterSpec.domain_ranks), which divides cp."""
+    return gcd(cp, max(1, domain_ranks // tp))
 
 
 @dataclass(frozen=True)

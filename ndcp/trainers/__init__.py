@@ -32,11 +32,11 @@ def trainer_named(name: str) -> Trainer:
     return REGISTRY[name]
 
 
-def emit(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
+def emit(kind: str, model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int = 8) -> Emitted:
     """The launch configuration of `kind` for one strategy (notes also written as comments at the top)."""
     if kind not in REGISTRY:
         raise SpecError(f"--emit {kind}: unknown trainer; valid: {', '.join(KINDS)}")
-    emitted = REGISTRY[kind].emit(model, run, strategy, devices_per_node)
+    emitted = REGISTRY[kind].emit(model, run, strategy, domain_ranks)
     text = "".join(f"# note: {n}\n" for n in emitted.notes) + emitted.text
     return Emitted(text, emitted.notes, emitted.strategy, emitted.run, emitted.missing)
 

@@ -134,7 +134,7 @@ class Trainer:
     recognises: Callable[[str], bool]  # whether a configuration's text is this trainer's (--strategy-from)
     # The strategy it runs for a plan (the plan itself when it can express it) and what changed
     nearest: Callable[[ModelSpec, RunSpec, Strategy], tuple[Strategy, list[str]]]
-    emit: Callable[[ModelSpec, RunSpec, Strategy, int], Emitted]  # its configuration for a strategy (devices/node)
+    emit: Callable[[ModelSpec, RunSpec, Strategy, int], Emitted]  # its configuration for a strategy (domain ranks)
     read: Callable[[str, ModelSpec], dict]  # a configuration's text back into strategy values
     # The run's overlaps (a RunSpec.overlap value) a configuration's text states, for --strategy-from without
     # --overlap (policy.build_run); `read` gives the same as its "overlap" value

@@ -203,7 +203,7 @@ def _overlap_flags(runs: frozenset) -> list[str]:
     return flags
 
 
-def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8,
+def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int = 8,
           notes: list[str] | None = None) -> list[str]:
     """pretrain_gpt.py arguments for the model, the strategy as given (nearest() first) and the run, without the
     overlaps (`overlaps`) and the placeholders."""
@@ -213,8 +213,8 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: 
             "--context-parallel-size", str(s.cp)]
     if s.cp > 1:
         out += ["--cp-comm-type", s.cp_comm]
-    if s.cp_comm == "a2a+p2p":  # a2a inside a node, p2p across (ndcp.specs.strategy.cp_a2a_size)
-        inner = cp_a2a_size(devices_per_node, s.tp, s.cp)
+    if s.cp_comm == "a2a+p2p":  # a2a inside a scale-up domain, p2p across (ndcp.specs.strategy.cp_a2a_size)
+        inner = cp_a2a_size(domain_ranks, s.tp, s.cp)
         out += ["--hierarchical-context-parallel-sizes", str(inner), str(s.cp // inner)]
     if model.moe is not None:
         out += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
@@ -230,13 +230,13 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: 
     return out
 
 
-def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
+def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int = 8) -> Emitted:
     """The environment and pretrain_gpt.py arguments that run `strategy` (or the nearest plan Megatron runs), the
     user's settings last, as placeholders."""
     s, notes = nearest(model, run, strategy)
     if run.trainer != TRAINER.name:
         notes.append(f"planned with {run.trainer}'s memory behaviour, not Megatron's: plan with --trainer megatron")
-    out = flags(model, run, s, devices_per_node, notes)
+    out = flags(model, run, s, domain_ranks, notes)
     runs, changed = overlaps(model, run, s, notes)
     # the token dispatcher the plan priced (RunSpec.moe_dispatcher; flex: DeepEP, TransformerConfig's default backend)
     out += ["--moe-token-dispatcher-type", run.moe_dispatcher] if model.moe is not None else []

@@ -103,7 +103,7 @@ def config(model: ModelSpec, run: RunSpec, s: Strategy) -> dict:
     return out
 
 
-def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
+def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int = 8) -> Emitted:
     """A MindFormers YAML fragment: parallel, parallel_config, per-stage offsets and recompute lists."""
     s, notes = nearest(model, run, strategy)
     ran = dataclasses.replace(run, precision="bf16") if run.fp8 else run  # no FP8 here (nearest's note)

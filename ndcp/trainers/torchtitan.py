@@ -185,7 +185,7 @@ def arguments(model: ModelSpec, run: RunSpec, strategy: Strategy, notes: list[st
     return out + [f"activation-checkpoint:{AC_MODES[mode]}"]  # a subcommand: after every other option
 
 
-def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, devices_per_node: int = 8) -> Emitted:
+def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int = 8) -> Emitted:
     """torchtitan 0.3 arguments (`torchrun ... -m torchtitan.train ARGS`) for the strategy, or the nearest plan it
     runs."""
     s, notes = nearest(model, run, strategy)

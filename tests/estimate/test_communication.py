@@ -1,10 +1,14 @@
-"""Alpha-beta collectives and rank placement (TP innermost, then CP, DP, PP)."""
+"""Alpha-beta collectives and rank placement (TP innermost, then CP, DP, PP): scale-up inside a domain, scale-out
+across, tapered between pods."""
+from dataclasses import replace
+
 import pytest
+from hypothesis import given, strategies as st
 
 from ndcp.estimate.communication import (EXPERT_RANK_ORDER, RANK_ORDER, all_gather_seconds, all_reduce_seconds,
-                                         all_to_all_seconds, group_span, link, p2p_seconds, reduce_scatter_seconds,
-                                         ring_link)
-from ndcp.specs import device_preset
+                                         all_to_all_seconds, ep_link, group_span, in_domain, in_pod, link,
+                                         p2p_seconds, reduce_scatter_seconds, ring_link, scale_out_bandwidth, tp_link)
+from ndcp.specs import ClusterSpec, device_preset
 
 
 def test_ring_volumes():
@@ -35,20 +39,86 @@ def test_rank_order_is_tp_cp_dp_pp():
 
 
 def test_group_in_a_node_uses_nvlink_else_the_nic():
-    h100 = device_preset("h100")
-    assert link(h100, 8) == (h100.intra_node_bandwidth, h100.intra_node_latency)
-    assert link(h100, 16) == (h100.inter_node_bandwidth, h100.inter_node_latency)
+    h100 = ClusterSpec(device_preset("h100"), 1024)
+    d = h100.device
+    assert link(h100, 8) == (d.intra_node_bandwidth, d.intra_node_latency)
+    assert link(h100, 16) == (d.inter_node_bandwidth, d.inter_node_latency)
 
 
 def test_a_ring_across_nodes_uses_the_nics_of_its_members_on_a_node():
     # NCCL routes each ring channel through another NIC: a data-parallel group with k ranks on each node crosses
     # between nodes at k x the per-device NIC bandwidth, up to NVLink (docs/formulas.md §7)
-    h100 = device_preset("h100")
-    nic, nvlink = h100.inter_node_bandwidth, h100.intra_node_bandwidth
+    h100 = ClusterSpec(device_preset("h100"), 1024)
+    d = h100.device
+    nic, nvlink, latency_out = d.inter_node_bandwidth, d.intra_node_bandwidth, d.inter_node_latency
     for tp, members in ((8, 1), (4, 2), (2, 4), (1, 8)):
         bandwidth, latency = ring_link(h100, ("cp", "dp"), {"tp": tp, "cp": 1, "dp": 16})
-        assert bandwidth == min(nvlink, members * nic) and latency == h100.inter_node_latency
-    assert ring_link(h100, ("cp", "dp"), {"tp": 16, "dp": 4}) == (nic, h100.inter_node_latency)  # one rank per node
+        assert bandwidth == min(nvlink, members * nic) and latency == latency_out
+    assert ring_link(h100, ("cp", "dp"), {"tp": 16, "dp": 4}) == (nic, latency_out)  # one rank per node
     assert ring_link(h100, ("dp",), {"tp": 2, "dp": 4}) == link(h100, 8)  # inside a node: NVLink
-    narrow = device_preset("h800")  # NVLink 160 GB/s: 8 NICs of 50 GB/s cannot outrun it
-    assert ring_link(narrow, ("dp",), {"dp": 16})[0] == narrow.intra_node_bandwidth
+    narrow = ClusterSpec(device_preset("h800"), 1024)  # NVLink 160 GB/s: 8 NICs of 50 GB/s cannot outrun it
+    assert ring_link(narrow, ("dp",), {"dp": 16})[0] == narrow.device.intra_node_bandwidth
+
+
+GB200 = device_preset("gb200-nvl72")
+
+
+@pytest.mark.parametrize("device, gpus, ranks", [
+    ("gb200-nvl72", 2048, 64),  # 32 racks of 16 trays: 64 | 2048, 72 does not
+    ("gb200-nvl72", 144, 72),  # two whole racks
+    ("gb200-nvl72", 96, 48),  # two racks of 12 trays (72 and 64 do not divide 96)
+    ("gb200-nvl72", 36, 36),  # the whole job inside one rack
+    ("h100", 16, 8), ("h100", 6, 6),
+    ("h100", 12, 8),  # no whole-node segment divides 12: a node, the last one partial
+])
+def test_a_job_fills_each_domain_with_an_equal_segment_of_whole_nodes(device, gpus, ranks):
+    assert ClusterSpec(device_preset(device), gpus).domain_ranks == ranks
+
+
+def test_a_group_inside_an_nvl72_domain_uses_nvlink_beyond_its_tray():
+    cluster = ClusterSpec(GB200, 2048)
+    nvlink = (GB200.intra_node_bandwidth, GB200.intra_node_latency)
+    assert GB200.devices_per_node == 4 and GB200.domain_size == 72
+    assert link(cluster, 64) == nvlink  # 16 trays of one rack
+    assert ep_link(cluster, 64, 1) == nvlink and tp_link(cluster, 4) == nvlink
+    assert link(cluster, 128) == (GB200.inter_node_bandwidth, GB200.inter_node_latency)
+    assert not in_domain(ClusterSpec(GB200, 144), 16)  # 16-rank blocks straddle the 72-GPU racks
+    # a data-parallel ring across racks: its 64 members of a rack each cross on their own NIC, up to NVLink
+    assert ring_link(cluster, ("dp",), {"dp": 2048}) == (GB200.intra_node_bandwidth, GB200.inter_node_latency)
+    assert ring_link(cluster, ("dp",), {"tp": 16, "dp": 128})[0] == 4 * GB200.inter_node_bandwidth
+
+
+def test_a_group_spanning_pods_gets_the_oversubscribed_share_of_its_nic():
+    tapered = ClusterSpec(replace(device_preset("h100"), pod_size=256, oversubscription=4.0), 1024)
+    nic = tapered.device.inter_node_bandwidth
+    assert tapered.pod_ranks == 256
+    assert link(tapered, 256).bandwidth == nic and in_pod(tapered, 256)
+    assert link(tapered, 512).bandwidth == scale_out_bandwidth(tapered, 512) == nic / 4
+    assert ring_link(tapered, ("dp",), {"tp": 8, "dp": 128})[0] == nic / 4  # one member a node, across 4 pods
+
+
+SPANS = st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256])
+
+
+@given(device=st.sampled_from(["h100", "a100-80g", "mi300x", "b200", "gb200-nvl72"]), span=SPANS,
+       stride=SPANS, size=SPANS)
+def test_a_group_inside_a_domain_is_never_slower_than_the_same_group_across_domains(device, span, stride, size):
+    """The same group (ranks and stride) on a cluster whose domains hold it and on one whose domains are its nodes:
+    its link's bandwidth is never lower and its latency never higher (collectives are monotone in both)."""
+    preset = device_preset(device)
+    gpus = 1024
+    one_node = ClusterSpec(replace(preset, devices_per_domain=0), gpus)
+    wide = ClusterSpec(replace(preset, devices_per_domain=preset.devices_per_node * 64), gpus)
+    degrees = {"tp": stride, "dp": size}
+    for links in ((link(wide, span), link(one_node, span)),
+                  (ring_link(wide, ("dp",), degrees), ring_link(one_node, ("dp",), degrees))):
+        inside, across = links
+        assert inside.bandwidth >= across.bandwidth and inside.latency <= across.latency
+
+
+@given(span=SPANS, pod=st.sampled_from([8, 16, 64, 256]), taper=st.floats(1.0, 8.0))
+def test_oversubscription_never_widens_a_link(span, pod, taper):
+    flat = ClusterSpec(device_preset("h100"), 1024)
+    tapered = ClusterSpec(replace(flat.device, pod_size=pod, oversubscription=taper), 1024)
+    assert link(tapered, span).bandwidth <= link(flat, span).bandwidth
+    assert ring_link(tapered, ("dp",), {"dp": span})[0] <= ring_link(flat, ("dp",), {"dp": span})[0]

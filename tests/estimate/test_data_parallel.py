@@ -97,7 +97,7 @@ def test_collectives_are_ring_volumes():
     for zero in (0, 2):
         s = Strategy(dp=16, tp=2, pp=2, mbs=1, mbn=4, zero=zero, sp=True)
         terms, params = data_parallel_terms(model, cluster, run, s), stage_parameters(model, s)
-        bandwidth, latency = comm.ring_link(cluster.device, ("cp", "dp"), {"tp": 2, "cp": 1, "dp": 16})
+        bandwidth, latency = comm.ring_link(cluster, ("cp", "dp"), {"tp": 2, "cp": 1, "dp": 16})
         for t, p in zip(terms, params):
             sync = comm.all_reduce_seconds if zero == 0 else comm.reduce_scatter_seconds
             assert t.gradients == pytest.approx(sync(4 * p.dense, 16, bandwidth, latency))
@@ -161,7 +161,7 @@ def test_torchtitan_with_pipeline_holds_gradients_and_parameters_over_the_step()
     assert states["parameters"] == pytest.approx(params.dense * (4 / d + 2))
     assert states["gradients"] == pytest.approx(params.dense * (4 / d + 4))
     three, two = (data_parallel_terms(LLAMA_8B, H100_64, run, s.with_zero(z))[0] for z in (3, 2))
-    latency = comm.ring_link(H100_64.device, ("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})[1]
+    latency = comm.ring_link(H100_64, ("cp", "dp"), {"tp": s.tp, "cp": s.cp, "dp": s.dp})[1]
     extra = (params.layers - 1) * (d - 1) * latency
     assert three.gradients == pytest.approx(two.gradients + extra, rel=1e-12)
     assert three.forward_gather == pytest.approx(two.forward_gather + extra, rel=1e-12)
@@ -242,8 +242,9 @@ SYNC_RUNS = st.fixed_dictionaries({"trainer": st.sampled_from(["megatron", "torc
 
 def _with_sync(space, fields):
     fields = dict(fields)
-    cluster = space.cluster.with_overrides(devices_per_node=fields.pop("devices_per_node"),
-                                           inter_node_bandwidth=fields.pop("inter_node_bandwidth"))
+    # the nodes are the scale-up domains here (the drawn space may have wider domains: tests/solve)
+    cluster = space.cluster.with_overrides(devices_per_node=fields.pop("devices_per_node"), devices_per_domain=0,
+                                           pod_size=0, inter_node_bandwidth=fields.pop("inter_node_bandwidth"))
     return replace(space, cluster=cluster, run=replace(space.run, **fields),
                    options=replace(space.options, zero_stages=(0, 1, 2, 3)))
 

@@ -170,3 +170,21 @@ def test_a_step_is_never_faster_when_its_expert_group_shares_more_nics(ep, per_n
     small, large = (ClusterSpec(replace(H100, devices_per_node=n), 8) for n in (per_node, 2 * per_node))
     assert estimate_time(model, small, run, strategy).step_seconds >= \
         estimate_time(model, large, run, strategy).step_seconds * (1 - 1e-12)
+
+
+GB200 = device_preset("gb200-nvl72")
+
+
+def test_an_ep64_all_to_all_inside_an_nvl72_rack_runs_on_nvlink_alone():
+    """DeepSeek-V3 on 2,048 GB200: an EP group of 64 covers 16 trays of one rack (64 ranks per rack), so its
+    all-to-all is the NVLink ring's (ep - 1)/ep of the top-k copies, no byte on the NIC; with the trays as their
+    own domains the same group crosses 16 of them at the NIC's 50 GB/s."""
+    rack = ClusterSpec(GB200, 2048)
+    run = replace(RUN, moe_dispatcher="alltoall")
+    assert ep_placement(rack, 64, 1) == (1, 64.0)
+    pairs = TOKENS * DSV3.hidden * run.activation_bytes * DSV3.moe.top_k
+    nvlink = all_to_all_seconds(pairs, 64, GB200.intra_node_bandwidth, GB200.intra_node_latency)
+    assert dispatch_seconds(DSV3, rack, run, TOKENS, 1, 64, 1) == pytest.approx(nvlink, rel=1e-12)
+    trays = ClusterSpec(replace(GB200, devices_per_domain=0), 2048)
+    assert ep_placement(trays, 64, 1) == (16, 4.0)
+    assert dispatch_seconds(DSV3, trays, run, TOKENS, 1, 64, 1) > 10 * nvlink  # 60 of 63 shares at 50 GB/s

@@ -1,5 +1,6 @@
 """Step-time composition: pipeline bubble, parts that add up, monotonicity, per-layer physics and speed."""
 import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +11,8 @@ from ndcp.estimate.gemm import attention_core_seconds
 from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.layer_time import LayerTime, layer_time
 from ndcp.estimate.time import PART_KEYS, estimate_time, stage_extra_time
+from ndcp.space import SearchSpace, SpaceOptions
+from ndcp.specs.library import load_model
 from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
                         device_preset)
 
@@ -162,3 +165,31 @@ def test_layer_times_add_and_scale_part_by_part():
     assert total.total == a.total + b.total == 21.0 + 210.0
     assert a.scaled(2.0) == LayerTime(2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 1.0, 0.5, 16.0, 18.0)
     assert a.forward_window + a.backward_window == a.total
+
+
+def _topology_problem(model_name: str, gpus: int):
+    """Clusters of GB200 trays (4 devices, one NIC each): the trays as the scale-up domains, and a space of valid
+    strategies on them (one recompute option and ZeRO stage, to keep it small)."""
+    trays = replace(device_preset("gb200-nvl72"), devices_per_domain=0)
+    space = SearchSpace(load_model(model_name), ClusterSpec(trays, gpus), RunSpec(global_batch=32, seq_len=1024),
+                        SpaceOptions(recompute_modes=("none",), zero_stages=(1,)))
+    return space, trays
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), model_name=st.sampled_from(["tiny", "tiny-moe"]), gpus=st.sampled_from([8, 16, 32]),
+       domain=st.sampled_from([8, 16, 72]), taper=st.floats(1.0, 8.0))
+def test_a_group_kept_in_its_domain_never_slows_a_step_and_oversubscription_never_speeds_one(data, model_name, gpus,
+                                                                                            domain, taper):
+    """The same strategy on trays joined into NVLink domains of `domain` devices is never slower than on trays that
+    are their own domains (every group that stays in a domain leaves the NIC for NVLink); on a network tapered
+    between pods of one tray, never faster."""
+    space, trays = _topology_problem(model_name, gpus)
+    candidates = list(space.candidates())
+    strategy = candidates[data.draw(st.integers(0, len(candidates) - 1))]
+    model, run = space.model, space.run
+    step = estimate_time(model, space.cluster, run, strategy).step_seconds
+    wide = ClusterSpec(replace(trays, devices_per_domain=domain), gpus)
+    tapered = ClusterSpec(replace(trays, pod_size=trays.devices_per_node, oversubscription=taper), gpus)
+    assert estimate_time(model, wide, run, strategy).step_seconds <= step * (1 + 1e-12)
+    assert estimate_time(model, tapered, run, strategy).step_seconds >= step * (1 - 1e-12)

@@ -1,5 +1,6 @@
 """The CP-SAT search proves the same optimum as the exhaustive oracle (same space, same estimators), on random
-small models, clusters, batches and memory caps; its top-K agrees with the oracle's up to ties."""
+small models, clusters (scale-up domains larger than a node, tapered pods), batches and memory caps; its top-K agrees
+with the oracle's up to ties."""
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
@@ -69,10 +70,15 @@ def problems(draw):
     schedules = draw(st.sampled_from([DEFAULT_SCHEDULES, tuple(SCHEDULES)]))
     # optimizer offload searched too (its layouts run ZeRO 0/1 only: ZeRO-3 drops out of those items)
     offloads = draw(st.sampled_from([(False,), (False, True)]))
-    # HSDP searched too (ZeRO-3 over the ranks of a node, replicated across nodes): nodes of two devices, so that
-    # a few GPUs span several
+    # HSDP searched too (ZeRO-3 over the ranks of a domain, replicated across domains): nodes of two devices, so
+    # that a few GPUs span several
     hsdp = draw(st.sampled_from([(False,), (False, True)]))
     cluster = ClusterSpec(device, gpus).with_overrides(devices_per_node=2) if True in hsdp else ClusterSpec(device, gpus)
+    if draw(st.booleans()):  # scale-up domains larger than a node: nodes of one or two, 2:1 tapered pods or none
+        domain = draw(st.sampled_from([2, 4]))
+        cluster = cluster.with_overrides(devices_per_node=min(cluster.device.devices_per_node, domain // 2),
+                                         devices_per_domain=domain, pod_size=draw(st.sampled_from([0, domain])),
+                                         oversubscription=2.0)
     return SearchSpace(model, cluster, run, SpaceOptions(zero_stages=(1, 3), schedules=schedules,
                                                          optimizer_offloads=offloads, hsdp=hsdp))
 
@@ -89,6 +95,8 @@ def test_cpsat_optimum_equals_the_oracle(space):
     event(f"oracle {oracle.status}, {oracle.over_memory and 'some' or 'none'} over memory")
     event(f"best schedule {oracle.strategies[0].strategy.schedule if oracle.strategies else '-'}")
     event(f"layers: {'hybrid blocks' if space.model.hybrid_blocks else 'hybrid' if space.model.layer_mixers else 'attention'}")
+    device = space.cluster.device
+    event("scale-up domain wider than a node" if device.domain_size > device.devices_per_node else "domain = node")
     assert solved.status == oracle.status
     if oracle.status == "infeasible":
         assert not solved.strategies

@@ -69,3 +69,47 @@ def test_devices_show_prints_a_file_that_estimate_accepts(tmp_path, capsys):
     assert main(["devices", "--show", "h10"]) == 2
     assert "did you mean h100?" in capsys.readouterr().err
     assert main(["devices", "--show", ""]) == 2 and "device='' is not" in capsys.readouterr().err
+
+
+NEW_PRESETS = ("gb200-nvl72", "gb300-nvl72", "b300", "mi325x", "mi355x", "h20")
+
+
+def test_devices_lists_the_2026_presets_with_their_sources_and_calibration(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["devices"]) == 0
+    text = capsys.readouterr().out
+    for name in NEW_PRESETS:
+        device = PRESETS[name]
+        assert name in text and not device.calibrated and device.source.startswith("NOT CALIBRATED")
+    assert "2500/5000/10000" in text and "4/72" in text  # GB200: BF16/FP8/FP4 dense peaks, trays of 4 in racks of 72
+
+
+def test_devices_show_gb200_nvl72_round_trips_as_a_device_file(tmp_path, capsys):
+    assert main(["devices", "--show", "gb200-nvl72"]) == 0
+    path = tmp_path / "gb200-nvl72.yaml"
+    path.write_text(capsys.readouterr().out)
+    device = load_device(str(path))
+    assert device == PRESETS["gb200-nvl72"]
+    assert (device.devices_per_node, device.devices_per_domain, device.domain_size) == (4, 72, 72)
+
+
+def test_a_device_file_without_the_domain_keys_keeps_the_node_as_its_domain(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("base: h100\ndevices_per_node: 4\nintra_node_bandwidth: 3.0e+11\n")
+    device = load_device(str(path))
+    assert device.devices_per_domain == 0 and device.domain_size == 4 and device.pod_size == 0
+    assert device.oversubscription == 1.0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("base: gb200-nvl72\ndevices_per_domain: 70\n", "devices_per_domain=70 is not valid; expected 0 or a multiple "
+                                                     "of devices_per_node (4)"),
+    ("base: h100\npod_size: 12\n", "pod_size=12 is not valid; expected 0 or a multiple of the scale-up domain (8"),
+    ("base: h100\noversubscription: 0.5\n", "oversubscription=0.5 is not valid; expected a finite number >= 1.0"),
+])
+def test_bad_domain_and_network_keys_name_the_field_and_what_is_valid(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as error:
+        load_device(str(path))
+    assert message in str(error.value)
