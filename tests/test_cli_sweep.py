@@ -60,6 +60,28 @@ def test_resume_searches_only_the_points_not_in_the_log(tmp_path, capsys, monkey
     assert answers(second)[:4] == answers(first)
 
 
+def test_resume_with_other_failure_settings_derives_again_without_searching(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "sweep.jsonl"
+    _, first, _ = run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--json", "-")
+    monkeypatch.setattr("ndcp.sweep.executors.solve_job", lambda job: pytest.fail("searched again"))
+    _, second, _ = run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--resume",
+                       "--mtbf", "1", "--json", "-")
+    assert json.loads(second)["points"][0]["goodput"] < json.loads(first)["points"][0]["goodput"]
+
+
+def test_resume_searches_again_an_answer_without_checkpoint_facts(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "sweep.jsonl"
+    run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--quiet")
+    older = {k: v for k, v in json.loads(log.read_text()).items() if k != "checkpoint"}  # an ndcp before issue 38
+    log.write_text(json.dumps(older) + "\n")
+    solved = []
+    original = solve_module.solve_job
+    monkeypatch.setattr("ndcp.sweep.executors.solve_job", lambda job: solved.append(job.point) or original(job))
+    code, out, _ = run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--resume",
+                       "--json", "-")
+    assert code == 0 and len(solved) == 1 and json.loads(out)["points"][0]["goodput"] is not None
+
+
 @pytest.mark.parametrize("extra, words", [
     (["--resume"], ("--resume", "--jsonl")),
     (["--gpus", "8..2"], ("--gpus", "START <= END")),
