@@ -6,6 +6,7 @@ import zlib
 import pytest
 
 from ndcp.sweep import solve as solve_module
+from ndcp.sweep.journal import decode_line, encode_line
 from tests.cli_helpers import assert_one_line_error, run
 
 SWEEP = ["sweep", "tiny", "--device", "h100", "--gpus", "2..8", "--global-batch", "16,32", "--seq-len", "512",
@@ -23,11 +24,26 @@ def test_json_points_carry_the_contract_keys_and_cost_is_price_times_gpu_hours(c
         assert p["gpu_hours"] == pytest.approx(p["gpus"] * p["time_to_train_seconds"] / 3600)
         assert p["cost"] == pytest.approx(2.5 * p["gpu_hours"])
         assert 0 < p["mfu"] < 1 and "tp=" in p["strategy"]
+        assert 0 < p["goodput"] <= 1 and p["checkpoint_interval_seconds"] > 0  # issue 38's contract
+        assert p["time_to_train_seconds"] == pytest.approx(p["ideal_time_to_train_seconds"] / p["goodput"])
+
+
+def test_failure_flags_reach_every_point_and_the_document(capsys):
+    _, base, _ = run(capsys, *SWEEP, "--gpus", "8", "--global-batch", "32", "--json", "-")
+    _, frail, _ = run(capsys, *SWEEP, "--gpus", "8", "--global-batch", "32", "--json", "-", "--mtbf", "0.5",
+                      "--checkpoint-bandwidth", "0.001,0.002", "--async-checkpoint", "--restart-time", "60")
+    base, frail = json.loads(base), json.loads(frail)
+    assert frail["failures"] == {"gpu_mtbf_hours": 0.5, "restart_seconds": 60.0, "asynchronous_checkpoint": True,
+                                 "checkpoint_node_bandwidth": 1e6, "checkpoint_aggregate_bandwidth": 2e6}
+    old, new = base["points"][0], frail["points"][0]
+    assert new["ideal_time_to_train_seconds"] == old["ideal_time_to_train_seconds"]
+    assert new["goodput"] < old["goodput"] and new["checkpoint_mode"] == "async"
 
 
 def test_table_csv_and_quiet(tmp_path, capsys):
     code, out, _ = run(capsys, *SWEEP, "--csv", tmp_path / "s.csv")
-    assert code == 0 and "GPU-h" in out and "h100 x 8, GBS 32, seq 512: tp" in out
+    assert code == 0 and "GPU-h" in out and "goodput" in out and "ideal" in out
+    assert "h100 x 8, GBS 32, seq 512 (optimal): tp" in out  # numbered at 80 columns: the status under the table
     assert (tmp_path / "s.csv").read_text().splitlines()[0].startswith("device,gpus,global_batch,seq_len,status")
     assert run(capsys, *SWEEP, "--quiet")[1] == ""
 
@@ -47,6 +63,28 @@ def test_resume_searches_only_the_points_not_in_the_log(tmp_path, capsys, monkey
     assert answers(second)[:4] == answers(first)
 
 
+def test_resume_with_other_failure_settings_derives_again_without_searching(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "sweep.jsonl"
+    _, first, _ = run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--json", "-")
+    monkeypatch.setattr("ndcp.sweep.executors.solve_job", lambda job: pytest.fail("searched again"))
+    _, second, _ = run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--resume",
+                       "--mtbf", "1", "--json", "-")
+    assert json.loads(second)["points"][0]["goodput"] < json.loads(first)["points"][0]["goodput"]
+
+
+def test_resume_searches_again_an_answer_without_checkpoint_facts(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "sweep.jsonl"
+    run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--quiet")
+    answer = decode_line(log.read_bytes().rstrip(b"\n"))
+    log.write_bytes(encode_line({k: v for k, v in answer.items() if k != "checkpoint"}))  # an ndcp before issue 38
+    solved = []
+    original = solve_module.solve_job
+    monkeypatch.setattr("ndcp.sweep.executors.solve_job", lambda job: solved.append(job.point) or original(job))
+    code, out, _ = run(capsys, *SWEEP, "--gpus", "2", "--global-batch", "16", "--jsonl", log, "--resume",
+                       "--json", "-")
+    assert code == 0 and len(solved) == 1 and json.loads(out)["points"][0]["goodput"] is not None
+
+
 @pytest.mark.parametrize("extra, words", [
     (["--resume"], ("--resume", "--jsonl")),
     (["--gpus", "8..2"], ("--gpus", "START <= END")),
@@ -58,6 +96,10 @@ def test_resume_searches_only_the_points_not_in_the_log(tmp_path, capsys, monkey
     (["--plot", "x.pdf"], (".png or .svg",)),
     (["--jsonl", "/nonexistent/dir/sweep.jsonl"], ("--jsonl", "cannot write")),
     (["--device", "h100,,b200"], ("--device", "h100,b200,my-h100.yaml")),
+    (["--mtbf", "0"], ("--mtbf", "positive number of hours")),
+    (["--checkpoint-bandwidth", "40,2000,9"], ("--checkpoint-bandwidth", "NODE[,TOTAL]")),
+    (["--checkpoint-bandwidth", "fast"], ("--checkpoint-bandwidth", "GB/s")),
+    (["--restart-time", "-5"], ("--restart-time", "seconds")),
 ])
 def test_user_errors_are_one_line(capsys, extra, words):
     assert_one_line_error(*run(capsys, *SWEEP, *extra), *words)

@@ -1,5 +1,6 @@
 """`ndcp sweep`: a proven search per (device, GPUs, global batch, sequence length) point, turned into time to train,
-GPU-hours and cost; local worker processes or a Ray cluster; a JSONL log that --resume continues from."""
+GPU-hours and cost (ideal, and expected with failures: docs/goodput.md); local worker processes or a Ray cluster; a
+JSONL log that --resume continues from."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,10 @@ import os
 import re
 import sys
 
+from ..estimate.goodput import (DEFAULT_AGGREGATE_BANDWIDTH, DEFAULT_GPU_MTBF_HOURS, DEFAULT_NODE_BANDWIDTH,
+                                DEFAULT_RESTART_SECONDS, FailureSettings, Storage)
 from ..report.output import check_writable, write_output
-from ..options import SPACE_OPTIONS, int32, positive_int, positive_seconds
+from ..options import SPACE_OPTIONS, bandwidth, int32, positive_int, positive_seconds
 from ..policy import build_problem, build_space_options, trainer_method
 from ..specs.fields import SpecError
 from ..sweep.executors import EXECUTORS, run_jobs
@@ -35,7 +38,9 @@ def register(subparsers) -> None:
     parser = subparser(
         subparsers, "sweep", "time to train, GPU-hours and cost over GPU counts, batches and devices",
         "Run one proven search (as `ndcp search`, top 1) per point of devices x GPU counts x global batches x "
-        "sequence lengths, and turn each best strategy into time to train --tokens, GPU-hours and cost. "
+        "sequence lengths, and turn each best strategy into time to train --tokens, GPU-hours and cost: ideal "
+        "(no failure) and expected, with failures, checkpoints and restarts at the goodput the strategy's checkpoint "
+        "allows (docs/goodput.md). "
         "Points run in --workers local processes (default: the cores) or on a Ray cluster (--executor ray); each "
         "search uses one CP-SAT worker and --seed, so the answers equal the serial ones. --jsonl appends each "
         "answer as it finishes; --resume reuses the answers already there for the same problem.",
@@ -57,7 +62,9 @@ def register(subparsers) -> None:
     group.add_argument("--tokens", metavar="N", required=True, type=_argument_type(parse_count),
                        help="tokens to train on, e.g. 1T or 15T (decimal suffixes)")
     group.add_argument("--price-per-gpu-hour", metavar="P", type=_price, help="price of one GPU-hour: adds cost")
+    _add_failure_arguments(parser.add_argument_group("failures and checkpoints (docs/goodput.md)"))
     group = parser.add_argument_group("search (per point)")
+    next(o for o in SPACE_OPTIONS if o.name == "fix").add_to(group)
     group.add_argument("--recompute", choices=("per-layer", "uniform"), default="per-layer",
                        help="per-layer plans (default) or one recompute mode for every layer (faster)")
     group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=60.0,
@@ -83,7 +90,42 @@ def register(subparsers) -> None:
                        help="plot time to train and cost against GPUs, the knee marked (.png or .svg; needs "
                             "matplotlib)")
     # The search space of each point: everything `ndcp search` searches by default (--recompute is its own).
-    parser.set_defaults(func=run, **{o.name: o.unset for o in SPACE_OPTIONS if o.name != "recompute"})
+    parser.set_defaults(func=run, **{o.name: o.unset for o in SPACE_OPTIONS if o.name not in ("recompute", "fix")})
+
+
+def _add_failure_arguments(group) -> None:
+    group.add_argument("--mtbf", metavar="HOURS",
+                       type=_number("value", "a positive number of hours, e.g. 50000", True),
+                       default=DEFAULT_GPU_MTBF_HOURS,
+                       help="mean time between failures of ONE GPU, in hours that GPU runs (the job's: this / its "
+                            f"GPUs); default {DEFAULT_GPU_MTBF_HOURS:,.0f}, the Llama 3 report's 419 interruptions "
+                            "in 54 days on 16,384 H100")
+    group.add_argument("--checkpoint-bandwidth", metavar="NODE[,TOTAL]", type=_storage,
+                       default=Storage(DEFAULT_NODE_BANDWIDTH, DEFAULT_AGGREGATE_BANDWIDTH),
+                       help="checkpoint storage bandwidth in GB/s per node, and optionally of the whole file system "
+                            f"(default {DEFAULT_NODE_BANDWIDTH / 1e9:g},{DEFAULT_AGGREGATE_BANDWIDTH / 1e9:g}: a DGX "
+                            "SuperPOD node's storage fabric, the Llama 3 report's file system)")
+    group.add_argument("--async-checkpoint", action="store_true",
+                       help="asynchronous save (Megatron --async-save, torchtitan checkpoint.async_mode): the steps "
+                            "wait only for the copy to host memory, when the rank's states fit there")
+    group.add_argument("--restart-time", metavar="SECONDS",
+                       type=_number("value", "a positive number of seconds, e.g. 600", True),
+                       default=DEFAULT_RESTART_SECONDS,
+                       help=f"fixed part of a restart after a failure, before the checkpoint is read (default "
+                            f"{DEFAULT_RESTART_SECONDS:g}; unvalidated, docs/goodput.md)")
+
+
+def _storage(text: str) -> Storage:
+    """`--checkpoint-bandwidth 40` (per node; the file system's default kept) or `40,2000` (GB/s)."""
+    parts = str(text).split(",")
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(f"invalid bandwidth {text!r}: expected NODE[,TOTAL] in GB/s, e.g. 40,2000")
+    node, *total = (bandwidth(part) for part in parts)
+    return Storage(node, total[0] if total else DEFAULT_AGGREGATE_BANDWIDTH)
+
+
+def failure_settings(args: argparse.Namespace) -> FailureSettings:
+    return FailureSettings(args.mtbf, args.checkpoint_bandwidth, args.async_checkpoint, args.restart_time)
 
 
 def _argument_type(parse):
@@ -97,14 +139,20 @@ def _argument_type(parse):
     return convert
 
 
-def _price(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1e9:
-        raise argparse.ArgumentTypeError(f"invalid price {text!r}: expected a number >= 0, e.g. 2.5")
-    return value
+def _number(what: str, expected: str, positive: bool, most: float = 1e12):
+    """An argparse type for a number above 0 (`positive`) or at least 0, below `most`."""
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not ((value > 0) if positive else (value >= 0)) or not value < most:
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: expected {expected}")
+        return value
+    return convert
+
+
+_price = _number("price", "a number >= 0, e.g. 2.5", positive=False, most=1e9)
 
 
 def build_jobs(args: argparse.Namespace) -> list[Job]:
@@ -144,28 +192,29 @@ def run(args: argparse.Namespace) -> int:
                 if journal:
                     journal.append(answer)
                 progress.advance()
-    rows = [derive(answers[i], args.tokens, args.price_per_gpu_hour) for i in range(len(jobs))]
+    failures = failure_settings(args)
+    rows = [derive(answers[i], args.tokens, args.price_per_gpu_hour, failures) for i in range(len(jobs))]
     _note_failed(rows)
     priced = args.price_per_gpu_hour is not None
     if args.plot:
         write_plot(args.plot, lambda path: plot_sweep(rows, path, priced, f"ndcp sweep {jobs[0].model.name}"))
     if args.csv:
         write_output(sweep_csv(rows), args.csv, "--csv")
-    emit_json(args, sweep_document(rows, jobs[0].model, args.tokens, args.price_per_gpu_hour))
+    emit_json(args, sweep_document(rows, jobs[0].model, args.tokens, args.price_per_gpu_hour, failures))
     if shown:
         print_sweep(console(), jobs[0].model, rows, priced)
     return EXIT_OK
 
 
 def _reused(jobs: list[Job], journal: Journal | None, resume: bool, shown: bool) -> dict[int, dict]:
-    """With --resume, the journal's answers for these very points (same problem key and point; a `failed` point is
-    searched again), by job index."""
+    """With --resume, the journal's answers for these very points (same problem key and point; a `failed` point, or
+    one an older ndcp journaled without its checkpoint facts, is searched again), by job index."""
     if not (resume and journal):
         return {}
     answers = {}
     for index, job in enumerate(jobs):
         answer = journal.answers.get(job.key())
-        if answer is not None and answer["status"] != FAILED and _same_point(answer, job):
+        if answer is not None and answer["status"] != FAILED and "checkpoint" in answer and _same_point(answer, job):
             answers[index] = answer
     if shown:
         print(f"ndcp: resuming: {len(answers)} of {len(jobs)} points answered in {journal.path}", file=sys.stderr)
@@ -187,4 +236,4 @@ def _note_failed(rows: list[dict]) -> None:
               file=sys.stderr)
 
 
-__all__ = ["register", "run", "build_jobs", "EXAMPLE"]
+__all__ = ["register", "run", "build_jobs", "failure_settings", "EXAMPLE"]

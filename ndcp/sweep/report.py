@@ -34,27 +34,31 @@ def _short(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-POINT_COLUMNS = ("device", "GBS", "seq")  # left out of the numbered table: the lines under it name the point
+POINT_COLUMNS = ("device", "GBS", "seq", "status")  # left out of the numbered table: the lines under it name them
 
 
 def sweep_table(rows: list[dict], priced: bool, numbered: bool = False) -> Table:
-    """One row per point, the numbers (print_sweep lists each point's strategy under the table). `numbered`: the
-    points numbered instead of their device, batch and length columns (for narrow consoles)."""
+    """One row per point, the numbers (print_sweep lists each point's strategy under the table): days, GPU-hours
+    and cost expected with failures and checkpoints (docs/goodput.md), beside the ideal days and the goodput.
+    `numbered`: the points numbered instead of their device, batch and length columns (for narrow consoles)."""
     table = Table(title="sweep: the best proven strategy per point", title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 0, 0, 1))
-    names = (*(("#",) if numbered else ()), "device", "GPUs", "GBS", "seq", "status", "step s", "MFU", "tok/s", "days",
-             "GPU-h", *(("cost",) if priced else ()))
+    names = (*(("#",) if numbered else ()), "device", "GPUs", "GBS", "seq", "status", "step s", "MFU", "tok/s",
+             "ideal\ndays", "goodput", "days", "GPU-h", *(("cost",) if priced else ()))
     names = tuple(n for n in names if not (numbered and n in POINT_COLUMNS))
     for name in names:
         table.add_column(name, justify="left" if name in ("device", "status") else "right", no_wrap=True,
-                         min_width=len(name))
+                         min_width=max(len(line) for line in name.splitlines()))
     for number, r in enumerate(rows, 1):
         mfu = None if r.get("mfu") is None else 100 * r["mfu"]
-        days = None if r.get("time_to_train_seconds") is None else r["time_to_train_seconds"] / DAY
+        days, ideal_days = (None if r.get(key) is None else r[key] / DAY
+                            for key in ("time_to_train_seconds", "ideal_time_to_train_seconds"))
+        goodput = None if r.get("goodput") is None else 100 * r["goodput"]
         cells = {"#": str(number), "device": r["device"], "GPUs": str(r["gpus"]), "GBS": str(r["global_batch"]),
                  "seq": str(r["seq_len"]), "status": r["status"],
                  "step s": _number(r.get("step_seconds"), 2),
                  "MFU": "-" if mfu is None else f"{mfu:.1f}%", "tok/s": _short(r.get("tokens_per_second")),
+                 "ideal\ndays": _number(ideal_days, 1), "goodput": "-" if goodput is None else f"{goodput:.1f}%",
                  "days": _number(days, 1), "GPU-h": _short(r.get("gpu_hours")), "cost": _short(r.get("cost"))}
         table.add_row(*(cells[name] for name in names))
     return table
@@ -70,12 +74,16 @@ def print_sweep(console: Console, model: ModelSpec, rows: list[dict], priced: bo
     console.print(sweep_table(rows, priced, numbered))
     for number, r in enumerate(rows, 1):
         label = f"#{number} " if numbered else ""
+        status = f" ({r['status']})" if numbered and r.get("label") else ""
         console.print(Breakable(Text(f"{label}{r['device']} x {r['gpus']}, GBS {r['global_batch']}, seq "
-                                     f"{r['seq_len']}: " + (r.get("label") or r.get("explanation") or r["status"])),
+                                     f"{r['seq_len']}{status}: "
+                                     + (r.get("label") or r.get("explanation") or r["status"])),
                                 indent=len(label) + 2))
     for k in knees(rows):
-        console.print(f"knee of time to train ({k['device']}, GBS {k['global_batch']}, seq {k['seq_len']}): "
+        console.print(f"knee of expected time to train ({k['device']}, GBS {k['global_batch']}, seq {k['seq_len']}): "
                       f"{k['gpus']:,} GPUs")
+    console.print("days, GPU-h and cost: expected, with failures, checkpoints and restarts (docs/goodput.md); "
+                  "ideal days: without them")
     legend = text_plan_legend(r.get("label") or "" for r in rows)
     if legend is not None:
         console.print(legend)
@@ -109,8 +117,9 @@ class SweepProgress:
 
 
 def plot_sweep(rows: list[dict], path, priced: bool, title: str = "ndcp sweep") -> Path:
-    """Left: time to train (days) against GPUs, one line per (device, batch, length), the knee circled. Right: cost
-    (or GPU-hours without a price) against GPUs."""
+    """Left: expected time to train (days) against GPUs, one line per (device, batch, length), the ideal one dashed
+    beside it, the knee of the expected one circled. Right: expected cost (or GPU-hours without a price), the ideal
+    dashed, the knee circled on the expected curve."""
     path = _check_path(path)
     matplotlib, Figure = _matplotlib()
     groups = series(rows)
@@ -124,16 +133,22 @@ def plot_sweep(rows: list[dict], path, priced: bool, title: str = "ndcp sweep") 
     for key, points in groups.items():
         label = f"{key[0]}, GBS {key[1]:,}, seq {key[2]:,}"
         gpus = [p["gpus"] for p in points]
-        line, = left.plot(gpus, [p["time_to_train_seconds"] / DAY for p in points], marker="o", label=label)
-        right.plot(gpus, [p[spend] for p in points], marker="o", color=line.get_color(), label=label)
+        line, = left.plot(gpus, [p["time_to_train_seconds"] / DAY for p in points], marker="o",
+                          label=f"{label}, expected")
+        right.plot(gpus, [p[spend] for p in points], marker="o", color=line.get_color(), label=f"{label}, expected")
+        left.plot(gpus, [p["ideal_time_to_train_seconds"] / DAY for p in points], linestyle="--",
+                  color=line.get_color(), label=f"{label}, ideal")
+        right.plot(gpus, [p[f"ideal_{spend}"] for p in points], linestyle="--", color=line.get_color(),
+                   label=f"{label}, ideal")
         if key in knee_at:
             at = next(p for p in points if p["gpus"] == knee_at[key])
             left.scatter([at["gpus"]], [at["time_to_train_seconds"] / DAY], s=200, facecolors="none",
                          edgecolors="red", linewidths=1.5, zorder=3)
             right.scatter([at["gpus"]], [at[spend]], s=200, facecolors="none", edgecolors="red", linewidths=1.5,
                           zorder=3)
-    left.scatter([], [], s=120, facecolors="none", edgecolors="red", label="knee")
-    for axes, ylabel in ((left, "time to train (days)"), (right, "cost" if priced else "GPU-hours")):
+    left.scatter([], [], s=120, facecolors="none", edgecolors="red", label="knee (expected)")
+    for axes, ylabel in ((left, "time to train (days): expected, and ideal dashed"),
+                         (right, f"{'cost' if priced else 'GPU-hours'}: expected, and ideal dashed")):
         axes.set_xscale("log", base=2)
         axes.set_xlabel("GPUs")
         axes.set_ylabel(ylabel)

@@ -1,24 +1,36 @@
 """A sweep's results: the JSON document, the CSV, and the knee of each time-to-train curve.
 
-JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds,
-mfu, tokens_per_second, time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing
-fits or no price was given. The journal that --resume reads is journal.py.
+JSON: `{model, model_assumptions, tokens, price_per_gpu_hour, failures, points: [{device, gpus, global_batch,
+seq_len, status, strategy, step_seconds, mfu, tokens_per_second, steps, ideal_time_to_train_seconds, goodput,
+time_to_train_seconds, gpu_hours, cost, checkpoint_interval_seconds, ...}], knees}`: time_to_train_seconds,
+gpu_hours and cost are expected, with failures (docs/goodput.md), the ideal_ ones without; times in seconds, None
+(null) where nothing fits or no price was given. The journal that --resume reads is journal.py.
 """
 from __future__ import annotations
 
 import csv
 import io
 
+from ..estimate.goodput import FailureSettings
 from ..specs.model import ModelSpec
+from .solve import DERIVED_KEYS
 
 POINT_KEYS = ("device", "gpus", "global_batch", "seq_len", "status", "strategy", "step_seconds", "mfu",
-              "tokens_per_second", "steps", "time_to_train_seconds", "gpu_hours", "cost", "solve_seconds",
-              "explanation")
+              "tokens_per_second", *DERIVED_KEYS, "solve_seconds", "explanation")
 
 
-def sweep_document(rows: list[dict], model: ModelSpec, tokens: int, price: float | None) -> dict:
+def failures_document(failures: FailureSettings) -> dict:
+    """The failure and checkpoint settings every point was priced with."""
+    return {"gpu_mtbf_hours": failures.gpu_mtbf_hours, "restart_seconds": failures.restart_seconds,
+            "asynchronous_checkpoint": failures.asynchronous,
+            "checkpoint_node_bandwidth": failures.storage.node_bandwidth,
+            "checkpoint_aggregate_bandwidth": failures.storage.aggregate_bandwidth}
+
+
+def sweep_document(rows: list[dict], model: ModelSpec, tokens: int, price: float | None,
+                   failures: FailureSettings = FailureSettings()) -> dict:
     return {"model": model.name, "model_assumptions": list(model.report_assumptions), "tokens": tokens,
-            "price_per_gpu_hour": price,
+            "price_per_gpu_hour": price, "failures": failures_document(failures),
             "points": [{key: row.get(key) for key in POINT_KEYS} for row in rows],
             "knees": knees(rows)}
 
@@ -66,4 +78,4 @@ def knees(rows: list[dict]) -> list[dict]:
     return out
 
 
-__all__ = ["POINT_KEYS", "sweep_document", "sweep_csv", "knee", "knees", "series"]
+__all__ = ["POINT_KEYS", "sweep_document", "failures_document", "sweep_csv", "knee", "knees", "series"]

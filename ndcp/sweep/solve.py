@@ -5,8 +5,9 @@ spawned worker process or in a Ray task, and gives the same answer everywhere: o
 (the search's determinism, docs/solver.md §9).
 
 Derived, per point (docs/sweep.md): tokens per step = global batch x sequence length; steps = ceil(tokens to train
-/ tokens per step) (whole optimizer steps); time to train = steps x step time; GPU-hours = GPUs x time to train /
-3600; cost = price per GPU-hour x GPU-hours.
+/ tokens per step) (whole optimizer steps); ideal time to train = steps x step time; the expected time to train
+with failures, checkpoints and restarts = ideal / goodput (estimate/goodput.py, docs/goodput.md); GPU-hours = GPUs
+x time to train / 3600; cost = price per GPU-hour x GPU-hours, each ideal and expected.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from ..estimate.goodput import CheckpointVolume, FailureSettings, RankFacts, checkpoint_volume, run_goodput
 from ..report.plots import strategy_label
 from ..space import SearchSpace, SpaceOptions
 from ..specs.device import ClusterSpec
@@ -48,7 +50,8 @@ class Job:
 def solve_job(job: Job) -> dict:
     """The point's search answer: the point (the device by its name, also for a device file), its key, status,
     the best strategy (one line, and the short label the table shows), step seconds, MFU, tokens per second (whole
-    cluster) and the seconds the search took."""
+    cluster), what its checkpoint needs (`checkpoint`: derive prices the failures from it) and the seconds the
+    search took."""
     from ..solve.search import SearchOptions, search  # OR-Tools: imported where a search runs
 
     started = time.perf_counter()
@@ -59,7 +62,8 @@ def solve_job(job: Job) -> dict:
     if best is not None:
         answer.update(strategy=strategy_text(best.strategy), label=strategy_label(best.strategy),
                       step_seconds=best.step_seconds, mfu=best.time.mfu,
-                      tokens_per_second=job.point.global_batch * job.point.seq_len / best.step_seconds)
+                      tokens_per_second=job.point.global_batch * job.point.seq_len / best.step_seconds,
+                      checkpoint=_checkpoint_facts(job, best))
     answer["solve_seconds"] = time.perf_counter() - started
     return answer
 
@@ -68,7 +72,7 @@ def _planless(job: Job, status: str, explanation: str | None) -> dict:
     """The answer's keys for `job`, no plan in them."""
     return {"device": job.cluster.device.name, "gpus": job.point.gpus, "global_batch": job.point.global_batch,
             "seq_len": job.point.seq_len, "key": job.key(), "status": status, "strategy": None, "label": None,
-            "step_seconds": None, "mfu": None, "tokens_per_second": None, "explanation": explanation}
+            "step_seconds": None, "mfu": None, "tokens_per_second": None, "explanation": explanation, "checkpoint": None}
 
 
 def failed_answer(job: Job, why: str) -> dict:
@@ -77,19 +81,57 @@ def failed_answer(job: Job, why: str) -> dict:
     return {**_planless(job, FAILED, why), "solve_seconds": 0.0}
 
 
-def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None) -> dict:
-    """The answer with steps, time to train, GPU-hours and cost (None where nothing fits or no price is given)."""
-    row = dict(answer)
-    step = answer.get("step_seconds")
+def _checkpoint_facts(job: Job, best) -> dict:
+    """What pricing the best strategy's checkpoints needs (estimate/goodput.py), in bytes and bytes/s: its volume,
+    the node's devices, the host link, and the host memory a rank may stage an asynchronous save in (its share of
+    the node's, specs.device.offered_host_memory, less what offload already takes)."""
+    device = job.cluster.device
+    volume = checkpoint_volume(job.model, job.run, best.strategy)
+    return {"written_per_rank": volume.written_per_rank, "total": volume.total,
+            "staged_per_rank": volume.staged_per_rank, "devices_per_node": device.devices_per_node,
+            "host_bandwidth": device.host_bandwidth,
+            "staging_capacity": device.host_memory_bytes + device.memory_bytes - best.memory.host_peak_bytes}
+
+
+DERIVED_KEYS = ("steps", "ideal_time_to_train_seconds", "ideal_gpu_hours", "ideal_cost", "goodput",
+                "time_to_train_seconds", "gpu_hours", "cost", "checkpoint_interval_seconds",
+                "checkpoint_interval_steps", "checkpoint_mode", "checkpoint_bytes_per_rank", "checkpoint_write_seconds",
+                "checkpoint_blocking_seconds", "restart_seconds", "job_mtbf_seconds", "expected_failures",
+                "blast_radius_gpus")
+
+
+def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None,
+           failures: FailureSettings = FailureSettings()) -> dict:
+    """The answer with steps, the ideal time to train, GPU-hours and cost (no failure), the goodput with
+    `failures` and the expected ones, the checkpoint interval and what it follows from (None where nothing fits;
+    the costs None without a price)."""
+    row = dict(answer, **dict.fromkeys(DERIVED_KEYS))
+    step, facts = answer.get("step_seconds"), answer.get("checkpoint")
     if step is None:
-        row.update(steps=None, time_to_train_seconds=None, gpu_hours=None, cost=None)
         return row
     steps = math.ceil(tokens / (answer["global_batch"] * answer["seq_len"]))
-    seconds = steps * step
-    gpu_hours = answer["gpus"] * seconds / 3600
-    row.update(steps=steps, time_to_train_seconds=seconds, gpu_hours=gpu_hours,
-               cost=None if price_per_gpu_hour is None else price_per_gpu_hour * gpu_hours)
+    def price(hours: float) -> float | None:
+        return None if price_per_gpu_hour is None else price_per_gpu_hour * hours
+    ideal_hours = answer["gpus"] * steps * step / 3600
+    row.update(steps=steps, ideal_time_to_train_seconds=steps * step, ideal_gpu_hours=ideal_hours,
+               ideal_cost=price(ideal_hours))
+    if facts is None:  # an answer of an older ndcp: the ideal figures only
+        return row
+    volume = CheckpointVolume(facts["written_per_rank"], facts["total"], facts["staged_per_rank"])
+    rank = RankFacts(facts["devices_per_node"], facts["host_bandwidth"], facts["staging_capacity"])
+    run = run_goodput(steps * step, step, answer["gpus"], volume, failures, rank)
+    expected = run.expected_seconds if math.isfinite(run.expected_seconds) else None  # never ends: no number
+    hours = None if expected is None else answer["gpus"] * expected / 3600
+    row.update(goodput=run.goodput, time_to_train_seconds=expected, gpu_hours=hours,
+               cost=None if hours is None else price(hours), checkpoint_interval_seconds=run.interval_seconds,
+               checkpoint_interval_steps=run.interval_steps,
+               checkpoint_mode="async" if run.asynchronous else "sync",
+               checkpoint_bytes_per_rank=volume.written_per_rank, checkpoint_write_seconds=run.write_seconds,
+               checkpoint_blocking_seconds=run.blocking_seconds, restart_seconds=run.restart_seconds,
+               job_mtbf_seconds=run.job_mtbf_seconds,
+               expected_failures=None if expected is None else run.expected_failures,
+               blast_radius_gpus=run.blast_radius_gpus)
     return row
 
 
-__all__ = ["Job", "solve_job", "failed_answer", "derive"]
+__all__ = ["Job", "solve_job", "failed_answer", "derive", "DERIVED_KEYS"]

@@ -29,6 +29,17 @@ def test_a_point_is_the_search_answer_with_its_derived_rate():
     assert answer["strategy"].startswith("tp=") and answer["key"] == job(8).key()
 
 
+def test_a_point_carries_what_its_checkpoint_needs():
+    from ndcp.estimate.goodput import checkpoint_volume
+    answer = solve_job(job(8))
+    best = search(SearchSpace(TINY, ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512)),
+                  "uniform", SearchOptions(top=1)).best
+    volume = checkpoint_volume(TINY, RunSpec(global_batch=16, seq_len=512), best.strategy)
+    facts = answer["checkpoint"]
+    assert (facts["written_per_rank"], facts["total"], facts["staged_per_rank"]) == tuple(vars(volume).values())
+    assert facts["devices_per_node"] == 8 and facts["staging_capacity"] > facts["staged_per_rank"]
+
+
 def test_the_problem_key_changes_with_the_problem_not_the_executor():
     assert job(8).key() == job(8).key()
     assert len({job(8).key(), job(16).key(), job(8, batch=32).key(), job(8, method="per-layer").key()}) == 4
