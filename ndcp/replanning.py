@@ -115,7 +115,7 @@ class Replanned:
         free = self.free.result.best if self.free is not None else None
         price = (self.best.step_seconds - free.step_seconds) if free and self.best and not self.keep_refused else None
         return {"dimensions": list(self.keep), "honoured": not self.keep_refused, "why": self.keep_refused or None,
-                "free": free.as_dict(rank=1) if free else None, "price_seconds": price,
+                "free": self.free.document()["strategies"][0] if free else None, "price_seconds": price,
                 "price_fraction": price / free.step_seconds if price is not None else None}
 
     def document(self) -> dict:
@@ -238,18 +238,19 @@ def _fewer(target: argparse.Namespace, count: int) -> argparse.Namespace:
     return fewer
 
 
-def _search(target: argparse.Namespace, progress: Callable | None, pinned: bool = False) -> SearchAnswer | None:
+def _search(target: argparse.Namespace, progress: Callable | None, pinned: bool = False) -> SearchAnswer:
     """The search on the count asked for; when the rules refuse every strategy there (no degrees multiply to it),
     the fastest plan on a whole-node count below: each count with strategies searched, largest first, until the
     step no plan on fewer GPUs can beat (the model FLOPs at the device's peak: MFU <= 1) is above the best found.
-    `pinned` (--keep's search): pins the count refuses (a SpecError there) move to fewer GPUs too, and None means no
-    count has a strategy."""
+    `pinned` (--keep's search): pins the count refuses (a SpecError there) move to fewer GPUs too; that error is
+    raised when no count has a strategy."""
+    refusal = None
     try:
         answer = answer_search(plan_search(target), target, progress)
-    except SpecError:
+    except SpecError as error:
         if not pinned:
             raise
-        answer = None
+        answer, refusal = None, error
     if answer is not None and (answer.result.best is not None or answer.planned.space.walk().batches):
         return answer  # a plan, or strategies that pass the rules and none fits: fewer GPUs fit no better
     best = answer
@@ -264,6 +265,8 @@ def _search(target: argparse.Namespace, progress: Callable | None, pinned: bool 
             if tried.result.best is not None and (found is None or tried.result.best.step_seconds <
                                                   found.step_seconds):
                 best = tried
+    if best is None and refusal is not None:
+        raise refusal
     return best
 
 
@@ -276,10 +279,9 @@ def _kept(target: argparse.Namespace, source: Strategy, keep: tuple[str, ...], p
     try:
         answer = _search(kept, progress, pinned=True)
     except SpecError as error:
-        return None, f"{pins}: {error}"
-    if answer is None or answer.result.best is None:
-        why = f": {answer.result.explanation}" if answer is not None else ""
-        return None, f"no plan with {pins} fits on {target.gpus} GPUs or fewer whole nodes{why}"
+        return None, f"{pins} on {target.gpus} GPUs or fewer whole nodes: {error}"
+    if answer.result.best is None:
+        return None, f"no plan with {pins} fits on {target.gpus} GPUs: {answer.result.explanation}"
     return answer, ""
 
 

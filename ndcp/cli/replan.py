@@ -1,5 +1,5 @@
-"""`ndcp replan FILE --gpus N`: a running job's configuration planned again for another GPU count (ndcp.replanning), with
-what changes, what that means for the checkpoint, and the new configuration for the same trainer (--emit PATH).
+"""`ndcp replan FILE --gpus N`: a running job's configuration planned again for another GPU count (ndcp.replanning),
+with what changes, what that means for the checkpoint, and the new configuration for the same trainer (--emit PATH).
 This module parses, calls ndcp.replanning and prints."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_quiet_argument,
                      subparser)
 from .outputs import add_json_argument, emit_json, output_path, write_launch
 
-EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024 --seq-len 8192 \\\n"
-           "    --memory-cap 75GiB --emit megatron --emit-file run.sh\n"
+EXAMPLE = ("ndcp search llama3-70b --device h100 --gpus 1024 --global-batch 1024 \\\n"
+           "    --seq-len 8192 --memory-cap 75GiB --emit megatron --emit-file run.sh\n"
            "ndcp replan run.sh --gpus 1536 --keep tp,pp --emit run-1536.sh")
 
 
@@ -31,7 +31,8 @@ def register(subparsers) -> None:
         "layout), which dimensions the checkpoint reshards and whether the trainer's checkpoint format loads them "
         "(Megatron distributed checkpointing, torchtitan DCP, MindFormers transformation: docs/trainers.md §6), and "
         "the change in step time and in GPU-seconds per token. When no plan uses every GPU (no degrees multiply to "
-        "the count with the global batch), the plan runs on the largest whole-node count below that has one.\n\n"
+        "the count with the global batch), it is the fastest plan on fewer whole nodes (each count searched, down to "
+        "where the model FLOPs at the device's peak alone outlast the best step found).\n\n"
         "FILE is a configuration --strategy-from reads; its `# ndcp problem:` line (every --emit writes one) states "
         "the model, cluster and run, which the options below complete or override (a file ndcp did not write needs "
         "--model, --device and --from-gpus). Exit 0 when a plan is found, 1 when none fits (or the --emit file is "

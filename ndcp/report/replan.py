@@ -10,6 +10,11 @@ from rich.table import Table
 
 from ..specs.strategy_text import strategy_text
 from .search import one_line
+from .terminal import format_seconds
+
+
+def signed_seconds(seconds: float) -> str:
+    return ("-" if seconds < 0 else "+") + format_seconds(abs(seconds))
 
 
 def compact(value) -> str:
@@ -26,15 +31,16 @@ def summary_lines(replanned) -> list[str]:
     """The file's plan, the new plan (with its proof), and the change in step time and in GPU-seconds per token."""
     s = replanned.source
     lines = [f"from  {s.cluster.count} GPUs ({s.run.trainer}, {replanned.path}): {strategy_text(s.strategy)}; step "
-             f"{s.time.step_seconds:.3f} s",
+             f"{format_seconds(s.time.step_seconds)}",
              f"to    {replanned.used} GPUs: {one_line(replanned.answer.result)}"]
     if replanned.used != replanned.gpus:
-        lines.append(f"note: no plan uses all {replanned.gpus} GPUs (no degrees multiply to it with the global batch "
-                     f"{replanned.answer.planned.run.global_batch}); the fastest plan on fewer whole nodes runs on "
-                     f"{replanned.used} (no plan on fewer GPUs can beat it: the model FLOPs at peak outlast it)")
+        kept = f" keeping {','.join(replanned.keep)}" if replanned.keep and not replanned.keep_refused else ""
+        lines.append(f"note: no plan{kept} uses all {replanned.gpus} GPUs (no degrees multiply to it with the global "
+                     f"batch {replanned.answer.planned.run.global_batch}); the fastest plan on fewer whole nodes "
+                     f"runs on {replanned.used} (no plan on fewer GPUs can beat it: the model FLOPs at peak outlast it)")
     step = replanned.step_change()
     if step is not None:
-        lines.append(f"step {step[0]:+.3f} s ({100 * step[1]:+.1f} %); GPU-seconds per token "
+        lines.append(f"step {signed_seconds(step[0])} ({100 * step[1]:+.1f} %); GPU-seconds per token "
                      f"{100 * replanned.cost_change():+.1f} %")
     return lines
 
@@ -69,8 +75,10 @@ def keep_lines(replanned) -> list[str]:
         return [f"--keep {kept}: refused: {replanned.keep_refused}; the plan above is the best without it"]
     free = replanned.free.result.best
     price = replanned.best.step_seconds - free.step_seconds
-    return [f"--keep {kept}: honoured; the best plan without it: {replanned.free.planned.cluster.count} GPUs, "
-            f"{strategy_text(free.strategy)}, step {free.step_seconds:.3f} s; keeping costs {price:+.3f} s a step ({100 * price / free.step_seconds:+.1f} %)"]
+    fewer = (f" on {replanned.used} GPUs" if replanned.used != replanned.free.planned.cluster.count else "")
+    return [f"--keep {kept}: honoured{fewer}; the best plan without it: {replanned.free.planned.cluster.count} GPUs, "
+            f"{strategy_text(free.strategy)}, step {format_seconds(free.step_seconds)}; keeping changes the step by "
+            f"{signed_seconds(price)} ({100 * price / free.step_seconds:+.1f} %)"]
 
 
 def render_replan(console: Console, replanned) -> None:
