@@ -90,6 +90,9 @@ def render_replan(console: Console, replanned) -> None:
     if replanned.best is None:
         return
     console.print()
+    if not replanned.changes():
+        console.print("nothing changes: the file's plan is the new plan")
+        return
     console.print(changes_table(replanned))
     if replanned.checkpoint():
         console.print()
