@@ -2,7 +2,7 @@
 
 The Python API (docs/api.md): `ndcp.search(model, device=..., gpus=..., global_batch=..., seq_len=..., **options)`
 and `ndcp.estimate(..., strategy=..., **options)` return the document `ndcp search --json` / `ndcp estimate --json`
-writes; a user error raises `ndcp.SpecError` (a ValueError) with the command line's message. Both are imported on
+writes, `ndcp.replan(file, gpus=..., **options)` the one `ndcp replan --json` writes (ndcp.replanning); a user error raises `ndcp.SpecError` (a ValueError) with the command line's message. Both are imported on
 first use (ndcp.api), so `import ndcp` stays cheap.
 
 `ndcp.estimate` is also the estimators' package (ndcp/estimate/): Python sets a package's attribute to its
@@ -33,11 +33,14 @@ def __getattr__(name: str):
     if name in _LAZY:
         from . import api
         return getattr(api, name)
+    if name == "replan":
+        from .replanning import replan
+        return replan
     raise AttributeError(f"module 'ndcp' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, "replan"])
 
 
 __all__ = ["__version__", "search", "estimate", "SpecError"]

@@ -5,18 +5,24 @@ and estimated, so the file is checked to run the plan (same step time, same peak
 `--strategy-from` (a temporary file, the same run options, `--trainer KIND`), and estimates what it reads. The
 command line writes the file only when `LaunchCheck.ok` (or under --emit-anyway) and exits 1 otherwise, saying why:
 a file that is not the plan, or that does not fit, is no answer.
+
+Its first line states the problem it was planned for (`problem_line`: the model, cluster and run as `ndcp` words, a
+comment every trainer ignores), so `ndcp replan FILE --gpus N` plans the same run on another GPU count from the file
+alone (`stated_problem` reads it back).
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import math
+import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .estimate.memory import estimate_memory
 from .estimate.time import estimate_time
+from .options import CLUSTER_OPTIONS, RUN_OPTIONS, stated_words
 from .policy import build_problem, build_strategy, strategy_values
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError
@@ -25,6 +31,36 @@ from .specs.run import RunSpec
 from .specs.strategy import Strategy
 from .specs.units import GIB
 from .trainers import emit
+
+
+PROBLEM_LINE = "# ndcp problem: "
+
+
+def _located(text: str) -> str:
+    """A file named by a relative path as an absolute one (the configuration may be read from elsewhere); a
+    library name or a preset as it is."""
+    path = Path(text).expanduser()
+    return str(path.resolve()) if path.is_file() else text
+
+
+def problem_line(values: argparse.Namespace) -> str:
+    """The comment line stating the problem the options `values` describe: the model, then the cluster and run
+    options that are not their defaults, as `ndcp` command-line words (files by absolute path)."""
+    words = [_located(str(values.model))] + stated_words(values, CLUSTER_OPTIONS + RUN_OPTIONS)
+    at = words.index("--device") + 1
+    words[at] = _located(words[at])
+    return PROBLEM_LINE + shlex.join(words) + "\n"
+
+
+def stated_problem(text: str) -> list[str] | None:
+    """The words of a configuration's problem line (problem_line), or None when it has none."""
+    line = next((line for line in text.splitlines() if line.startswith(PROBLEM_LINE)), None)
+    if line is None:
+        return None
+    try:
+        return shlex.split(line[len(PROBLEM_LINE):])
+    except ValueError as error:
+        raise SpecError(f"the line {PROBLEM_LINE.strip()!r} cannot be split into words: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -107,22 +143,23 @@ def check_launch(kind: str, values: argparse.Namespace, problem: tuple[ModelSpec
     compared with the plan's own estimate."""
     model, cluster, run = problem
     emitted = emit(kind, model, run, strategy, cluster.domain_ranks)
+    text = problem_line(values) + emitted.text
     plan_step = estimate_time(model, cluster, run, strategy).step_seconds
     plan_peak = estimate_memory(model, cluster, run, strategy).peak_bytes
     reasons = [] if emitted.same_as_plan else list(emitted.notes)
     if run.trainer != kind:
         reasons.append(f"planned with {run.trainer}'s behaviour, emitted for {kind}: plan with --trainer {kind}")
     try:
-        back = read_back(emitted.text, values, kind)
+        back = read_back(text, values, kind)
     except SpecError as error:
-        return LaunchCheck(kind, emitted.text, tuple(emitted.notes), None, False, emitted.missing,
+        return LaunchCheck(kind, text, tuple(emitted.notes), None, False, emitted.missing,
                            tuple(reasons + [f"ndcp cannot read the {kind} file back: {error}"]) + emitted.missing)
     mismatch = _differences(plan_step, plan_peak, back)
     problems = mismatch + ([] if back.fits else [f"the file does not fit: {back.peak_bytes / GIB:.2f} GiB of "
                                                   f"{back.capacity_bytes / GIB:.2f} GiB"])
     problems += list(emitted.missing)
-    return LaunchCheck(kind, emitted.text, tuple(emitted.notes), back, not mismatch, emitted.missing,
+    return LaunchCheck(kind, text, tuple(emitted.notes), back, not mismatch, emitted.missing,
                        tuple(reasons + problems) if problems else ())
 
 
-__all__ = ["LaunchCheck", "ReadBack", "check_launch", "read_back"]
+__all__ = ["LaunchCheck", "ReadBack", "check_launch", "read_back", "problem_line", "stated_problem", "PROBLEM_LINE"]

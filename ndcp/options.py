@@ -133,6 +133,20 @@ def _all_or_list(text: str, valid: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
+def size_text(value: int) -> str:
+    """A size in bytes as size_argument reads it back: in GiB when whole, else in bytes."""
+    return f"{value // GIB}GiB" if value % GIB == 0 else f"{value}B"
+
+
+def bandwidth_text(value: float) -> str:
+    """Bytes/s as `bandwidth` reads it back (GB/s)."""
+    return f"{value / 1e9!r}"
+
+
+# The text a parsed value is written as where it is not its flag_text: the inverse of its parse.
+TEXT_OF: dict[Callable, Callable[[Any], str]] = {size_argument: size_text, bandwidth: bandwidth_text}
+
+
 def schedule_names(text: str) -> tuple[str, ...]:
     """--schedules: "all" or a comma-separated list of registered schedules (ndcp/schedules)."""
     return _all_or_list(text, tuple(SCHEDULES))
@@ -192,6 +206,10 @@ class Option:
         group.add_argument(self.flag, dest=self.name, type=self.parse, default=self.default, choices=self.choices,
                            required=self.required, help=self.help.replace("%", "%%"), **extra)
 
+    def text(self, value: Any) -> str:
+        """A value as this flag's text (what `parse` reads back to the value)."""
+        return TEXT_OF.get(self.parse, flag_text)(value)
+
     def read(self, value: Any) -> Any:
         """An API keyword's value as the flag sets it: read by `parse` and checked against the choices, refused
         (SpecError) with argparse's message for the flag."""
@@ -236,6 +254,18 @@ def keyword_values(options: Iterable[Option], given: Mapping[str, Any]) -> argpa
         if value is not None:
             setattr(values, by_keyword[keyword].name, by_keyword[keyword].read(value))
     return values
+
+
+def stated_words(values: argparse.Namespace, options: Iterable[Option]) -> list[str]:
+    """The command-line words that set `values` of `options`: each option whose value is not its unset one, as its
+    flag (a switch) or its flag and text. Parsed again by the same options, they give the same values."""
+    words: list[str] = []
+    for option in options:
+        value = getattr(values, option.name, option.unset)
+        if value is None or value == option.unset:
+            continue
+        words += [option.flag] if option.switch is not None else [option.flag, option.text(value)]
+    return words
 
 
 def add_options(group, options: Iterable[Option]) -> None:
@@ -364,13 +394,52 @@ SEARCH_STRATEGY_FROM = strategy_from_option("pin the degrees, batch split, ZeRO 
 ESTIMATE_STRATEGY = strategy_options("e.g. tp=8,pp=16,zero=1,sp=on,recompute=selective",
                                      "strategy as YAML (per-stage plans allowed)")
 ESTIMATE_STRATEGY_FROM = strategy_from_option("the strategy")
+# -- ndcp replan: a configuration planned again for another GPU count ---------------------------------------------
+KEEPABLE = ("tp", "pp", "cp", "ep", "etp", "vpp", "zero")  # what --keep pins to the file's values
+
+
+def keep_dimensions(text: str) -> tuple[str, ...]:
+    """--keep: a comma-separated list of KEEPABLE dimensions."""
+    names = tuple(dict.fromkeys(t.strip().lower() for t in str(text).split(",") if t.strip()))
+    wrong = [name for name in names if name not in KEEPABLE]
+    if wrong or not names:
+        raise argparse.ArgumentTypeError(f"{wrong[0] if wrong else text!r}: expected a comma-separated list of "
+                                         f"{', '.join(KEEPABLE)}")
+    return names
+
+
+def _overriding(option: Option) -> Option:
+    """A cluster or run option as `ndcp replan` takes it: optional, None when not given (the file's problem
+    line gives the rest)."""
+    return dataclasses.replace(option, required=False, default=None if option.switch is None else option.default,
+                               help=option.help + (" (default: the file's)" if option.switch is None else ""))
+
+
+# The problem options replan takes to complete or override a file's problem line: all but the GPU count (--gpus is
+# the new count), the sequence length (kept) and the trainer (the file's).
+REPLAN_OVERRIDES = tuple(_overriding(o) for o in CLUSTER_OPTIONS + RUN_OPTIONS
+                         if o.flag not in ("--gpus", "--seq-len", "--trainer"))
+REPLAN_OPTIONS = (
+    Option("--gpus", "the GPU count to plan for", positive_int, metavar="N", required=True),
+    Option("--keep", "prefer plans that keep these dimensions of the file, so its checkpoint need not reshard "
+                     f"them: comma-separated from {', '.join(KEEPABLE)}; the best plan without them is shown beside "
+                     "(the price of keeping), and a keep no plan honours is refused with why", keep_dimensions, (),
+           metavar="DIMS"),
+    Option("--model", "the model, for a file without an `# ndcp problem:` line (one ndcp did not write): a library "
+                      "name, a model YAML spec or a Hugging Face config.json", metavar="MODEL"),
+    Option("--from-gpus", "the GPU count the file runs on, for a file without an `# ndcp problem:` line",
+           positive_int, metavar="N"),
+)
 # Every option each planning command of the API takes (ndcp.api), beside the model.
 SEARCH_KEYWORDS = CLUSTER_OPTIONS + RUN_OPTIONS + SPACE_OPTIONS + SOLVER_OPTIONS + (SEARCH_STRATEGY_FROM,)
 ESTIMATE_KEYWORDS = CLUSTER_OPTIONS + RUN_OPTIONS + ESTIMATE_STRATEGY + (ESTIMATE_STRATEGY_FROM,)
+REPLAN_KEYWORDS = REPLAN_OPTIONS + REPLAN_OVERRIDES + SPACE_OPTIONS + SOLVER_OPTIONS
 
 __all__ = ["Option", "flag_text", "keyword_values", "add_options", "run_option", "CLUSTER_OPTIONS", "RUN_OPTIONS",
            "NOT_ON_COMMAND_LINE", "SPACE_OPTIONS", "SOLVER_OPTIONS", "MAX_OFFSET", "SEARCH_KEYWORDS",
-           "ESTIMATE_KEYWORDS", "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM",
-           "strategy_from_option", "strategy_options", "size_argument", "length_argument", "size_list",
+           "ESTIMATE_KEYWORDS", "REPLAN_KEYWORDS", "REPLAN_OPTIONS", "REPLAN_OVERRIDES", "KEEPABLE",
+           "keep_dimensions", "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM",
+           "strategy_from_option", "strategy_options", "stated_words", "size_text", "bandwidth_text", "size_argument",
+           "length_argument", "size_list",
            "positive_int", "headroom_fraction", "int32", "positive_seconds", "workers", "bandwidth", "zero_stages",
            "schedule_names", "cp_comm_types", "MAX_WORKERS", "SEARCH_MODES"]

@@ -1,8 +1,9 @@
 """What the user launches (ndcp.launch): the --emit configuration, read back as --strategy-from reads it, is the plan
 (same step time, same peak) and fits, or the check says why not."""
 from ndcp.api import search_values
+from ndcp.cli import build_parser
 from ndcp.estimate.time import estimate_time
-from ndcp.launch import check_launch
+from ndcp.launch import check_launch, problem_line, stated_problem
 from ndcp.policy import build_problem
 from ndcp.report.emit import launch_lines
 from ndcp.specs import RecomputePlan, StageRecompute, Strategy
@@ -66,3 +67,14 @@ def test_a_model_the_trainer_has_no_config_for_is_no_answer():
     assert check.same_as_plan and check.fits and not check.ok  # the file reads back, but torchtitan has no Mixtral
     assert check.missing and "no BF16 registry config for mixtral-8x7b" in check.missing[0]
     assert check.document()["launchable"] is False and check.missing[0] in check.reasons
+
+
+def test_every_configuration_states_its_problem_and_the_line_reads_back_to_the_same_options():
+    values, found = problem(memory_cap="70GiB", inter_node_bandwidth=25, no_flash_attention=True, precision="fp8")
+    strategy = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=RecomputePlan.uniform("full"))
+    check = check_launch("megatron", values, found, strategy)
+    words = stated_problem(check.text)
+    assert check.text.startswith(problem_line(values)) and words[0] == "llama3-70b"
+    assert "--no-flash-attention" in words and "--inter-node-bandwidth" in words and "--headroom" not in words
+    assert build_problem(build_parser().parse_args(["search", *words])) == found  # the same model, cluster and run
+    assert stated_problem("--num-layers 2\n") is None

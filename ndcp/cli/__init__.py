@@ -19,7 +19,7 @@ from typing import Callable
 from .. import __version__
 from ..report.output import all_or_nothing
 from ..specs.fields import SpecError
-from . import calibrate, estimate, listings, recompute, search, sweep, validate
+from . import calibrate, estimate, listings, recompute, replan, search, sweep, validate
 from ..policy import build_problem, build_space_options, build_strategy
 from .common import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, SEARCH_COMMANDS, Formatter,
                      InternalError, Parser, UsageError, error_line)
@@ -28,7 +28,7 @@ from .streams import guarded_stdout
 
 # Registration functions, in the order `ndcp --help` lists them.
 COMMANDS: list[Callable] = [estimate.register, search.register, recompute.register, listings.register_models,
-                            listings.register_devices, validate.register, sweep.register,
+                            listings.register_devices, validate.register, sweep.register, replan.register,
                             calibrate.register]
 
 

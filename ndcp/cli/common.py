@@ -23,7 +23,7 @@ EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL, EXIT_UNKNOWN = 0, 1, 2, 3, 
 EXIT_INTERRUPTED = 130  # Ctrl-C where no search answer is at stake (128 + SIGINT, the shells' convention)
 # Commands whose answer is a search: Ctrl-C before it has verified anything is status `unknown` (exit 4), as a search
 # stopped by its time limit is; once it has, the search itself reports what it proved (ndcp.solve.result.finish).
-SEARCH_COMMANDS = ("search", "sweep", "recompute")
+SEARCH_COMMANDS = ("search", "sweep", "recompute", "replan")
 
 
 class UsageError(Exception):

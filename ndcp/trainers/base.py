@@ -28,6 +28,7 @@ from ..specs.run import OVERLAPS, RunSpec
 from ..specs.strategy import RecomputePlan, StageRecompute, Strategy, default_partition
 from ..specs.strategy_input import resolve_layout
 from ..specs.trainer_behaviour import TrainerBehaviour
+from .checkpoints import Resharding
 
 FACTS_DIR = Path(__file__).parent / "facts"
 
@@ -139,6 +140,8 @@ class Trainer:
     # The run's overlaps (a RunSpec.overlap value) a configuration's text states, for --strategy-from without
     # --overlap (policy.build_run); `read` gives the same as its "overlap" value
     read_overlap: Callable[[str], str]
+    # -- its checkpoint: whether a dimension's shards load under new degrees (dimension, before, after), checkpoints.py
+    reshard: Callable[[str, Strategy, Strategy], Resharding]
 
     @property
     def name(self) -> str:

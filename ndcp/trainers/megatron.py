@@ -20,6 +20,7 @@ from ..specs.strategy import StageRecompute, Strategy, accounted_partition, cp_a
 from ..specs.recompute import (CLASSIC_MODES, HEAVIEST, LAYER_FORWARD, MEGATRON_MODULE_OPTIONS, MOE_FORWARD,
                                NO_RECOMPUTE, option_for_modules, recompute_option)
 from ..specs.trainer_behaviour import MEGATRON
+from . import checkpoints
 from .base import (Emitted, Trainer, facts, fill_in_comment, nearest_optimizer_offload, nearest_schedule,
                    option_lines, option_words, overlap_value, partition_of, planned_overlaps, read_error, stage_plans,
                    uniform_cover, used_options, with_plan)
@@ -397,7 +398,7 @@ TRAINER = Trainer(
     # arguments.py validate_args refuses --optimizer-cpu-offload with --fp8-param-gather unless the recipe is delayed
     optimizer_offload_fp8_recipes=("delayed",),
     config_kind="Megatron-LM arguments", recognises=recognises, nearest=nearest, emit=emit, read=read,
-    read_overlap=read_overlap,
+    read_overlap=read_overlap, reshard=checkpoints.megatron,
 )
 
 __all__ = ["TRAINER", "nearest", "emit", "flags", "environment", "overlaps", "read", "read_overlap", "arguments",

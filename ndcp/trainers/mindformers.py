@@ -17,6 +17,7 @@ from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
 from ..specs.recompute import HEAVIEST, MINDFORMERS_SELECT, NO_RECOMPUTE
 from ..specs.trainer_behaviour import MINDFORMERS
+from . import checkpoints
 from .base import (Emitted, Trainer, nearest_optimizer_offload, nearest_schedule, option_words, read_error,
                    stage_plans, unstated_overlaps, used_options, with_plan)
 
@@ -239,6 +240,7 @@ TRAINER = Trainer(
     optimizer_offload_zero=(), optimizer_offload_fp8_recipes=(),  # no optimizer offload modelled
     config_kind="a MindFormers YAML (parallel_config)", recognises=recognises, nearest=nearest, emit=emit, read=read,
     read_overlap=lambda text: "trainer",  # its YAML states no overlaps: it runs its own
+    reshard=checkpoints.mindformers,
 )
 
 __all__ = ["TRAINER", "nearest", "emit", "config", "read", "recognises"]

@@ -16,6 +16,7 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.strategy import StageRecompute, Strategy
 from ..specs.trainer_behaviour import TORCHTITAN
+from . import checkpoints
 from .base import (Emitted, Placeholder, Trainer, facts, fill_in_comment, nearest_optimizer_offload, nearest_schedule,
                    option_lines, partition_of, read_error, stage_plans, uniform_cover, unstated_overlaps, with_plan)
 
@@ -351,6 +352,7 @@ TRAINER = Trainer(
     config_kind="torchtitan arguments (--module/--config)",
     recognises=recognises, nearest=nearest, emit=emit, read=read,
     read_overlap=lambda text: "trainer",  # its arguments state no overlaps: it runs its own (none, eager)
+    reshard=checkpoints.torchtitan,
 )
 
 __all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]
