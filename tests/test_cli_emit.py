@@ -67,7 +67,11 @@ def test_estimate_strategy_from_each_trainer_gives_the_same_estimate(capsys, tmp
             continue
         got, _ = run(capsys, "estimate", *TINY, "--strategy-from", str(path), "--json", "-")
         assert json.loads(got)["strategy"] == json.loads(expected)["strategy"], kind
-        assert json.loads(got)["time"] == json.loads(expected)["time"], kind
+        got, want = json.loads(got), json.loads(expected)
+        band = "step_seconds_band"  # the band rests on the trainer's evidence (docs/evidence.md): the file's trainer
+        assert {k: v for k, v in got["time"].items() if k != band} == {
+            k: v for k, v in want["time"].items() if k != band}, kind
+        assert (f"trainer {kind}" in got["evidence"]["features_without_evidence"]) == (kind == "mindformers")
 
 
 def test_search_strategy_from_pins_what_the_file_fixes(capsys, tmp_path):

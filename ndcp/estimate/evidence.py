@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from math import ceil, floor
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
@@ -34,6 +35,7 @@ from ..specs.model import ModelSpec
 from ..specs.recompute import KEEPS_ALL, OPTION_BY_NAME, RECOMPUTE_MODES
 from ..specs.run import RunSpec
 from ..specs.strategy import Strategy
+from .overlap import strategy_overlaps
 
 TABLE_PATH = Path(__file__).with_name("evidence_table.json")
 DEFAULT_CONFIDENCE = 0.9
@@ -133,8 +135,10 @@ def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_nam
         features.add(f"moe dispatcher {run.moe_dispatcher}")
     if strategy.optimizer_offload:
         features.add("optimizer offload")
-    if run.overlap != "trainer":
-        features |= {f"overlap {part}" for part in run.overlap.split("+")}
+    if run.overlap != "trainer":  # the overlaps this plan runs that the trainer's defaults would not (a file's
+        # read-back overlaps that change nothing here, e.g. p2p without virtual stages, are no feature)
+        beyond = strategy_overlaps(run, strategy) - strategy_overlaps(replace(run, overlap="trainer"), strategy)
+        features |= {f"overlap {part}" for part in sorted(beyond)}
     if run.torch_compile:
         features.add("torch.compile")
     if run.optimizer_state_dtype != "fp32":
