@@ -1,0 +1,81 @@
+"""The exhaustive oracle streams: its ranking, nearest misses and counts are those of pricing every strategy and
+sorting them all; its time limit and Ctrl-C return the best priced so far; it refuses spaces above its size."""
+import pytest
+
+from ndcp.solve import exhaustive, greedy, result as results
+from ndcp.solve.exhaustive import exhaustive_search
+from ndcp.solve.greedy import greedy_search
+from ndcp.solve.result import CTRL_C, TIME_LIMIT, Evaluated, Ranking, evaluate, nearest_misses
+from ndcp.space import SearchSpace
+from ndcp.specs import ClusterSpec, RunSpec, device_preset
+from ndcp.specs.fields import SpecError
+from ndcp.specs.library import load_model
+
+# Under 30 GiB some strategies fit and many do not: the ranking and the nearest misses both have work to do.
+SPACE = SearchSpace(load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 16),
+                    RunSpec(global_batch=64, seq_len=8192, memory_cap_bytes=30 * 2**30))
+LARGE = SearchSpace(load_model("llama3-70b"), ClusterSpec(device_preset("h100"), 512),
+                    RunSpec(global_batch=1024, seq_len=8192))
+
+
+def test_the_streamed_ranking_is_the_sorted_one():
+    priced = [evaluate(SPACE, s) for s in SPACE.candidates()]
+    fitting = sorted((e for e in priced if e.fits), key=Evaluated.rank_key)
+    misses = [e for e in priced if not e.fits]
+    assert fitting and misses
+    found = exhaustive_search(SPACE, top=7)
+    assert [e.strategy for e in found.strategies] == [e.strategy for e in fitting[:7]]
+    assert [e.strategy for e in found.nearest_misses] == [e.strategy for e in
+                                                          nearest_misses(misses, fitting[0].step_seconds)]
+    assert (found.over_memory, found.verified, found.status) == (len(misses), len(priced), "optimal")
+
+
+def test_a_ranking_keeps_only_what_it_reports():
+    ranking = Ranking(top=3)
+    for strategy in SPACE.candidates():
+        ranking.add(evaluate(SPACE, strategy))
+    assert len(ranking.best) == 3 and len(ranking.fastest_misses) == results.NEAREST_MISSES
+    assert ranking.fitting + ranking.misses == SPACE.size(SPACE.walk())
+
+
+def test_the_time_limit_returns_the_best_priced_so_far():
+    found = exhaustive_search(LARGE, top=3, time_limit=1.0)
+    assert found.status in ("feasible", "unknown") and found.explanation.startswith(TIME_LIMIT)
+    assert found.verified < found.space_size and found.lower_bound_seconds == 0.0
+    assert found.solve_seconds < 3.0
+
+
+def test_ctrl_c_returns_the_best_priced_so_far(monkeypatch):
+    calls = []
+
+    def interrupted_later(space, strategy):
+        calls.append(1)
+        if len(calls) == 300:
+            raise KeyboardInterrupt
+        return evaluate(space, strategy)
+
+    monkeypatch.setattr(exhaustive, "evaluate", interrupted_later)
+    found = exhaustive_search(SPACE, top=3)
+    assert found.interrupted and found.explanation.startswith(CTRL_C) and found.verified == 299
+    assert found.status == ("feasible" if found.strategies else "unknown")
+
+
+def test_greedy_answers_ctrl_c_with_the_plans_priced_so_far(monkeypatch):
+    calls, original = [], greedy.greedy_plan
+
+    def interrupted_later(space, base):
+        calls.append(1)
+        if len(calls) == 20:
+            raise KeyboardInterrupt
+        return original(space, base)
+
+    monkeypatch.setattr(greedy, "greedy_plan", interrupted_later)
+    found = greedy_search(SPACE, top=3)
+    assert found.interrupted and found.explanation.startswith(CTRL_C) and found.verified == 19
+    assert found.status in ("heuristic", "unknown")
+
+
+def test_a_space_above_the_size_cap_is_refused_up_front(monkeypatch):
+    monkeypatch.setattr(exhaustive, "MAX_CANDIDATES", 100)
+    with pytest.raises(SpecError, match=r"--exhaustive would price [\d,]+ strategies \(at most 100\)"):
+        exhaustive_search(SPACE)
