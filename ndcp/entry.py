@@ -81,4 +81,14 @@ def console() -> int:
             raise
         code = interrupted(sys.argv[1:])
     _handler.answered = code
+    if signalled():
+        # An interrupt inside code a C extension ran while initialising (PyRun_String) leaves CPython's "unhandled
+        # KeyboardInterrupt" flag set, and the interpreter's exit then kills the process by SIGINT (exit -2 after
+        # the answer: seen twice in about 50 interrupted runs). The answer is written: end here, with its code.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     return code

@@ -6,7 +6,8 @@ whole (a complete document, or no file at all).
     python scripts/sigint_moments.py --moments 5 --signal TERM -- tiny --device h100 --gpus 8 --global-batch 16 \
         --seq-len 512
 
-The moments are spread evenly over one uninterrupted run's wall time (measured first). Exit 0 when every run
+The moments are spread evenly over one uninterrupted run's wall time (measured first), from FIRST_MOMENT on
+(before it the interpreter may still be starting, ahead of ndcp's first instruction). Exit 0 when every run
 passes; each failure is printed.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
+FIRST_MOMENT = 0.25  # seconds
 DEEPSEEK = ["deepseek-v3", "--device", "h100", "--gpus", "2048", "--global-batch", "8192", "--seq-len", "4096"]
 
 
@@ -88,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         _search(problem, Path(folder) / "out.json").communicate()
         duration = time.perf_counter() - start
     signum = getattr(signal, "SIG" + args.signal)
-    outcomes = [interrupt_at(problem, duration * (i + 0.5) / args.moments, signum) for i in range(args.moments)]
+    span = max(0.0, duration - FIRST_MOMENT)
+    outcomes = [interrupt_at(problem, FIRST_MOMENT + span * (i + 0.5) / args.moments, signum)
+                for i in range(args.moments)]
     for outcome in outcomes:
         print(f"{outcome.moment:7.2f} s  exit {outcome.code}  {outcome.status or '-':9}  {outcome.problem or 'ok'}")
     failed = [o for o in outcomes if o.problem]
