@@ -79,3 +79,10 @@ def test_a_space_above_the_size_cap_is_refused_up_front(monkeypatch):
     monkeypatch.setattr(exhaustive, "MAX_CANDIDATES", 100)
     with pytest.raises(SpecError, match=r"--exhaustive would price [\d,]+ strategies \(at most 100\)"):
         exhaustive_search(SPACE)
+
+
+def test_the_flag_states_the_size_cap():
+    from ndcp.options import SOLVER_OPTIONS
+
+    (option,) = [o for o in SOLVER_OPTIONS if o.flag == "--exhaustive"]
+    assert f"at most {exhaustive.MAX_CANDIDATES // 10**6} million" in option.help
