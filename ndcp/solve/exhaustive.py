@@ -53,9 +53,7 @@ def exhaustive_search(space: SearchSpace, top: int = 10, progress=None, time_lim
         lower_bound_seconds=fitting[0].step_seconds if fitting and not stop else 0.0, space_size=size,
         refused=walk.refused, verified=priced, interrupted=stop == CTRL_C, space_complete=walk.complete), start)
     if stop:
-        result.explanation = (f"{stop}: priced {priced:,} of {size:,} strategies"
-                              + ("" if walk.complete else " (the walk of the space stopped too)")
-                              + "; nothing is known of the rest (bound 0)")
+        result.explanation = _stopped(stop, priced, size, walk.complete)
     elif not fitting:
         result.explanation = explain_infeasible(space, walk, ranking.least_miss)
     return result
@@ -100,21 +98,8 @@ def _plan_candidates(space: SearchSpace, walk):
     return groups, total
 
 
-def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None) -> SearchResult:
-    """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
-    the space allows (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
-    each (item, SP) is ranked. Exponential in the stages: for tests and small cases only (SpecError above
-    MAX_PLAN_CANDIDATES)."""
-    start = time.perf_counter()
-    walk = space.walk()
-    groups, size = _plan_candidates(space, walk)
-    if size > MAX_PLAN_CANDIDATES:
-        raise SpecError(f"the per-layer exhaustive search would price {size:,} strategies (every per-stage plan of "
-                        f"every strategy; at most {MAX_PLAN_CANDIDATES:,}); use --recompute uniform with "
-                        "--exhaustive, or drop --exhaustive (CP-SAT proves the per-layer optimum)")
-    best: dict[tuple, Evaluated] = {}
-    misses: list[Evaluated] = []
-    count, incumbent = 0, None
+def _plan_strategies(space: SearchSpace, groups):
+    """((layout, mbs, mbn, sp), strategy) for every per-layer strategy of `groups` (_plan_candidates)."""
     for layout, mbs, mbn, partition, counts, stage_layers, sps, zeros in groups:
         modes = space.inner_choices(layout.tp)[2]
         for plans in itertools.product(*(_stage_plans(n, len(modes)) for n in stage_layers)):
@@ -124,24 +109,60 @@ def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None) -> 
             for sp in sps:
                 for zero in zeros:
                     base = layout.strategy(mbs, mbn, zero, sp, "none")
-                    strategy = Strategy(**{**base.__dict__, "recompute": recompute, "layers_per_stage": partition})
-                    evaluated = evaluate(space, strategy)
-                    key = (layout, mbs, mbn, sp)
-                    count += 1
-                    if not evaluated.fits:
-                        misses.append(evaluated)
-                    elif key not in best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(best[key]):
-                        best[key] = evaluated
-                        incumbent = min(incumbent or evaluated.step_seconds, evaluated.step_seconds)
-                    if progress is not None and count % 500 == 0:
-                        progress(Progress("pricing every per-stage plan", time.perf_counter() - start, incumbent,
-                                          None, count, size))
+                    yield (layout, mbs, mbn, sp), Strategy(**{**base.__dict__, "recompute": recompute,
+                                                              "layers_per_stage": partition})
+
+
+def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None, time_limit: float | None = None
+                           ) -> SearchResult:
+    """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
+    the space allows (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
+    each (item, SP) is ranked. Exponential in the stages: for tests and small cases only (SpecError above
+    MAX_PLAN_CANDIDATES). The time limit or Ctrl-C stops it as exhaustive_search."""
+    start = time.perf_counter()
+    expired = expiry(start, time_limit)
+    walk = space.walk(expired)
+    groups, size = _plan_candidates(space, walk)
+    if size > MAX_PLAN_CANDIDATES:
+        raise SpecError(f"the per-layer exhaustive search would price {size:,} strategies (every per-stage plan of "
+                        f"every strategy; at most {MAX_PLAN_CANDIDATES:,}); use --recompute uniform with "
+                        "--exhaustive, or drop --exhaustive (CP-SAT proves the per-layer optimum)")
+    best: dict[tuple, Evaluated] = {}
+    misses = Ranking(top=0)  # only misses are added: the nearest, the least memory and how many
+    count, incumbent, stop = 0, None, None if walk.complete else TIME_LIMIT
+    try:
+        for key, strategy in _plan_strategies(space, groups) if not stop else ():
+            if expired():
+                stop = TIME_LIMIT
+                break
+            evaluated = evaluate(space, strategy)
+            count += 1
+            if not evaluated.fits:
+                misses.add(evaluated)
+            elif key not in best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(best[key]):
+                best[key] = evaluated
+                incumbent = min(incumbent or evaluated.step_seconds, evaluated.step_seconds)
+            if progress is not None and count % 500 == 0:
+                progress(Progress("pricing every per-stage plan", time.perf_counter() - start, incumbent, None,
+                                  count, size))
+    except KeyboardInterrupt:
+        stop = CTRL_C
     fitting = sorted(best.values(), key=Evaluated.rank_key)
-    result = finish(SearchResult(method="exhaustive per-layer", status="optimal" if fitting else "infeasible",
-                                 strategies=[], lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0,
-                                 space_size=size, verified=count, refused=walk.refused), start, fitting, misses, top)
+    result = finish(SearchResult(
+        method="exhaustive per-layer", status="feasible" if stop else "optimal" if fitting else "infeasible",
+        strategies=[], lower_bound_seconds=fitting[0].step_seconds if fitting and not stop else 0.0,
+        space_size=size, verified=count, refused=walk.refused, interrupted=stop == CTRL_C,
+        space_complete=walk.complete), start, fitting, misses.fastest_misses, top)
+    result.over_memory = misses.misses
     result.nearest_misses = []  # unchanged: this oracle has never listed nearest misses (plan_search does)
-    if not fitting:
-        least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
-        result.explanation = explain_infeasible(space, walk, least)
+    if stop:
+        result.explanation = _stopped(stop, count, size, walk.complete)
+    elif not fitting:
+        result.explanation = explain_infeasible(space, walk, misses.least_miss)
     return result
+
+
+def _stopped(stop: str, priced: int, size: int, walked: bool) -> str:
+    """Why an oracle stopped early and how far it got."""
+    return (f"{stop}: priced {priced:,} of {size:,} strategies" + ("" if walked else " (the walk of the space stopped "
+            "too)") + "; nothing is known of the rest (bound 0)")

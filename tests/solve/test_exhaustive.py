@@ -86,3 +86,23 @@ def test_the_flag_states_the_size_cap():
 
     (option,) = [o for o in SOLVER_OPTIONS if o.flag == "--exhaustive"]
     assert f"at most {exhaustive.MAX_CANDIDATES // 10**6} million" in option.help
+
+
+def test_the_per_layer_oracle_answers_ctrl_c_and_its_time_limit(monkeypatch):
+    tiny = SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512))
+    whole = exhaustive.exhaustive_plan_search(tiny, top=3)
+    assert whole.status == "optimal" and whole.verified > 40
+    timed = exhaustive.exhaustive_plan_search(tiny, top=3, time_limit=0.0)
+    assert timed.status == "unknown" and timed.explanation.startswith(TIME_LIMIT) and timed.verified == 0
+    calls = []
+
+    def interrupted_later(space, strategy):
+        calls.append(1)
+        if len(calls) == 40:
+            raise KeyboardInterrupt
+        return evaluate(space, strategy)
+
+    monkeypatch.setattr(exhaustive, "evaluate", interrupted_later)
+    found = exhaustive.exhaustive_plan_search(tiny, top=3)
+    assert found.interrupted and found.verified == 39 and found.explanation.startswith(CTRL_C)
+    assert found.status == "feasible" and found.strategies[0].step_seconds >= whole.strategies[0].step_seconds
