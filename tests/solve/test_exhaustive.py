@@ -10,6 +10,7 @@ from ndcp.space import SearchSpace
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model
+from tests.solve.test_interrupt import interrupt_on_call
 
 # Under 30 GiB some strategies fit and many do not: the ranking and the nearest misses both have work to do.
 SPACE = SearchSpace(load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 16),
@@ -46,30 +47,14 @@ def test_the_time_limit_returns_the_best_priced_so_far():
 
 
 def test_ctrl_c_returns_the_best_priced_so_far(monkeypatch):
-    calls = []
-
-    def interrupted_later(space, strategy):
-        calls.append(1)
-        if len(calls) == 300:
-            raise KeyboardInterrupt
-        return evaluate(space, strategy)
-
-    monkeypatch.setattr(exhaustive, "evaluate", interrupted_later)
+    interrupt_on_call(monkeypatch, exhaustive, "evaluate", 300)
     found = exhaustive_search(SPACE, top=3)
     assert found.interrupted and found.explanation.startswith(CTRL_C) and found.verified == 299
     assert found.status == ("feasible" if found.strategies else "unknown")
 
 
 def test_greedy_answers_ctrl_c_with_the_plans_priced_so_far(monkeypatch):
-    calls, original = [], greedy.greedy_plan
-
-    def interrupted_later(space, base):
-        calls.append(1)
-        if len(calls) == 20:
-            raise KeyboardInterrupt
-        return original(space, base)
-
-    monkeypatch.setattr(greedy, "greedy_plan", interrupted_later)
+    interrupt_on_call(monkeypatch, greedy, "greedy_plan", 20)
     found = greedy_search(SPACE, top=3)
     assert found.interrupted and found.explanation.startswith(CTRL_C) and found.verified == 19
     assert found.status in ("heuristic", "unknown")
@@ -94,15 +79,7 @@ def test_the_per_layer_oracle_answers_ctrl_c_and_its_time_limit(monkeypatch):
     assert whole.status == "optimal" and whole.verified > 40
     timed = exhaustive.exhaustive_plan_search(tiny, top=3, time_limit=0.0)
     assert timed.status == "unknown" and timed.explanation.startswith(TIME_LIMIT) and timed.verified == 0
-    calls = []
-
-    def interrupted_later(space, strategy):
-        calls.append(1)
-        if len(calls) == 40:
-            raise KeyboardInterrupt
-        return evaluate(space, strategy)
-
-    monkeypatch.setattr(exhaustive, "evaluate", interrupted_later)
+    interrupt_on_call(monkeypatch, exhaustive, "evaluate", 40)
     found = exhaustive.exhaustive_plan_search(tiny, top=3)
     assert found.interrupted and found.verified == 39 and found.explanation.startswith(CTRL_C)
     assert found.status == "feasible" and found.strategies[0].step_seconds >= whole.strategies[0].step_seconds
