@@ -60,18 +60,42 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    # Imported here, not at the top: the frontier and the search import OR-Tools (~1 s, measured), which
-    # `ndcp models`, `devices`, `estimate` and `validate` (~0.2 s each) should not pay for.
-    from ..report.frontier import frontier_document, frontier_line, render_frontier, write_frontier_csv
-    from ..solve.frontier import MAX_POINTS, frontier
-    from ..solve.search import SearchOptions, search
+def _check_caps(args: argparse.Namespace) -> None:
+    from ..solve.frontier import MAX_POINTS
 
-    start = time.perf_counter()
     for option, value in (("--points", args.points), ("--caps", len(args.caps or ()))):
         if value > MAX_POINTS:
             raise SpecError(f"{option}: {value:,} caps is not valid; expected at most {MAX_POINTS} (each cap is a "
                             "plan solve)")
+
+
+def _strategy(args: argparse.Namespace, space: SearchSpace):
+    """The strategy whose frontier is asked: --strategy's, or the best uniform search's within half the time limit;
+    an exit code when that search finds none."""
+    from ..solve.search import SearchOptions, search
+
+    if args.strategy or args.strategy_file:
+        values = strategy_values(args)
+        values.pop("layers_per_stage", None)
+        values["recompute"] = "none"
+        return build_strategy(space.model, space.cluster, space.run, values)
+    found = search(space, "uniform", SearchOptions(top=1, time_limit=args.time_limit / 2, seed=args.seed,
+                                                   workers=args.workers))
+    if found.best is None:
+        why = "fits" if found.status == "infeasible" else "was verified before the time limit or Ctrl-C"
+        print(f"ndcp: {found.status}: no uniform-recompute strategy {why}; give one with --strategy", file=sys.stderr)
+        return EXIT_INFEASIBLE if found.status == "infeasible" else EXIT_UNKNOWN
+    return found.best.strategy
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: the frontier and the search import OR-Tools (~1 s, measured), which
+    # `ndcp models`, `devices`, `estimate` and `validate` (~0.2 s each) should not pay for.
+    from ..report.frontier import frontier_document, frontier_line, render_frontier, write_frontier_csv
+    from ..solve.frontier import frontier
+
+    start = time.perf_counter()
+    _check_caps(args)
     model, cluster, run_spec = build_problem(args)
     json_only, csv_only = stdout_owners(args)
     check_max_offset(args.max_offset, model)
@@ -83,20 +107,9 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"--caps: {gib_text(cap)} is not valid; expected a size up to the {cluster.device.name} "
                             f"device memory ({gib_text(cluster.device.memory_bytes)})")
     space = SearchSpace(model, cluster, run_spec, SpaceOptions(max_offset=args.max_offset))
-    if args.strategy or args.strategy_file:
-        values = strategy_values(args)
-        values.pop("layers_per_stage", None)
-        values["recompute"] = "none"
-        strategy = build_strategy(model, cluster, run_spec, values)
-    else:
-        found = search(space, "uniform", SearchOptions(top=1, time_limit=args.time_limit / 2, seed=args.seed,
-                                                       workers=args.workers))
-        if found.best is None:
-            print(f"ndcp: {found.status}: no uniform-recompute strategy "
-                  + ("fits; give one with --strategy" if found.status == "infeasible" else
-                     "verified before the time limit or Ctrl-C; give one with --strategy"), file=sys.stderr)
-            return EXIT_INFEASIBLE if found.status == "infeasible" else EXIT_UNKNOWN
-        strategy = found.best.strategy
+    strategy = _strategy(args, space)
+    if isinstance(strategy, int):
+        return strategy
     result = frontier(space, strategy, caps=args.caps, max_cap=capacity, count=args.points,
                       time_limit=max(0.0, args.time_limit - (time.perf_counter() - start)), seed=args.seed,
                       workers=args.workers)
