@@ -1,3 +1,3 @@
-from .cli import console
+from .entry import console
 
 raise SystemExit(console())

@@ -369,8 +369,9 @@ SPACE_OPTIONS = (
 )
 SOLVER_OPTIONS = (
     Option("--top", "strategies to rank (default 10)", positive_int, 10, metavar="K"),
-    Option("--exhaustive", "price every valid strategy (no solver)", switch=True),
-    Option("--time-limit", "CP-SAT time limit (default 60)", positive_seconds, 60.0, metavar="SECONDS"),
+    Option("--exhaustive", "price every valid strategy (no solver; at most 20 million)", switch=True),
+    Option("--time-limit", "time limit of the search, every method (default 60); at it, the best found so far",
+           positive_seconds, 60.0, metavar="SECONDS"),
     Option("--workers", "CP-SAT search workers (default 1: deterministic)", workers, 1, metavar="N"),
     Option("--seed", "CP-SAT random seed (default 0)", int32, 0, metavar="S"),
 )

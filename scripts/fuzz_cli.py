@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Fuzz the real `ndcp` CLI: model YAMLs, Hugging Face config.json files, strategy files and CLI arguments, and the
 fault categories of scripts/fuzz_faults.py (hostile files, FIFOs, devices, alias bombs, hostile runs files, escape
-sequences in names, a full disk, encodings without µ) and the sweep's of scripts/fuzz_sweep.py (corrupt, locked and
-hostile journals, killed workers, a signalled sweep then resumed).
+sequences in names, a full disk, encodings without µ), the sweep's of scripts/fuzz_sweep.py (corrupt, locked and
+hostile journals, killed workers, a signalled sweep then resumed) and scripts/fuzz_limits.py's (time limits on every
+search mode and the frontier, SIGINT/SIGTERM at random moments, the probe's internal-error reproducers).
 
 Every case must end in exit 2 with ONE `ndcp: error: ...` line on stderr (no traceback), or a valid result (exit 0/1);
 never exit 3 (internal error), never a traceback, never a hang. Cases run in-process through `ndcp.cli.main` with a
 per-case wall-clock guard (SIGALRM), plus a few true subprocess runs (`python -m ndcp`).
 
 Usage: PYTHONPATH=. python scripts/fuzz_cli.py [--cases 1000] [--subprocess 50] [--faults 200] [--sweep-faults 40]
-    [--seed 0] [--guard 20] [--show 5]
+    [--limits 30] [--seed 0] [--guard 20] [--show 5]
 Exit status: 0 when every case behaved, 1 otherwise.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +36,7 @@ if str(ROOT) not in sys.path:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzz_faults  # noqa: E402 - scripts/ is no package
 import fuzz_sweep  # noqa: E402
+import fuzz_limits  # noqa: E402
 
 # -- nasty values ------------------------------------------------------------------------------------------------
 NASTY = [0, -1, 1, 2, 3, 7, 2**31, 2**63, 2**70, 10**30, 1e30, -1e30, 1e308, 0.5, -0.0, float("nan"), float("inf"),
@@ -347,6 +350,36 @@ def _run(mode: str, case, argv: list[str], guard: float) -> tuple[int | str, str
     return run_in_process(argv, guard)
 
 
+@dataclass
+class Tally:
+    """What the cases did: exit codes by mode, the contract failures, the slowest case."""
+
+    codes: collections.Counter = field(default_factory=collections.Counter)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    slowest: tuple[float, str] = (0.0, "")
+    tracebacks: int = 0
+    internal: int = 0
+
+    def add(self, mode: str, case, code, out: str, err: str, seconds: float, why: str | None) -> None:
+        self.codes[f"{mode}:{code}"] += 1
+        if seconds > self.slowest[0]:
+            self.slowest = (seconds, f"{mode} {case.describe()}")
+        self.tracebacks += "Traceback" in err or "Traceback" in out
+        self.internal += code == 3 or "internal error" in err
+        if why:
+            self.failures.append((why, f"{mode} {case.describe()}"))
+
+
+def _limit_cases(rng: random.Random, args: argparse.Namespace, tmp: Path, tally: Tally) -> None:
+    """The limits, signals and internal-error cases (scripts/fuzz_limits.py), each in a process of its own."""
+    for i in range(args.limits):
+        case = fuzz_limits.generate_limit_case(rng)
+        argv, paths = fuzz_limits.materialise(case, tmp, i)
+        code, out, err, seconds = fuzz_limits.run_limit_case(case, argv, args.guard)
+        tally.add(f"limits/{case.kind}", case, code, out, err, seconds,
+                  fuzz_limits.judge(case, paths, code, out, err, seconds))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=1000, help="in-process cases (default 1000)")
@@ -354,39 +387,32 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=200, help="fault cases (scripts/fuzz_faults.py; default 200)")
     parser.add_argument("--sweep-faults", type=int, default=40,
                         help="sweep fault cases (scripts/fuzz_sweep.py; default 40)")
+    parser.add_argument("--limits", type=int, default=30,
+                        help="limits, signals and internal-error cases (scripts/fuzz_limits.py; default 30)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--guard", type=float, default=20.0, help="per-case wall-clock limit in seconds (default 20)")
     parser.add_argument("--show", type=int, default=5, help="failing cases to print (default 5)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    codes: collections.Counter = collections.Counter()
-    failures: list[tuple[str, str]] = []
-    slowest = (0.0, "")
-    tracebacks = internal = 0
+    tally = Tally()
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ndcp-fuzz-") as tmpdir:
         for mode, case, argv in _cases(rng, args, Path(tmpdir)):
             code, out, err, seconds = _run(mode, case, argv, args.guard)
-            if code == "skipped":
-                continue
-            codes[f"{mode}:{code}"] += 1
-            if seconds > slowest[0]:
-                slowest = (seconds, f"{mode} {case.describe()}")
-            tracebacks += "Traceback" in err or "Traceback" in out
-            internal += code == 3 or "internal error" in err
-            why = problem_with(code, out, err)
-            if why:
-                failures.append((why, f"{mode} {case.describe()}"))
-    total = sum(codes.values())
-    print(f"cases: {total} ({args.cases} in-process, {args.subprocess} subprocess, {args.faults} fault cases, "
-          f"{args.sweep_faults} sweep fault cases requested; seed {args.seed}) "
+            if code != "skipped":
+                tally.add(mode, case, code, out, err, seconds, problem_with(code, out, err))
+        _limit_cases(rng, args, Path(tmpdir), tally)
+    total = sum(tally.codes.values())
+    print(f"cases: {total} ({args.cases} in-process, {args.subprocess} subprocess, {args.faults} fault, "
+          f"{args.sweep_faults} sweep fault, {args.limits} limit cases requested; seed {args.seed}) "
           f"in {time.perf_counter() - t_start:.1f} s")
-    print(f"tracebacks: {tracebacks}   internal errors (exit 3): {internal}   contract failures: {len(failures)}")
-    print("exit codes: " + ", ".join(f"{k}={v}" for k, v in sorted(codes.items())))
-    print(f"slowest: {slowest[0]:.2f} s  {slowest[1]:.500}")
-    for why, what in failures[: args.show]:
+    print(f"tracebacks: {tally.tracebacks}   internal errors (exit 3): {tally.internal}   "
+          f"contract failures: {len(tally.failures)}")
+    print("exit codes: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.codes.items())))
+    print(f"slowest: {tally.slowest[0]:.2f} s  {tally.slowest[1]:.500}")
+    for why, what in tally.failures[: args.show]:
         print(f"FAIL {why}\n     {what:.800}")
-    return 1 if failures else 0
+    return 1 if tally.failures else 0
 
 
 if __name__ == "__main__":

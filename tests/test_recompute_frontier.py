@@ -91,3 +91,24 @@ def test_csv_and_usage_errors(capsys):
     code = main(["recompute", *PROBLEM, *STRATEGY, "--caps", "900GiB"])
     out, err = capsys.readouterr()
     assert code == 2 and err.startswith("ndcp: error: --caps")
+
+
+def test_the_time_limit_covers_the_whole_frontier():
+    model = load_model("llama3-8b")
+    cluster = ClusterSpec(device_preset("h100"), 64)
+    run = RunSpec(global_batch=256, seq_len=8192)
+    from ndcp.cli import build_strategy
+
+    strategy = build_strategy(model, cluster, run, {"tp": 2, "pp": 4, "mbs": 2, "zero": 1, "sp": True})
+    caps = [(15 + i) * GIB for i in range(40)]
+    result = frontier(SearchSpace(model, cluster, run), strategy, caps=caps, time_limit=0.5)
+    assert result.stopped == "time limit" and not result.complete and result.solve_seconds < 2.0
+    solved = set(result.infeasible_caps) | {c for p in result.points for c in p.caps}
+    assert result.unsolved_caps and sorted(solved | set(result.unsolved_caps)) == caps
+
+
+@pytest.mark.parametrize("option", [["--points", "100000"], ["--caps", ",".join(["40GiB"] * 201)]])
+def test_more_caps_than_a_frontier_solves_is_a_user_error(capsys, option):
+    code = main(["recompute", *PROBLEM, *STRATEGY, *option])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "expected at most 200" in err, err

@@ -33,6 +33,13 @@ CASES = {
     "llama3.1-405b-16384-uniform": pytest.param(
         ["llama3.1-405b", "--device", "h100", "--gpus", "16384", "--global-batch", "2048", "--seq-len", "8192",
          "--recompute", "uniform"]),
+    # the oracle and greedy price one strategy at a time (the oracle: 228,760 strategies, 57 s in full)
+    "llama3-70b-512-exhaustive": pytest.param(
+        ["llama3-70b", "--device", "h100", "--gpus", "512", "--global-batch", "1024", "--seq-len", "8192",
+         "--exhaustive", "--recompute", "uniform"]),
+    "llama3-70b-512-greedy": pytest.param(
+        ["llama3-70b", "--device", "h100", "--gpus", "512", "--global-batch", "1024", "--seq-len", "8192",
+         "--recompute", "greedy"]),
 }
 
 

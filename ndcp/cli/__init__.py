@@ -17,6 +17,7 @@ import traceback
 from typing import Callable
 
 from .. import __version__
+from ..entry import interrupted, signalled
 from ..report.output import all_or_nothing
 from ..specs.fields import SpecError
 from . import calibrate, estimate, listings, recompute, replan, search, sweep, validate
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except Exception as error:  # noqa: BLE001 - the last line of defence
+        if signalled():  # e.g. ImportError from a C extension that Ctrl-C interrupted while it initialised
+            return interrupted(argv)
         if debug:
             traceback.print_exc()
         what = error_line(error if isinstance(error, InternalError) else f"{type(error).__name__}: {error}")
@@ -81,20 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def interrupted(argv: list[str]) -> int:
-    """Ctrl-C outside a running search's own handling: before a search command has verified any strategy (while it
-    starts, reads its model, builds its space or model) its status is `unknown` (exit 4); other commands exit 130."""
-    command = next((word for word in argv if not word.startswith("-")), None)
-    if command in SEARCH_COMMANDS:
-        print("ndcp: unknown: interrupted before any strategy was verified", file=sys.stderr)
-        return EXIT_UNKNOWN
-    print("ndcp: interrupted", file=sys.stderr)
-    return EXIT_INTERRUPTED
-
-
 def console() -> int:
-    """The `ndcp` program (the console script and `python -m ndcp`): `main` in a process of its own, its garbage
-    collector tuned for one command (startup.collect_less, before_exit). Library callers and tests call `main`."""
+    """The command line in a process of its own (ndcp.entry.console calls it, its signal handler in place): `main`,
+    its garbage collector tuned for one command (startup.collect_less, before_exit). Library callers and tests call
+    `main`."""
     collect_less()
     try:
         return main()

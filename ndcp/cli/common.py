@@ -13,17 +13,17 @@ from typing import Any
 
 from rich.console import Console
 
+from ..entry import EXIT_INTERRUPTED, EXIT_UNKNOWN, SEARCH_COMMANDS
 from ..options import CLUSTER_OPTIONS, RUN_OPTIONS, add_options, strategy_options
 from ..policy import build_strategy  # also importable from here (tests)
 from ..report.output import printable
 
 # exit codes: a strategy found; proven infeasible; a user error; an internal error; stopped before any strategy was
 # verified (status unknown: nothing is known to fit or proven not to)
-EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL, EXIT_UNKNOWN = 0, 1, 2, 3, 4
-EXIT_INTERRUPTED = 130  # Ctrl-C where no search answer is at stake (128 + SIGINT, the shells' convention)
-# Commands whose answer is a search: Ctrl-C before it has verified anything is status `unknown` (exit 4), as a search
-# stopped by its time limit is; once it has, the search itself reports what it proved (ndcp.solve.result.finish).
-SEARCH_COMMANDS = ("search", "sweep", "recompute", "replan")
+EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+# EXIT_UNKNOWN (4), EXIT_INTERRUPTED (130) and SEARCH_COMMANDS, the commands whose answer is a search (Ctrl-C before
+# it has verified anything is status `unknown`, as a search stopped by its time limit is; once it has, the search
+# itself reports what it proved, ndcp.solve.result.finish), are ndcp.entry's: its handler needs them before imports.
 
 
 class UsageError(Exception):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from ..report.plots import plot_frontier
 from ..space import SearchSpace, SpaceOptions
@@ -12,7 +13,7 @@ from ..specs.strategy_text import strategy_text
 from ..options import MAX_OFFSET, int32, positive_int, positive_seconds, size_list, workers
 from ..launch import check_launch
 from ..policy import build_problem, build_strategy, check_max_offset, gib_text, strategy_values
-from .common import (EXIT_INFEASIBLE, EXIT_OK, add_problem_arguments, add_quiet_argument, add_strategy_arguments,
+from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, add_strategy_arguments,
                      console, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       output_path, stdout_owners, write_launch, write_plot)
@@ -31,7 +32,8 @@ def register(subparsers) -> None:
         "under a sweep of memory caps, each solved exactly by CP-SAT and verified with the full estimators. "
         "Default caps: 12 from the least memory any plan needs up to the capacity (--memory-cap or the device). "
         "Without --strategy, the strategy is the best `ndcp search --recompute uniform` finds. "
-        "Exit 0 when every cap has a plan, 1 when some cap is below the least memory, 2 for usage errors.",
+        "Exit 0 when every cap has a plan (or the time limit or Ctrl-C stopped it after some: the caps left are listed), "
+        "1 when some cap is below the least memory, 2 for usage errors, 4 when stopped before any plan.",
         EXAMPLE)
     add_problem_arguments(parser)
     add_strategy_arguments(parser, "as in `ndcp estimate` (its recompute is ignored); omitted: the best uniform "
@@ -39,10 +41,12 @@ def register(subparsers) -> None:
     group = parser.add_argument_group("frontier")
     group.add_argument("--caps", metavar="SIZE,...", type=size_list,
                        help="memory caps to solve under, e.g. 40GiB,50GiB,60GiB (default: 12 caps, least to capacity)")
-    group.add_argument("--points", metavar="N", type=positive_int, default=12, help="default caps (default 12)")
+    group.add_argument("--points", metavar="N", type=positive_int, default=12,
+                       help="default caps (default 12, at most 200)")
     MAX_OFFSET.add_to(group)
-    group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=10.0,
-                       help="CP-SAT time limit per plan solve (default 10)")
+    group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=60.0,
+                       help="time limit of the whole command, every plan solve and the search for the strategy "
+                            "included; at it, the caps solved so far (default 60)")
     group.add_argument("--workers", metavar="N", type=workers, default=1, help="CP-SAT workers (default 1)")
     group.add_argument("--seed", metavar="S", type=int32, default=0, help="CP-SAT random seed (default 0)")
     group = parser.add_argument_group("output")
@@ -56,13 +60,42 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def _check_caps(args: argparse.Namespace) -> None:
+    from ..solve.frontier import MAX_POINTS
+
+    for option, value in (("--points", args.points), ("--caps", len(args.caps or ()))):
+        if value > MAX_POINTS:
+            raise SpecError(f"{option}: {value:,} caps is not valid; expected at most {MAX_POINTS} (each cap is a "
+                            "plan solve)")
+
+
+def _strategy(args: argparse.Namespace, space: SearchSpace):
+    """The strategy whose frontier is asked: --strategy's, or the best uniform search's within half the time limit;
+    an exit code when that search finds none."""
+    from ..solve.search import SearchOptions, search
+
+    if args.strategy or args.strategy_file:
+        values = strategy_values(args)
+        values.pop("layers_per_stage", None)
+        values["recompute"] = "none"
+        return build_strategy(space.model, space.cluster, space.run, values)
+    found = search(space, "uniform", SearchOptions(top=1, time_limit=args.time_limit / 2, seed=args.seed,
+                                                   workers=args.workers))
+    if found.best is None:
+        why = "fits" if found.status == "infeasible" else "was verified before the time limit or Ctrl-C"
+        print(f"ndcp: {found.status}: no uniform-recompute strategy {why}; give one with --strategy", file=sys.stderr)
+        return EXIT_INFEASIBLE if found.status == "infeasible" else EXIT_UNKNOWN
+    return found.best.strategy
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: the frontier and the search import OR-Tools (~1 s, measured), which
     # `ndcp models`, `devices`, `estimate` and `validate` (~0.2 s each) should not pay for.
     from ..report.frontier import frontier_document, frontier_line, render_frontier, write_frontier_csv
     from ..solve.frontier import frontier
-    from ..solve.search import SearchOptions, search
 
+    start = time.perf_counter()
+    _check_caps(args)
     model, cluster, run_spec = build_problem(args)
     json_only, csv_only = stdout_owners(args)
     check_max_offset(args.max_offset, model)
@@ -74,20 +107,12 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"--caps: {gib_text(cap)} is not valid; expected a size up to the {cluster.device.name} "
                             f"device memory ({gib_text(cluster.device.memory_bytes)})")
     space = SearchSpace(model, cluster, run_spec, SpaceOptions(max_offset=args.max_offset))
-    if args.strategy or args.strategy_file:
-        values = strategy_values(args)
-        values.pop("layers_per_stage", None)
-        values["recompute"] = "none"
-        strategy = build_strategy(model, cluster, run_spec, values)
-    else:
-        best = search(space, "uniform", SearchOptions(top=1, time_limit=60.0, seed=args.seed,
-                                                      workers=args.workers)).best
-        if best is None:
-            print("ndcp: infeasible: no uniform-recompute strategy fits; give one with --strategy", file=sys.stderr)
-            return EXIT_INFEASIBLE
-        strategy = best.strategy
+    strategy = _strategy(args, space)
+    if isinstance(strategy, int):
+        return strategy
     result = frontier(space, strategy, caps=args.caps, max_cap=capacity, count=args.points,
-                      seconds=args.time_limit, seed=args.seed, workers=args.workers)
+                      time_limit=max(0.0, args.time_limit - (time.perf_counter() - start)), seed=args.seed,
+                      workers=args.workers)
     if args.csv:
         write_frontier_csv(model, result, args.csv)
     quiet = emit_json(args, frontier_document(model, result)) or csv_only
@@ -103,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
     if result.points and args.emit and not write_launch(
             args, check_launch(args.emit, args, (model, cluster, run_spec), result.points[-1].strategy)):
         return EXIT_INFEASIBLE
+    if result.stopped:
+        print(f"ndcp: {'feasible' if result.points else 'unknown'}: {result.stopped} with "
+              f"{len(result.unsolved_caps)} cap(s) unsolved", file=sys.stderr)
+        return EXIT_OK if result.points else EXIT_UNKNOWN
     if result.least_bytes is None:
         print(f"ndcp: infeasible: no recompute plan of this strategy fits under "
               f"{gib_text(max(args.caps or [capacity]))}", file=sys.stderr)

@@ -63,6 +63,7 @@ def frontier_document(model, result: Frontier) -> dict:
         "frontier": frontier_rows(model, result),
         "infeasible_caps_bytes": list(result.infeasible_caps),
         "complete": result.complete,
+        "unsolved_caps_bytes": list(result.unsolved_caps), "stopped": result.stopped,
         "solves": result.solves, "timing": {"solve_seconds": result.solve_seconds},
     }
 
@@ -185,7 +186,10 @@ def render_frontier(console, model, result: Frontier, degrees: str) -> None:
             console.print(line, markup=False, highlight=False)
     for cap in result.infeasible_caps:
         console.print(Text(f"cap {_g(cap)} GiB: no plan fits", style="red"))
-    if not result.complete:
+    if result.stopped:
+        console.print(Text(f"{result.stopped}: {len(result.unsolved_caps)} cap(s) left unsolved "
+                           f"({', '.join(_g(c) for c in result.unsolved_caps)} GiB)", style="yellow"))
+    elif not result.complete:
         console.print(Text("a plan solve ran out of time before finding any plan: a cap above may be reported as "
                            "infeasible only because of that (raise --time-limit)", style="yellow"))
 

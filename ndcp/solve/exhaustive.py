@@ -16,31 +16,46 @@ from ..specs.pipeline_layout import split_device_stages
 from ..specs.strategy import RecomputePlan, Strategy
 from .recompute import split_stage_counts
 from .explain import explain_infeasible
-from .result import Evaluated, Progress, SearchResult, evaluate, finish
+from .result import CTRL_C, TIME_LIMIT, Evaluated, Progress, Ranking, SearchResult, evaluate, expiry, finish
 
 
-def exhaustive_search(space: SearchSpace, top: int = 10, progress=None) -> SearchResult:
-    """Every strategy of the space, priced; the `top` fastest that fit, ranked by step time."""
+# The most strategies the exhaustive oracle prices: above it, it refuses up front (docs/solver.md §4). At about 0.25
+# ms a strategy (Llama-3-70B on 512 H100: 228,760 in 57 s), 20 million take about 80 minutes on one core.
+MAX_CANDIDATES = 20_000_000
+
+
+def exhaustive_search(space: SearchSpace, top: int = 10, progress=None, time_limit: float | None = None
+                      ) -> SearchResult:
+    """Every strategy of the space, priced; the `top` fastest that fit, ranked by step time. Strategies stream
+    through a Ranking (memory flat in the space's size); SpecError above MAX_CANDIDATES. The time limit (None: none)
+    or Ctrl-C stops the pricing: the best priced so far, status `feasible` with no bound on the rest (bound 0), or
+    `unknown` when none fit yet."""
     start = time.perf_counter()
-    walk = space.walk()
-    fitting: list[Evaluated] = []
-    misses: list[Evaluated] = []
+    expired = expiry(start, time_limit)
+    walk = space.walk(expired)
     size = space.size(walk)
-    incumbent = None
-    for count, strategy in enumerate(space.candidates(walk), 1):
-        evaluated = evaluate(space, strategy)
-        (fitting if evaluated.fits else misses).append(evaluated)
-        if evaluated.fits and (incumbent is None or evaluated.step_seconds < incumbent):
-            incumbent = evaluated.step_seconds
-        if progress is not None and count % 500 == 0:
-            progress(Progress("pricing every candidate", time.perf_counter() - start, incumbent, None, count, size))
-    fitting.sort(key=Evaluated.rank_key)
-    result = finish(SearchResult(method="exhaustive", status="optimal" if fitting else "infeasible", strategies=[],
-                                 lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0, space_size=size,
-                                 refused=walk.refused, verified=size), start, fitting, misses, top)
-    if not fitting:
-        least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
-        result.explanation = explain_infeasible(space, walk, least)
+    if size > MAX_CANDIDATES:
+        raise SpecError(f"--exhaustive would price {size:,} strategies (at most {MAX_CANDIDATES:,}); narrow the space "
+                        "with --fix or --max, or drop --exhaustive (CP-SAT proves the optimum)")
+    ranking = Ranking(top)
+
+    def report(count: int) -> None:
+        progress(Progress("pricing every candidate", time.perf_counter() - start, ranking.incumbent_seconds, None,
+                          count, size))
+
+    stop = (ranking.price(space.candidates(walk), lambda strategy: evaluate(space, strategy), expired,
+                          report if progress is not None else None) if walk.complete else TIME_LIMIT)
+    fitting = ranking.best
+    status = "feasible" if stop else "optimal" if fitting else "infeasible"
+    priced = ranking.fitting + ranking.misses
+    result = ranking.finish(SearchResult(
+        method="exhaustive", status=status, strategies=[],
+        lower_bound_seconds=fitting[0].step_seconds if fitting and not stop else 0.0, space_size=size,
+        refused=walk.refused, verified=priced, interrupted=stop == CTRL_C, space_complete=walk.complete), start)
+    if stop:
+        result.explanation = _stopped(stop, priced, size, walk.complete)
+    elif not fitting:
+        result.explanation = explain_infeasible(space, walk, ranking.least_miss)
     return result
 
 
@@ -83,21 +98,8 @@ def _plan_candidates(space: SearchSpace, walk):
     return groups, total
 
 
-def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None) -> SearchResult:
-    """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
-    the space allows (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
-    each (item, SP) is ranked. Exponential in the stages: for tests and small cases only (SpecError above
-    MAX_PLAN_CANDIDATES)."""
-    start = time.perf_counter()
-    walk = space.walk()
-    groups, size = _plan_candidates(space, walk)
-    if size > MAX_PLAN_CANDIDATES:
-        raise SpecError(f"the per-layer exhaustive search would price {size:,} strategies (every per-stage plan of "
-                        f"every strategy; at most {MAX_PLAN_CANDIDATES:,}); use --recompute uniform with "
-                        "--exhaustive, or drop --exhaustive (CP-SAT proves the per-layer optimum)")
-    best: dict[tuple, Evaluated] = {}
-    misses: list[Evaluated] = []
-    count, incumbent = 0, None
+def _plan_strategies(space: SearchSpace, groups):
+    """((layout, mbs, mbn, sp), strategy) for every per-layer strategy of `groups` (_plan_candidates)."""
     for layout, mbs, mbn, partition, counts, stage_layers, sps, zeros in groups:
         modes = space.inner_choices(layout.tp)[2]
         for plans in itertools.product(*(_stage_plans(n, len(modes)) for n in stage_layers)):
@@ -107,24 +109,60 @@ def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None) -> 
             for sp in sps:
                 for zero in zeros:
                     base = layout.strategy(mbs, mbn, zero, sp, "none")
-                    strategy = Strategy(**{**base.__dict__, "recompute": recompute, "layers_per_stage": partition})
-                    evaluated = evaluate(space, strategy)
-                    key = (layout, mbs, mbn, sp)
-                    count += 1
-                    if not evaluated.fits:
-                        misses.append(evaluated)
-                    elif key not in best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(best[key]):
-                        best[key] = evaluated
-                        incumbent = min(incumbent or evaluated.step_seconds, evaluated.step_seconds)
-                    if progress is not None and count % 500 == 0:
-                        progress(Progress("pricing every per-stage plan", time.perf_counter() - start, incumbent,
-                                          None, count, size))
+                    yield (layout, mbs, mbn, sp), Strategy(**{**base.__dict__, "recompute": recompute,
+                                                              "layers_per_stage": partition})
+
+
+def exhaustive_plan_search(space: SearchSpace, top: int = 10, progress=None, time_limit: float | None = None
+                           ) -> SearchResult:
+    """The per-layer oracle: every strategy of the space with every per-stage recompute plan and every partition
+    the space allows (space.partition_offset, as recompute.PlanModel searches), priced in full; the best plan of
+    each (item, SP) is ranked. Exponential in the stages: for tests and small cases only (SpecError above
+    MAX_PLAN_CANDIDATES). The time limit or Ctrl-C stops it as exhaustive_search."""
+    start = time.perf_counter()
+    expired = expiry(start, time_limit)
+    walk = space.walk(expired)
+    groups, size = _plan_candidates(space, walk)
+    if size > MAX_PLAN_CANDIDATES:
+        raise SpecError(f"the per-layer exhaustive search would price {size:,} strategies (every per-stage plan of "
+                        f"every strategy; at most {MAX_PLAN_CANDIDATES:,}); use --recompute uniform with "
+                        "--exhaustive, or drop --exhaustive (CP-SAT proves the per-layer optimum)")
+    best: dict[tuple, Evaluated] = {}
+    misses = Ranking(top=0)  # only misses are added: the nearest, the least memory and how many
+    count, incumbent, stop = 0, None, None if walk.complete else TIME_LIMIT
+    try:
+        for key, strategy in _plan_strategies(space, groups) if not stop else ():
+            if expired():
+                stop = TIME_LIMIT
+                break
+            evaluated = evaluate(space, strategy)
+            count += 1
+            if not evaluated.fits:
+                misses.add(evaluated)
+            elif key not in best or Evaluated.rank_key(evaluated) < Evaluated.rank_key(best[key]):
+                best[key] = evaluated
+                incumbent = min(incumbent or evaluated.step_seconds, evaluated.step_seconds)
+            if progress is not None and count % 500 == 0:
+                progress(Progress("pricing every per-stage plan", time.perf_counter() - start, incumbent, None,
+                                  count, size))
+    except KeyboardInterrupt:
+        stop = CTRL_C
     fitting = sorted(best.values(), key=Evaluated.rank_key)
-    result = finish(SearchResult(method="exhaustive per-layer", status="optimal" if fitting else "infeasible",
-                                 strategies=[], lower_bound_seconds=fitting[0].step_seconds if fitting else 0.0,
-                                 space_size=size, verified=count, refused=walk.refused), start, fitting, misses, top)
+    result = finish(SearchResult(
+        method="exhaustive per-layer", status="feasible" if stop else "optimal" if fitting else "infeasible",
+        strategies=[], lower_bound_seconds=fitting[0].step_seconds if fitting and not stop else 0.0,
+        space_size=size, verified=count, refused=walk.refused, interrupted=stop == CTRL_C,
+        space_complete=walk.complete), start, fitting, misses.fastest_misses, top)
+    result.over_memory = misses.misses
     result.nearest_misses = []  # unchanged: this oracle has never listed nearest misses (plan_search does)
-    if not fitting:
-        least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
-        result.explanation = explain_infeasible(space, walk, least)
+    if stop:
+        result.explanation = _stopped(stop, count, size, walk.complete)
+    elif not fitting:
+        result.explanation = explain_infeasible(space, walk, misses.least_miss)
     return result
+
+
+def _stopped(stop: str, priced: int, size: int, walked: bool) -> str:
+    """Why an oracle stopped early and how far it got."""
+    return (f"{stop}: priced {priced:,} of {size:,} strategies" + ("" if walked else " (the walk of the space stopped "
+            "too)") + "; nothing is known of the rest (bound 0)")

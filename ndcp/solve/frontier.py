@@ -17,11 +17,16 @@ from ..estimate.layout import partition
 from ..space import Layout, SearchSpace
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .recompute import PlanModel, PlanTimeout
-from .result import TIE, Evaluated, evaluate
+from .result import CTRL_C, TIE, TIME_LIMIT, Evaluated, evaluate
 
 MIB, GIB = 2**20, 2**30
 RESOLUTION = 16 * MIB  # the least memory is found to within this
 RETRIES = 4  # solutions over the cap once priced in full, excluded before giving up on a cap
+MAX_POINTS = 200  # the most caps one frontier solves (`ndcp recompute --points`, --caps): a few seconds each
+
+
+class _OutOfTime(Exception):
+    """The frontier's time limit has passed: the caps not solved yet stay unsolved."""
 
 
 @dataclass
@@ -57,6 +62,8 @@ class Frontier:
     solve_seconds: float = 0.0
     solves: int = 0
     complete: bool = True  # False when a plan solve ran out of time: a cap read as infeasible may not be
+    unsolved_caps: list[int] = field(default_factory=list)  # requested caps left unsolved when the frontier stopped
+    stopped: str | None = None  # why it stopped before every cap was solved: TIME_LIMIT or CTRL_C (None: it did not)
 
     def marginal(self) -> list[float | None]:
         """Per point: seconds of step time per GiB of peak saved by moving to the next tighter point (None for the
@@ -87,10 +94,10 @@ def _space_at(space: SearchSpace, cap: int) -> SearchSpace:
 
 
 class _Solver:
-    def __init__(self, space: SearchSpace, strategy: Strategy, seconds: float, seed: int, workers: int):
+    def __init__(self, space: SearchSpace, strategy: Strategy, deadline: float, seed: int, workers: int):
         layout = Layout(strategy.tp, strategy.pp, strategy.cp, strategy.dp, strategy.ep, strategy.etp, strategy.vpp,
                         strategy.cp_comm, strategy.schedule, strategy.optimizer_offload, strategy.dp_shard)
-        self.space, self.seconds, self.seed, self.workers = space, seconds, seed, workers
+        self.space, self.deadline, self.seed, self.workers = space, deadline, seed, workers
         self.model = PlanModel(space, layout, strategy.mbs, strategy.mbn, strategy.sp,
                                tuple(space.inner_choices(strategy.tp)[2]),
                                [strategy.zero])
@@ -102,9 +109,12 @@ class _Solver:
         space = _space_at(self.space, cap)
         exclude: tuple = ()
         for _ in range(RETRIES + 1):
+            seconds = self.deadline - time.perf_counter()  # each solve has what is left of the frontier's time
+            if seconds <= 0:
+                raise _OutOfTime
             self.solves += 1
             try:
-                solution = self.model.solve(cap, self.seconds, self.seed, self.workers, exclude)
+                solution = self.model.solve(cap, seconds, self.seed, self.workers, exclude)
             except PlanTimeout:  # unknown under this cap: reported, and read as no plan found
                 self.timed_out = True
                 return None
@@ -139,20 +149,36 @@ def default_caps(least: int, most: int, count: int = 12) -> list[int]:
 
 
 def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = None, max_cap: int | None = None,
-             count: int = 12, seconds: float = 10.0, seed: int = 0,
-             workers: int = 1) -> Frontier:
+             count: int = 12, time_limit: float = 60.0, seed: int = 0, workers: int = 1) -> Frontier:
     """The memory-time frontier of `strategy` over `caps` (default: `count` caps from the least memory any plan needs
-    up to `max_cap`, default the run's capacity); uneven partitions within the space's options.max_offset."""
+    up to `max_cap`, default the run's capacity); uneven partitions within the space's options.max_offset. The time
+    limit covers the whole frontier (each plan solve has what is left); at it, or on Ctrl-C, the points solved so far
+    and the caps left (`unsolved_caps`, `stopped`). At most MAX_POINTS caps (ValueError above)."""
+    if max(count, len(caps or ())) > MAX_POINTS:
+        raise ValueError(f"a frontier solves at most {MAX_POINTS} caps, not {max(count, len(caps or ())):,}")
     start = time.perf_counter()
-    solver = _Solver(space, strategy, seconds, seed, workers)
+    solver = _Solver(space, strategy, start + time_limit, seed, workers)
     most = max_cap or space.run.capacity(space.cluster.device.memory_bytes)
-    least = least_memory(solver, max(caps) if caps else most)
-    out = Frontier(strategy, least)
-    if caps is None:
-        caps = default_caps(least, most, count) if least is not None else [most]
+    out = Frontier(strategy, None)
+    try:
+        out.least_bytes = least_memory(solver, max(caps) if caps else most)
+        if caps is None:
+            caps = default_caps(out.least_bytes, most, count) if out.least_bytes is not None else [most]
+        _solve_caps(solver, out, sorted(set(caps)))
+    except (_OutOfTime, KeyboardInterrupt) as stop:
+        out.stopped = TIME_LIMIT if isinstance(stop, _OutOfTime) else CTRL_C
+        done = set(out.infeasible_caps) | {c for p in out.points for c in p.caps}
+        out.unsolved_caps = [c for c in sorted(set(caps or [most])) if c not in done]
+    out.solves, out.complete = solver.solves, not solver.timed_out and out.stopped is None
+    out.solve_seconds = time.perf_counter() - start
+    return out
+
+
+def _solve_caps(solver: _Solver, out: Frontier, caps: list[int]) -> None:
+    """The frontier's points under `caps` (ascending), into `out`."""
     previous: FrontierPoint | None = None
-    for cap in sorted(set(caps)):
-        found = solver.fastest(cap) if least is not None and cap >= least else None
+    for cap in caps:
+        found = solver.fastest(cap) if out.least_bytes is not None and cap >= out.least_bytes else None
         if found is None:
             out.infeasible_caps.append(cap)
             continue
@@ -163,9 +189,6 @@ def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = No
             continue
         previous = FrontierPoint([cap], evaluated, solution.bound_seconds, solution.proven)
         out.points.append(previous)
-    out.solves, out.complete = solver.solves, not solver.timed_out
-    out.solve_seconds = time.perf_counter() - start
-    return out
 
 
-__all__ = ["Frontier", "FrontierPoint", "frontier", "least_memory", "default_caps", "stage_counts"]
+__all__ = ["Frontier", "FrontierPoint", "frontier", "MAX_POINTS", "least_memory", "default_caps", "stage_counts"]

@@ -20,7 +20,7 @@ from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
 from .explain import explain_infeasible
 from .recompute import plan_from_stage_totals
-from .result import Evaluated, Progress, SearchResult, evaluate, finish
+from .result import CTRL_C, TIME_LIMIT, Evaluated, Progress, Ranking, SearchResult, evaluate, expiry
 
 STATUS = "heuristic"  # a greedy plan carries no proof: it is never "optimal" nor "feasible" with a bound
 
@@ -83,38 +83,37 @@ def greedy_search(space: SearchSpace, top: int = 10, progress=None, time_limit: 
 
     Status `heuristic` when something fits: the ranking is of greedy plans only, with no bound on what a better plan
     could reach (`ndcp search --recompute per-layer` gives the proven optimum). `infeasible` when no candidate fits
-    even with every layer fully recomputed (the least memory the default partition allows). A time limit stops the
-    walk early; the result says how many candidates were priced."""
+    even with every layer fully recomputed (the least memory the default partition allows). The time limit or
+    Ctrl-C stops the walk early: the plans priced so far (`unknown` when none fits yet), the result saying how
+    many candidates were priced."""
     start = time.perf_counter()
-    walk = space.walk()
-    fitting: list[Evaluated] = []
-    misses: list[Evaluated] = []
+    expired = expiry(start, time_limit)
+    walk = space.walk(expired)
     candidates = []
     for layout, mbs, mbn in walk.batches:
         _, sps, _ = space.inner_choices(layout.tp)
         candidates += [(layout, mbs, mbn, sp, zero) for sp in sps for zero in space.zero_stages(layout)]
-    stopped = False
-    for count, (layout, mbs, mbn, sp, zero) in enumerate(candidates, 1):
-        if time_limit is not None and time.perf_counter() - start > time_limit:
-            stopped = True
-            break
-        evaluated = greedy_plan(space, layout.strategy(mbs, mbn, zero, sp, "none"))
-        (fitting if evaluated.fits else misses).append(evaluated)
-        if progress is not None and count % 50 == 0:
-            best = min((e.step_seconds for e in fitting), default=None)
-            progress(Progress("greedy plan per candidate", time.perf_counter() - start, best, None, count,
-                              len(candidates)))
-    fitting.sort(key=Evaluated.rank_key)
-    result = finish(SearchResult(
-        method="greedy", status=STATUS if fitting else ("infeasible" if not stopped else "feasible"),
-        strategies=[], lower_bound_seconds=0.0, space_size=len(candidates), refused=walk.refused,
-        verified=len(fitting) + len(misses)), start, fitting, misses, top)
-    if stopped:
-        result.explanation = (f"time limit: greedy plans priced for {len(fitting) + len(misses):,} of "
-                              f"{len(candidates):,} candidates")
-    elif not fitting:
-        least = min(misses, key=lambda e: (e.memory.peak_bytes, e.strategy.key()), default=None)
-        result.explanation = explain_infeasible(space, walk, least)
+    ranking = Ranking(top)
+
+    def report(count: int) -> None:
+        progress(Progress("greedy plan per candidate", time.perf_counter() - start, ranking.incumbent_seconds, None,
+                          count, len(candidates)))
+
+    def price(candidate) -> Evaluated:
+        layout, mbs, mbn, sp, zero = candidate
+        return greedy_plan(space, layout.strategy(mbs, mbn, zero, sp, "none"))
+
+    stop = (ranking.price(candidates, price, expired, report if progress is not None else None, every=50)
+            if walk.complete else TIME_LIMIT)
+    priced = ranking.fitting + ranking.misses
+    result = ranking.finish(SearchResult(
+        method="greedy", status=STATUS if ranking.best else "feasible" if stop else "infeasible", strategies=[],
+        lower_bound_seconds=0.0, space_size=len(candidates), refused=walk.refused, verified=priced,
+        interrupted=stop == CTRL_C, space_complete=walk.complete), start)
+    if stop:
+        result.explanation = f"{stop}: greedy plans priced for {priced:,} of {len(candidates):,} candidates"
+    elif not ranking.best:
+        result.explanation = explain_infeasible(space, walk, ranking.least_miss)
     return result
 
 

@@ -1,4 +1,5 @@
-"""Ctrl-C during a CP-SAT solve: stop the search at once and raise KeyboardInterrupt once it has returned.
+"""Ctrl-C (or SIGTERM, in the `ndcp` program) during a CP-SAT solve: stop the search at once and raise
+KeyboardInterrupt once it has returned.
 
 Left alone, CP-SAT catches SIGINT itself (`catch_sigint_signal`), stops and returns as if its time had run out: the
 interrupt is lost and a search could report a result as if nothing happened. Without that, Python only runs its
@@ -29,7 +30,7 @@ class _Watcher:
 
     def _watch(self) -> None:
         while True:
-            if os.read(self.read_end, 1) == bytes([signal.SIGINT]):
+            if os.read(self.read_end, 1)[0] in STOPPING:
                 self.interrupt()
 
     def interrupt(self) -> None:
@@ -46,6 +47,23 @@ class _Watcher:
 
 
 _watcher: _Watcher | None = None
+# The signals that stop a solve: SIGINT, and SIGTERM where the process's handler counts it (the `ndcp` program's,
+# ndcp.entry.Signals: its `note` counts a signal, exiting at once on the second); a library caller's SIGTERM is its own.
+STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
+def _counts(handler) -> bool:
+    return callable(getattr(handler, "note", None))
+
+
+def _during_solve(previous):
+    """The handler while a solve runs: the watcher stops the solve and the interrupt is raised once it returns; the
+    process's own handler still counts the signal (a second one exits at once)."""
+    def handler(signum, frame) -> None:
+        if _counts(previous):
+            previous.note(signum)
+        _watcher.interrupt()
+    return handler
 
 
 def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> int:
@@ -57,15 +75,17 @@ def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> 
         _watcher = _Watcher()
     solver.parameters.catch_sigint_signal = False
     _watcher.attach(solver)
-    # Python runs this handler after the solve returns (before the checks below): the interrupt is never missed
+    # Python runs these handlers after the solve returns (before the checks below): the interrupt is never missed
     # even if it lands just as the solve ends, before the watcher thread has read the pipe.
-    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: _watcher.interrupt())
+    previous_handlers = {signum: signal.signal(signum, _during_solve(signal.getsignal(signum)))
+                         for signum in STOPPING if signum == signal.SIGINT or _counts(signal.getsignal(signum))}
     previous_fd = signal.set_wakeup_fd(_watcher.write_end)
     try:
         status = solver.solve(model, callback)
     finally:
         signal.set_wakeup_fd(previous_fd)
-        signal.signal(signal.SIGINT, previous_handler)
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
         interrupted = _watcher.attach(None)
     if interrupted:
         raise KeyboardInterrupt

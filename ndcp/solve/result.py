@@ -1,10 +1,11 @@
 """Search results shared by the exhaustive oracle and the CP-SAT search: verified strategies and the proof status."""
 from __future__ import annotations
 
+import bisect
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..estimate.communication import EXPERT_RANK_ORDER, RANK_ORDER
 from ..estimate.memory import MemoryEstimate, estimate_memory
@@ -160,6 +161,76 @@ class SearchResult:
 def nearest_misses(misses: Iterable[Evaluated], best: float) -> list[Evaluated]:
     """The NEAREST_MISSES fastest strategies refused by memory that are faster than `best` seconds, ranked."""
     return sorted((e for e in misses if e.step_seconds < best), key=Evaluated.rank_key)[:NEAREST_MISSES]
+
+
+TIME_LIMIT, CTRL_C = "time limit", "Ctrl-C"  # why a search stopped before its end (its explanation starts so)
+
+
+def expiry(start: float, time_limit: float | None) -> Callable[[], bool]:
+    """Whether `time_limit` seconds have passed since `start` (a time.perf_counter() value); never, for None."""
+    if time_limit is None:
+        return lambda: False
+    deadline = start + time_limit
+    return lambda: time.perf_counter() > deadline
+
+
+class Ranking:
+    """The fitting strategies' `top` best, the nearest misses and the least-memory miss of a stream of priced
+    strategies, kept as they arrive: a stream of any length holds top + NEAREST_MISSES + 1 of them (the exhaustive
+    oracle and greedy price hundreds of thousands). Ties are ranked by Evaluated.rank_key, as a sorted list is."""
+
+    def __init__(self, top: int):
+        self.top = top
+        self.best: list[Evaluated] = []  # the `top` fastest that fit, ranked
+        self.fastest_misses: list[Evaluated] = []  # the NEAREST_MISSES fastest refused by memory, ranked
+        self.least_miss: Evaluated | None = None  # the miss of least peak memory (why nothing fits)
+        self.fitting = 0
+        self.misses = 0
+
+    def add(self, evaluated: Evaluated) -> None:
+        if evaluated.fits:
+            self.fitting += 1
+            _keep(self.best, evaluated, self.top)
+            return
+        self.misses += 1
+        _keep(self.fastest_misses, evaluated, NEAREST_MISSES)
+        if self.least_miss is None or _memory_key(evaluated) < _memory_key(self.least_miss):
+            self.least_miss = evaluated
+
+    def price(self, items: Iterable, price: Callable[..., Evaluated], expired: Callable[[], bool],
+              report: Callable[[int], None] | None = None, every: int = 500) -> str | None:
+        """Add `price(item)` for each of `items` until they end (returns None), `expired()` (TIME_LIMIT) or Ctrl-C
+        (CTRL_C); `report(count)` after every `every` items."""
+        try:
+            for count, item in enumerate(items, 1):
+                if expired():
+                    return TIME_LIMIT
+                self.add(price(item))
+                if report is not None and count % every == 0:
+                    report(count)
+        except KeyboardInterrupt:
+            return CTRL_C
+        return None
+
+    @property
+    def incumbent_seconds(self) -> float | None:
+        return self.best[0].step_seconds if self.best else None
+
+    def finish(self, result: SearchResult, start: float) -> SearchResult:
+        """`finish(result, start, ...)` with what the stream kept (over_memory counts every miss)."""
+        finish(result, start, self.best, self.fastest_misses, self.top)
+        result.over_memory = self.misses
+        return result
+
+
+def _keep(ranked: list[Evaluated], evaluated: Evaluated, most: int) -> None:
+    if len(ranked) < most or Evaluated.rank_key(evaluated) < Evaluated.rank_key(ranked[-1]):
+        bisect.insort(ranked, evaluated, key=Evaluated.rank_key)
+        del ranked[most:]
+
+
+def _memory_key(evaluated: Evaluated) -> tuple:
+    return evaluated.memory.peak_bytes, evaluated.strategy.key()
 
 
 def finish(result: SearchResult, start: float, ranked: list[Evaluated] | None = None, misses: list[Evaluated] = (),

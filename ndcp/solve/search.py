@@ -23,7 +23,7 @@ class SearchOptions:
     partitions included, is the space's SpaceOptions)."""
 
     top: int = 10
-    time_limit: float = 60.0  # seconds (CP-SAT methods and greedy; the oracles run to the end)
+    time_limit: float = 60.0  # seconds (every method)
     seed: int = 0
     workers: int = 1
     progress: Callable[[Progress], None] | None = None
@@ -46,9 +46,9 @@ def search(space: SearchSpace, method: str, options: SearchOptions = SearchOptio
     if method == "greedy":
         return greedy_search(space, top=o.top, progress=o.progress, time_limit=o.time_limit)
     if method == "exhaustive per-layer":
-        return exhaustive_plan_search(space, top=o.top, progress=o.progress)
+        return exhaustive_plan_search(space, top=o.top, progress=o.progress, time_limit=o.time_limit)
     if method == "exhaustive":
-        return exhaustive_search(space, top=o.top, progress=o.progress)
+        return exhaustive_search(space, top=o.top, progress=o.progress, time_limit=o.time_limit)
     if method == "per-layer":
         return plan_search(space, top=o.top, time_limit=o.time_limit, seed=o.seed, workers=o.workers,
                            progress=o.progress)
