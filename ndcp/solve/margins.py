@@ -1,14 +1,13 @@
-"""The confidence margin in the linear memory bounds (docs/evidence.md §4; estimate/confidence.py): the bytes of the
+"""The confidence margin in the linear memory bounds (docs/confidence.md §2; estimate/confidence.py): the bytes of the
 capacity a plan's peak upper edge keeps free at the run's confidence, one term added to a plan's memory wherever a
 model or bound compares it with the capacity (memory + margin <= capacity: the peak's upper edge within it).
 
 A plan's margin depends on the features it rests on (estimate/evidence.py plan_features): those its batch item and
 ZeRO stage fix, and the recompute option families its layers run.
 - The uniform model knows every point's features: its margin is exact per point (`point_margin`).
-- The per-layer plan model decides the families itself: for each ZeRO stage and each set S of the families searched
-  it holds the margin of a plan running exactly S, applied once every family of S is in use (`PlanMargins`), so the
-  margin a plan gets is the largest over the sets of families it uses, its own among them: exact when running one
-  more family never lowers the margin, conservative (never optimistic) otherwise.
+- The per-layer plan model decides the families itself: per ZeRO stage it holds the margin of a plan running exactly
+  each set of the families searched (`PlanMargins`), one boolean per family telling whether any layer runs it; the
+  model is exact (one entry, whatever the families, when they all give the same margin).
 - The memory-aware item bounds take the least margin of any plan of the item (`least_margin`): still lower bounds.
 At confidence 0 every margin is 0 and the models are today's, term for term.
 """
@@ -18,7 +17,7 @@ from functools import lru_cache
 from itertools import combinations
 from typing import NamedTuple
 
-from ..estimate.confidence import features_margin
+from ..estimate.confidence import features_high, margin_bytes
 from ..estimate.evidence import plan_features, recompute_families
 from ..space import SearchSpace
 from ..specs.recompute import RecomputePlan
@@ -33,20 +32,24 @@ def space_capacity(space: SearchSpace) -> int:
 def point_margin(space: SearchSpace, strategy: Strategy) -> int:
     """The margin of one whole plan (its features all known)."""
     features = plan_features(space.model, strategy, space.run, space.cluster.device.name)
-    return features_margin(space_capacity(space), features, space.run.confidence)
+    return margin_bytes(space_capacity(space), features_high(features, space.run.confidence))
 
 
 class FamilyMargin(NamedTuple):
-    """A plan running at least these recompute option families keeps at least `margin` bytes free."""
+    """A plan running exactly these recompute option families has the band factor `memory_high` on its peak
+    (families empty: whatever families it runs); under a capacity it keeps `margin(capacity)` bytes free."""
 
     families: frozenset[str]
-    margin: int
+    memory_high: float
+
+    def margin(self, capacity_bytes: int) -> int:
+        return margin_bytes(capacity_bytes, self.memory_high)
 
 
 class PlanMargins(NamedTuple):
     """The margins of one plan sub-model: the modes of each recompute family searched, and per ZeRO stage of the
-    sub-model the FamilyMargin entries that bind (an entry no larger than one of a subset of its families is left
-    out; none at all at confidence 0)."""
+    sub-model its FamilyMargin entries (entries of factor 1 left out: none at all at confidence 0). The sub-model is
+    solved under a capacity (the run's, or a frontier's cap), which turns each factor into bytes."""
 
     families: tuple[tuple[str, tuple[str, ...]], ...]  # (family, its modes), families sorted
     per_zero: tuple[tuple[FamilyMargin, ...], ...]
@@ -54,6 +57,11 @@ class PlanMargins(NamedTuple):
     @property
     def any(self) -> bool:
         return any(self.per_zero)
+
+    @property
+    def by_family(self) -> bool:
+        """Whether some entry holds for one set of families only (the model then needs the families' booleans)."""
+        return any(e.families for entries in self.per_zero for e in entries)
 
 
 NO_MARGINS = PlanMargins((), ())  # a sub-model at confidence 0, or built by hand
@@ -76,29 +84,25 @@ def plan_margins(space: SearchSpace, base: Strategy, modes: tuple[str, ...], zer
         return PlanMargins(families, tuple(() for _ in zeros))
     run, device = space.run, space.cluster.device.name
     own = frozenset(recompute_families(base))
-    per_zero = tuple(_binding(space_capacity(space), plan_features(space.model, base.with_zero(z), run, device) - own,
+    per_zero = tuple(_entries(plan_features(space.model, base.with_zero(z), run, device) - own,
                               tuple(f for f, _ in families), run.confidence) for z in zeros)
     return PlanMargins(families, per_zero)
 
 
 @lru_cache(maxsize=4096)
-def _every_set(capacity: int, fixed: frozenset[str], families: tuple[str, ...], confidence: float
-               ) -> tuple[FamilyMargin, ...]:
-    """The margin of a plan running each non-empty set of `families` beside the `fixed` features, smaller sets
-    first."""
-    return tuple(FamilyMargin(chosen, features_margin(capacity, fixed | chosen, confidence))
+def _every_set(fixed: frozenset[str], families: tuple[str, ...], confidence: float) -> tuple[FamilyMargin, ...]:
+    """The band factor of a plan running exactly each non-empty set of `families` beside the `fixed` features."""
+    return tuple(FamilyMargin(chosen, features_high(fixed | chosen, confidence))
                  for size in range(1, len(families) + 1) for chosen in map(frozenset, combinations(families, size)))
 
 
 @lru_cache(maxsize=4096)
-def _binding(capacity: int, fixed: frozenset[str], families: tuple[str, ...], confidence: float
-             ) -> tuple[FamilyMargin, ...]:
-    """_every_set's entries that bind: larger than the margin of every subset of their families kept before."""
-    kept: list[FamilyMargin] = []
-    for entry in _every_set(capacity, fixed, families, confidence):
-        if entry.margin > max((e.margin for e in kept if e.families <= entry.families), default=0):
-            kept.append(entry)
-    return tuple(kept)
+def _entries(fixed: frozenset[str], families: tuple[str, ...], confidence: float) -> tuple[FamilyMargin, ...]:
+    """_every_set's entries above factor 1, or one entry for any families when every set has the same factor."""
+    every = _every_set(fixed, families, confidence)
+    if len({e.memory_high for e in every}) == 1:
+        return (FamilyMargin(frozenset(), every[0].memory_high),) if every[0].memory_high > 1 else ()
+    return tuple(e for e in every if e.memory_high > 1)
 
 
 def least_margin(space: SearchSpace, base: Strategy, modes: tuple[str, ...], zeros) -> int:
@@ -110,9 +114,9 @@ def least_margin(space: SearchSpace, base: Strategy, modes: tuple[str, ...], zer
     families = tuple(f for f, _ in mode_families(tuple(modes)))
     zeros = [z for z in zeros if z is not None] or list(space.inner_choices(base.tp)[0])
     capacity = space_capacity(space)
-    return min(e.margin for z in zeros
-               for e in _every_set(capacity, plan_features(space.model, base.with_zero(z), run, device) - own,
-                                   families, run.confidence))
+    return min(e.margin(capacity) for z in zeros
+               for e in _every_set(plan_features(space.model, base.with_zero(z), run, device) - own, families,
+                                   run.confidence))
 
 
 __all__ = ["point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin", "mode_families", "NO_MARGINS",

@@ -46,7 +46,7 @@ def build_plan_model(c: PlanCoefficients, capacity: int, exclude: tuple[tuple[in
         sizes.append(size)
         counts.append(n)
     if c.margins.any:
-        add_margin(m, c, zero, counts, margin)
+        add_margin(m, c, zero, counts, margin, capacity)
     if not c.partition_fixed:  # the stages hold every layer
         m.add(sum(sizes) == c.total_layers)
     free_sizes = [] if c.partition_fixed else sizes
@@ -103,21 +103,23 @@ def add_kind_rule(m: cp_model.CpModel, n: dict, moe_layers: int, s: int) -> None
         m.add(sum(n.get(("dense", o), 0) for o in prefix) == 0).only_enforce_if(~moe_covered)
 
 
-def add_margin(m: cp_model.CpModel, c: PlanCoefficients, zero: list, counts: list, margin) -> None:
-    """`margin`, the bytes the plan's peak upper edge keeps free at the run's confidence (margins.PlanMargins), at
-    least each entry's margin once its ZeRO stage is chosen and every family of it is in use (a family's boolean is
-    1 when any stage runs one of its modes). Without a binding entry (confidence 0) there is no margin variable and
-    the model is today's."""
+def add_margin(m: cp_model.CpModel, c: PlanCoefficients, zero: list, counts: list, margin, capacity: int) -> None:
+    """`margin`, the bytes the plan's peak upper edge keeps free under `capacity` (margins.PlanMargins): at
+    least the entry of the chosen ZeRO stage and of the recompute families in use, exactly (a family's boolean is 1
+    when and only when some stage runs one of its modes). Without an entry above 0 bytes (confidence 0) there is no
+    margin variable and the model is today's."""
     used = {}
-    for family, modes in c.margins.families:
-        used[family] = m.new_bool_var(f"family_{family}")
-        for n in counts:
-            for (_, mode), var in n.items():
-                if mode in modes:
-                    m.add(var <= c.most_layers * used[family])
+    if c.margins.by_family:
+        for family, modes in c.margins.families:
+            used[family] = m.new_bool_var(f"family_{family}")
+            layers = [var for n in counts for (_, mode), var in n.items() if mode in modes]
+            for var in layers:
+                m.add(var <= c.most_layers * used[family])
+            m.add(sum(layers) >= 1).only_enforce_if(used[family])
     for zk, entries in zip(zero, c.margins.per_zero):
         for entry in entries:
-            m.add(margin >= entry.margin).only_enforce_if([zk] + [used[f] for f in sorted(entry.families)])
+            exactly = [used[f] if f in entry.families else ~used[f] for f in used] if entry.families else []
+            m.add(margin >= entry.margin(capacity)).only_enforce_if([zk] + exactly)
 
 
 def add_memory(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, zero: list, size, n: dict,

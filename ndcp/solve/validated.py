@@ -1,4 +1,4 @@
-"""The validated alternative (issue #35; docs/evidence.md §5): when the winner rests on a feature no measured run
+"""The validated alternative (issue #35; docs/confidence.md §3): when the winner rests on a feature no measured run
 exercises, the best strategy of the space restricted to features measured runs do exercise, found and proven by the
 same search method (a second objective over the restricted space).
 
@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..estimate.evidence import EVIDENCED_FEATURES, plan_features
+from ..schedules import SCHEDULES
 from ..space import SearchSpace, SpaceOptions
+from ..specs.strategy import CP_COMM_TYPES
 from .margins import mode_families
 from .result import SearchResult
 from .search import SearchOptions, search
@@ -51,6 +53,14 @@ def evidenced_options(options: SpaceOptions, evidenced: frozenset[str] = EVIDENC
                                        else (False,)))
 
 
+def searchable(features: tuple[str, ...], options: SpaceOptions) -> tuple[str, ...]:
+    """Those of `features` a strategy of the space can avoid (the ones evidenced_options restricts)."""
+    names = {*ZERO_FEATURES.values(), HSDP_FEATURE, CP_FEATURE, OPTIMIZER_OFFLOAD_FEATURE, *SCHEDULES,
+             *(cp_comm_feature(c) for c in CP_COMM_TYPES),
+             *(family for family, _ in mode_families(tuple(options.recompute_modes)))}
+    return tuple(f for f in features if f in names)
+
+
 @dataclass(frozen=True)
 class ValidatedAlternative:
     """The winner's features without evidence and, when some strategy could avoid them, the best strategy resting
@@ -76,11 +86,11 @@ def validated_alternative(space: SearchSpace, method: str, result: SearchResult,
     if not missing:
         return None
     restricted = evidenced_options(space.options)
-    if restricted is None or restricted == space.options:  # nothing searchable to avoid: the run's own features
+    if restricted is None or not searchable(missing, space.options):  # the run's or the model's own features
         return ValidatedAlternative(missing, None)
     found = search(replace(space, options=restricted), method, replace(options, top=1))
     return ValidatedAlternative(missing, found)
 
 
 __all__ = ["evidenced_options", "validated_alternative", "ValidatedAlternative", "winner_missing", "ZERO_FEATURES",
-           "HSDP_FEATURE", "CP_FEATURE", "OPTIMIZER_OFFLOAD_FEATURE", "cp_comm_feature"]
+           "HSDP_FEATURE", "CP_FEATURE", "OPTIMIZER_OFFLOAD_FEATURE", "cp_comm_feature", "searchable"]

@@ -100,7 +100,7 @@ class RunSpec:
     """fraction of the capacity to keep free, 0 <= f < 1: plans may use capacity x (1 - f) (default 0)"""
     confidence: float = 0.9
     """confidence, 0 <= c < 1, at which a plan fits (default 0.9): its peak's upper edge at that confidence (the
-    measured runs' leave-one-source-out band, docs/evidence.md) within the capacity; 0: the point estimate alone"""
+    measured runs' leave-one-source-out band, docs/confidence.md §1) within the capacity; 0: the point estimate alone"""
     fp8_recipe: str = "delayed"
     """FP8 scaling recipe under precision fp8 (default delayed): delayed, tensorwise, blockwise or mxfp8 (Blackwell
     only)"""

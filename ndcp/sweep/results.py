@@ -2,7 +2,8 @@
 time-to-train curve.
 
 JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds, mfu, tokens_per_second,
-time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing fits or no price was
+time_to_train_seconds, gpu_hours, cost, ..., and the bands step_seconds_band, time_to_train_seconds_band,
+gpu_hours_band, cost_band: [low, high] at the run's confidence}]}`; times in seconds, None (null) where nothing fits or no price was
 given. The JSONL log holds one answer per line, with its problem key (solve.Job.key), appended as points finish.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..specs.model import ModelSpec
 
 POINT_KEYS = ("device", "gpus", "global_batch", "seq_len", "status", "strategy", "step_seconds", "mfu",
               "tokens_per_second", "steps", "time_to_train_seconds", "gpu_hours", "cost", "solve_seconds",
-              "explanation")
+              "explanation", "step_seconds_band", "time_to_train_seconds_band", "gpu_hours_band", "cost_band")
 
 
 def sweep_document(rows: list[dict], model: ModelSpec, tokens: int, price: float | None) -> dict:
@@ -34,9 +35,17 @@ def sweep_csv(rows: list[dict]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(POINT_KEYS)
     for row in rows:
-        writer.writerow(["" if row.get(k) is None else repr(row[k]) if isinstance(row[k], float) else row[k]
-                         for k in POINT_KEYS])
+        writer.writerow([_cell(row.get(k)) for k in POINT_KEYS])
     return out.getvalue()
+
+
+def _cell(value) -> str:
+    """A CSV cell: empty for None, floats exactly (repr), a band as its two edges separated by a space."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " ".join(_cell(v) for v in value)
+    return repr(value) if isinstance(value, float) else value
 
 
 # -- the JSONL log -----------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ spawned worker process or in a Ray task, and gives the same answer everywhere: o
 
 Derived, per point (docs/sweep.md): tokens per step = global batch x sequence length; steps = ceil(tokens to train
 / tokens per step) (whole optimizer steps); time to train = steps x step time; GPU-hours = GPUs x time to train /
-3600; cost = price per GPU-hour x GPU-hours.
+3600; cost = price per GPU-hour x GPU-hours. Each also as a band [low, high]: the same products of the winner's
+step-time band at the run's confidence (estimate/evidence.py; docs/confidence.md §4).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from ..estimate.evidence import plan_evidence
 from ..report.plots import strategy_label
 from ..space import SearchSpace, SpaceOptions
 from ..specs.device import ClusterSpec
@@ -59,9 +61,11 @@ def solve_job(job: Job) -> dict:
               "strategy": None, "label": None, "step_seconds": None, "mfu": None, "tokens_per_second": None,
               "explanation": result.explanation or None}
     if best is not None:
+        evidence = plan_evidence(job.model, job.cluster.device.name, job.run, best.strategy, job.run.confidence)
         answer.update(strategy=strategy_text(best.strategy), label=strategy_label(best.strategy),
                       step_seconds=best.step_seconds, mfu=best.time.mfu,
-                      tokens_per_second=job.point.global_batch * job.point.seq_len / best.step_seconds)
+                      tokens_per_second=job.point.global_batch * job.point.seq_len / best.step_seconds,
+                      step_seconds_band=list(evidence.step_seconds_band(best.step_seconds)))
     answer["solve_seconds"] = time.perf_counter() - started
     return answer
 
@@ -71,14 +75,27 @@ def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None) -> dict:
     row = dict(answer)
     step = answer.get("step_seconds")
     if step is None:
-        row.update(steps=None, time_to_train_seconds=None, gpu_hours=None, cost=None)
+        row.update(steps=None, time_to_train_seconds=None, gpu_hours=None, cost=None, time_to_train_seconds_band=None,
+                   gpu_hours_band=None, cost_band=None)
         return row
     steps = math.ceil(tokens / (answer["global_batch"] * answer["seq_len"]))
-    seconds = steps * step
-    gpu_hours = answer["gpus"] * seconds / 3600
-    row.update(steps=steps, time_to_train_seconds=seconds, gpu_hours=gpu_hours,
-               cost=None if price_per_gpu_hour is None else price_per_gpu_hour * gpu_hours)
+    seconds, gpu_hours, cost = _totals(steps, step, answer["gpus"], price_per_gpu_hour)
+    row.update(steps=steps, time_to_train_seconds=seconds, gpu_hours=gpu_hours, cost=cost)
+    # the step time's band at the run's confidence (docs/evidence.md), carried through the same products; an answer
+    # logged before bands existed has none (its step time as both edges)
+    edges = [_totals(steps, edge, answer["gpus"], price_per_gpu_hour)
+             for edge in answer.get("step_seconds_band") or (step, step)]
+    row.update(time_to_train_seconds_band=[e[0] for e in edges], gpu_hours_band=[e[1] for e in edges],
+               cost_band=None if price_per_gpu_hour is None else [e[2] for e in edges])
     return row
+
+
+def _totals(steps: int, step_seconds: float, gpus: int, price_per_gpu_hour: float | None
+            ) -> tuple[float, float, float | None]:
+    """(time to train in seconds, GPU-hours, cost or None) of `steps` steps of `step_seconds` on `gpus` GPUs."""
+    seconds = steps * step_seconds
+    gpu_hours = gpus * seconds / 3600
+    return seconds, gpu_hours, None if price_per_gpu_hour is None else price_per_gpu_hour * gpu_hours
 
 
 __all__ = ["Job", "solve_job", "derive"]

@@ -63,3 +63,17 @@ def test_document_and_csv_carry_the_contract_keys():
     assert point["cost"] == rows[0]["cost"]
     table = list(csv.DictReader(io.StringIO(sweep_csv(rows))))
     assert table[0]["gpus"] == "512" and float(table[0]["cost"]) == rows[0]["cost"]
+
+
+def test_the_step_band_is_carried_into_time_to_train_gpu_hours_and_cost():
+    row = derive({**ANSWER, "step_seconds_band": [12.0, 17.5]}, tokens=10**12, price_per_gpu_hour=2.5)
+    assert row["time_to_train_seconds_band"] == pytest.approx([119210 * 12.0, 119210 * 17.5])
+    assert row["gpu_hours_band"] == pytest.approx([512 * 119210 * s / 3600 for s in (12.0, 17.5)])
+    assert row["cost_band"] == pytest.approx([2.5 * h for h in row["gpu_hours_band"]])
+    low, high = row["time_to_train_seconds_band"]
+    assert low < row["time_to_train_seconds"] < high
+    assert derive({**ANSWER, "step_seconds_band": [12.0, 17.5]}, 10**12, None)["cost_band"] is None
+    # an answer logged before bands existed: its step time as both edges
+    assert derive(ANSWER, 10**12, None)["time_to_train_seconds_band"] == pytest.approx([119210 * 14.0] * 2)
+    cells = next(csv.DictReader(io.StringIO(sweep_csv([row]))))
+    assert cells["time_to_train_seconds_band"] == f"{low!r} {high!r}"
