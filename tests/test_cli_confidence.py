@@ -33,15 +33,18 @@ def test_a_validated_winner_has_a_null_alternative(capsys):
     assert unvalidated["validated_alternative"]["strategy"]["zero"] != 2
 
 
+SCHEDULES_ALL = ("--zero", "1", "--fix", "pp=2", "--schedules", "all", "--overlap", "none", "--trainer", "any")
+
+
 def test_an_unevidenced_schedule_gets_the_validated_alternative(capsys):
-    doc = search_json(capsys, "--zero", "1", "--fix", "pp=2", "--schedules", "all", "--overlap", "none", "--trainer", "any")
+    doc = search_json(capsys, *SCHEDULES_ALL)
     found = doc["validated_alternative_search"]
     winner, alternative = doc["strategies"][0], doc["validated_alternative"]
     assert winner["strategy"]["schedule"] in found["winner_features_without_evidence"]
     assert found["status"] == "optimal" and alternative["strategy"]["schedule"] in ("1f1b", "interleaved")
     assert alternative["time"]["step_seconds"] >= winner["time"]["step_seconds"]
     assert found["slower_by"] == alternative["time"]["step_seconds"] / winner["time"]["step_seconds"] - 1
-    code, out, _ = run(capsys, *SEARCH, "--zero", "1", "--fix", "pp=2", "--schedules", "all", "--overlap", "none", "--trainer", "any")
+    code, out, _ = run(capsys, *SEARCH, *SCHEDULES_ALL)
     assert code == 0 and "Validated alternative" in out and "evidenced only:" in out
 
 

@@ -318,8 +318,8 @@ def fit_line(memory, evidence: Evidence | None = None) -> Text:
     if peak <= capacity:  # the point estimate fits, its upper edge does not
         return Text.assemble(("DOES NOT FIT" + at, "bold red"),
                              f": peak {format_bytes(peak)}{peak_band_text(peak, evidence)} on stage "
-                             f"{memory.peak_stage} of {format_bytes(capacity)}: at most {format_bytes(memory.fit_bytes)}"
-                             f" fits{at}")
+                             f"{memory.peak_stage} of {format_bytes(capacity)}: at most "
+                             f"{format_bytes(memory.fit_bytes)} fits{at}")
     over = [s.stage for s in memory.stages if s.total_bytes > capacity]
     text = Text.assemble(("DOES NOT FIT", "bold red"),
                          f": over by {format_bytes(peak - capacity)} on stage {memory.peak_stage} "

@@ -52,12 +52,12 @@ def sweep_table(rows: list[dict], priced: bool, numbered: bool = False) -> Table
         mfu = None if r.get("mfu") is None else 100 * r["mfu"]
         days = None if r.get("time_to_train_seconds") is None else r["time_to_train_seconds"] / DAY
         band = r.get("time_to_train_seconds_band")
+        spread = f" ({band[0] / DAY:,.1f}–{band[1] / DAY:,.1f})" if band and band[0] != band[1] else ""
         cells = {"#": str(number), "device": r["device"], "GPUs": str(r["gpus"]), "GBS": str(r["global_batch"]),
                  "seq": str(r["seq_len"]), "status": r["status"],
                  "step s": _number(r.get("step_seconds"), 2),
                  "MFU": "-" if mfu is None else f"{mfu:.1f}%", "tok/s": _short(r.get("tokens_per_second")),
-                 "days": _number(days, 1) + (f" ({band[0] / DAY:,.1f}–{band[1] / DAY:,.1f})"
-                                             if band and band[0] != band[1] else ""), "GPU-h": _short(r.get("gpu_hours")), "cost": _short(r.get("cost"))}
+                 "days": _number(days, 1) + spread, "GPU-h": _short(r.get("gpu_hours")), "cost": _short(r.get("cost"))}
         table.add_row(*(cells[name] for name in names))
     return table
 

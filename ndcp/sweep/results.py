@@ -2,9 +2,9 @@
 time-to-train curve.
 
 JSON: `{model, model_assumptions, points: [{device, gpus, global_batch, seq_len, status, strategy, step_seconds, mfu, tokens_per_second,
-time_to_train_seconds, gpu_hours, cost, ..., and the bands step_seconds_band, time_to_train_seconds_band,
-gpu_hours_band, cost_band: [low, high] at the run's confidence}]}`; times in seconds, None (null) where nothing fits or no price was
-given. The JSONL log holds one answer per line, with its problem key (solve.Job.key), appended as points finish.
+time_to_train_seconds, gpu_hours, cost, ...}]}`; times in seconds, None (null) where nothing fits or no price was
+given; each point's step_seconds_band, time_to_train_seconds_band, gpu_hours_band and cost_band: [low, high] at the
+run's confidence (docs/confidence.md §4). The JSONL log holds one answer per line, with its problem key (solve.Job.key), appended as points finish.
 """
 from __future__ import annotations
 
