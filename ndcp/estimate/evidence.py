@@ -54,7 +54,7 @@ PEAK_LEAST = Least(rows=5, sources=2)
 
 # Device generation by preset name prefix (ndcp/specs/device.py PRESETS); any other device is its own name.
 GENERATIONS = (("a100", "ampere"), ("h100", "hopper"), ("h200", "hopper"), ("h800", "hopper"), ("gb200", "blackwell"),
-               ("b200", "blackwell"), ("b300", "blackwell"), ("mi300", "cdna3"), ("ascend-910", "ascend 910"))
+               ("b200", "blackwell"), ("mi300", "cdna3"), ("ascend-910", "ascend 910"))
 RECOMPUTE_FAMILIES = {"none": "no recompute", "selective": "selective recompute", "full": "full recompute",
                       "offload": "activation offload"}
 MODULE_FAMILY = "recompute modules"  # every module option (Megatron --recompute-modules, MindFormers select sets)

@@ -21,7 +21,6 @@ from ..specs.run import RunSpec
 from ..specs.pipeline_layout import megatron_layout
 from ..specs.strategy import Strategy
 from ..specs.strategy_text import strategy_text
-from ..specs.units import GIB
 from ..estimate.evidence import DEFAULT_CONFIDENCE, Evidence, plan_evidence
 from .bands import missing_evidence_line, over_capacity_text, peak_band_text, step_band_text
 from .formats import format_bytes, format_count, format_rate, format_seconds, gib
