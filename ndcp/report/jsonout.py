@@ -212,6 +212,5 @@ def write_json(doc: Any, path: str | Path) -> None:
     write_output(dumps(doc) + "\n", path, "--json")
 
 
-__all__ = ["model_document", "device_document", "run_document", "estimate_document", "search_document", "with_evidence", "strategy_entry", "validated_document",
-           "write_json",
-           "dumps", "plain", "RUN_KEYS"]
+__all__ = ["model_document", "device_document", "run_document", "estimate_document", "search_document", "with_evidence",
+           "strategy_entry", "validated_document", "write_json", "dumps", "plain", "RUN_KEYS"]
