@@ -53,3 +53,18 @@ def test_the_text_report_says_what_is_left_at_the_point_estimate(capsys):
     assert code == 0 and "fits at 90 %" in out and "left at the point estimate" in out
     code, out, _ = run(capsys, *SEARCH, "--confidence", "0")
     assert code == 0 and "fits:" in out and "free of" in out and "point estimate" not in out
+
+
+def without_clock(doc):
+    if isinstance(doc, dict):
+        return {k: without_clock(v) for k, v in doc.items() if k not in ("solve_seconds", "timing", "wall")}
+    if isinstance(doc, list):
+        return [without_clock(v) for v in doc]
+    return doc
+
+
+def test_a_search_at_a_confidence_answers_alike_every_time(capsys):
+    # per-layer plans under a cap that binds: the plan model's margins by ZeRO stage and recompute families
+    extra = ("--trainer", "any", "--recompute", "per-layer", "--memory-cap", "300MiB", "--reserve", "1MiB")
+    first, second = (without_clock(search_json(capsys, *extra)) for _ in range(2))
+    assert first["strategies"] and first == second
