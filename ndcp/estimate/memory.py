@@ -108,6 +108,7 @@ class MemoryEstimate:
     host_capacity_bytes: int = 1 << 62  # host memory per device for offloaded activations
     margin_bytes: int = 0  # bytes of the capacity the peak's upper edge keeps free at the run's confidence
     # (estimate/confidence.py; 0 at confidence 0)
+    confidence: float = 0.0  # the run's confidence, at which `fits` is judged
 
     @property
     def peak_bytes(self) -> int:
@@ -313,7 +314,7 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
     per_layer = {mode: int(layer_activation_bytes(model, run, kind, mode, degrees)) for mode in RECOMPUTE_MODES}
     capacity = run.capacity(cluster.device.memory_bytes)
     return MemoryEstimate(capacity, stages, per_layer, cluster.device.host_memory_bytes,
-                          plan_margin(model, cluster.device.name, run, strategy, capacity))
+                          plan_margin(model, cluster.device.name, run, strategy, capacity), run.confidence)
 
 
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",

@@ -77,7 +77,7 @@ RUN_KEYS = ("global_batch", "seq_len", "tokens_per_step", "precision", "grad_dty
             "attention_kernel", "torch_compile", "trainer", "grad_sync", "param_gather", "overlap", "mfu_convention",
             "fp8_recipe", "optimizer_state_dtype", "activation_func_fp8_input_store", "images_per_sample", "image_size",
             "moe_dispatcher", "moe_load_imbalance", "memory_cap_bytes", "reserve_bytes", "headroom_fraction",
-            "headroom_bytes", "capacity_bytes")
+            "headroom_bytes", "capacity_bytes", "confidence")
 
 
 def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:

@@ -302,7 +302,7 @@ def fit_line(memory, evidence: Evidence | None = None) -> Text:
     """"fits" with the headroom (and the peak's upper edge at the evidence's confidence), or "over by X GiB on stage
     N" for the worst stage (or for the host memory, when the device memory fits and the offloaded bytes do not)."""
     capacity, peak = memory.capacity_bytes, memory.peak_bytes
-    at = f" at {100 * evidence.confidence:g} %" if evidence is not None and evidence.confidence else ""
+    at = f" at {100 * memory.confidence:g} %" if memory.confidence else ""  # the confidence the verdict is at
     if memory.fits:
         free = "left at the point estimate" if at else "free"
         return Text.assemble(("fits" + at, "bold green"),
