@@ -27,7 +27,7 @@ from .launch import LaunchCheck, check_launch
 from .policy import (ANY_TRAINER, build_problem, build_space_options, build_strategy, check_fixed_values,
                      check_max_offset, check_recompute_runs, pinned_by_file, planned_trainer, strategy_values,
                      trainer_method)
-from .report.jsonout import estimate_document, plain, search_document
+from .report.jsonout import estimate_document, plain, search_document, validated_document
 from .space import SearchSpace
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError
@@ -83,13 +83,19 @@ def plan_search(values: argparse.Namespace) -> PlannedSearch:
     return PlannedSearch(model, cluster, run, space, method, (note,) if note else (), planned_trainer(values))
 
 
+def _solver_options(values: argparse.Namespace, progress: Callable | None):
+    """ndcp.solve.search.SearchOptions from the solver options of `values`."""
+    from .solve.search import SearchOptions
+
+    return SearchOptions(top=values.top, time_limit=values.time_limit, seed=values.seed, workers=values.workers,
+                         progress=progress)
+
+
 def run_search(planned: PlannedSearch, values: argparse.Namespace, progress: Callable | None = None):
     """The search's result (ndcp.solve.search.SearchResult) under the solver options of `values`."""
-    from .solve.search import SearchOptions, search as solve
+    from .solve.search import search as solve
 
-    options = SearchOptions(top=values.top, time_limit=values.time_limit, seed=values.seed, workers=values.workers,
-                            progress=progress)
-    return solve(planned.space, planned.method, options)
+    return solve(planned.space, planned.method, _solver_options(values, progress))
 
 
 @dataclass(frozen=True)
@@ -123,11 +129,15 @@ class SearchAnswer:
     """ndcp.solve.search.SearchResult"""
     trainer_best: TrainerBest | None = None
     launch: LaunchCheck | None = None
+    validated: Any = None
+    """ndcp.solve.validated.ValidatedAlternative: the winner's features without evidence and the best strategy
+    resting only on evidenced ones; None when the winner is validated"""
 
     def document(self) -> dict:
         """The `ndcp search --json` document."""
         p = self.planned
-        doc = search_document(p.model, p.cluster, p.run, p.space, self.result)
+        doc = search_document(p.model, p.cluster, p.run, p.space, self.result, p.run.confidence)
+        doc.update(validated_document(p.model, p.cluster, p.run, self.result, self.validated))
         doc["planned_for"] = p.trainer or ANY_TRAINER
         if self.trainer_best is not None:
             doc["trainer_plan"] = self.trainer_best.document()
@@ -152,13 +162,17 @@ def _trainer_best(planned: PlannedSearch, values: argparse.Namespace, result: An
 def answer_search(planned: PlannedSearch, values: argparse.Namespace, progress: Callable | None = None
                   ) -> SearchAnswer:
     """The search's answer: its result; under --trainer any the priced trainer's best plan too (a second search);
-    with --emit the winner's configuration checked (ndcp.launch)."""
+    with --emit the winner's configuration checked (ndcp.launch); when the winner rests on a feature no measured
+    run exercises, the best strategy resting only on evidenced ones (ndcp.solve.validated, one more search)."""
+    from .solve.validated import validated_alternative
+
     result = run_search(planned, values, progress)
     beside = _trainer_best(planned, values, result, progress) if planned.trainer is None else None
     kind = getattr(values, "emit", None)
     launch = (check_launch(kind, values, (planned.model, planned.cluster, planned.run), result.best.strategy)
               if kind and result.best is not None else None)
-    return SearchAnswer(planned, result, beside, launch)
+    validated = validated_alternative(planned.space, planned.method, result, _solver_options(values, progress))
+    return SearchAnswer(planned, result, beside, launch, validated)
 
 
 def search(model: str, *, device: str, gpus: int, global_batch: int, seq_len: int | str, **options: Any) -> dict:
@@ -186,7 +200,8 @@ class Estimated:
 
     def document(self) -> dict:
         """The `ndcp estimate --json` document."""
-        return estimate_document(self.model, self.cluster, self.run, self.strategy, self.memory, self.time)
+        return estimate_document(self.model, self.cluster, self.run, self.strategy, self.memory, self.time,
+                                 confidence=self.run.confidence)
 
 
 def estimate_strategy(values: argparse.Namespace) -> Estimated:

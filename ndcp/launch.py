@@ -71,10 +71,11 @@ class ReadBack:
     step_seconds: float
     peak_bytes: int
     capacity_bytes: int
+    fit_bytes: int  # the largest peak that fits at the run's confidence (MemoryEstimate.fit_bytes)
 
     @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.capacity_bytes
+        return self.peak_bytes <= self.fit_bytes
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def read_back(text: str, values: argparse.Namespace, trainer: str) -> ReadBack:
         model, cluster, run = build_problem(given)
         strategy = build_strategy(model, cluster, run, strategy_values(given, model, run))
     memory, time = estimate_memory(model, cluster, run, strategy), estimate_time(model, cluster, run, strategy)
-    return ReadBack(strategy, time.step_seconds, memory.peak_bytes, memory.capacity_bytes)
+    return ReadBack(strategy, time.step_seconds, memory.peak_bytes, memory.capacity_bytes, memory.fit_bytes)
 
 
 def _differences(plan_step: float, plan_peak: int, back: ReadBack) -> list[str]:

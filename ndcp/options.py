@@ -76,6 +76,10 @@ def headroom_fraction(text: str) -> float:
     return _checked_number(text, float, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1, e.g. 0.1", "a number")
 
 
+def confidence(text: str) -> float:
+    return _checked_number(text, float, lambda v: 0 <= v < 1, "a confidence >= 0 and < 1, e.g. 0.9", "a number")
+
+
 def load_imbalance(text: str) -> float:
     return _checked_number(text, float, lambda v: 1 <= v <= MAX_LOAD_IMBALANCE,
                            f"a factor from 1 to {MAX_LOAD_IMBALANCE:g}, e.g. 1.2", "a number")
@@ -310,6 +314,7 @@ RUN_OPTIONS = (
                                              f"{FRAGMENTATION_FRACTION * 100:.0f}% of the activations)",
                parse=size_argument, metavar="SIZE"),
     run_option("headroom_fraction", "--headroom", parse=headroom_fraction, metavar="FRACTION"),
+    run_option("confidence", "--confidence", parse=confidence, metavar="C"),
     run_option("precision", "--precision", choices=("bf16", "fp16", "fp8")),
     run_option("fp8_recipe", "--fp8-recipe", choices=FP8_RECIPES, default=None),
     run_option("optimizer_state_dtype", "--optimizer-state-dtype", choices=OPTIMIZER_STATE_DTYPES),
@@ -442,5 +447,5 @@ __all__ = ["Option", "flag_text", "keyword_values", "add_options", "run_option",
            "keep_dimensions", "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM",
            "strategy_from_option", "strategy_options", "stated_words", "size_text", "bandwidth_text", "size_argument",
            "length_argument", "size_list",
-           "positive_int", "headroom_fraction", "int32", "positive_seconds", "workers", "bandwidth", "zero_stages",
+           "positive_int", "headroom_fraction", "confidence", "int32", "positive_seconds", "workers", "bandwidth", "zero_stages",
            "schedule_names", "cp_comm_types", "MAX_WORKERS", "SEARCH_MODES"]

@@ -6,6 +6,8 @@ removed.
 A refactor that claims "behaviour unchanged" runs this against a worktree of the commit before it:
     git worktree add /tmp/before HEAD~3
     python scripts/check_same_answers.py --against /tmp/before [--quick] [--jobs 2] [--allow-new-keys]
+`--extra "--confidence 0"` adds arguments to this tree's commands only (a new option whose value gives the answers
+of before).
 Each command runs in a fresh process (`python -m ndcp`, PYTHONPATH set to the tree), so no cache carries over.
 Removed before comparing: `solve_seconds`, `timing` and `wall` keys anywhere (the clock, not the answer). Exit 0
 when every case agrees, 1 when one differs (its first differing path is printed).
@@ -121,10 +123,11 @@ def without_new_keys(after, before, path: str = "", found: set | None = None):
     return after
 
 
-def compare(args: list[str], against: Path, new_keys: set | None = None) -> str | None:
-    """None when both trees answer `args` alike, else what differs. Given `new_keys` (a set), keys only the
-    tree under test writes are allowed (additions to the JSON contract) and collected there."""
-    after, before = answer(ROOT, args), answer(against, args)
+def compare(args: list[str], against: Path, new_keys: set | None = None, extra: tuple[str, ...] = ()) -> str | None:
+    """None when both trees answer `args` alike (this tree's with `extra` added), else what differs. Given
+    `new_keys` (a set), keys only the tree under test writes are allowed (additions to the JSON contract) and
+    collected there."""
+    after, before = answer(ROOT, args + list(extra)), answer(against, args)
     if new_keys is not None:
         after = (after[0], without_new_keys(after[1], before[1], "", new_keys))
     if after == before:
@@ -141,11 +144,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="commands run at once (default 1)")
     parser.add_argument("--allow-new-keys", action="store_true",
                         help="keys only this tree writes are additions, not differences (they are listed)")
+    parser.add_argument("--extra", default="", help="arguments added to this tree's commands only")
     options = parser.parse_args()
     todo = cases(options.quick)
     new_keys: set | None = set() if options.allow_new_keys else None
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        results = list(pool.map(lambda args: compare(args, options.against, new_keys), todo))
+        results = list(pool.map(lambda args: compare(args, options.against, new_keys, tuple(options.extra.split())), todo))
     differing = 0
     for args, diff in zip(todo, results):
         print(("same     " if diff is None else "DIFFERS  ") + " ".join(args))

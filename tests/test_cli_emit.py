@@ -56,6 +56,12 @@ def test_emit_file_without_emit(capsys):
     assert code == 2 and "--emit-file needs --emit" in err
 
 
+def point_time(document: str) -> dict:
+    """The `time` object of an estimate's --json without its band: the band rests on the run's features (its
+    trainer, its overlaps: docs/evidence.md §2), which a file read back may state otherwise for the same plan."""
+    return {k: v for k, v in json.loads(document)["time"].items() if k != "step_seconds_band"}
+
+
 def test_estimate_strategy_from_each_trainer_gives_the_same_estimate(capsys, tmp_path):
     base = ["estimate", *TINY, "--strategy", "tp=2,pp=2,mbs=1,zero=3,sp=on,recompute=full", "--json", "-"]
     expected, _ = run(capsys, *base)
@@ -67,11 +73,7 @@ def test_estimate_strategy_from_each_trainer_gives_the_same_estimate(capsys, tmp
             continue
         got, _ = run(capsys, "estimate", *TINY, "--strategy-from", str(path), "--json", "-")
         assert json.loads(got)["strategy"] == json.loads(expected)["strategy"], kind
-        got, want = json.loads(got), json.loads(expected)
-        band = "step_seconds_band"  # the band rests on the trainer's evidence (docs/evidence.md): the file's trainer
-        assert {k: v for k, v in got["time"].items() if k != band} == {
-            k: v for k, v in want["time"].items() if k != band}, kind
-        assert (f"trainer {kind}" in got["evidence"]["features_without_evidence"]) == (kind == "mindformers")
+        assert point_time(got) == point_time(expected), kind
 
 
 def test_search_strategy_from_pins_what_the_file_fixes(capsys, tmp_path):
@@ -94,7 +96,7 @@ def test_search_under_mindformers_plans_its_select_set_and_reads_it_back(capsys,
     """Under a tight cap MindFormers' winner recomputes the dense SwiGLU activation (select_recompute) on most
     layers; the YAML it emits counts full + select layers per stage, and reads back as the same estimate."""
     args = ["llama3-8b", "--device", "h100", "--gpus", "8", "--global-batch", "32", "--seq-len", "8192",
-            "--memory-cap", "24GiB"]
+            "--memory-cap", "24GiB", "--confidence", "0"]  # no measured MindFormers run: at 90 % nothing fits
     path = tmp_path / "mf.yaml"
     out, _ = run(capsys, "search", *args, "--trainer", "mindformers", "-q", "--emit", "mindformers",
                  "--emit-file", str(path))
@@ -188,7 +190,7 @@ def test_strategy_from_takes_the_files_overlaps_and_refuses_a_contradicting_over
     run(capsys, *plan[:-2], "--overlap", "ep", "--emit", "megatron", "--emit-file", str(path), "-q")
     assert "--overlap-moe-expert-parallel-comm" in path.read_text()
     got, _ = run(capsys, "estimate", *MOE, "--strategy-from", str(path), "--json", "-")
-    assert json.loads(got)["time"] == json.loads(expected)["time"] != json.loads(exposed)["time"]
+    assert point_time(got) == point_time(expected) != point_time(exposed)
     code = main(["estimate", *MOE, "--strategy-from", str(path), "--overlap", "none"])
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "--overlap none contradicts --strategy-from" in err

@@ -48,12 +48,16 @@ def test_headroom_outside_zero_to_one_is_refused(fraction):
 
 
 def test_search_under_headroom_never_returns_a_plan_above_the_kept_fraction(capsys):
-    plain = search_json(capsys)
+    plain = search_json(capsys, "--confidence", "0")  # the point estimate fills the capacity
     device = plain["device"]["memory_bytes"]
     assert max(s["memory"]["peak_bytes"] for s in plain["strategies"]) > 0.9 * device  # the check can fail
-    doc = search_json(capsys, "--headroom", "0.1")
+    doc = search_json(capsys, "--headroom", "0.1", "--confidence", "0")
     assert doc["status"] == "optimal" and doc["strategies"]
     assert all(s["memory"]["peak_bytes"] <= 0.9 * device for s in doc["strategies"])
+    # at a confidence the headroom stays an extra margin: the peaks' upper edges within the kept fraction
+    banded = search_json(capsys, "--headroom", "0.1")
+    assert banded["strategies"] and all(s["memory"]["peak_bytes_band_high"] <= 0.9 * device
+                                        for s in banded["strategies"])
     assert doc["run"]["headroom_fraction"] == 0.1
     assert doc["run"]["capacity_bytes"] == int(device * 0.9)
     assert doc["run"]["headroom_bytes"] == device - doc["run"]["capacity_bytes"]

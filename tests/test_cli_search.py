@@ -61,7 +61,7 @@ def test_json_contract(tiny_docs):
         for key in ("strategy", "memory", "time"):
             assert key in s
         assert s["memory"]["fits"] is True
-        low, high = s["time"]["step_seconds_band"]  # its band (docs/evidence.md §4)
+        low, high = s["time"]["step_seconds_band"]  # its band (docs/confidence.md §1)
         assert low <= s["time"]["step_seconds"] <= high
         assert s["memory"]["peak_bytes_band_high"] >= s["memory"]["peak_bytes"]
         assert s["evidence"]["confidence"] == 0.9 and s["evidence"]["runs"] > 0

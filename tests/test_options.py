@@ -58,7 +58,7 @@ def test_each_run_option_reaches_its_field():
         "activation_func_fp8_input_store": True, "grad_dtype": "bf16", "no_flash_attention": True,
         "attention_kernel": "triton", "torch_compile": True, "trainer": "torchtitan", "grad_sync": "step",
         "param_gather": "step", "overlap": " TP ", "mfu_convention": "full", "images_per_sample": 2, "image_size": 336,
-        "moe_dispatcher": "flex", "moe_load_imbalance": "1.25"})
+        "moe_dispatcher": "flex", "moe_load_imbalance": "1.25", "confidence": "0.5"})
     values.model = "tiny"
     run = build_run(values)
     assert run == RunSpec(global_batch=64, seq_len=8192, memory_cap_bytes=40 * 2**30, reserve_bytes=2 * 2**30,
@@ -66,7 +66,7 @@ def test_each_run_option_reaches_its_field():
                           activation_func_fp8_input_store=True, grad_dtype="bf16", flash_attention=False,
                           attention_kernel="triton", torch_compile=True, trainer="torchtitan", grad_sync="step",
                           param_gather="step", overlap="tp", mfu_convention="full", images_per_sample=2, image_size=336,
-                          moe_dispatcher="flex", moe_load_imbalance=1.25)
+                          moe_dispatcher="flex", moe_load_imbalance=1.25, confidence=0.5)
     changed = {f for f in FIELDS if getattr(run, f) != getattr(RunSpec(32, 4096), f)}
     assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE)  # every option was exercised
 

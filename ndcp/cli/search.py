@@ -17,6 +17,7 @@ from ..report.emit import trainer_best_lines
 from ..report.plots import plot_search
 from ..report.progress import SearchProgress
 from ..report.search import one_line as result_line, render_search
+from ..report.validated import validated_lines
 from ..solve.result import UNKNOWN
 from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, console,
                      one_line, print_message, print_note, subparser)
@@ -86,7 +87,10 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet:
         print(result_line(result))
     else:
-        render_search(console(), model, cluster, run_spec, space, result, planned.trainer)
+        out = console()
+        render_search(out, model, cluster, run_spec, space, result, planned.trainer, run_spec.confidence)
+        for line in validated_lines(result, answer.validated):
+            out.print(line)
     if answer.trainer_best is not None:
         for line in trainer_best_lines(answer.trainer_best):
             print_message(line)

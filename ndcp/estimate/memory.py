@@ -19,6 +19,7 @@ from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
+from .confidence import plan_margin
 from .activations import (head_activation_bytes, layer_activation_bytes, offloaded_layer_bytes,
                           recompute_workspace_bytes)
 from .layout import StageLayout, stage_layouts, stage_mode_counts
@@ -105,6 +106,9 @@ class MemoryEstimate:
     stages: tuple[StageMemory, ...]
     activation_bytes_per_layer: dict[str, int]
     host_capacity_bytes: int = 1 << 62  # host memory per device for offloaded activations
+    margin_bytes: int = 0  # bytes of the capacity the peak's upper edge keeps free at the run's confidence
+    # (estimate/confidence.py; 0 at confidence 0)
+    confidence: float = 0.0  # the run's confidence, at which `fits` is judged
 
     @property
     def peak_bytes(self) -> int:
@@ -132,13 +136,20 @@ class MemoryEstimate:
         return max(s.host_bytes for s in self.stages)
 
     @property
+    def fit_bytes(self) -> int:
+        """The largest peak that fits at the run's confidence: the capacity less the margin."""
+        return self.capacity_bytes - self.margin_bytes
+
+    @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.capacity_bytes and self.host_peak_bytes <= self.host_capacity_bytes
+        """The peak fits at the run's confidence (its upper edge within the capacity) and the host memory holds
+        what is offloaded."""
+        return self.peak_bytes <= self.fit_bytes and self.host_peak_bytes <= self.host_capacity_bytes
 
     def as_dict(self) -> dict:
         return {"capacity_bytes": self.capacity_bytes, "peak_bytes": self.peak_bytes, "fits": self.fits,
                 "host_peak_bytes": self.host_peak_bytes, "host_capacity_bytes": self.host_capacity_bytes,
-                "peak_stage": self.peak_stage, "allocator_peak_bytes": self.allocator_peak_bytes,
+                "margin_bytes": self.margin_bytes, "peak_stage": self.peak_stage, "allocator_peak_bytes": self.allocator_peak_bytes,
                 "allocated_peak_bytes": self.allocated_peak_bytes,
                 "stages": [s.as_dict() for s in self.stages],
                 "activation_bytes_per_layer": dict(self.activation_bytes_per_layer)}
@@ -295,13 +306,15 @@ def _majority_kind(model: ModelSpec) -> str:
 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> MemoryEstimate:
-    """Peak bytes per device stage and whether the worst one fits the capacity (device memory or the run's cap)."""
+    """Peak bytes per device stage and whether the worst one fits the capacity (device memory or the run's cap) at
+    the run's confidence (estimate/confidence.py)."""
     stages = tuple(stage_memory(model, run, strategy, layout) for layout in stage_layouts(model, strategy))
     kind = _majority_kind(model)
     degrees = Degrees.of_strategy(strategy)
     per_layer = {mode: int(layer_activation_bytes(model, run, kind, mode, degrees)) for mode in RECOMPUTE_MODES}
-    return MemoryEstimate(run.capacity(cluster.device.memory_bytes), stages, per_layer,
-                          cluster.device.host_memory_bytes)
+    capacity = run.capacity(cluster.device.memory_bytes)
+    return MemoryEstimate(capacity, stages, per_layer, cluster.device.host_memory_bytes,
+                          plan_margin(model, cluster.device.name, run, strategy, capacity), run.confidence)
 
 
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",

@@ -82,7 +82,7 @@ RUN_KEYS = ("global_batch", "seq_len", "tokens_per_step", "precision", "grad_dty
             "attention_kernel", "torch_compile", "trainer", "grad_sync", "param_gather", "overlap", "mfu_convention",
             "fp8_recipe", "optimizer_state_dtype", "activation_func_fp8_input_store", "images_per_sample", "image_size",
             "moe_dispatcher", "moe_load_imbalance", "memory_cap_bytes", "reserve_bytes", "headroom_fraction",
-            "headroom_bytes", "capacity_bytes")
+            "headroom_bytes", "capacity_bytes", "confidence")
 
 
 def run_document(run: RunSpec, cluster: ClusterSpec) -> dict:
@@ -144,17 +144,39 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
     return doc
 
 
+def strategy_entry(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, entry: dict, strategy: Strategy,
+                   confidence: float) -> dict:
+    """A ranked strategy object of `search --json` (Evaluated.as_dict's `entry`): its layout, the run settings and
+    its band at `confidence`."""
+    return with_evidence({**entry, "strategy": {**entry["strategy"], **_layout(model, strategy), **run_settings(run)}},
+                         plan_evidence(model, cluster.device.name, run, strategy, confidence))
+
+
+def validated_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, result, validated) -> dict:
+    """`validated_alternative` (the best strategy resting only on evidenced features, a strategy object like the
+    winner's; null when the winner is validated or none was found) and `validated_alternative_search` (null when
+    the winner is validated; else the winner's features without evidence, the restricted search's status and
+    proven bound, and how much slower its best is than the winner: docs/confidence.md §3)."""
+    found = validated.result if validated is not None else None
+    best = found.best if found is not None else None
+    alternative = (strategy_entry(model, cluster, run, best.as_dict(rank=1), best.strategy, run.confidence)
+                   if best is not None else None)
+    search = None if validated is None else {
+        "winner_features_without_evidence": list(validated.missing),
+        "status": found.status if found is not None else None,
+        "lower_bound_seconds": found.lower_bound_seconds if found is not None else None,
+        "slower_by": (best.step_seconds / result.best.step_seconds - 1) if best is not None else None}
+    return {"validated_alternative": alternative, "validated_alternative_search": search}
+
+
 def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace, result,
                     confidence: float = DEFAULT_CONFIDENCE) -> dict:
     """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result, each
     strategy with its band at `confidence`."""
     o = space.options
     found = result.as_dict()
-    found["strategies"] = [
-        with_evidence({**entry, "strategy": {**entry["strategy"], **_layout(model, point.strategy),
-                                             **run_settings(run)}},
-                      plan_evidence(model, cluster.device.name, run, point.strategy, confidence))
-        for entry, point in zip(found["strategies"], result.strategies)]
+    found["strategies"] = [strategy_entry(model, cluster, run, entry, point.strategy, confidence)
+                           for entry, point in zip(found["strategies"], result.strategies)]
     return {
         "model": model_document(model),
         "device": device_document(cluster.device),
@@ -198,5 +220,4 @@ def write_json(doc: Any, path: str | Path) -> None:
 
 
 __all__ = ["model_document", "device_document", "run_document", "estimate_document", "search_document", "with_evidence",
-           "write_json",
-           "dumps", "plain", "RUN_KEYS"]
+           "strategy_entry", "validated_document", "write_json", "dumps", "plain", "RUN_KEYS"]

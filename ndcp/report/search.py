@@ -381,8 +381,9 @@ def best_detail(console: Console, result, devices_per_node: int, layers: int | N
         console.print(missing)
 
 
-def miss_line(miss, best) -> Text:
-    """`tp=4 pp=8 ... would be 11 % faster; stage 0 needs 86.3 GiB of 80.0`."""
+def miss_line(miss, best, confidence: float = 0.0) -> Text:
+    """`tp=4 pp=8 ... would be 11 % faster; stage 0 needs 86.3 GiB of 80.0` (at a confidence, also the most that
+    fits at it: `(73.4 at 90 %)`)."""
     m = miss.memory
     text = Text(degrees_text(miss.strategy), style="cyan")
     if best is not None and best.step_seconds:
@@ -393,6 +394,8 @@ def miss_line(miss, best) -> Text:
     digits = 1 if m.capacity_bytes >= 10 * GIB else 2
     text.append(f"; stage {m.peak_stage} needs {m.peak_bytes / GIB:.{digits}f} GiB of "
                 f"{m.capacity_bytes / GIB:.{digits}f}", style="red")
+    if m.margin_bytes:
+        text.append(f" ({m.fit_bytes / GIB:.{digits}f} at {100 * confidence:g} %)", style="red")
     return text
 
 
@@ -413,7 +416,7 @@ def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run:
             "Nearest misses (the fastest strategies, all over the memory capacity)"
         console.print(Text(title, style="bold underline"))
         for miss in result.nearest_misses:
-            console.print(Breakable(miss_line(miss, result.best)))
+            console.print(Breakable(miss_line(miss, result.best, confidence)))
 
 
 def one_line(result) -> str:

@@ -312,16 +312,23 @@ def fit_line(memory, evidence: Evidence | None = None) -> Text:
     """"fits" with the headroom (and the peak's upper edge at the evidence's confidence), or "over by X GiB on stage
     N" for the worst stage (or for the host memory, when the device memory fits and the offloaded bytes do not)."""
     capacity, peak = memory.capacity_bytes, memory.peak_bytes
+    at = f" at {100 * memory.confidence:g} %" if memory.confidence else ""  # the confidence the verdict is at
     if memory.fits:
-        return Text.assemble(("fits", "bold green"),
+        free = "left at the point estimate" if at else "free"
+        return Text.assemble(("fits" + at, "bold green"),
                              f": peak {format_bytes(peak)}{peak_band_text(peak, evidence)} on stage "
-                             f"{memory.peak_stage}, {format_bytes(capacity - peak)} free of {format_bytes(capacity)}"
+                             f"{memory.peak_stage}, {format_bytes(capacity - peak)} {free} of {format_bytes(capacity)}"
                              f"{over_capacity_text(peak, capacity, evidence)}")
-    if peak <= capacity:
+    if peak <= memory.fit_bytes:
         host_over = memory.host_peak_bytes - memory.host_capacity_bytes
         return Text.assemble(("DOES NOT FIT", "bold red"),
                              f": host memory over by {format_bytes(host_over)} per device (device memory: peak "
                              f"{format_bytes(peak)} of {format_bytes(capacity)})")
+    if peak <= capacity:  # the point estimate fits, its upper edge does not
+        return Text.assemble(("DOES NOT FIT" + at, "bold red"),
+                             f": peak {format_bytes(peak)}{peak_band_text(peak, evidence)} on stage "
+                             f"{memory.peak_stage} of {format_bytes(capacity)}: at most "
+                             f"{format_bytes(memory.fit_bytes)} fits{at}")
     over = [s.stage for s in memory.stages if s.total_bytes > capacity]
     text = Text.assemble(("DOES NOT FIT", "bold red"),
                          f": over by {format_bytes(peak - capacity)} on stage {memory.peak_stage} "

@@ -38,6 +38,7 @@ from ..schedules import schedule_named
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HEAVIEST, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
+from .margins import point_margin
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -51,6 +52,7 @@ class ItemTable:
     dynamic: tuple[tuple[float, ...], ...]  # [j][role] bytes
     static: tuple[tuple[float, ...], ...]  # [z][role] bytes
     zero_allowed: tuple[bool, ...]  # [z]: the layout runs it (space.zero_stages), its host optimizer states fit
+    margin: tuple[tuple[int, ...], ...] = ()  # [j][z] bytes kept free at the run's confidence (margins.py; () at 0)
 
 
 def role_stages(pp: int) -> tuple[int, int, int]:
@@ -357,7 +359,7 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
 
 def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     """Exact per-(j, z) coefficients of one item from the full estimators' stage functions: step time exactly,
-    memory exactly on the constrained stages."""
+    memory exactly on the constrained stages, and each point's confidence margin (margins.point_margin)."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
@@ -392,7 +394,9 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     runs = space.zero_stages(layout)
     zero_allowed = tuple(z in runs and all(host_optimizer_bytes(model, run, reference.with_zero(z), r)
                                            <= cluster.device.host_memory_bytes for r in layouts) for z in zeros)
-    return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static), zero_allowed)
+    margin = tuple(tuple(point_margin(space, layout.strategy(mbs, mbn, z, sp, mode)) if ok else 0 for z in zeros)
+                   for (sp, mode), ok in zip(inner, allowed)) if run.confidence else ()
+    return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static), zero_allowed, margin)
 
 
 def widest_options(space: SearchSpace, layout: Layout) -> tuple[str, ...]:

@@ -5,7 +5,8 @@ tuples, so dp x mbs x mbn = global batch and every divisibility rule hold exactl
 boolean q[i,j,z] per inner choice j (sp x recompute) and ZeRO stage z; the items not yet expanded share one boolean,
 rest, carrying the least of their lower bounds. Exactly one boolean is true. Then, linear in the booleans:
     time     = sum q[i,j,z] time[i,j,z] + rest * min bound[unexpanded]                        (units of 10 us)
-    memory_r = sum q[i,j,z] (dynamic[i,j,r] + static[i,z,r]) <= cap, r in first/second/last stage   (MiB)
+    memory_r = sum q[i,j,z] (dynamic[i,j,r] + static[i,z,r] + margin[i,j,z]) <= cap, r in first/second/last stage (MiB)
+(margin: the bytes the point's peak upper edge keeps free at the run's confidence, margins.py; 0 at confidence 0)
 Coefficients are rounded down and the cap is rounded down, so the model stays a relaxation of the full estimators:
 exact in time, exact in memory except on stages it does not constrain (approach B, docs/solver.md §3.2: each item owns
 its variables; no big-M over shared ones).
@@ -65,7 +66,8 @@ class StrategyModel:
         """Exact coefficients for item i: {(j, z): (time units, memory units per role)} over its allowed choices."""
         self.tables[i] = {
             (j, z): (_floor(table.time[j][z], TIME_UNIT),
-                     tuple(_floor(d, MIB) + _floor(st, MIB) for d, st in zip(table.dynamic[j], table.static[z])))
+                     tuple(_floor(d, MIB) + _floor(st, MIB) + (_floor(table.margin[j][z], MIB) if table.margin else 0)
+                           for d, st in zip(table.dynamic[j], table.static[z])))
             for j, ok in enumerate(table.allowed) if ok for z, zero_ok in enumerate(table.zero_allowed) if zero_ok}
         if not self.tables[i]:  # no inner choice can run (the host memory, or no ZeRO stage the layout allows)
             self.drop(i)

@@ -55,4 +55,7 @@ def explain_infeasible(space: SearchSpace, walk: SpaceWalk, least: Evaluated | N
     if least is not None:
         text += (f" The least memory found is {least.memory.peak_bytes / GIB:.1f} GiB on stage "
                  f"{least.memory.peak_stage} with {_strategy_text(least)}.")
+        if least.memory.margin_bytes and least.memory.peak_bytes <= capacity:  # within the capacity, not its edge
+            text += (f" At confidence {space.run.confidence:g} at most {least.memory.fit_bytes / GIB:.2f} GiB fits "
+                     f"(its upper edge within the capacity); --confidence 0 judges the point estimate.")
     return text

@@ -38,11 +38,11 @@ def greedy_plan(space: SearchSpace, base: Strategy) -> Evaluated:
     pp = base.pp
     chunk_layers = base.layers_per_stage or default_partition(model.layers, base.virtual_stages)
     layers = [sum(chunk_layers[s::pp]) for s in range(pp)]
-    capacity = run.capacity(cluster.device.memory_bytes)
 
     def stage_bytes(stages):
+        """Each stage's bytes over what fits at the run's confidence (MemoryEstimate.fit_bytes; <= 0: it fits)."""
         memory = estimate_memory(model, cluster, run, _strategy(model, base, stages, chunk_layers))
-        return [s.total_bytes for s in memory.stages]
+        return [s.total_bytes - memory.fit_bytes for s in memory.stages]
 
     def plan(mode, s, full=0):
         if mode == "full-count":
@@ -52,12 +52,12 @@ def greedy_plan(space: SearchSpace, base: Strategy) -> Evaluated:
 
     stages = [plan("none", s) for s in range(pp)]
     peaks = stage_bytes(stages)
-    over = [s for s in range(pp) if peaks[s] > capacity]
+    over = [s for s in range(pp) if peaks[s] > 0]
     if over:  # try selective recompute for all of a stage's layers first
         trial = [plan("selective", s) if s in over else stages[s] for s in range(pp)]
         peaks = stage_bytes(trial)
         for s in list(over):
-            if peaks[s] <= capacity:
+            if peaks[s] <= 0:
                 stages[s] = trial[s]
                 over.remove(s)
     # none -> full one layer at a time; bisection on the count (fits is monotone from one full layer on)
@@ -69,7 +69,7 @@ def greedy_plan(space: SearchSpace, base: Strategy) -> Evaluated:
         peaks = stage_bytes(trial)
         for s in over:
             if low[s] < high[s]:
-                if peaks[s] <= capacity:
+                if peaks[s] <= 0:
                     high[s] = mid[s]
                 else:
                     low[s] = mid[s] + 1

@@ -21,6 +21,7 @@ from ..space import Layout, SearchSpace
 from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
 from .coefficients import (Item, fewest_layers, inner_choices, least_static_bytes, overlaps, pipeline_bound,
                            role_stages)
+from .margins import least_margin
 from .plan_form import host_room, stage_memory
 
 
@@ -38,7 +39,7 @@ class _Shed:
 def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros) -> dict:
     """Per ZeRO stage of `zeros` (None: the lightest) whose memory can fit at all, per constrained stage: a _Shed; a
     ZeRO stage is left out when even the heaviest recompute of every layer (offload only on as many layers as the
-    host memory holds) cannot fit. Memory with no recompute is counted in whole bytes as reported, plus the smallest
+    host memory holds) cannot fit within the capacity less the least confidence margin of its plans. Memory with no recompute is counted in whole bytes as reported, plus the smallest
     recompute workspace once anything recomputes; with offsets (single-kind models) the stage may hold as few as
     default - offset layers."""
     model, run = space.model, space.run
@@ -71,7 +72,8 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         for z in [z for z in out if out[z] is not None]:
             room = host_room(space, base, stage, () if z is None else (z,))
             held = int(min(sum(counts.values()), max(0.0, room) // least_host)) if least_host > 0 else 0
-            excess = least_static_bytes(space, layout, s, z, fewer) + plain
+            # the least confidence margin of any plan under z (margins.py): what fits is that much less
+            excess = least_static_bytes(space, layout, s, z, fewer) + plain + least_margin(space, base, modes, (z,))
             if excess > 0:  # some layer must recompute
                 excess += workspace
             # the most recompute can save: each layer its best option, offload on at most `held` layers

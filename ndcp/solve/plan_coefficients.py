@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from .plan_bounds import lower_hull
+from .margins import NO_MARGINS, PlanMargins
 from .plan_form import PASSES, KindOption, PlanForm, StageForm
 
 BYTE = 1  # memory unit: whole bytes, so a plan the model fits almost never fails verification by rounding
@@ -92,6 +93,7 @@ class PlanCoefficients:
     divisor: int
     workspace: Terms
     stages: tuple[StageCoefficients, ...]
+    margins: PlanMargins = NO_MARGINS  # bytes, exact (plan_form.PlanForm.margins)
 
     @property
     def most_layers(self) -> int:
@@ -115,7 +117,7 @@ def plan_coefficients(form: PlanForm) -> PlanCoefficients:
         total_layers=form.total_layers, host_capacity=int(form.host_capacity // BYTE), fill_is_total=fill_is_total,
         slowest_weight=form.linear.slowest_weight, sum_weight=form.linear.sum_weight, divisor=form.linear.divisor,
         workspace=tuple((key, floor_to(form.workspace[key], BYTE)) for key in keys),
-        stages=tuple(_stage(form, stage, fill_is_total) for stage in form.stages))
+        stages=tuple(_stage(form, stage, fill_is_total) for stage in form.stages), margins=form.margins)
 
 
 def _stage(form: PlanForm, stage: StageForm, fill_is_total: bool) -> StageCoefficients:

@@ -3,6 +3,7 @@ reads from the full estimators, with names, in seconds and bytes (docs/solver.md
 
 A device stage s holding L[s] layers, n[s,k,m] of kind k with recompute option m, under ZeRO stage z:
     memory[s] = static[s,z] + layer_static[z] x (L[s] - default[s]) + fixed[s] + workspace + sum resident[s,k,m] n
+                + margin(z, the recompute families in use)  (the confidence margin, margins.py; 0 at confidence 0)
     host[s]   = sum host[s,k,m] n <= host_room[s];   host optimizer[s,z] affine in L[s]
     time[s]   = sum layer_time[k,m] n + extra_time[s];   fill[s] = sum layer_fill[k,m] n + extra_fill[s]
     window[s, pass] = sum window[pass,k,m] n + extra_window[s, pass]       (the DP overlap windows)
@@ -35,6 +36,7 @@ from ..specs.pipeline_layout import split_device_stages
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import Strategy
 from .coefficients import item_lower_bound, layer_static_bytes
+from .margins import PlanMargins, plan_margins
 
 RESOLUTION = 1e-6  # the model's time unit, as a fraction of the item's step-time lower bound
 PASSES = ("forward", "backward")  # the data-parallel overlap windows (DataParallelTerms.windows)
@@ -92,6 +94,7 @@ class PlanForm:
     workspace: dict[KindOption, float]  # bytes its recompute rematerialises at once in the backward
     static_per_layer: tuple[float, ...]  # per ZeRO stage: model-state bytes one more layer adds to a stage
     stages: tuple[StageForm, ...]
+    margins: PlanMargins  # the bytes a plan's peak upper edge keeps free at the run's confidence (margins.py)
 
     @property
     def fill_is_total(self) -> bool:
@@ -124,7 +127,8 @@ def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, 
                 "backward": {key: t.backward_window for key, t in times.items()}},
         workspace={key: recompute_workspace_bytes(model, run, *key, stage_key.degrees) for key in keys},
         static_per_layer=tuple(layer_static_bytes(space, layout, z) for z in zeros),
-        stages=_stage_forms(space, layout, base, keys, tuple(zeros), stage_key, offset))
+        stages=_stage_forms(space, layout, base, keys, tuple(zeros), stage_key, offset),
+        margins=plan_margins(space, base, modes, tuple(zeros)))
 
 
 def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple[KindOption, ...],

@@ -36,14 +36,17 @@ def build_plan_model(c: PlanCoefficients, capacity: int, exclude: tuple[tuple[in
     zero = add_zero_choice(m, c.zero_count)
     slowest = m.new_int_var(0, UPPER, "slowest")
     sizes, counts, fills = [], [], []
+    margin = m.new_int_var(0, UPPER, "margin") if c.margins.any else 0
     for s, stage in enumerate(c.stages):
         size = add_stage_size(m, c, stage, s)
         n = add_stage_counts(m, c, stage, s, size)
-        add_memory(m, c, stage, s, zero, size, n, capacity)
+        add_memory(m, c, stage, s, zero, size, n, capacity, margin)
         add_host(m, c, stage, zero, size, n)
         fills.append(add_stage_time(m, c, stage, s, n, slowest))
         sizes.append(size)
         counts.append(n)
+    if c.margins.any:
+        add_margin(m, c, zero, counts, margin, capacity)
     if not c.partition_fixed:  # the stages hold every layer
         m.add(sum(sizes) == c.total_layers)
     free_sizes = [] if c.partition_fixed else sizes
@@ -100,11 +103,30 @@ def add_kind_rule(m: cp_model.CpModel, n: dict, moe_layers: int, s: int) -> None
         m.add(sum(n.get(("dense", o), 0) for o in prefix) == 0).only_enforce_if(~moe_covered)
 
 
+def add_margin(m: cp_model.CpModel, c: PlanCoefficients, zero: list, counts: list, margin, capacity: int) -> None:
+    """`margin`, the bytes the plan's peak upper edge keeps free under `capacity` (margins.PlanMargins): at
+    least the entry of the chosen ZeRO stage and of the recompute families in use, exactly (a family's boolean is 1
+    when and only when some stage runs one of its modes). Without an entry above 0 bytes (confidence 0) there is no
+    margin variable and the model is today's."""
+    used = {}
+    if c.margins.by_family:
+        for family, modes in c.margins.families:
+            used[family] = m.new_bool_var(f"family_{family}")
+            layers = [var for n in counts for (_, mode), var in n.items() if mode in modes]
+            for var in layers:
+                m.add(var <= c.most_layers * used[family])
+            m.add(sum(layers) >= 1).only_enforce_if(used[family])
+    for zk, entries in zip(zero, c.margins.per_zero):
+        for entry in entries:
+            exactly = [used[f] if f in entry.families else ~used[f] for f in used] if entry.families else []
+            m.add(margin >= entry.margin(capacity)).only_enforce_if([zk] + exactly)
+
+
 def add_memory(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, zero: list, size, n: dict,
-               capacity: int) -> None:
-    """The stage's device memory within the capacity: model states (the chosen ZeRO stage's, scaling with the
-    stage's layers), the fixed activations, each layer's resident bytes, and the largest recompute workspace of an
-    option in use."""
+               capacity: int, margin=0) -> None:
+    """The stage's device memory and the plan's confidence margin (add_margin) within the capacity: model states
+    (the chosen ZeRO stage's, scaling with the stage's layers), the fixed activations, each layer's resident bytes,
+    and the largest recompute workspace of an option in use."""
     workspace = m.new_int_var(0, UPPER, f"ws{s}")
     need = dict(c.workspace)
     for key, var in n.items():
@@ -118,8 +140,8 @@ def add_memory(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficient
     for k, zk in enumerate(zero):
         m.add(layer_static == stage.layer_static[k] * size).only_enforce_if(zk)
     resident = dict(stage.resident)
-    m.add(static + layer_static + stage.fixed + workspace + sum(resident[key] * var for key, var in n.items())
-          <= capacity)
+    memory = static + layer_static + stage.fixed + workspace + sum(resident[key] * var for key, var in n.items())
+    m.add((memory + margin if c.margins.any else memory) <= capacity)
 
 
 def add_host(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, zero: list, size, n: dict) -> None:

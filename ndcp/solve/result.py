@@ -37,7 +37,8 @@ class Evaluated:
 
     @property
     def over_bytes(self) -> int:
-        return max(0, self.memory.peak_bytes - self.memory.capacity_bytes)
+        """Bytes the peak is over what fits at the run's confidence (MemoryEstimate.fit_bytes)."""
+        return max(0, self.memory.peak_bytes - self.memory.fit_bytes)
 
     def rank_key(self) -> tuple:
         """Rank by step time; equal times (equivalent plans) by the canonical tie-break: least peak memory, then

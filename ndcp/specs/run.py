@@ -98,6 +98,9 @@ class RunSpec:
     whole score matrix, as PaLM and torchtitan). HFU always counts what runs; reporting only"""
     headroom_fraction: float = 0.0
     """fraction of the capacity to keep free, 0 <= f < 1: plans may use capacity x (1 - f) (default 0)"""
+    confidence: float = 0.9
+    """confidence, 0 <= c < 1, at which a plan fits (default 0.9): its peak's upper edge at that confidence (the
+    measured runs' leave-one-source-out band, docs/confidence.md §1) within the capacity; 0: the point estimate alone"""
     fp8_recipe: str = "delayed"
     """FP8 scaling recipe under precision fp8 (default delayed): delayed, tensorwise, blockwise or mxfp8 (Blackwell
     only)"""
@@ -159,6 +162,8 @@ class RunSpec:
         non_negative_int("image_size", self.image_size, 1 << 16)
         require(self.headroom_fraction < 1, "headroom_fraction", self.headroom_fraction,
                 "expected a fraction >= 0 and < 1 of the capacity to keep free")
+        finite_number("confidence", self.confidence, 0.0, 1.0)
+        require(self.confidence < 1, "confidence", self.confidence, "expected a confidence >= 0 and < 1, e.g. 0.9")
 
     @property
     def fp8(self) -> bool:

@@ -54,12 +54,14 @@ def sweep_table(rows: list[dict], priced: bool, numbered: bool = False) -> Table
         days, ideal_days = (None if r.get(key) is None else r[key] / DAY
                             for key in ("time_to_train_seconds", "ideal_time_to_train_seconds"))
         goodput = None if r.get("goodput") is None else 100 * r["goodput"]
+        band = r.get("time_to_train_seconds_band")
+        spread = f" ({band[0] / DAY:,.1f}–{band[1] / DAY:,.1f})" if band and band[0] != band[1] else ""
         cells = {"#": str(number), "device": r["device"], "GPUs": str(r["gpus"]), "GBS": str(r["global_batch"]),
                  "seq": str(r["seq_len"]), "status": r["status"],
                  "step s": _number(r.get("step_seconds"), 2),
                  "MFU": "-" if mfu is None else f"{mfu:.1f}%", "tok/s": _short(r.get("tokens_per_second")),
                  "ideal\ndays": _number(ideal_days, 1), "goodput": "-" if goodput is None else f"{goodput:.1f}%",
-                 "days": _number(days, 1), "GPU-h": _short(r.get("gpu_hours")), "cost": _short(r.get("cost"))}
+                 "days": _number(days, 1) + spread, "GPU-h": _short(r.get("gpu_hours")), "cost": _short(r.get("cost"))}
         table.add_row(*(cells[name] for name in names))
     return table
 

@@ -4,7 +4,9 @@ JSON: `{model, model_assumptions, tokens, price_per_gpu_hour, failures, points: 
 seq_len, status, strategy, step_seconds, mfu, tokens_per_second, steps, ideal_time_to_train_seconds, goodput,
 time_to_train_seconds, gpu_hours, cost, checkpoint_interval_seconds, ...}], knees}`: time_to_train_seconds,
 gpu_hours and cost are expected, with failures (docs/goodput.md), the ideal_ ones without; times in seconds, None
-(null) where nothing fits or no price was given. The journal that --resume reads is journal.py.
+(null) where nothing fits or no price was given; step_seconds_band and the expected figures' bands
+(time_to_train_seconds_band, gpu_hours_band, cost_band): [low, high] at the run's confidence (docs/confidence.md
+§4). The journal that --resume reads is journal.py.
 """
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ import io
 
 from ..estimate.goodput import FailureSettings
 from ..specs.model import ModelSpec
-from .solve import DERIVED_KEYS
+from .solve import BAND_KEYS, DERIVED_KEYS
 
 POINT_KEYS = ("device", "gpus", "global_batch", "seq_len", "status", "strategy", "step_seconds", "mfu",
-              "tokens_per_second", *DERIVED_KEYS, "solve_seconds", "explanation")
+              "tokens_per_second", *DERIVED_KEYS, "solve_seconds", "explanation", "step_seconds_band", *BAND_KEYS)
 
 
 def failures_document(failures: FailureSettings) -> dict:
@@ -40,9 +42,17 @@ def sweep_csv(rows: list[dict]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(POINT_KEYS)
     for row in rows:
-        writer.writerow(["" if row.get(k) is None else repr(row[k]) if isinstance(row[k], float) else row[k]
-                         for k in POINT_KEYS])
+        writer.writerow([_cell(row.get(k)) for k in POINT_KEYS])
     return out.getvalue()
+
+
+def _cell(value) -> str:
+    """A CSV cell: empty for None, floats exactly (repr), a band as its two edges separated by a space."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " ".join(_cell(v) for v in value)
+    return repr(value) if isinstance(value, float) else value
 
 
 # -- the knee ----------------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ spawned worker process or in a Ray task, and gives the same answer everywhere: o
 Derived, per point (docs/sweep.md): tokens per step = global batch x sequence length; steps = ceil(tokens to train
 / tokens per step) (whole optimizer steps); ideal time to train = steps x step time; the expected time to train
 with failures, checkpoints and restarts = ideal / goodput (estimate/goodput.py, docs/goodput.md); GPU-hours = GPUs
-x time to train / 3600; cost = price per GPU-hour x GPU-hours, each ideal and expected.
+x time to train / 3600; cost = price per GPU-hour x GPU-hours, each ideal and expected. Each of the
+expected ones also as a band [low, high]: the same figures at the edges of the winner's step-time band at the
+run's confidence (estimate/evidence.py; docs/confidence.md §4).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from ..estimate.evidence import plan_evidence
 from ..estimate.goodput import CheckpointVolume, FailureSettings, RankFacts, checkpoint_volume, run_goodput
 from ..report.plots import strategy_label
 from ..space import SearchSpace, SpaceOptions
@@ -60,10 +63,12 @@ def solve_job(job: Job) -> dict:
     best = result.best
     answer = _planless(job, result.status, result.explanation or None)
     if best is not None:
+        evidence = plan_evidence(job.model, job.cluster.device.name, job.run, best.strategy, job.run.confidence)
         answer.update(strategy=strategy_text(best.strategy), label=strategy_label(best.strategy),
                       step_seconds=best.step_seconds, mfu=best.time.mfu,
                       tokens_per_second=job.point.global_batch * job.point.seq_len / best.step_seconds,
-                      checkpoint=_checkpoint_facts(job, best))
+                      checkpoint=_checkpoint_facts(job, best),
+                      step_seconds_band=list(evidence.step_seconds_band(best.step_seconds)))
     answer["solve_seconds"] = time.perf_counter() - started
     return answer
 
@@ -98,6 +103,7 @@ DERIVED_KEYS = ("steps", "ideal_time_to_train_seconds", "ideal_gpu_hours", "idea
                 "checkpoint_interval_steps", "checkpoint_mode", "checkpoint_bytes_per_rank", "checkpoint_write_seconds",
                 "checkpoint_blocking_seconds", "restart_seconds", "job_mtbf_seconds", "expected_failures",
                 "blast_radius_gpus")
+BAND_KEYS = ("time_to_train_seconds_band", "gpu_hours_band", "cost_band")  # [low, high] of the expected figures
 
 
 def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None,
@@ -105,24 +111,40 @@ def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None,
     """The answer with steps, the ideal time to train, GPU-hours and cost (no failure), the goodput with
     `failures` and the expected ones, the checkpoint interval and what it follows from (None where nothing fits;
     the costs None without a price)."""
-    row = dict(answer, **dict.fromkeys(DERIVED_KEYS))
-    step, facts = answer.get("step_seconds"), answer.get("checkpoint")
+    row = dict(answer, **dict.fromkeys(DERIVED_KEYS + BAND_KEYS))
+    step = answer.get("step_seconds")
     if step is None:
         return row
+    row.update(_figures(answer, step, tokens, price_per_gpu_hour, failures))
+    # the step time's band at the run's confidence (docs/evidence.md), carried through the same figures; an answer
+    # logged before bands existed has none (its step time as both edges)
+    edges = [_figures(answer, edge, tokens, price_per_gpu_hour, failures)
+             for edge in answer.get("step_seconds_band") or (step, step)]
+    for band, key in zip(BAND_KEYS, ("time_to_train_seconds", "gpu_hours", "cost")):
+        row[band] = None if any(e[key] is None for e in edges) else [e[key] for e in edges]
+    return row
+
+
+def _figures(answer: dict, step: float, tokens: int, price_per_gpu_hour: float | None,
+             failures: FailureSettings) -> dict:
+    """The DERIVED_KEYS of `answer` if its step were `step` seconds long (the expected ones None for an answer of an
+    older ndcp, without its checkpoint facts)."""
     steps = math.ceil(tokens / (answer["global_batch"] * answer["seq_len"]))
     def price(hours: float) -> float | None:
         return None if price_per_gpu_hour is None else price_per_gpu_hour * hours
     ideal_hours = answer["gpus"] * steps * step / 3600
-    row.update(steps=steps, ideal_time_to_train_seconds=steps * step, ideal_gpu_hours=ideal_hours,
+    out = dict.fromkeys(DERIVED_KEYS)
+    out.update(steps=steps, ideal_time_to_train_seconds=steps * step, ideal_gpu_hours=ideal_hours,
                ideal_cost=price(ideal_hours))
-    if facts is None:  # an answer of an older ndcp: the ideal figures only
-        return row
+    facts = answer.get("checkpoint")
+    if facts is None:
+        return out
     volume = CheckpointVolume(facts["written_per_rank"], facts["total"], facts["staged_per_rank"])
     rank = RankFacts(facts["devices_per_node"], facts["host_bandwidth"], facts["staging_capacity"])
     run = run_goodput(steps * step, step, answer["gpus"], volume, failures, rank)
     expected = run.expected_seconds if math.isfinite(run.expected_seconds) else None  # never ends: no number
     hours = None if expected is None else answer["gpus"] * expected / 3600
-    row.update(goodput=run.goodput, time_to_train_seconds=expected, gpu_hours=hours,
+    out.update(goodput=run.goodput, time_to_train_seconds=expected, gpu_hours=hours,
                cost=None if hours is None else price(hours), checkpoint_interval_seconds=run.interval_seconds,
                checkpoint_interval_steps=run.interval_steps,
                checkpoint_mode="async" if run.asynchronous else "sync",
@@ -131,7 +153,7 @@ def derive(answer: dict, tokens: int, price_per_gpu_hour: float | None,
                job_mtbf_seconds=run.job_mtbf_seconds,
                expected_failures=None if expected is None else run.expected_failures,
                blast_radius_gpus=run.blast_radius_gpus)
-    return row
+    return out
 
 
-__all__ = ["Job", "solve_job", "failed_answer", "derive", "DERIVED_KEYS"]
+__all__ = ["Job", "solve_job", "failed_answer", "derive", "DERIVED_KEYS", "BAND_KEYS"]

@@ -43,6 +43,10 @@ from .shape import check_runs_document, csv_records
 from .unknowns import Filled, fill_unknowns
 from .values import SkipRun, as_bool, as_fraction, as_number, is_null, read_text
 
+# A measured run did fit: it is estimated (and its unknown knobs searched, unknowns.py) at the point estimate, the
+# confidence 0 its residuals feed the evidence table with (estimate/evidence.py; docs/confidence.md §1).
+MEASURED_CONFIDENCE = 0.0
+
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
 GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "a100_80gb_sxm": ("a100-80g", {}),
@@ -198,7 +202,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
     run = RunSpec(int(training["global_batch"]), seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
-                  mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes),
+                  mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
                   **_stated(training, ("attention_kernel", "moe_dispatcher")))
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
@@ -267,7 +271,7 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     flash = as_bool(record.get("flash_attention"))
     run = RunSpec(global_batch, seq, precision=_precision(record.get("precision"), notes),
                   flash_attention=True if flash is None else flash,
-                  mfu_convention=_mfu_convention(record.get("mfu_convention"), notes),
+                  mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
                   **_stated(record, ("grad_dtype", "trainer")))
     run = _fp8_run(run, record.get("fp8_recipe"), cluster, notes)
     fields = {k: v for k, v in record.items() if k in CSV_STRATEGY_COLUMNS}

@@ -18,8 +18,9 @@ from ndcp.specs.library import load_model
 from ndcp.specs.strategy_input import parse_strategy_string
 from ndcp.specs.units import GIB
 
-# Llama-3.1-405B on 2,048 H100 (the bench question): with every layer's activations offloaded.
-RUN_405B = RunSpec(global_batch=2048, seq_len=8192)
+# Llama-3.1-405B on 2,048 H100 (the bench question): with every layer's activations offloaded. On the point estimate
+# (confidence 0): no measured run offloads, and at 90 % the band that widens for it leaves these plans no room.
+RUN_405B = RunSpec(global_batch=2048, seq_len=8192, confidence=0.0)
 OFFLOADED = "tp=8,pp=16,mbs=1,zero=1,sp=on,offload=activations"
 
 

@@ -18,10 +18,10 @@ from ndcp.specs.library import load_model
 from ndcp.specs.units import GIB
 
 
-def problem(cap=0, options=SpaceOptions(), model="tiny", gbs=32):
+def problem(cap=0, options=SpaceOptions(), model="tiny", gbs=32, confidence=0.9):
     m = load_model(model)
     cluster = ClusterSpec(device_preset("h100"), 8)
-    run = RunSpec(global_batch=gbs, seq_len=1024, memory_cap_bytes=cap)
+    run = RunSpec(global_batch=gbs, seq_len=1024, memory_cap_bytes=cap, confidence=confidence)
     return m, cluster, run, SearchSpace(m, cluster, run, options)
 
 
@@ -90,7 +90,7 @@ def test_space_summary_shows_pinned_and_searched():
 
 def test_nearest_misses_and_over_memory(optimal):
     """A result whose faster strategies were refused by memory lists them as nearest misses."""
-    m, cluster, run, space = problem(cap=int(1.1 * GIB))
+    m, cluster, run, space = problem(cap=int(1.1 * GIB), confidence=0.0)  # the point estimate, as the case was chosen
     result = exhaustive_search(space, top=5)
     assert result.nearest_misses and result.over_memory
     text = " ".join(render(m, cluster, run, space, result).split())
@@ -100,6 +100,13 @@ def test_nearest_misses_and_over_memory(optimal):
     faster = 100 * (best.step_seconds - miss.step_seconds) / best.step_seconds
     assert f"would be {faster:.0f} % faster" in text
     assert f"needs {miss.memory.peak_bytes / GIB:.2f} GiB of {miss.memory.capacity_bytes / GIB:.2f}" in text
+    # at a confidence a miss also names the most that fits at it
+    m, cluster, run, space = problem(cap=int(1.2 * GIB))
+    result = exhaustive_search(space, top=5)
+    banded = [miss for miss in result.nearest_misses if miss.memory.peak_bytes <= miss.memory.capacity_bytes]
+    assert banded
+    text = " ".join(render(m, cluster, run, space, result).split())
+    assert f"({banded[0].memory.fit_bytes / GIB:.2f} at 90 %)" in text
 
 
 def test_feasible_shows_gap_and_bound(optimal):

@@ -1,4 +1,5 @@
 """The rich estimate report: its sections are present and show the numbers the JSON document holds."""
+import dataclasses
 import re
 
 import pytest
@@ -49,7 +50,7 @@ def test_report_sections_and_numbers_match_json():
         assert gib(stage["total_bytes"]) in row
         assert gib(stage["parts"]["parameters"]) in row and gib(stage["parts"]["activations"]) in row
     rows = doc["evidence"]["memory_rows"]
-    assert mem["fits"] and (f"fits: peak {format_bytes(mem['peak_bytes'])} (≤ "
+    assert mem["fits"] and (f"fits at 90 %: peak {format_bytes(mem['peak_bytes'])} (≤ "
                             f"{format_bytes(mem['peak_bytes_band_high'])} at 90 %, {rows} measured rows) on stage "
                             f"{mem['peak_stage']}") in text
     if "time" in doc:
@@ -104,7 +105,9 @@ def test_report_names_the_features_no_measured_run_uses_and_drops_bands_at_confi
     text = render(*args)
     assert "no measured run uses: activation offload (band widened for each)" in text
     console = Console(record=True, width=120, color_system=None)
-    render_estimate(console, *args, confidence=0.0)
+    m, cluster, run, s, _, time = args
+    at_zero = dataclasses.replace(run, confidence=0.0)  # the run's fit verdict and its bands both at confidence 0
+    render_estimate(console, m, cluster, at_zero, s, estimate_memory(m, cluster, at_zero, s), time, confidence=0.0)
     point = console.export_text()
     assert "comparable runs" not in point and "measured rows" not in point and " at 90 %" not in point
     assert "no measured run uses: activation offload\n" in point  # named at any confidence
@@ -116,4 +119,11 @@ def test_report_says_when_the_peak_fits_and_its_upper_edge_does_not():
     capped = RunSpec(global_batch=64, seq_len=4096, memory_cap_bytes=capacity)
     memory = estimate_memory(m, cluster, capped, s)
     text = render(m, cluster, capped, s, memory, time, width=200)
+    # at the run's confidence (90 %) the plan does not fit: its upper edge is over the capacity
+    assert not memory.fits and "DOES NOT FIT at 90 %" in text
+    assert f"at most {format_bytes(memory.fit_bytes)} fits at 90 %" in text
+    # judged on the point estimate (confidence 0) it fits, and its band at 90 % says what it may need
+    point = dataclasses.replace(capped, confidence=0.0)
+    memory = estimate_memory(m, cluster, point, s)
+    text = render(m, cluster, point, s, memory, time, width=200)
     assert memory.fits and "; at 90 % it may need " in text and "more than the capacity" in text

@@ -89,7 +89,8 @@ def test_a_lighter_first_stage_fits_where_the_default_partition_does_not():
     model = ModelSpec(name="small", layers=3, hidden=256, heads=4, kv_heads=1, ffn_hidden=1024, vocab=1000,
                       activation="gelu")
     cluster = ClusterSpec(device_preset("h100"), 2).with_overrides(devices_per_node=1, inter_node_bandwidth=1e9)
-    run = RunSpec(global_batch=2, seq_len=4096, memory_cap_bytes=104 * 2**20, reserve_bytes=2**20, trainer="torchtitan")
+    run = RunSpec(global_batch=2, seq_len=4096, memory_cap_bytes=104 * 2**20, reserve_bytes=2**20, trainer="torchtitan",
+                  confidence=0.0)  # the case as found: the point estimate
     options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
                            recompute_modes=("none", "layernorm", "mlp", "full"), max_offset=1)
     oracle, solved = assert_plan_search_matches_oracle(SearchSpace(model, cluster, run, options), top=2)
@@ -124,7 +125,7 @@ def test_offload_beyond_the_host_memory_does_not_lower_the_plan_bound():
     from ndcp.solve.recompute import PlanModel
     from ndcp.specs.library import load_model
     space = SearchSpace(load_model("gpt3-175b"), ClusterSpec(device_preset("a100-80g"), 64),
-                        RunSpec(global_batch=1536, seq_len=2048))
+                        RunSpec(global_batch=1536, seq_len=2048, confidence=0.0))  # the point estimate, as found
     item = next(b for b in space.walk().batches if (b[0].tp, b[0].pp, b[0].dp, b[1]) == (2, 1, 32, 8))
     zeros, _, modes = space.inner_choices(2)
     plan = PlanModel(space, item[0], item[1], item[2], True, tuple(modes), tuple(space.zero_stages(item[0])))
@@ -142,7 +143,7 @@ def test_recompute_that_hides_the_data_parallel_sync_is_not_free_in_the_plan_bou
     from ndcp.solve.recompute import PlanModel
     from ndcp.specs.library import load_model
     space = SearchSpace(load_model("llama3-70b"), ClusterSpec(device_preset("h100"), 64),
-                        RunSpec(global_batch=128, seq_len=8192))
+                        RunSpec(global_batch=128, seq_len=8192, confidence=0.0))  # the point estimate, as found
     item = next(b for b in space.walk().batches if (b[0].tp, b[0].pp, b[0].vpp, b[0].cp, b[1]) == (4, 2, 5, 1, 1))
     _, _, modes = space.inner_choices(4)
     plan = PlanModel(space, item[0], item[1], item[2], True, tuple(modes), tuple(space.zero_stages(item[0])))

@@ -65,7 +65,9 @@ def problems(draw):
     run = RunSpec(global_batch=draw(st.sampled_from([1, 2, 4, 8, 12, 16])), seq_len=draw(st.sampled_from([512, 2048])),
                   flash_attention=draw(st.booleans()), memory_cap_bytes=cap, reserve_bytes=2**20,
                   images_per_sample=draw(st.sampled_from([0, 1, 2])) if encoder else 0,
-                  overlap=draw(st.sampled_from(OVERLAP_SETTINGS)))
+                  overlap=draw(st.sampled_from(OVERLAP_SETTINGS)),
+                  # fits at a confidence: the point estimate, and margins from the evidence table (docs/evidence.md)
+                  confidence=draw(st.sampled_from([0.0, 0.5, 0.9])))
     # the default schedules, or every schedule searched jointly (zero-bubble and DualPipe too)
     schedules = draw(st.sampled_from([DEFAULT_SCHEDULES, tuple(SCHEDULES)]))
     # optimizer offload searched too (its layouts run ZeRO 0/1 only: ZeRO-3 drops out of those items)

@@ -78,3 +78,19 @@ def test_document_and_csv_carry_the_contract_keys():
     table = list(csv.DictReader(io.StringIO(sweep_csv(rows))))
     assert table[0]["gpus"] == "512" and float(table[0]["cost"]) == rows[0]["cost"]
     assert float(table[0]["ideal_time_to_train_seconds"]) == rows[0]["ideal_time_to_train_seconds"]
+
+
+def test_the_step_band_is_carried_into_the_expected_time_to_train_gpu_hours_and_cost():
+    row = derive({**ANSWER, "step_seconds_band": [12.0, 17.5]}, tokens=10**12, price_per_gpu_hour=2.5)
+    at = [derive({**ANSWER, "step_seconds": s}, 10**12, 2.5) for s in (12.0, 17.5)]  # the figures at each edge
+    for band, key in (("time_to_train_seconds_band", "time_to_train_seconds"), ("gpu_hours_band", "gpu_hours"),
+                      ("cost_band", "cost")):
+        assert row[band] == pytest.approx([edge[key] for edge in at])
+    low, high = row["time_to_train_seconds_band"]
+    assert 119210 * 12.0 < low < row["time_to_train_seconds"] < high  # expected: above the ideal at the low edge
+    assert derive({**ANSWER, "step_seconds_band": [12.0, 17.5]}, 10**12, None)["cost_band"] is None
+    # an answer logged before bands existed: its step time as both edges
+    assert derive(ANSWER, 10**12, None)["time_to_train_seconds_band"] == pytest.approx(
+        [derive(ANSWER, 10**12, None)["time_to_train_seconds"]] * 2)
+    cells = next(csv.DictReader(io.StringIO(sweep_csv([row]))))
+    assert cells["time_to_train_seconds_band"] == f"{low!r} {high!r}"

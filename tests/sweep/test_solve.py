@@ -27,6 +27,8 @@ def test_a_point_is_the_search_answer_with_its_derived_rate():
     assert answer["step_seconds"] == best.step_seconds and answer["mfu"] == best.time.mfu
     assert answer["tokens_per_second"] == pytest.approx(16 * 512 / best.step_seconds)
     assert answer["strategy"].startswith("tp=") and answer["key"] == job(8).key()
+    low, high = answer["step_seconds_band"]  # the winner's band at the run's confidence (docs/confidence.md §4)
+    assert low < answer["step_seconds"] < high
 
 
 def test_a_point_carries_what_its_checkpoint_needs():
