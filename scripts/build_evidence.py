@@ -6,8 +6,8 @@ step time or on peak memory. Residuals (docs/evidence.md §1), both measured / e
 - step time: the run estimated with the GEMM ceilings fitted without its source, exactly as scripts/calibrate.py
   fits them (its `fit`: one ceiling per GPU generation on the other sources' 16-bit MFU runs); a run of a
   generation that is not fitted keeps its preset;
-- peak memory: the measured peak over the estimated allocator peak (ndcp.validation.compare; nothing of memory is
-  fitted, so the shipped estimate is already out of sample).
+- peak memory: the measured peak over the estimate on the row's allocator basis (reserved or allocated:
+  ndcp.validation.compare; nothing of memory is fitted, so the shipped estimate is already out of sample).
 Features: ndcp.estimate.evidence.plan_features of the run's model, strategy, run settings and device. The table
 records the sha256 of both runs files (tests/estimate/test_evidence.py fails when they change and the table was
 not regenerated) and the held-out coverage of the bands at the default confidence, which the script prints.

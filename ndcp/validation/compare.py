@@ -5,9 +5,11 @@ compared on that basis: measured = its TFLOP/s / peak, estimated = those FLOPs (
 attention) / (GPUs x peak x estimated step). Every other row is compared on model FLOPs (MFU) counted in the row's
 own convention (`run.mfu_convention`: causal or full attention, docs/formulas.md §2.6).
 
-Memory: published peaks are the PyTorch caching allocator's (torch.cuda.max_memory_reserved, as torchtitan and NeMo
-log it), so they are compared with the estimate's `allocator_peak_bytes`: the peak without the CUDA context and
-NCCL buffers the allocator never holds (docs/formulas.md §5.1).
+Memory: published peaks are the PyTorch caching allocator's, on the row's `memory_basis` (runs.py): `reserved`
+(torch.cuda.max_memory_reserved, as torchtitan and NeMo log it, the default) is compared with the estimate's
+`allocator_peak_bytes`, the peak without the CUDA context and NCCL buffers the allocator never holds; `allocated`
+(torch.cuda.max_memory_allocated, the live tensors) with `allocated_peak_bytes`, which also leaves out the
+fragmentation (docs/formulas.md §5.1).
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ class RunComparison:
     assumptions: tuple[str, ...] = ()
     estimated_fits: bool = True  # the estimated peak fits the device (these runs really ran)
     searched: str = ""  # the knobs the source does not publish, as ndcp's pinned search filled them ("" if none)
+    memory_basis: str | None = None  # the allocator figure both memory columns are (runs.MEMORY_BASES), if compared
 
     @property
     def mfu_error_points(self) -> float | None:
@@ -112,11 +115,12 @@ def _compare(row: MeasuredRun) -> RunComparison:
         measured_mfu = measured_step = None
         assumptions += ("time not compared: the source publishes no peak FLOP/s for this device",)
     memory = estimate_memory(model, cluster, run, strategy)
+    estimated_peak = memory.allocated_peak_bytes if row.memory_basis == "allocated" else memory.allocator_peak_bytes
     label = strategy_text(strategy, VALIDATION_FIELDS, compact=True, above_one=("cp", "ep", "vpp"))
     return RunComparison(row.id, cluster.device.name, cluster.count, label, basis, measured_mfu,
                          flops / (peak * estimate.step_seconds), measured_step, estimate.step_seconds,
-                         row.memory_gib, memory.allocator_peak_bytes / GIB if row.memory_gib else None, assumptions,
-                         memory.fits, row.searched)
+                         row.memory_gib, estimated_peak / GIB if row.memory_gib else None, assumptions,
+                         memory.fits, row.searched, row.memory_basis if row.memory_gib else None)
 
 
 def validate_file(path) -> ValidationResult:

@@ -18,7 +18,10 @@ use is recorded in the row's `assumptions`):
   recipes reduce gradients in bf16: grad_reduce_in_fp32 = False in Megatron-Bridge scripts/performance/configs
   llama3/llama3_8b_llm_pretrain.py and llama31/llama31_405b_llm_pretrain.py, and in NeMo's
   pretrain_performance_optimizations, e.g. recipes/gpt3_175b.py), else fp32 main gradients (Megatron's default);
-- sequence length: `training.seq_len`, else the model mapping's `seq_len` (published rows).
+- sequence length: `training.seq_len`, else the model mapping's `seq_len` (published rows);
+- peak-memory basis: `outcome.memory_basis`, `reserved` (torch.cuda.max_memory_reserved: the allocator's segments,
+  what torchtitan and NeMo log) or `allocated` (torch.cuda.max_memory_allocated: the live tensors); unstated ->
+  reserved, noted when the row has a peak (validation/compare.py compares the matching estimate).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from .values import SkipRun, as_bool, as_fraction, as_number, is_null, read_text
 # A measured run did fit: it is estimated (and its unknown knobs searched, unknowns.py) at the point estimate, the
 # confidence 0 its residuals feed the evidence table with (estimate/evidence.py; docs/confidence.md §1).
 MEASURED_CONFIDENCE = 0.0
+MEMORY_BASES = ("reserved", "allocated")  # torch.cuda.max_memory_reserved / max_memory_allocated
 
 # published_runs.yaml hardware ids -> (ndcp preset, device overrides); source: the `hardware:` list of that file
 GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -165,6 +169,8 @@ class MeasuredRun:
     peak_known: bool = True  # the source publishes the device's peak FLOP/s
     source: str = ""  # the publication (a YAML row's source.group, else its id before the first "_")
     searched: str = ""  # what the pinned search filled (the knobs the row leaves unknown), else ""
+    memory_basis: str = "reserved"  # which allocator peak memory_gib is: MEMORY_BASES
+
 
 
 # -- YAML (published_runs.yaml shape, docs/calibration.md) --------------------------------------------------------
@@ -203,18 +209,19 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
-                  **_stated(training, ("attention_kernel", "moe_dispatcher")))
+                  **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype")))
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
     if memory is None and not is_null(observed):
         memory = float(observed) / GIB
+    basis = _memory_basis(outcome.get("memory_basis"), memory is not None, notes)
     return MeasuredRun(str(entry.get("id")), model, cluster, run, strategy, narayanan,
                        as_number(outcome.get("step_time_s")), as_fraction(outcome.get("mfu"), "outcome.mfu"),
                        as_number(outcome.get("tflops_per_gpu")), as_number(outcome.get("tokens_per_s_per_gpu")), memory,
                        tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks, _publication(entry),
-                       searched)
+                       searched, basis)
 
 
 def _publication(entry: dict) -> str:
@@ -223,16 +230,30 @@ def _publication(entry: dict) -> str:
     return str(group) if not is_null(group) else str(entry.get("id")).split("_", 1)[0]
 
 
+def _stated_choice(value: Any, field: str, label: str, choices: tuple[str, ...], default: str,
+                   notes: list[str]) -> str:
+    """One of `choices` as the row states it in `field`; unstated -> `default`, said in `notes` as "<label> <default>
+    (unstated)". Raises SpecError naming the field for any other value."""
+    if is_null(value):
+        notes.append(f"{label} {default} (unstated)")
+        return default
+    chosen = str(value).strip().lower()
+    if chosen not in choices:
+        raise SpecError(f"{field}={value!r}: expected one of {', '.join(choices)}")
+    return chosen
+
+
 def _mfu_convention(value: Any, notes: list[str]) -> str:
     """The convention the source's MFU (or TFLOP/s) counts causal attention in; unstated -> "causal" (current
     Megatron-LM), recorded in the row's assumptions."""
-    if is_null(value):
-        notes.append("mfu convention causal (unstated)")
-        return "causal"
-    convention = str(value).strip().lower()
-    if convention not in MFU_CONVENTIONS:
-        raise SpecError(f"mfu_convention={value!r}: expected one of {', '.join(MFU_CONVENTIONS)}")
-    return convention
+    return _stated_choice(value, "mfu_convention", "mfu convention", MFU_CONVENTIONS, "causal", notes)
+
+
+def _memory_basis(value: Any, has_peak: bool, notes: list[str]) -> str:
+    """Which allocator figure the row's peak memory is (MEMORY_BASES); unstated -> reserved, noted for a row with a
+    peak."""
+    return _stated_choice(value, "outcome.memory_basis", "memory basis", MEMORY_BASES, "reserved",
+                          notes if has_peak else [])
 
 
 def _unknown_peaks(data: dict) -> frozenset[str]:
@@ -276,9 +297,11 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     run = _fp8_run(run, record.get("fp8_recipe"), cluster, notes)
     fields = {k: v for k, v in record.items() if k in CSV_STRATEGY_COLUMNS}
     strategy, searched = _row_strategy(model, cluster, run, fields, False, notes)
+    memory = as_number(record.get("memory_gib"))
+    basis = _memory_basis(record.get("memory_basis"), memory is not None, notes)
     return MeasuredRun(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
                        as_number(record.get("step_seconds")), as_fraction(record.get("mfu"), "mfu"), None, None,
-                       as_number(record.get("memory_gib")), tuple(notes), searched=searched)
+                       memory, tuple(notes), searched=searched, memory_basis=basis)
 
 
 def _csv_rows(path: Path) -> list[tuple[str, Any]]:
