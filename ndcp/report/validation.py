@@ -30,6 +30,11 @@ def _gib(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _basis(run) -> str:
+    """The run's MFU basis, and the allocator figure its memory is compared on (reserved or allocated) if any."""
+    return run.basis if run.memory_basis is None else f"{run.basis}; memory {run.memory_basis}"
+
+
 def _runs_table(result: ValidationResult) -> Table:
     table = Table(title=f"Estimated vs measured: {result.source}", header_style="bold")
     for name, justify in (("run", "left"), ("device", "left"), ("GPUs", "right"), ("strategy", "left"),
@@ -38,7 +43,7 @@ def _runs_table(result: ValidationResult) -> Table:
                           ("mem meas GiB", "right"), ("mem est GiB", "right")):
         table.add_column(name, justify=justify, overflow="fold")
     for run in result.runs:
-        table.add_row(run.id, run.device, str(run.gpus), run.strategy, run.basis, _pct(run.measured_mfu),
+        table.add_row(run.id, run.device, str(run.gpus), run.strategy, _basis(run), _pct(run.measured_mfu),
                       _pct(run.estimated_mfu), _signed(run.mfu_error_points, "+.1f"), _seconds(run.measured_step),
                       _seconds(run.estimated_step), _relative(run.step_relative_error),
                       _gib(run.measured_memory_gib), _gib(run.estimated_memory_gib), style=_run_style(run))
@@ -65,7 +70,7 @@ def _compact_runs_table(result: ValidationResult) -> Table:
         table.add_column(name, justify="right", no_wrap=True, min_width=max(len(part) for part in name.split()))
     for run in result.runs:
         label = Text(run.id)
-        label.append(f"\n{run.gpus} x {run.device}, {run.strategy}; {run.basis}", style="dim")
+        label.append(f"\n{run.gpus} x {run.device}, {run.strategy}; {_basis(run)}", style="dim")
         table.add_row(label, f"{_pct(run.measured_mfu).rstrip('%')}\n{_pct(run.estimated_mfu).rstrip('%')}",
                       _signed(run.mfu_error_points, "+.1f"),
                       f"{_seconds(run.measured_step)}\n{_seconds(run.estimated_step)}",
