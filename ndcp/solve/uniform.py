@@ -79,11 +79,11 @@ class _UniformSearch:
         """Stopped before anything fitting was verified (the first solve not done yet, while items are expanded):
         verify the expanded items' fastest points (INTERRUPT_CANDIDATES) until one fits, so the answer has a plan
         as soon as any item has exact coefficients."""
-        for point in self.model.least_points(INTERRUPT_CANDIDATES) if not self.verifier.fitting else ():
-            if (point.i, point.j, point.z) not in self.verifier.seen:
-                self.verifier.verify(point)
+        for point in self.model.least_points(INTERRUPT_CANDIDATES):
             if self.verifier.fitting:
                 return
+            if (point.i, point.j, point.z) not in self.verifier.seen:
+                self.verifier.verify(point)
 
     def _finish(self) -> SearchResult:
         verifier = self.verifier
