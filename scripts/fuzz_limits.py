@@ -1,8 +1,9 @@
 """The limits, signals and internal-error categories of scripts/fuzz_cli.py (issue #36), each run in a process of
 its own (`python -m ndcp`):
 
-- limits: --time-limit on every search mode (default, uniform, exhaustive, greedy) and on `ndcp recompute`, which
-  must end within the limit plus PROCESS_START; `--points` and `--caps` past the frontier's maximum;
+- limits: --time-limit on every search mode (default, uniform, exhaustive, greedy), on `ndcp recompute` and on
+  `ndcp validate` (a runs file whose pinned searches are short), which must end within the limit plus
+  PROCESS_START; `--points` and `--caps` past the frontier's maximum;
 - signals: SIGINT or SIGTERM at a random moment of a search or a frontier (sometimes a second one 50 ms later):
   an answer (exit 0 or 1), `unknown` (4) or `interrupted` (130), no traceback, and the --json file whole or absent;
 - internal errors: the probe's reproducers ("Why" 6: --recompute offload, runs files and Hugging Face configs of
@@ -52,7 +53,8 @@ def limits(rng: random.Random) -> LimitCase:
     argv = rng.choice([["search", *LLAMA, *rng.choice(MODES), "--quiet"],
                        ["recompute", *LLAMA, "--strategy", "tp=4,pp=2,vpp=8,mbs=1,zero=2,sp=on", "--quiet"],
                        ["recompute", *TINY, "--points", str(rng.choice([201, 10**5, 10**9]))],
-                       ["recompute", *TINY, "--caps", ",".join(["1GiB"] * rng.choice([201, 5000]))]])
+                       ["recompute", *TINY, "--caps", ",".join(["1GiB"] * rng.choice([201, 5000]))],
+                       ["validate", str(ROOT / "examples" / "measured_runs_2.yaml"), "--quiet"]])
     return LimitCase("limits", argv + ["--time-limit", str(limit)], seconds=limit + PROCESS_START)
 
 

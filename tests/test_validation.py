@@ -50,7 +50,7 @@ def test_narayanan_rows_compare_on_their_recompute_inclusive_basis(published):
 
 def test_result_is_json_and_renders(published):
     data = json.loads(json.dumps(published.as_dict()))
-    assert set(data) == {"source", "runs", "skipped", "summary", "notes"}
+    assert set(data) == {"source", "complete", "runs", "skipped", "summary", "notes"}
     console = Console(file=StringIO(), width=200)
     render_validation(published, console)
     text = console.file.getvalue()

@@ -80,7 +80,7 @@ def _compact_runs_table(result: ValidationResult) -> Table:
 
 
 def _skipped_table(result: ValidationResult) -> Table:
-    table = Table(title="Runs that cannot be represented (skipped)", header_style="bold")
+    table = Table(title="Runs not compared (skipped)", header_style="bold")
     table.add_column("run", no_wrap=True)
     table.add_column("reason", overflow="fold")
     for skipped in result.skipped:

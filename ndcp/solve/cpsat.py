@@ -13,6 +13,7 @@ its variables; no big-M over shared ones).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -78,6 +79,13 @@ class StrategyModel:
     def max_objective(self) -> int:
         expanded = [max(t for t, _ in table.values()) for table in self.tables.values() if table]
         return max(expanded + [b for b in self.bounds if b is not None])
+
+    def least_points(self, count: int) -> list[Point]:
+        """The `count` points of least objective among the expanded items' whose constrained stages fit, found
+        without a solve (what a search stopped before its first solve can still verify)."""
+        points = ((units, i, j, z) for i, table in self.tables.items() if self.bounds[i] is not None
+                  for (j, z), (units, memory) in table.items() if max(memory) <= self.cap)
+        return [Point(i, j, z, units) for units, i, j, z in heapq.nsmallest(count, points)]
 
     def _rest(self) -> tuple[int, int] | None:
         """(item, bound) of the unexpanded item with the least bound, or None when every item is expanded."""

@@ -42,23 +42,14 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     if items is None:
         return result
     verifier = _PlanVerifier(ctx)
-    # Uniform plans are per-layer plans too: the proven uniform optimum, and every other uniform strategy its search
-    # verified, seed the incumbents, so the answer is never slower than the best uniform plan and many items are cut
-    # by their bounds at once. Only the optimum is proven (UNIFORM_SEEDS): a uniform top K would bound and expand
-    # items up to the uniform K-th best, which the per-layer K-th best usually lies below. With the partition fixed
-    # the two searches bound items alike: the items the uniform search tightened keep their bounds (and those proven
-    # not to fit stay out).
-    shared = with_max_offset(ctx.space, 0) is ctx.space
-    seeds: list[Evaluated] = []
-    uniform = uniform_search(replace(ctx, top=UNIFORM_SEEDS, deadline=ctx.start + time_limit / 2,
-                                     progress=_first(progress)), walk,
-                             unsolved("cp-sat", result.space_size, walk),
-                             items if shared else ItemBounds(with_max_offset(ctx.space, 0), walk.batches,
-                                                             items.seconds, items.memo),
-                             seeds)
-    verifier.add_verified(seeds)
-    # Ctrl-C during the uniform search stops this one too
-    next_bound, interrupted = _visit(ctx, items, verifier, result, uniform.interrupted)
+    first = _FirstPhase(ctx, walk, result, items)
+    try:
+        first.run(verifier)
+        # Ctrl-C during the uniform search stops this one too
+        next_bound, interrupted = _visit(ctx, items, verifier, result, first.interrupted)
+    except KeyboardInterrupt:  # between the phases: the uniform phase's verified plans answer it
+        verifier.add_verified(first.seeds)
+        next_bound, interrupted = first.least_bound(), True
     ranked = verifier.ranked()
     certified = verifier.certified(next_bound) and not verifier.unproven and not interrupted
     if ranked:
@@ -70,10 +61,46 @@ def plan_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, see
     result.lower_bound_seconds = min(next_bound, verifier.least_pending(), *verifier.unproven, verifier.accepted,
                                      ranked[0].step_seconds if ranked else float("inf"))
     result.solver_calls = verifier.solves  # the plan sub-models' solves (the uniform search's are not counted)
-    result.verified = verifier.count + uniform.verified
+    result.verified = verifier.count + first.verified
     if result.status == "infeasible":
         explain_memory(ctx.space, walk, result)
     return finish(result, ctx.start, ranked, verifier.misses, ctx.top, verifier.seconds)
+
+
+class _FirstPhase:
+    """The uniform search that seeds plan_search's incumbents (UNIFORM_SEEDS), with what it verified kept where
+    an interrupt at any moment finds it.
+
+    Uniform plans are per-layer plans too: the proven uniform optimum, and every other uniform strategy its search
+    verified, seed the incumbents, so the answer is never slower than the best uniform plan and many items are cut
+    by their bounds at once. Only the optimum is proven (UNIFORM_SEEDS): a uniform top K would bound and expand
+    items up to the uniform K-th best, which the per-layer K-th best usually lies below. With the partition fixed
+    the two searches bound items alike: the items the uniform search tightened keep their bounds (and those proven
+    not to fit stay out)."""
+
+    def __init__(self, ctx: SearchContext, walk, result: SearchResult, items: ItemBounds):
+        self.ctx, self.walk, self.result, self.items = ctx, walk, result, items
+        self.seeds: list[Evaluated] = []  # every fitting uniform strategy verified (uniform_search fills it)
+        self.verified = 0  # strategies the uniform search verified, misses included
+        self.interrupted = False
+
+    def run(self, verifier: _PlanVerifier) -> None:
+        """Search the uniform plans (half the time limit) and hand the verified ones to `verifier`."""
+        ctx, items = self.ctx, self.items
+        shared = with_max_offset(ctx.space, 0) is ctx.space
+        uniform = uniform_search(replace(ctx, top=UNIFORM_SEEDS, deadline=ctx.start + (ctx.deadline - ctx.start) / 2,
+                                         progress=_first(ctx.progress)), self.walk,
+                                 unsolved("cp-sat", self.result.space_size, self.walk),
+                                 items if shared else ItemBounds(with_max_offset(ctx.space, 0), self.walk.batches,
+                                                                 items.seconds, items.memo),
+                                 self.seeds)
+        self.verified, self.interrupted = uniform.verified, uniform.interrupted
+        verifier.add_verified(self.seeds)
+
+    def least_bound(self) -> float:
+        """The least bound of any item (as the uniform search tightened them): valid for every per-layer plan, the
+        answer's bound when an interrupt lands before `_visit` keeps its own."""
+        return min((b for b in self.items.seconds if b is not None), default=float("inf"))
 
 
 def _first(progress):

@@ -21,6 +21,9 @@ from .result import TIE, Evaluated, Progress, SearchResult, evaluate, finish
 
 BAND_GROWTH = 0.005  # the first band above the optimum spans 0.5 % of it; each further band doubles the width
 BAND_POINTS = 256  # a band holding more points than this is narrowed before it is enumerated in full
+# Ctrl-C before the first verification: the expanded items' fastest points that fit the model's memory, verified in
+# objective order until one fits (each one evaluation: milliseconds, DeepSeek-V3 included)
+INTERRUPT_CANDIDATES = 4
 
 
 def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
@@ -68,8 +71,19 @@ class _UniformSearch:
         except KeyboardInterrupt:  # Ctrl-C: like the time limit, the best verified so far with the proven bound
             result = self.result
             result.status, result.explanation, result.interrupted = "feasible", "interrupted", True
+            self._verify_expanded()
             result.lower_bound_seconds = min(self.known, self.verifier.lower_bound(float("inf")))
             return self._finish()
+
+    def _verify_expanded(self) -> None:
+        """Stopped before anything fitting was verified (the first solve not done yet, while items are expanded):
+        verify the expanded items' fastest points (INTERRUPT_CANDIDATES) until one fits, so the answer has a plan
+        as soon as any item has exact coefficients."""
+        for point in self.model.least_points(INTERRUPT_CANDIDATES):
+            if self.verifier.fitting:
+                return
+            if (point.i, point.j, point.z) not in self.verifier.seen:
+                self.verifier.verify(point)
 
     def _finish(self) -> SearchResult:
         verifier = self.verifier

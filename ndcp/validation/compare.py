@@ -13,6 +13,7 @@ fragmentation (docs/formulas.md §5.1).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -72,8 +73,11 @@ class RunComparison:
 
 @dataclass(frozen=True)
 class SkippedRun:
+    """A run not compared, and why; `reached` False when the time limit ended the validation before it."""
+
     id: str
     reason: str
+    reached: bool = True
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,13 @@ class ValidationResult:
     summary: ValidationSummary
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def complete(self) -> bool:
+        """Every run of the file was reached (no time limit ended the validation early)."""
+        return all(s.reached for s in self.skipped)
+
     def as_dict(self) -> dict:
-        return {"source": self.source, "runs": [r.as_dict() for r in self.runs],
+        return {"source": self.source, "complete": self.complete, "runs": [r.as_dict() for r in self.runs],
                 "skipped": [asdict(s) for s in self.skipped], "summary": asdict(self.summary),
                 "notes": list(self.notes)}
 
@@ -123,24 +132,40 @@ def _compare(row: MeasuredRun) -> RunComparison:
                          memory.fits, row.searched, row.memory_basis if row.memory_gib else None)
 
 
-def validate_file(path) -> ValidationResult:
+def validate_file(path, time_limit: float | None = None) -> ValidationResult:
     """Estimate every run in a published-runs YAML or a measured-runs CSV and compare; a run that publishes only
-    its peak memory is compared on memory; unrepresentable runs are listed in `skipped` with the reason."""
+    its peak memory is compared on memory; unrepresentable runs are listed in `skipped` with the reason.
+
+    `time_limit` (seconds, None: none) bounds the whole validation: it is checked before each run, a run already
+    started finishes (its pinned search, unknowns.PINNED_TIME_LIMIT at most), and the runs not reached are listed in
+    `skipped` (`reached` False) with the summary of those compared."""
     path = Path(path)
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
     compared, skipped = [], []
     for run_id, build in read_rows(path):
+        if deadline is not None and time.perf_counter() > deadline:
+            skipped.append(SkippedRun(run_id, f"not reached: the time limit of {time_limit:g} s ran out", False))
+            continue
         try:
-            row = build()
-            if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
-                    and not row.tokens_per_second_per_gpu and row.memory_gib is None:
-                raise SkipRun("no measured step time, MFU, TFLOP/s, tokens/s or peak memory")
-            compared.append(_compare(row))
+            compared.append(_compare(_measured(build)))
         except SkipRun as reason:
             skipped.append(SkippedRun(run_id, str(reason)))
         except (SpecError, ValueError, TypeError, KeyError) as error:
             skipped.append(SkippedRun(run_id, f"cannot be represented: {error}"))
     runs = tuple(compared)
-    return ValidationResult(str(path), runs, tuple(skipped), summarise(runs))
+    unreached = sum(not s.reached for s in skipped)
+    notes = (f"time limit of {time_limit:g} s reached: {unreached} of {len(compared) + len(skipped)} runs not "
+             "reached (listed as skipped)",) if unreached else ()
+    return ValidationResult(str(path), runs, tuple(skipped), summarise(runs), notes)
+
+
+def _measured(build) -> MeasuredRun:
+    """A row's MeasuredRun from its builder (runs.read_rows); SkipRun when it states nothing to compare."""
+    row = build()
+    if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
+            and not row.tokens_per_second_per_gpu and row.memory_gib is None:
+        raise SkipRun("no measured step time, MFU, TFLOP/s, tokens/s or peak memory")
+    return row
 
 
 __all__ = ["validate_file", "ValidationResult", "RunComparison", "SkippedRun", "NARAYANAN_BASIS", "MODEL_BASIS"]

@@ -108,3 +108,31 @@ def test_ctrl_c_during_the_uniform_phase_stops_the_per_layer_search_with_a_valid
     result = certificate.plan_search(SPACE, top=1, time_limit=60)
     assert result.status == ("feasible" if result.strategies else "unknown") and result.interrupted
     assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
+
+
+def test_ctrl_c_after_items_are_expanded_but_before_the_first_solve_answers_with_a_verified_plan(monkeypatch):
+    """The uniform search expands its cheapest items before its first solve; Ctrl-C there verifies the expanded
+    items' fastest points (uniform.INTERRUPT_CANDIDATES) rather than answer `unknown`."""
+    calls = []
+    monkeypatch.setattr(uniform.StrategyModel, "optimize", lambda *args: calls.append(1))  # never reached
+    interrupt_on_call(monkeypatch, uniform, "expand_item", 4)  # three items expanded
+    result = cpsat_search(SPACE, top=10, time_limit=60)
+    assert not calls and result.interrupted and result.status == "feasible" and result.strategies
+    assert 1 <= result.verified <= uniform.INTERRUPT_CANDIDATES
+    assert result.lower_bound_seconds <= result.strategies[0].step_seconds
+
+
+@pytest.mark.parametrize("name", ["inner_choices", "_degree_key"])
+def test_ctrl_c_between_the_uniform_phase_and_the_item_queue_keeps_the_uniform_plan(monkeypatch, name):
+    """Ctrl-C as the uniform phase hands its verified plans over (plans._degree_key ranks them) or as the item
+    queue is built (plans.inner_choices starts it): the answer is the uniform phase's verified plan and a bound
+    valid for per-layer plans, not `unknown`."""
+    from ndcp.solve import plans
+
+    exact = certificate.plan_search(SPACE, top=1, time_limit=60)
+    uniform_best = cpsat_search(SPACE, top=1, time_limit=60).strategies[0].step_seconds
+    interrupt_on_call(monkeypatch, plans, name, 1)
+    result = certificate.plan_search(SPACE, top=1, time_limit=60)
+    assert result.interrupted and result.status == "feasible" and result.strategies
+    assert result.strategies[0].step_seconds == pytest.approx(uniform_best)  # the uniform phase's optimum
+    assert result.lower_bound_seconds <= exact.strategies[0].step_seconds * (1 + 1e-9)
