@@ -119,10 +119,12 @@ def _sharding(strategy: Strategy) -> set[str]:
 def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_name: str | None = None
                   ) -> frozenset[str]:
     """The features an estimate of this plan rests on, human-readable ("trainer megatron", "device hopper", "moe",
-    "fsdp", "context parallel", "fp8 delayed", "dualpipev", "activation offload", ...). The device generation is
-    one of them when `device_name` is given."""
+    "mamba-2", "fsdp", "context parallel", "fp8 delayed", "dualpipev", "activation offload", ...). The device
+    generation is one of them when `device_name` is given."""
     features = {f"trainer {run.trainer}", "moe" if model.moe is not None else "dense",
                 *_sharding(strategy), *recompute_families(strategy)}
+    features |= {name for name, mixer in (("mamba-2", model.mamba), ("gated deltanet", model.linear_attention))
+                 if mixer is not None}
     if device_name is not None:
         features.add(f"device {device_generation(device_name)}")
     if strategy.cp > 1:

@@ -19,7 +19,9 @@ all-to-all to head-sharded sequences and back, per layer, as Megatron-Core runs 
 Time: the kernels (fla's and mamba_ssm's Triton kernels, which Megatron-Core's gated_delta_net.py and
 mamba_mixer.py call) are not measured here: their matmuls are priced as the unfused attention core's batched
 per-head GEMMs (DeviceSpec.unfused_attention_efficiency), their backward at SCAN_BACKWARD_RATIO times the forward's
-FLOPs (both recompute the chunk states in backward). Unvalidated: no measured run in examples/ has these layers.
+FLOPs (both recompute the chunk states in backward). Gated DeltaNet: no measured run in examples/ has it. Mamba-2:
+the Megatron-Bridge Nemotron-3 Nano rows (docs/formulas.md §2.7) measure 1.7-2 x the estimated steps, most of the
+gap shared with attention-only MoE models of the same size on the same systems; nothing here is fitted to them.
 """
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ same search method (a second objective over the restricted space).
 `evidenced_options` is the one place feature names (estimate/evidence.py plan_features) map to SpaceOptions
 restrictions: ZeRO stages (zero-0/1/2; fsdp for ZeRO-3, hsdp for its hybrid sharding), recompute option families,
 context parallelism and its communication types, pipeline schedules, optimizer offload. The other features (trainer,
-device generation, dense or MoE, FP8 recipe, MoE dispatcher, overlaps, torch.compile, optimizer state dtype) are the
-run's or the model's: no strategy avoids them, so a winner lacking evidence only there has no alternative.
+device generation, dense or MoE, scan mixers, FP8 recipe, MoE dispatcher, overlaps, torch.compile, optimizer state
+dtype) are the run's or the model's: no strategy avoids them, so a winner lacking evidence only there has no
+alternative.
 """
 from __future__ import annotations
 

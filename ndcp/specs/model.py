@@ -210,9 +210,10 @@ class ModelSpec:
             return self.assumptions
         return self.assumptions + (
             f"hybrid layers ({len(mixed)} of {self.layers} without softmax attention): linear-attention and Mamba-2 "
-            "scan cores priced conservatively (as unfused attention's per-head GEMMs), unvalidated on measured runs; "
-            "each layer priced at its kind's average mixer (exact for the whole model and for stages holding whole "
-            "repeats of the layer pattern)",)
+            "scan cores priced as unfused attention's per-head GEMMs; Gated DeltaNet unvalidated on measured runs, "
+            "Mamba-2 hybrids measured on Nemotron-3 Nano only (steps estimated 42-49 % short, docs/formulas.md "
+            "§2.7); each layer priced at its kind's average mixer (exact for the whole model and for stages holding "
+            "whole repeats of the layer pattern)",)
 
     # -- shape helpers -------------------------------------------------------------------------------------------
     @property

@@ -33,6 +33,16 @@ NEMOTRON_H_8B = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemot
                  "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "chunk_size": 128, "vocab_size": 131072,
                  "num_hidden_layers": 52, "mlp_hidden_act": "relu2", "tie_word_embeddings": False}
 
+# nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json (the shapes of Megatron-Bridge's nemotron_3_nano.py recipe)
+NEMOTRON_3_NANO = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+                   "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+                   "hidden_size": 2688, "intermediate_size": 1856, "num_attention_heads": 32,
+                   "num_key_value_heads": 2, "head_dim": 128, "mamba_num_heads": 64, "mamba_head_dim": 64,
+                   "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "chunk_size": 128, "vocab_size": 131072,
+                   "num_hidden_layers": 52, "mlp_hidden_act": "relu2", "tie_word_embeddings": False,
+                   "n_routed_experts": 128, "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+                   "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 3712, "routed_scaling_factor": 2.5,
+                   "max_position_embeddings": 262144}
 
 def _gdn(h):  # Gated DeltaNet with 16 key heads, 32 value heads of 128: in (q, k, v, z, b, a), conv, dt/A, norm, out
     return h * (2 * 2048 + 2 * 4096 + 64) + 8192 * 4 + 64 + 128 + 4096 * h
@@ -105,3 +115,21 @@ def test_nemotron_3_moe_blocks_and_refusals():
         model_from_hf_config({**moe, "hybrid_override_pattern": "M-M*E"}, "mixed")
     with pytest.raises(SpecError, match="moe_latent_size"):
         model_from_hf_config({**moe, "moe_latent_size": 1024}, "latent")
+
+
+def test_nemotron_3_nano_counts_against_a_hand_count_and_the_technical_report():
+    model = model_from_hf_config(NEMOTRON_3_NANO, "nemotron-3-nano")
+    assert [model.layer_mixers.count(c) for c in "MA-"] == [23, 6, 23] and model.moe_layers == 23
+    h, inner, bc = 2688, 64 * 64, 2 * 8 * 128  # Mamba-2 inner width (heads x head_dim), B and C widths
+    mamba = h * (2 * inner + bc + 64) + inner * h + (inner + bc) * 5 + 3 * 64 + inner
+    attention = h * (32 + 2 * 2) * 128 + 32 * 128 * h
+    routed, shared_and_router = 2 * h * 1856, 2 * h * 3712 + h * 128  # squared ReLU: up and down only
+    body = 23 * mamba + 6 * attention + 23 * shared_and_router + 52 * h
+    outside = 2 * 131072 * h + h  # embedding, output projection, final norm
+    total, active = outside + body + 23 * 128 * routed, outside + body + 23 * 6 * routed
+    assert (model.parameters, model.active_parameters) == (total, active)
+    assert load_model("nemotron-3-nano-30b-a3b").parameters == total
+    # Nemotron 3 Nano technical report (arXiv 2512.20848): 31.6B total, 3.2B active (3.6B with the embeddings);
+    # the active figures are rounded to 0.1B
+    assert model.parameters == pytest.approx(31.6e9, rel=0.005)
+    assert round(model.active_parameters / 1e8) == 36 and round((model.active_parameters - 131072 * h) / 1e8) == 32

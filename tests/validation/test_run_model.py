@@ -2,6 +2,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model
@@ -9,6 +10,7 @@ from ndcp.validation.run_model import read_model, row_seq_len
 from ndcp.validation.values import SkipRun
 
 HERE = Path(__file__).resolve().parent  # a runs file's folder
+EXAMPLES = HERE.parents[1] / "examples"
 
 
 def _read(model, **entry):
@@ -68,7 +70,8 @@ def test_seq_len_from_training_or_the_model_mapping():
     assert row_seq_len({"training": {}, "model": "llama3-8b"}) is None
 
 
-@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-235b-a22b", "llama4-scout", "gpt3-175b", "mixtral-8x7b"])
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-235b-a22b", "llama4-scout", "gpt3-175b", "mixtral-8x7b",
+                                  "nemotron-3-nano-30b-a3b"])
 def test_a_library_model_written_out_as_a_mapping_reads_back_the_same(name):
     """The runs file's model mapping is the library's schema: every field of a library model, written as a
     mapping, reads back as the same ModelSpec (so nothing a model can say is lost in validation)."""
@@ -78,3 +81,15 @@ def test_a_library_model_written_out_as_a_mapping_reads_back_the_same(name):
     mapping = {f.name: getattr(library, f.name) for f in dataclasses.fields(library)}
     mapping = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in mapping.items()}
     assert read_model({"model": mapping}, 4096, HERE, []) == library
+
+
+@pytest.mark.parametrize("runs_file, count", [("measured_runs_2.yaml", 4), ("measured_runs_nvl72.yaml", 5)])
+def test_the_nemotron_3_nano_rows_are_priced_as_the_hybrid_library_model(runs_file, count):
+    """The Megatron-Bridge Nemotron-3 Nano rows name the library model: Mamba-2, attention and MoE blocks reach the
+    estimators as the library states them (no mapping that could drop the layer pattern)."""
+    rows = [r for r in yaml.safe_load((EXAMPLES / runs_file).read_text())["runs"] if "nemotron3_nano" in r["id"]]
+    assert len(rows) == count
+    for row in rows:
+        model = read_model(row, row_seq_len(row), EXAMPLES, [])
+        assert model == load_model("nemotron-3-nano-30b-a3b") and model.hybrid_blocks and model.mamba is not None
+        assert row_seq_len(row) == 8192
