@@ -71,8 +71,8 @@ def test_a_validated_winner_has_no_alternative():
 
 
 def test_a_winner_lacking_evidence_only_in_the_run_s_own_settings_has_no_alternative_to_search():
-    run = replace(RUN, overlap="trainer", optimizer_state_dtype="bf16")  # a run setting no measured run states
+    run = replace(RUN, overlap="trainer", precision="fp8", fp8_recipe="blockwise")  # no measured run states it
     space = SearchSpace(TINY, ClusterSpec(device_preset("h100"), 4), run, SpaceOptions(zero_stages=(1,)))
     options = SearchOptions(top=1)
     found = validated_alternative(space, "uniform", search(space, "uniform", options), options)
-    assert found.missing == ("bf16 optimizer states",) and found.result is None
+    assert found.missing == ("fp8 blockwise",) and found.result is None
