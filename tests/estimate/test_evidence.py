@@ -113,7 +113,7 @@ def test_plan_features_name_what_an_estimate_rests_on():
 
 
 def test_plan_features_name_the_scan_mixers_of_hybrid_models():
-    nano, qwen_next = load_model("nemotron-3-nano-30b-a3b"), load_model("qwen3-next-80b-a3b")
+    nano, qwen_next = load_model("nemotron-3-nano"), load_model("qwen3-next-80b-a3b")
     assert plan_features(nano, Strategy(dp=8, ep=8), RUN) >= {"moe", "mamba-2"}
     assert "gated deltanet" in plan_features(qwen_next, Strategy(dp=8), RUN)
     assert not {"mamba-2", "gated deltanet"} & plan_features(MIXTRAL, Strategy(dp=8), RUN)

@@ -128,7 +128,7 @@ def test_nemotron_3_nano_counts_against_a_hand_count_and_the_technical_report():
     outside = 2 * 131072 * h + h  # embedding, output projection, final norm
     total, active = outside + body + 23 * 128 * routed, outside + body + 23 * 6 * routed
     assert (model.parameters, model.active_parameters) == (total, active)
-    assert load_model("nemotron-3-nano-30b-a3b").parameters == total
+    assert load_model("nemotron-3-nano").parameters == total
     # Nemotron 3 Nano technical report (arXiv 2512.20848): 31.6B total, 3.2B active (3.6B with the embeddings);
     # the active figures are rounded to 0.1B
     assert model.parameters == pytest.approx(31.6e9, rel=0.005)
