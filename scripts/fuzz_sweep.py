@@ -68,6 +68,8 @@ def good_journal() -> list[bytes]:
 def _corrupt_line(rng: random.Random, line: bytes) -> bytes:
     from ndcp.sweep.journal import encode_line
 
+    if len(line) < 2:  # a line this case already cut to nothing: replace it
+        return b"garbage\n"
     what = rng.randrange(6)
     if what == 0:
         return line[:rng.randrange(len(line))]  # torn
@@ -78,7 +80,7 @@ def _corrupt_line(rng: random.Random, line: bytes) -> bytes:
         return rng.choice([b"garbage\n", b"\x00" * 40 + b"\n", b"\xff\xfe\n", b"[" * 5000 + b"\n", b"{}\n", b"\n"])
     try:
         answer = json.loads(line)["answer"]
-    except (ValueError, KeyError, TypeError):  # a line this case corrupted already: cut it instead
+    except (ValueError, KeyError, TypeError, RecursionError):  # a line this case corrupted already: cut it
         return line[:len(line) // 2]
     if what == 3:
         return json.dumps(answer).encode() + b"\n"  # an older ndcp's line: no checksum
