@@ -136,7 +136,7 @@ class SearchAnswer:
     def document(self) -> dict:
         """The `ndcp search --json` document."""
         p = self.planned
-        doc = search_document(p.model, p.cluster, p.run, p.space, self.result, p.run.confidence)
+        doc = search_document(p.model, p.cluster, p.run, p.space, self.result)
         doc.update(validated_document(p.model, p.cluster, p.run, self.result, self.validated))
         doc["planned_for"] = p.trainer or ANY_TRAINER
         if self.trainer_best is not None:
@@ -200,8 +200,7 @@ class Estimated:
 
     def document(self) -> dict:
         """The `ndcp estimate --json` document."""
-        return estimate_document(self.model, self.cluster, self.run, self.strategy, self.memory, self.time,
-                                 confidence=self.run.confidence)
+        return estimate_document(self.model, self.cluster, self.run, self.strategy, self.memory, self.time)
 
 
 def estimate_strategy(values: argparse.Namespace) -> Estimated:

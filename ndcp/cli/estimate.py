@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.quiet:
         print(estimate_line(strategy, memory, time))
     else:
-        render_estimate(console(), model, cluster, run_spec, strategy, memory, time, [], run_spec.confidence)
+        render_estimate(console(), model, cluster, run_spec, strategy, memory, time, [])
     if launch is not None and not write_launch(args, launch):
         return EXIT_INFEASIBLE
     return EXIT_OK

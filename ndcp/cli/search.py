@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         print(result_line(result))
     else:
         out = console()
-        render_search(out, model, cluster, run_spec, space, result, planned.trainer, run_spec.confidence)
+        render_search(out, model, cluster, run_spec, space, result, planned.trainer)
         for line in validated_lines(result, answer.validated):
             out.print(line)
     if answer.trainer_best is not None:

@@ -25,9 +25,9 @@ This module imports no solver and no report; estimators and reports may import i
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from math import ceil, floor
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, NamedTuple
 

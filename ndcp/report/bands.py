@@ -30,16 +30,6 @@ def peak_band_text(peak_bytes: int, evidence: Evidence | None) -> str:
             f"{evidence.memory_rows} measured rows)")
 
 
-def over_capacity_text(peak_bytes: int, capacity_bytes: int, evidence: Evidence | None) -> str:
-    """`; at 90 % it may need 2.10 GiB more than the capacity` when the peak fits and its upper edge does not."""
-    if evidence is None or not evidence.confidence:
-        return ""
-    over = evidence.peak_bytes_high(peak_bytes) - capacity_bytes
-    if peak_bytes > capacity_bytes or over <= 0:
-        return ""
-    return f"; at {_share(evidence.confidence)} it may need {format_bytes(over)} more than the capacity"
-
-
 def missing_evidence_line(evidence: Evidence | None) -> Text | None:
     """`no measured run uses: activation offload, dualpipev` (the band widened for each), or None."""
     if evidence is None or not evidence.features_without_evidence:
@@ -48,4 +38,4 @@ def missing_evidence_line(evidence: Evidence | None) -> Text | None:
                 + (" (band widened for each)" if evidence.confidence else ""), style="yellow")
 
 
-__all__ = ["step_band_text", "peak_band_text", "over_capacity_text", "missing_evidence_line"]
+__all__ = ["step_band_text", "peak_band_text", "missing_evidence_line"]

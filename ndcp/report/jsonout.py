@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..estimate.evidence import DEFAULT_CONFIDENCE, Evidence, plan_evidence
+from ..estimate.evidence import Evidence, plan_evidence
 from ..estimate.layout import layout_document
 from ..space import SearchSpace
 from ..specs.device import ClusterSpec, DeviceSpec
@@ -122,8 +122,8 @@ def with_evidence(entry: dict, evidence: Evidence) -> dict:
 
 
 def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy, memory,
-                      time=None, notes: Iterable[str] = (), confidence: float = DEFAULT_CONFIDENCE) -> dict:
-    """The `ndcp estimate --json` document, its bands at `confidence`. `time` is omitted when no time estimate is
+                      time=None, notes: Iterable[str] = ()) -> dict:
+    """The `ndcp estimate --json` document, its bands at the run's confidence. `time` is omitted when no time estimate is
     available."""
     doc: dict[str, Any] = {
         "model": model_document(model),
@@ -137,19 +137,18 @@ def estimate_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, stra
     }
     if time is not None:
         doc["time"] = time.as_dict()
-    doc = with_evidence(doc, plan_evidence(model, cluster.device.name, run, strategy, confidence))
+    doc = with_evidence(doc, plan_evidence(model, cluster.device.name, run, strategy, run.confidence))
     notes = list(notes)
     if notes:
         doc["notes"] = notes
     return doc
 
 
-def strategy_entry(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, entry: dict, strategy: Strategy,
-                   confidence: float) -> dict:
+def strategy_entry(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, entry: dict, strategy: Strategy) -> dict:
     """A ranked strategy object of `search --json` (Evaluated.as_dict's `entry`): its layout, the run settings and
-    its band at `confidence`."""
+    its band at the run's confidence."""
     return with_evidence({**entry, "strategy": {**entry["strategy"], **_layout(model, strategy), **run_settings(run)}},
-                         plan_evidence(model, cluster.device.name, run, strategy, confidence))
+                         plan_evidence(model, cluster.device.name, run, strategy, run.confidence))
 
 
 def validated_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, result, validated) -> dict:
@@ -159,7 +158,7 @@ def validated_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, res
     proven bound, and how much slower its best is than the winner: docs/confidence.md §3)."""
     found = validated.result if validated is not None else None
     best = found.best if found is not None else None
-    alternative = (strategy_entry(model, cluster, run, best.as_dict(rank=1), best.strategy, run.confidence)
+    alternative = (strategy_entry(model, cluster, run, best.as_dict(rank=1), best.strategy)
                    if best is not None else None)
     search = None if validated is None else {
         "winner_features_without_evidence": list(validated.missing),
@@ -169,13 +168,12 @@ def validated_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, res
     return {"validated_alternative": alternative, "validated_alternative_search": search}
 
 
-def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace, result,
-                    confidence: float = DEFAULT_CONFIDENCE) -> dict:
+def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace, result) -> dict:
     """The `ndcp search --json` document: the estimate's model/device/gpus/run objects plus the search result, each
-    strategy with its band at `confidence`."""
+    strategy with its band at the run's confidence."""
     o = space.options
     found = result.as_dict()
-    found["strategies"] = [strategy_entry(model, cluster, run, entry, point.strategy, confidence)
+    found["strategies"] = [strategy_entry(model, cluster, run, entry, point.strategy)
                            for entry, point in zip(found["strategies"], result.strategies)]
     return {
         "model": model_document(model),

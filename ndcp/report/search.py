@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.evidence import DEFAULT_CONFIDENCE, Evidence, plan_evidence
+from ..estimate.evidence import Evidence, plan_evidence
 from ..rules import RULES
 from ..solve.explain import unproven_hint
 from ..solve.result import TIE
@@ -381,7 +381,7 @@ def best_detail(console: Console, result, devices_per_node: int, layers: int | N
         console.print(missing)
 
 
-def miss_line(miss, best, confidence: float = 0.0) -> Text:
+def miss_line(miss, best) -> Text:
     """`tp=4 pp=8 ... would be 11 % faster; stage 0 needs 86.3 GiB of 80.0` (at a confidence, also the most that
     fits at it: `(73.4 at 90 %)`)."""
     m = miss.memory
@@ -395,28 +395,28 @@ def miss_line(miss, best, confidence: float = 0.0) -> Text:
     text.append(f"; stage {m.peak_stage} needs {m.peak_bytes / GIB:.{digits}f} GiB of "
                 f"{m.capacity_bytes / GIB:.{digits}f}", style="red")
     if m.margin_bytes:
-        text.append(f" ({m.fit_bytes / GIB:.{digits}f} at {100 * confidence:g} %)", style="red")
+        text.append(f" ({m.fit_bytes / GIB:.{digits}f} at {100 * m.confidence:g} %)", style="red")
     return text
 
 
 def render_search(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space: SearchSpace,
-                  result, trainer: str | None, confidence: float = DEFAULT_CONFIDENCE) -> None:
+                  result, trainer: str | None) -> None:
     """The full `ndcp search` report; `trainer`: whose plans it holds (None: any trainer's); the best strategy's
-    bands at `confidence`."""
+    bands at the run's confidence."""
     console.print(assumptions_with_space(model, cluster, run, space, result, trainer))
     console.print(result_panel(result))
     if result.strategies:
         print_ranking(console, result, ep=model.moe is not None)
         console.print()
         best_detail(console, result, cluster.device.devices_per_node, model.layers,
-                    plan_evidence(model, cluster.device.name, run, result.best.strategy, confidence))
+                    plan_evidence(model, cluster.device.name, run, result.best.strategy, run.confidence))
     if result.nearest_misses:
         console.print()
         title = "Nearest misses (faster, but over the memory capacity)" if result.best is not None else \
             "Nearest misses (the fastest strategies, all over the memory capacity)"
         console.print(Text(title, style="bold underline"))
         for miss in result.nearest_misses:
-            console.print(Breakable(miss_line(miss, result.best, confidence)))
+            console.print(Breakable(miss_line(miss, result.best)))
 
 
 def one_line(result) -> str:

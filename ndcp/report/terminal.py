@@ -21,8 +21,8 @@ from ..specs.run import RunSpec
 from ..specs.pipeline_layout import megatron_layout
 from ..specs.strategy import Strategy
 from ..specs.strategy_text import strategy_text
-from ..estimate.evidence import DEFAULT_CONFIDENCE, Evidence, plan_evidence
-from .bands import missing_evidence_line, over_capacity_text, peak_band_text, step_band_text
+from ..estimate.evidence import Evidence, plan_evidence
+from .bands import missing_evidence_line, peak_band_text, step_band_text
 from .formats import format_bytes, format_count, format_rate, format_seconds, gib
 from .notation import Breakable, plan_legend
 
@@ -317,8 +317,7 @@ def fit_line(memory, evidence: Evidence | None = None) -> Text:
         free = "left at the point estimate" if at else "free"
         return Text.assemble(("fits" + at, "bold green"),
                              f": peak {format_bytes(peak)}{peak_band_text(peak, evidence)} on stage "
-                             f"{memory.peak_stage}, {format_bytes(capacity - peak)} {free} of {format_bytes(capacity)}"
-                             f"{over_capacity_text(peak, capacity, evidence)}")
+                             f"{memory.peak_stage}, {format_bytes(capacity - peak)} {free} of {format_bytes(capacity)}")
     if peak <= memory.fit_bytes:
         host_over = memory.host_peak_bytes - memory.host_capacity_bytes
         return Text.assemble(("DOES NOT FIT", "bold red"),
@@ -407,10 +406,10 @@ def estimate_line(strategy: Strategy, memory, time=None) -> str:
 
 
 def render_estimate(console: Console, model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
-                    memory, time=None, notes: Iterable[str] = (), confidence: float = DEFAULT_CONFIDENCE) -> None:
+                    memory, time=None, notes: Iterable[str] = ()) -> None:
     """The full `ndcp estimate` report: assumptions, strategy, memory per stage, fit verdict, step time, their
-    bands at `confidence` and the features without measured evidence."""
-    evidence = plan_evidence(model, cluster.device.name, run, strategy, confidence)
+    bands at the run's confidence and the features without measured evidence."""
+    evidence = plan_evidence(model, cluster.device.name, run, strategy, run.confidence)
     console.print(assumptions_panel(model, cluster, run, memory.capacity_bytes))
     console.print(Breakable(strategy_line(strategy, model.layers)))
     console.print()

@@ -58,10 +58,10 @@ def _estimate(confidence: float, recompute: str = "selective") -> dict:
     from ndcp.specs.recompute import RecomputePlan
     from ndcp.specs.strategy import Strategy
 
-    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096)
+    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096, confidence=confidence)
     strategy = Strategy(dp=4, tp=2, mbn=8, sp=True, recompute=RecomputePlan(recompute))
     return estimate_document(model, CLUSTER, run, strategy, estimate_memory(model, CLUSTER, run, strategy),
-                             estimate_time(model, CLUSTER, run, strategy), confidence=confidence)
+                             estimate_time(model, CLUSTER, run, strategy))
 
 
 def test_a_strategy_object_carries_its_band_and_evidence():

@@ -107,7 +107,7 @@ def test_report_names_the_features_no_measured_run_uses_and_drops_bands_at_confi
     console = Console(record=True, width=120, color_system=None)
     m, cluster, run, s, _, time = args
     at_zero = dataclasses.replace(run, confidence=0.0)  # the run's fit verdict and its bands both at confidence 0
-    render_estimate(console, m, cluster, at_zero, s, estimate_memory(m, cluster, at_zero, s), time, confidence=0.0)
+    render_estimate(console, m, cluster, at_zero, s, estimate_memory(m, cluster, at_zero, s), time)
     point = console.export_text()
     assert "comparable runs" not in point and "measured rows" not in point and " at 90 %" not in point
     assert "no measured run uses: activation offload\n" in point  # named at any confidence
@@ -122,8 +122,8 @@ def test_report_says_when_the_peak_fits_and_its_upper_edge_does_not():
     # at the run's confidence (90 %) the plan does not fit: its upper edge is over the capacity
     assert not memory.fits and "DOES NOT FIT at 90 %" in text
     assert f"at most {format_bytes(memory.fit_bytes)} fits at 90 %" in text
-    # judged on the point estimate (confidence 0) it fits, and its band at 90 % says what it may need
+    # judged on the point estimate (confidence 0) it fits, and the report is at that confidence too: no band
     point = dataclasses.replace(capped, confidence=0.0)
     memory = estimate_memory(m, cluster, point, s)
     text = render(m, cluster, point, s, memory, time, width=200)
-    assert memory.fits and "; at 90 % it may need " in text and "more than the capacity" in text
+    assert memory.fits and "fits: peak" in text and " free of " in text and "at 90 %" not in text
