@@ -32,15 +32,11 @@ from functools import lru_cache
 from ..specs.device import DeviceSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
+from .attention_kernels import TRITON_SLOWDOWN, kernel_efficiencies
 from .compute import FLASH_BACKWARD_RATIO, Gemm, fp8_gemms
 
 K_SLICE = 64  # K depth of one main-loop step of 16-bit CUTLASS tiles (128 x 256 x 64): the least a split-K part runs
 UNFUSED_BACKWARD_RATIO = 2.0  # unfused core backward: the input gradients of both batched GEMMs (no weights)
-# FlashAttention in Triton against FlashAttention-2: Dao 2023 (FlashAttention-2) §4.1, A100, forward + backward: FA2 is
-# "1.3-2.5x faster than FlashAttention in Triton"; the geometric middle of that range, 1.8, slows the Triton kernel
-# in both passes (docs/formulas.md §3.3; measured on A100, assumed on other devices).
-TRITON_SLOWDOWN = 1.8
-KERNEL_SLOWDOWN = {"fused": 1.0, "triton": TRITON_SLOWDOWN}
 
 
 def _tiles(m: float, n: float, tile_m: int, tile_n: int) -> int:
@@ -106,12 +102,12 @@ def gemm_efficiency(g: Gemm, device: DeviceSpec, dtype_bytes: int) -> float:
     return g.flops / (seconds * device.peak_flops) if seconds else 0.0
 
 
-def flash_efficiencies(device: DeviceSpec) -> tuple[float, float]:
-    """(forward, backward) fraction of peak of the fused attention kernels in a training step: the published kernel
-    figures, capped by the GEMM ceiling (the same tensor cores at the same in-run clocks; a standalone kernel
-    benchmark such as FlashAttention-2's 73 % on A100 runs at boost clock and does not carry over above it)."""
-    return (min(device.flash_forward_efficiency, device.compute_efficiency),
-            min(device.flash_backward_efficiency, device.compute_efficiency))
+def flash_efficiencies(device: DeviceSpec, kernel: str = "fused") -> tuple[float, float]:
+    """(forward, backward) fraction of peak of the fused attention kernel `kernel` (RunSpec.attention_kernel;
+    estimate/attention_kernels.py) in a training step: the published kernel figures, capped by the GEMM ceiling (the
+    same tensor cores at the same in-run clocks; a standalone kernel benchmark such as FlashAttention-2's 73 % on
+    A100 runs at boost clock and does not carry over above it)."""
+    return kernel_efficiencies(device, kernel)
 
 
 def attention_core_seconds(forward_flops: float, device: DeviceSpec, flash: bool,
@@ -119,20 +115,19 @@ def attention_core_seconds(forward_flops: float, device: DeviceSpec, flash: bool
     """(forward, backward) seconds of the attention core (QK^T and attention x V) whose forward executes
     `forward_flops`.
 
-    Flash attention: the fused kernels run at their own fractions of peak, `flash_forward_efficiency` and
-    `flash_backward_efficiency` (Dao 2023, FlashAttention-2, §4.1; Shah et al. 2024, FlashAttention-3, §4.1), never
-    above the GEMM ceiling (flash_efficiencies); the backward executes FLASH_BACKWARD_RATIO times the forward's
-    matmul FLOPs (it recomputes the scores). `kernel` (RunSpec.attention_kernel) triton runs both KERNEL_SLOWDOWN
-    times slower.
+    Flash attention: the fused kernel `kernel` (RunSpec.attention_kernel) runs at its own fractions of peak: fused at
+    the device's `flash_forward_efficiency` and `flash_backward_efficiency`, the others at their published figures
+    for the device's generation (estimate/attention_kernels.py: Dao 2023, FlashAttention-2, §4.1; Shah et al. 2024,
+    FlashAttention-3, §4.1), never above the GEMM ceiling (flash_efficiencies); the backward executes
+    FLASH_BACKWARD_RATIO times the forward's matmul FLOPs (it recomputes the scores).
     Unfused: plain batched GEMMs per head (K = head dim for QK^T, N = head dim for attention x V); only their FLOPs
     reach this function, not their shapes, so they run at the measured `unfused_attention_efficiency` (Korthikanti
     2022 Table 4 on A100, docs/formulas.md §3), never above the GEMM ceiling; the backward costs twice the forward.
     """
     if flash:
-        forward, backward = flash_efficiencies(device)
-        slowdown = KERNEL_SLOWDOWN[kernel]
-        return (slowdown * forward_flops / (device.peak_flops * forward),
-                slowdown * FLASH_BACKWARD_RATIO * forward_flops / (device.peak_flops * backward))
+        forward, backward = flash_efficiencies(device, kernel)
+        return (forward_flops / (device.peak_flops * forward),
+                FLASH_BACKWARD_RATIO * forward_flops / (device.peak_flops * backward))
     forward = forward_flops / (device.peak_flops * min(device.unfused_attention_efficiency, device.compute_efficiency))
     return forward, forward * UNFUSED_BACKWARD_RATIO
 

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..estimate.attention_kernels import kernel_basis
 from ..estimate.host_link import offload_copy_bandwidth
 from ..estimate.reserve import FRAGMENTATION_FRACTION
 from ..specs.device import PRESETS, ClusterSpec
@@ -169,9 +170,10 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
                                      f"{d.compute_efficiency:g})")
     numerics = (f"fp8 linear-layer GEMMs ({run.fp8_recipe} scaling; FP8 ceiling assumed = BF16), bf16 parameters/"
                 f"activations" if run.fp8 else f"{run.precision} parameters/activations")
+    flash = f"on ({kernel_basis(d, run.attention_kernel)})" if run.flash_attention else "off"
     table.add_row("numerics", f"{numerics}, {run.grad_dtype} gradients, "
                               f"{run.optimizer} optimizer ({run.optimizer_state_dtype} moments); flash attention "
-                              f"{('on (' + run.attention_kernel + ')') if run.flash_attention else 'off'}; "
+                              f"{flash}; "
                               f"{run.trainer} memory behaviour; MFU counts {run.mfu_convention} attention")
     return Panel(table, title="Assumptions", title_align="left", border_style="blue")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, positive_int,
-                     require, state_without_hash)
+from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, one_of,
+                     positive_int, require, state_without_hash)
 from .files import parse_yaml, read_text
 from .units import GB, MIB, lookup
 
@@ -29,6 +29,9 @@ from .units import GB, MIB, lookup
 # they matter only for small messages (docs/formulas.md §7).
 INTRA_NODE_LATENCY = 5e-6
 INTER_NODE_LATENCY = 12e-6
+# GPU generations whose attention kernels have published benchmark figures (estimate/attention_kernels.py); "other":
+# none published (AMD, Ascend, a device file that does not say).
+ARCHITECTURES = ("ampere", "hopper", "blackwell", "other")
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ class DeviceSpec:
     """fraction of peak of the fused attention backward (on its 2.5x FLOPs)"""
     unfused_attention_efficiency: float = 0.32
     """fraction of peak of the attention core's per-head batched GEMMs without flash attention"""
+    architecture: str = "other"
+    """GPU generation whose published attention-kernel benchmarks price a run's --attention-kernel other than fused
+    (estimate/attention_kernels.py): ampere, hopper, blackwell or other (default: none published)"""
     fp8_peak_flops: float = 0.0
     """dense FP8 matrix FLOP/s, 0 = no FP8 tensor cores (FP8 runs refused). estimate/fp8.py, docs/formulas.md §3.1"""
     fp4_peak_flops: float = 0.0
@@ -160,6 +166,7 @@ class DeviceSpec:
         positive_int("gemm_tile_n", self.gemm_tile_n, 1024)
         for name in ("flash_forward_efficiency", "flash_backward_efficiency", "unfused_attention_efficiency"):
             finite_number(name, getattr(self, name), 0.0, 1.0, low_open=True)
+        one_of("architecture", self.architecture, ARCHITECTURES)
         finite_number("fp8_peak_flops", self.fp8_peak_flops, 0.0)
         finite_number("fp4_peak_flops", self.fp4_peak_flops, 0.0)
         finite_number("host_bandwidth", self.host_bandwidth, 0.0, low_open=True)
@@ -207,7 +214,7 @@ HOPPER_GEMM_EFFICIENCY = 0.68  # fitted: H100/H200/H800 GEMM ceiling, fraction o
 # other devices keep that A100 figure as an assumption (the dataclass default).
 AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.73, flash_backward_efficiency=0.63, unfused_attention_efficiency=0.324,
-              calibrated=True, host_bandwidth=26e9,  # PCIe Gen4 x16
+              calibrated=True, architecture="ampere", host_bandwidth=26e9,  # PCIe Gen4 x16
               # DGX A100 user guide: two EPYC 7742 (8 DDR4-3200 channels each), four PCIe Gen4 switches with two
               # GPUs and two ConnectX-6 NICs each
               node_memory=DGX_A100_HOST_MEMORY, socket_memory_bandwidth=204.8e9, devices_per_pcie_switch=2,
@@ -221,7 +228,7 @@ AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
 # GH100 SXM part); fused attention as cuDNN runs it in Transformer Engine: FlashAttention-3 paper (Shah et al. 2024)
 # §4.1, H100, head dim 128, 4k tokens: cuDNN causal forward 518 and backward 499 TFLOP/s of 989.
 HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
-              flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True,
+              flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True, architecture="hopper",
               fp8_peak_flops=1978.9e12)  # H100 SXM datasheet: 1,978.9 TFLOP/s FP8 dense (3,957.8 with sparsity)
 
 # Host side of a Grace-Blackwell tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs; docs/formulas.md §9): each
@@ -257,33 +264,33 @@ PRESETS: dict[str, DeviceSpec] = {
                 "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
                 "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed); "
                 "FP8 4500 TFLOP/s dense (DGX B200 datasheet 72 PFLOPS FP8 training per 8 GPUs, with sparsity, halved)",
-                sm_count=148, fp8_peak_flops=4500e12, mxfp8=True),
+                sm_count=148, fp8_peak_flops=4500e12, mxfp8=True, architecture="blackwell"),
         _preset("b300", 288e9 / MIB, 2250, 8000, 900, 100,
                 "NOT CALIBRATED. HGX B300 (Blackwell Ultra), per GPU of 8: 2250 TFLOP/s BF16, 4500 FP8, 13,500 FP4 "
                 "dense (NVIDIA HGX page: 36 / 72 / 144 PFLOPS per 8 GPUs with sparsity, FP4 108 dense); 2.3 TB HBM3e "
                 "per 8 GPUs (288 GB nominal) 8 TB/s; NVLink5 1.8 TB/s; ConnectX-8 800 Gb/s per GPU; 160 SMs "
                 "(third-party spec pages, unconfirmed)",
-                sm_count=160, fp8_peak_flops=4500e12, fp4_peak_flops=13500e12, mxfp8=True),
+                sm_count=160, fp8_peak_flops=4500e12, fp4_peak_flops=13500e12, mxfp8=True, architecture="blackwell"),
         _preset("gb200-nvl72", 13.4e12 / 72 / MIB, 2500, 8000, 900, 50,
                 "NOT CALIBRATED. GB200 NVL72 rack / 72 GPUs: 2500 TFLOP/s BF16, 5000 FP8, 10,000 FP4 dense (NVIDIA "
                 "GB200 NVL72 page: 360 / 720 / 1,440 PFLOPS per rack with sparsity); 13.4 TB HBM3e 576 TB/s per rack "
                 "(186 GB, 8 TB/s per GPU); one NVLink5 domain of 72 (130 TB/s: 1.8 TB/s per GPU), 18 trays of 4 GPUs "
                 "and 2 Grace CPUs; ConnectX-7 400 Gb/s per GPU; 148 SMs as b200 (unconfirmed)",
                 per_node=4, devices_per_domain=72, **GRACE_BLACKWELL,
-                sm_count=148, fp8_peak_flops=5000e12, fp4_peak_flops=10000e12, mxfp8=True),
+                sm_count=148, fp8_peak_flops=5000e12, fp4_peak_flops=10000e12, mxfp8=True, architecture="blackwell"),
         _preset("gb300-nvl72", 20e12 / 72 / MIB, 2500, 8000, 900, 100,
                 "NOT CALIBRATED. GB300 NVL72 rack / 72 GPUs (Blackwell Ultra): 2500 TFLOP/s BF16, 5000 FP8 (NVIDIA "
                 "GB300 NVL72 page: 360 / 720 PFLOPS per rack with sparsity), 15,000 FP4 dense (1,080 PFLOPS per rack "
                 "dense); 20 TB HBM3e 576 TB/s per rack (278 GB, 8 TB/s per GPU); one NVLink5 domain of 72 (1.8 TB/s "
                 "per GPU), trays of 4 GPUs and 2 Grace CPUs; ConnectX-8 800 Gb/s per GPU; 160 SMs (unconfirmed)",
                 per_node=4, devices_per_domain=72, **GRACE_BLACKWELL,
-                sm_count=160, fp8_peak_flops=5000e12, fp4_peak_flops=15000e12, mxfp8=True),
+                sm_count=160, fp8_peak_flops=5000e12, fp4_peak_flops=15000e12, mxfp8=True, architecture="blackwell"),
         _preset("h20", 96e9 / MIB, 148, 4000, 450, 50,
                 "NOT CALIBRATED. NVIDIA H20 (Hopper, export part): 148 TFLOP/s BF16 and 296 FP8 dense, 96 GB HBM3 "
                 "4.0 TB/s, NVLink 900 GB/s; 400 Gb/s per GPU assumed (HGX board); 78 SMs (Geekbench report, "
                 "unconfirmed)",
                 sm_count=78, fp8_peak_flops=296e12, flash_forward_efficiency=HOPPER["flash_forward_efficiency"],
-                flash_backward_efficiency=HOPPER["flash_backward_efficiency"]),
+                flash_backward_efficiency=HOPPER["flash_backward_efficiency"], architecture="hopper"),
         _preset("mi300x", 196608, 1307.4, 5300, 448, 50,
                 "AMD MI300X: 1307.4 TFLOP/s BF16 dense, 192 GB HBM3 5.3 TB/s, 7x128 GB/s xGMI (896 aggregate); "
                 "400 Gb/s per GPU; 304 CUs (AMD CDNA 3 white paper)",

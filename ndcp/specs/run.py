@@ -40,10 +40,11 @@ OVERLAPS = ("ep", "tp", "p2p")
 # destination node over the scale-out network, fanned out over NVLink inside the node).
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 MAX_LOAD_IMBALANCE = 64.0
-# The fused attention kernel (estimate/gemm.py attention_core_seconds; docs/formulas.md §3.3): "fused" = the kernels
-# the device's flash efficiencies describe (FlashAttention-2 on Ampere, cuDNN as Transformer Engine runs it on
-# Hopper); "triton" = FlashAttention's Triton implementation (llm-foundry's attn_impl: triton).
-ATTENTION_KERNELS = ("fused", "triton")
+# The fused attention kernel (estimate/attention_kernels.py; docs/formulas.md §3.3): "fused" = the trainer's own, the
+# kernels the device's flash efficiencies describe (FlashAttention-2 on Ampere, cuDNN as Transformer Engine runs it
+# on Hopper); flash2 / flash3 = FlashAttention-2 / -3; cudnn = cuDNN's fused attention; triton = FlashAttention in
+# Triton (llm-foundry's attn_impl: triton); sdpa = PyTorch scaled_dot_product_attention's flash backend.
+ATTENTION_KERNELS = ("fused", "flash2", "flash3", "cudnn", "triton", "sdpa")
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,9 @@ class RunSpec:
     flash_attention: bool = True
     """fused attention kernels (FlashAttention; default true); false materialises the attention scores"""
     attention_kernel: str = "fused"
-    """which fused attention kernel runs (default fused: the device's FlashAttention-2 / cuDNN figures, what
-    Megatron-Core and torchtitan run); triton: FlashAttention's Triton kernel (llm-foundry attn_impl triton), slower
-    by the FlashAttention-2 paper's measured ratio (docs/formulas.md §3.3)"""
+    """which fused attention kernel runs (default fused: the trainer's own, at the device's flash figures: cuDNN on
+    Hopper, FlashAttention-2 on Ampere); flash2, flash3, cudnn, triton (llm-foundry attn_impl triton) or sdpa (PyTorch
+    SDPA's flash backend), each at its published benchmark on the device's GPU generation (docs/formulas.md §3.3)"""
     torch_compile: bool = False
     """torchtitan's compile.enable: each block under torch.compile, whose partitioner recomputes the MLP activation
     instead of saving it (measured: docs/saved_tensors.yaml; torchtitan only; time as eager, docs/formulas.md §5)"""
