@@ -73,8 +73,8 @@ def test_the_fp8_gemm_runs_at_the_fp8_ceiling_and_a_device_without_one_at_the_bf
     # a whole FP8 layer slows with the FP8 ceiling alone; its BF16 twin does not
     key = LayerKey("dense", "none", Degrees(1, 1, 1, 1, 1, False))
     for run, slower in ((FP8, True), (BF16, False)):
-        low, high = (layer_time(LLAMA, ClusterSpec(d, 8), run, key).forward for d in (fitted, assumed))
-        assert (low > high) is slower and (low == high) is not slower
+        at_half, assumed_time = (layer_time(LLAMA, ClusterSpec(d, 8), run, key).forward for d in (fitted, assumed))
+        assert (at_half > assumed_time) is slower and (at_half == assumed_time) is not slower
 
 
 def test_linear_layers_run_fp8_plus_casts_and_the_rest_stays_bf16():
