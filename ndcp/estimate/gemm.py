@@ -49,8 +49,9 @@ def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: Device
     """One (M x K) @ (K x N) GEMM, `count` equal groups sharing the waves: max(tile-wave compute, HBM traffic).
 
     fp8 (docs/formulas.md §3.1): FP8 operands (1 byte) at the device's FP8 dense peak, the result written in
-    `dtype_bytes` (BF16), so k0 = dtype_bytes x FP8 rate / (2 x HBM bandwidth) (twice the BF16 one on Hopper); the FP8
-    ceiling is ASSUMED equal to the fitted BF16 `compute_efficiency` (no FP8 run is fitted)."""
+    `dtype_bytes` (BF16), so k0 = dtype_bytes x FP8 rate / (2 x HBM bandwidth) (twice the BF16 one on Hopper), at
+    the FP8 ceiling `device.fp8_ceiling`: `fp8_compute_efficiency`, fitted per GPU generation on FP8 runs by
+    scripts/calibrate.py, or where that is 0 (not fitted) the BF16 `compute_efficiency`, assumed."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
     tm, tn, sms = device.gemm_tile_m, device.gemm_tile_n, device.sm_count
@@ -59,7 +60,7 @@ def gemm_pass_seconds(m: float, n: float, k: float, count: float, device: Device
         waves, depth = math.ceil(tiles / sms), k
     else:  # split-K: the K loop is shared by sms // tiles SMs per tile, each running K_SLICE of it at least
         waves, depth = 1, max(k / (sms // tiles), min(k, K_SLICE))
-    rate = (device.fp8_peak_flops if fp8 else device.peak_flops) * device.compute_efficiency
+    rate = device.fp8_peak_flops * device.fp8_ceiling if fp8 else device.peak_flops * device.compute_efficiency
     k0 = dtype_bytes * rate / (2.0 * device.hbm_bandwidth)  # the tile's write-back, in K-loop steps (docstring)
     compute = waves * sms * 2.0 * tm * tn * (depth + k0) / rate
     operand_bytes = 1 if fp8 else dtype_bytes

@@ -65,6 +65,8 @@ def device_document(device: DeviceSpec) -> dict:
         "fp4_peak_flops": float(device.fp4_peak_flops),
         "compute_efficiency": float(device.compute_efficiency),
         "calibrated": bool(device.calibrated),  # compute_efficiency fitted on measured runs of this chip
+        "fp8_compute_efficiency": float(device.fp8_ceiling),  # the FP8 GEMM ceiling in use
+        "fp8_calibrated": device.fp8_calibrated,  # fitted on FP8 runs; false: the BF16 ceiling assumed
         "source": device.source,
     }
 

@@ -168,7 +168,9 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
     if not d.calibrated:
         table.add_row("calibration", f"{d.name}: compute efficiency not calibrated on measured runs (default "
                                      f"{d.compute_efficiency:g})")
-    numerics = (f"fp8 linear-layer GEMMs ({run.fp8_recipe} scaling; FP8 ceiling assumed = BF16), bf16 parameters/"
+    ceiling = (f"FP8 ceiling {d.fp8_ceiling:g}, fitted" if d.fp8_calibrated
+               else f"FP8 ceiling assumed = BF16 {d.fp8_ceiling:g}, no FP8 run fitted")
+    numerics = (f"fp8 linear-layer GEMMs ({run.fp8_recipe} scaling; {ceiling}), bf16 parameters/"
                 f"activations" if run.fp8 else f"{run.precision} parameters/activations")
     flash = f"on ({kernel_basis(d, run.attention_kernel)})" if run.flash_attention else "off"
     table.add_row("numerics", f"{numerics}, {run.grad_dtype} gradients, "

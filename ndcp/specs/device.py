@@ -93,6 +93,9 @@ class DeviceSpec:
     (estimate/attention_kernels.py): ampere, hopper, blackwell or other (default: none published)"""
     fp8_peak_flops: float = 0.0
     """dense FP8 matrix FLOP/s, 0 = no FP8 tensor cores (FP8 runs refused). estimate/fp8.py, docs/formulas.md §3.1"""
+    fp8_compute_efficiency: float = 0.0
+    """FP8 GEMM ceiling, fraction of fp8_peak_flops; 0 = not fitted: compute_efficiency (the BF16 ceiling) is
+    assumed (fp8_ceiling). Fitted per GPU generation on FP8 runs (docs/formulas.md §3.1, docs/calibration.md §7)"""
     fp4_peak_flops: float = 0.0
     """dense FP4 matrix FLOP/s (NVFP4/MXFP4), 0 = no FP4 tensor cores. Listed, not priced: ndcp has no FP4
     precision"""
@@ -141,6 +144,16 @@ class DeviceSpec:
         """One device's share of its socket's memory bandwidth, bytes/s (all devices of a socket step at once)."""
         return self.socket_memory_bandwidth / self.devices_per_socket
 
+    @property
+    def fp8_ceiling(self) -> float:
+        """The FP8 GEMM ceiling in use: fp8_compute_efficiency, or compute_efficiency where that is 0 (unfitted)."""
+        return self.fp8_compute_efficiency or self.compute_efficiency
+
+    @property
+    def fp8_calibrated(self) -> bool:
+        """Whether the FP8 GEMM ceiling was fitted on FP8 runs (else the BF16 one is assumed)."""
+        return self.fp8_compute_efficiency > 0
+
     def utilisation_peak(self, fp8: bool) -> float:
         """The peak MFU and HFU are measured against: the FP8 dense peak for FP8 runs (NVIDIA dgxc-benchmarking's
         basis, docs/formulas.md §2.6), else the BF16/FP16 dense peak."""
@@ -168,6 +181,7 @@ class DeviceSpec:
             finite_number(name, getattr(self, name), 0.0, 1.0, low_open=True)
         one_of("architecture", self.architecture, ARCHITECTURES)
         finite_number("fp8_peak_flops", self.fp8_peak_flops, 0.0)
+        finite_number("fp8_compute_efficiency", self.fp8_compute_efficiency, 0.0, 1.0)
         finite_number("fp4_peak_flops", self.fp4_peak_flops, 0.0)
         finite_number("host_bandwidth", self.host_bandwidth, 0.0, low_open=True)
         positive_int("host_memory_bytes", self.host_memory_bytes, 1 << 60)
@@ -208,6 +222,12 @@ def _preset(name, memory_mib, tflops, hbm_gbs, intra_gbs, inter_gbs, source, per
 # in place by `scripts/calibrate.py --write`.
 AMPERE_GEMM_EFFICIENCY = 0.705  # fitted: A100 GEMM ceiling, fraction of peak
 HOPPER_GEMM_EFFICIENCY = 0.68  # fitted: H100/H200/H800 GEMM ceiling, fraction of peak
+# FP8 GEMM ceilings, fraction of the FP8 peak, fitted on the generation's FP8 runs by the same script (docs/formulas.md
+# §3.1); 0 = not fitted, the 16-bit ceiling assumed. Hopper: the fit (0.55) is not shipped: NeMo 24.07's rows drive
+# it and it breaks the dgxc FP8/BF16 pair (docs/calibration.md §7). Blackwell: every B200 FP8 run is from one
+# publication (Megatron-Bridge's performance summary), below the two sources a fit needs (MIN_FP8_SOURCES).
+HOPPER_FP8_GEMM_EFFICIENCY = 0.0  # H100/H200/H800 FP8 GEMM ceiling (0: compute_efficiency)
+BLACKWELL_FP8_GEMM_EFFICIENCY = 0.0  # B200 FP8 GEMM ceiling (0: compute_efficiency)
 # A100: 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper); FlashAttention-2 (Dao 2023) §4.1 on A100:
 # forward up to 73 %, backward up to 63 % of peak; not fitted (no A100 run in the set uses flash attention). Unfused
 # core: Korthikanti 2022 Table 4, the selective-recompute rerun less its score-matrix passes (docs/formulas.md §3);
@@ -228,6 +248,7 @@ AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
 # GH100 SXM part); fused attention as cuDNN runs it in Transformer Engine: FlashAttention-3 paper (Shah et al. 2024)
 # §4.1, H100, head dim 128, 4k tokens: cuDNN causal forward 518 and backward 499 TFLOP/s of 989.
 HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
+              fp8_compute_efficiency=HOPPER_FP8_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True, architecture="hopper",
               fp8_peak_flops=1978.9e12)  # H100 SXM datasheet: 1,978.9 TFLOP/s FP8 dense (3,957.8 with sparsity)
 
@@ -264,7 +285,8 @@ PRESETS: dict[str, DeviceSpec] = {
                 "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
                 "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed); "
                 "FP8 4500 TFLOP/s dense (DGX B200 datasheet 72 PFLOPS FP8 training per 8 GPUs, with sparsity, halved)",
-                sm_count=148, fp8_peak_flops=4500e12, mxfp8=True, architecture="blackwell"),
+                sm_count=148, fp8_peak_flops=4500e12, fp8_compute_efficiency=BLACKWELL_FP8_GEMM_EFFICIENCY,
+                mxfp8=True, architecture="blackwell"),
         _preset("b300", 288e9 / MIB, 2250, 8000, 900, 100,
                 "NOT CALIBRATED. HGX B300 (Blackwell Ultra), per GPU of 8: 2250 TFLOP/s BF16, 4500 FP8, 13,500 FP4 "
                 "dense (NVIDIA HGX page: 36 / 72 / 144 PFLOPS per 8 GPUs with sparsity, FP4 108 dense); 2.3 TB HBM3e "

@@ -9,8 +9,9 @@ cache and the cross-validation:
   datasheet bandwidths) by bounded least squares on the MFU errors: Levenberg-Marquardt (Marquardt 1963; Nocedal &
   Wright, Numerical Optimization, 2nd ed., §10.3) with forward-difference Jacobians and every step projected onto
   the bounds.
-- `grid_minimum` (`scripts/calibrate.py`): one GEMM ceiling per GPU generation, the exact minimum of the mean
-  |MFU error| over a grid (steps of 0.01, then 0.005 around the best; ties to the smaller value).
+- `grid_minimum` (`scripts/calibrate.py`): one GEMM ceiling per GPU generation (and one FP8 GEMM ceiling, on the
+  FP8 runs), the exact minimum of the mean |MFU error| over a grid (steps of 0.01, then 0.005 around the best; ties
+  to the smaller value).
 
 Cross-validation is leave-one-source-out: runs are grouped by publication, a row's `source.group` or else the id
 prefix before the first "_" (narayanan2021, mcore, dgxc, ..., megatron-bridge-performance, llm-foundry); each group
@@ -52,15 +53,18 @@ def compared_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: 
     return rows
 
 
-def fitted(row: MeasuredRun) -> bool:
-    """Whether a compared run may fit device parameters: a 16-bit run with a measured MFU. FP8 runs are compared,
-    never fitted: their ceiling is assumed (docs/formulas.md §3.1)."""
-    return not row.run.fp8 and _compare(row).mfu_error_points is not None
+def fitted(row: MeasuredRun, fp8: bool = False) -> bool:
+    """Whether a compared run may fit device parameters: a run with a measured MFU, 16-bit unless `fp8`. FP8 runs
+    fit only the FP8 GEMM ceiling `fp8_compute_efficiency` (docs/formulas.md §3.1): scripts/calibrate.py per GPU
+    generation, `ndcp calibrate` when that parameter is asked for."""
+    return (fp8 or not row.run.fp8) and _compare(row).mfu_error_points is not None
 
 
-def load_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: True) -> list[MeasuredRun]:
-    """The runs of `path` that `ndcp validate` compares on MFU, that may fit (`fitted`) and `keep` accepts."""
-    return [row for row in compared_runs(path, keep) if fitted(row)]
+def load_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: True, fp8: bool = False
+              ) -> list[MeasuredRun]:
+    """The runs of `path` that `ndcp validate` compares on MFU, that may fit (`fitted`, FP8 ones too when `fp8`)
+    and `keep` accepts."""
+    return [row for row in compared_runs(path, keep) if fitted(row, fp8)]
 
 
 class Errors:
@@ -154,8 +158,13 @@ def _device_values(start: DeviceSpec, names: Sequence[str], x: np.ndarray) -> di
     return {n: float(v) * getattr(start, n) if FITTABLE[n].relative else float(v) for n, v in zip(names, x)}
 
 
+def _start_value(start: DeviceSpec, name: str) -> float:
+    """The device's field; for fp8_compute_efficiency the FP8 ceiling in use (its 0 means "the 16-bit one")."""
+    return start.fp8_ceiling if name == "fp8_compute_efficiency" else getattr(start, name)
+
+
 def _start_vector(start: DeviceSpec, names: Sequence[str]) -> np.ndarray:
-    return np.array([1.0 if FITTABLE[n].relative else getattr(start, n) for n in names])
+    return np.array([1.0 if FITTABLE[n].relative else _start_value(start, n) for n in names])
 
 
 def fit_device(errors: Errors, runs: list[int], start: DeviceSpec, names: Sequence[str] = DEFAULT_PARAMETERS
@@ -180,20 +189,21 @@ def calibrate_device(path: Path, start: DeviceSpec, names: Sequence[str] = DEFAU
     unknown = [n for n in names if n not in FITTABLE]
     if unknown or not names:
         raise SpecError(f"--parameters={','.join(names)} is not valid; valid: {', '.join(FITTABLE)}")
-    errors = Errors(load_runs(path, lambda row: row.cluster.device.name == start.name))
+    fp8 = "fp8_compute_efficiency" in names  # FP8 runs fit only with the FP8 ceiling free (docs/formulas.md §3.1)
+    errors = Errors(load_runs(path, lambda row: row.cluster.device.name == start.name, fp8))
     if not errors.rows:
-        raise SpecError(f"{path}: no run on device {start.name!r} is compared on MFU (FP8 runs are not fitted); "
-                        "the runs' gpu must name this device")
+        raise SpecError(f"{path}: no run on device {start.name!r} is compared on MFU (FP8 runs are fitted only with "
+                        "--parameters naming fp8_compute_efficiency); the runs' gpu must name this device")
     runs = list(range(len(errors.rows)))
 
     def fit(subset: list[int]) -> dict:
-        return fit_device(errors, subset, start, names) if subset else {n: getattr(start, n) for n in names}
+        return fit_device(errors, subset, start, names) if subset else {n: _start_value(start, n) for n in names}
 
     def evaluate(values: dict, subset: list[int]) -> dict[str, float]:
         return {errors.rows[i].id: errors(i, values) for i in subset}
 
     parameters = fit(runs)
-    start_values = {n: getattr(start, n) for n in names}
+    start_values = {n: _start_value(start, n) for n in names}
     fitted, unfitted = evaluate(parameters, runs), evaluate(start_values, runs)
     return {"device": replace(start, **parameters, calibrated=True), "parameters": parameters,
             "in_sample": {**statistics(list(fitted.values())), "errors": fitted},

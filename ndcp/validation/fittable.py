@@ -27,6 +27,7 @@ FITTABLE = {p.field: p for p in (
     Parameter("compute_efficiency", 0.30, 0.95, spread=0.05),
     Parameter("flash_forward_efficiency", 0.20, 0.90, spread=0.05),
     Parameter("flash_backward_efficiency", 0.20, 0.90, spread=0.05),
+    Parameter("fp8_compute_efficiency", 0.30, 0.95, spread=0.05),  # fitted on the device's FP8 runs
     Parameter("intra_node_bandwidth", 0.30, 1.00, spread=0.2, relative=True),
     Parameter("inter_node_bandwidth", 0.30, 1.00, spread=0.2, relative=True),
 )}

@@ -41,16 +41,40 @@ def test_a_large_fp8_gemm_runs_at_the_fp8_peak_times_the_ceiling():
     m = n = k = 16384
     fp8 = gemm_pass_seconds(m, n, k, 1, H100, 2, fp8=True)
     bf16 = gemm_pass_seconds(m, n, k, 1, H100, 2)
-    k0 = 2 * H100.fp8_peak_flops * H100.compute_efficiency / (2 * H100.hbm_bandwidth)  # BF16 write-back of FP8 tiles
+    ceiling = H100.fp8_ceiling
+    k0 = 2 * H100.fp8_peak_flops * ceiling / (2 * H100.hbm_bandwidth)  # BF16 write-back of FP8 tiles
     efficiency = 2 * m * n * k / (fp8 * H100.fp8_peak_flops)
-    # whole waves aside (8192 tiles over 132 SMs), the tile's K loop plus its write-back at the assumed BF16 ceiling
+    # whole waves aside (8192 tiles over 132 SMs), the tile's K loop plus its write-back at the FP8 ceiling
     waves = -(-(m // 128) * (n // 256) // 132)
-    assert fp8 == pytest.approx(waves * 132 * 2 * 128 * 256 * (k + k0) / (H100.fp8_peak_flops * H100.compute_efficiency))
-    assert efficiency <= H100.compute_efficiency
+    assert fp8 == pytest.approx(waves * 132 * 2 * 128 * 256 * (k + k0) / (H100.fp8_peak_flops * ceiling))
+    assert efficiency <= ceiling
     assert 1.9 < bf16 / fp8 < 2.0  # twice the peak, less the doubled write-back share
     # a skinny GEMM is memory-bound: FP8 operands (1 byte), BF16 result
     assert gemm_pass_seconds(8, 8192, 8192, 1, H100, 2, fp8=True) == pytest.approx(
         ((8 * 8192 + 8192 * 8192) * 1 + 8 * 8192 * 2) / H100.hbm_bandwidth)
+
+
+def test_the_fp8_gemm_runs_at_the_fp8_ceiling_and_a_device_without_one_at_the_bf16_ceiling():
+    """fp8_compute_efficiency (docs/formulas.md §3.1) sets the FP8 GEMMs' ceiling and their write-back k0; BF16
+    GEMMs keep compute_efficiency. 0 (a device whose FP8 ceiling is not fitted) means the BF16 one, as before."""
+    m, n, k = 8192, 8192, 16384
+    assumed, fitted = replace(H100, fp8_compute_efficiency=0.0), replace(H100, fp8_compute_efficiency=0.5)
+    assert assumed.fp8_ceiling == H100.compute_efficiency and not assumed.fp8_calibrated and fitted.fp8_calibrated
+    waves = -(-(m // 128) * (n // 256) // 132)
+
+    def wave_model(ceiling):
+        k0 = 2 * H100.fp8_peak_flops * ceiling / (2 * H100.hbm_bandwidth)
+        return waves * 132 * 2 * 128 * 256 * (k + k0) / (H100.fp8_peak_flops * ceiling)
+
+    assert gemm_pass_seconds(m, n, k, 1, assumed, 2, fp8=True) == pytest.approx(wave_model(H100.compute_efficiency))
+    assert gemm_pass_seconds(m, n, k, 1, fitted, 2, fp8=True) == pytest.approx(wave_model(0.5))
+    assert gemm_pass_seconds(m, n, k, 1, fitted, 2, fp8=True) > gemm_pass_seconds(m, n, k, 1, assumed, 2, fp8=True)
+    assert gemm_pass_seconds(m, n, k, 1, fitted, 2) == gemm_pass_seconds(m, n, k, 1, assumed, 2)  # BF16 unmoved
+    # a whole FP8 layer slows with the FP8 ceiling alone; its BF16 twin does not
+    key = LayerKey("dense", "none", Degrees(1, 1, 1, 1, 1, False))
+    for run, slower in ((FP8, True), (BF16, False)):
+        at_half, assumed_time = (layer_time(LLAMA, ClusterSpec(d, 8), run, key).forward for d in (fitted, assumed))
+        assert (at_half > assumed_time) is slower and (at_half == assumed_time) is not slower
 
 
 def test_linear_layers_run_fp8_plus_casts_and_the_rest_stays_bf16():

@@ -106,6 +106,9 @@ def test_a_device_file_without_the_domain_keys_keeps_the_node_as_its_domain(tmp_
                                                      "of devices_per_node (4)"),
     ("base: h100\npod_size: 12\n", "pod_size=12 is not valid; expected 0 or a multiple of the scale-up domain (8"),
     ("base: h100\noversubscription: 0.5\n", "oversubscription=0.5 is not valid; expected a finite number >= 1.0"),
+    ("base: h100\nfp8_compute_efficiency: 1.2\n", "fp8_compute_efficiency=1.2 is not valid; expected a finite number "
+                                                   ">= 0.0 and <= 1.0"),
+    ("base: h100\nfp8_compute_efficiency: -0.1\n", "fp8_compute_efficiency=-0.1 is not valid"),
 ])
 def test_bad_domain_and_network_keys_name_the_field_and_what_is_valid(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -113,3 +116,16 @@ def test_bad_domain_and_network_keys_name_the_field_and_what_is_valid(tmp_path, 
     with pytest.raises(SpecError) as error:
         load_device(str(path))
     assert message in str(error.value)
+
+
+def test_the_fp8_ceiling_is_a_device_field_and_0_assumes_the_bf16_one(tmp_path):
+    """fp8_compute_efficiency (docs/formulas.md §3.1): a device file may set it; 0, the default, means not fitted
+    on FP8 runs, and the FP8 GEMMs run at compute_efficiency (fp8_ceiling)."""
+    path = tmp_path / "fp8.yaml"
+    path.write_text("base: h100\nfp8_compute_efficiency: 0.6\n")
+    fitted = load_device(str(path))
+    assert fitted.fp8_ceiling == 0.6 and fitted.fp8_calibrated and fitted.compute_efficiency == 0.68
+    path.write_text("base: h100\ncompute_efficiency: 0.5\nfp8_compute_efficiency: 0\n")
+    assumed = load_device(str(path))
+    assert assumed.fp8_ceiling == 0.5 and not assumed.fp8_calibrated
+    assert "fp8_compute_efficiency: 0.6  # FP8 GEMM ceiling, fraction of fp8_peak_flops;" in device_yaml(fitted)

@@ -120,14 +120,74 @@ def test_calibrate_script_table_has_every_source_and_the_doc_its_markers():
     import calibrate
 
     row = {"runs": 2, "step_pct": 10.0, "mfu_points": 2.5}
-    result = {"parameters": {"ampere_compute_efficiency": 0.7, "hopper_compute_efficiency": 0.68},
+    result = {"parameters": {"ampere_compute_efficiency": 0.7, "hopper_compute_efficiency": 0.68,
+                             "hopper_fp8_compute_efficiency": 0.6, "blackwell_fp8_compute_efficiency": 0.0},
               "fitted_on": {"AMPERE_GEMM_EFFICIENCY": ["a"], "HOPPER_GEMM_EFFICIENCY": ["b", "c"]},
               "sources": [{"source": "mpt", "fitting_runs": 1, "moe_runs": 0, "shipped": row, "in_sample": row,
                            "held_out": {**row, "mfu_points": None}}]}
     table = calibrate.markdown_table(result)
     assert "| mpt | 2 (0) | 1 | 10.0 / 2.50 | 10.0 / 2.50 | 10.0 / - |" in table
-    assert "`HOPPER_GEMM_EFFICIENCY` on 2 runs" in table
+    assert "`HOPPER_GEMM_EFFICIENCY` on 2 runs" in table and "HOPPER_FP8_GEMM_EFFICIENCY 0.6" in table
     doc = (RUNS.parents[1] / "docs" / "calibration.md").read_text(encoding="utf-8")
     block = doc[doc.index(calibrate.TABLE_BEGIN):doc.index(calibrate.TABLE_END)]
     assert all(f"| {name} |" in block for name in ("narayanan2021", "llm-foundry", "megatron-bridge-performance"))
     assert block.count("\n| ") >= 10 + 3  # at least ten sources, then all, dense, MoE
+
+
+def _calibrate_script():
+    import sys
+
+    sys.path.insert(0, str(RUNS.parents[1] / "scripts"))
+    import calibrate
+
+    return calibrate
+
+
+def test_the_script_fits_an_fp8_ceiling_only_on_runs_of_two_sources():
+    """scripts/calibrate.py --fp8-only on the first file: its one Hopper FP8 run (dgxc) is a single source, so the
+    Hopper FP8 ceiling keeps its preset and says why; the 16-bit ceilings keep the shipped constants."""
+    calibrate = _calibrate_script()
+    result = calibrate.calibrate([RUNS], fp8_only=True)
+    p = result["parameters"]
+    assert p["hopper_fp8_compute_efficiency"] == calibrate.device_module.HOPPER_FP8_GEMM_EFFICIENCY
+    assert p["hopper_compute_efficiency"] == calibrate.device_module.HOPPER_GEMM_EFFICIENCY
+    assert "1 source(s) (dgxc)" in result["kept"]["HOPPER_FP8_GEMM_EFFICIENCY"]
+    assert result["fitted_on"] == {} and result["in_sample"]["fp8"]["runs"] == result["in_sample"]["runs"] == 1
+    assert calibrate.preset_lines(p, constants=()) == []  # --write rewrites the fitted constants only
+
+
+def test_the_script_fits_the_fp8_ceiling_on_fp8_runs_at_the_16_bit_ceiling(tmp_path):
+    """FP8 runs of two sources whose MFU is what the estimators give with an FP8 ceiling of 0.55 on the h100 preset:
+    the fit returns it, and the 16-bit ceiling stays the shipped one (--fp8-only)."""
+    from dataclasses import replace
+
+    from ndcp.cli import build_strategy
+    from ndcp.estimate.time import estimate_time
+    from ndcp.specs import ClusterSpec, RunSpec
+    from ndcp.specs.library import load_model
+
+    calibrate = _calibrate_script()
+    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096, precision="fp8")
+    slow = ClusterSpec(replace(PRESETS["h100"], fp8_compute_efficiency=0.55), 8)
+    lines = ["id,model,device,gpus,global_batch,seq_len,precision,tp,pp,dp,mbs,zero,sp,recompute,mfu"]
+    for tp in (1, 2, 4, 8):
+        strategy = build_strategy(model, slow, run, {"tp": tp, "pp": 1, "mbs": 1, "zero": 1, "sp": tp > 1,
+                                                     "recompute": "none"})
+        mfu = estimate_time(model, slow, run, strategy).mfu
+        lines.append(f"{'ab'[tp % 3 == 1]}_tp{tp},llama3-8b,h100,8,32,4096,fp8,{tp},1,{8 // tp},1,1,"
+                     f"{'true' if tp > 1 else 'false'},none,{mfu!r}")
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join(lines) + "\n")
+    result = calibrate.calibrate([runs], fp8_only=True)
+    assert result["parameters"]["hopper_fp8_compute_efficiency"] == 0.55
+    assert result["parameters"]["hopper_compute_efficiency"] == PRESETS["h100"].compute_efficiency
+    assert result["in_sample"]["max"] < 0.05 and set(result["fitted_on"]) == {"HOPPER_FP8_GEMM_EFFICIENCY"}
+
+
+def test_ndcp_calibrate_reads_fp8_runs_only_for_the_fp8_ceiling():
+    default = calibrate_device(RUNS, PRESETS["h100"], ("compute_efficiency",))
+    with_fp8 = calibrate_device(RUNS, PRESETS["h100"], ("fp8_compute_efficiency",))
+    fp8_ids = set(with_fp8["in_sample"]["errors"]) - set(default["in_sample"]["errors"])
+    assert fp8_ids == {"dgxc_llama31_70b_h100_fp8_64"}
+    assert with_fp8["start"]["parameters"] == {"fp8_compute_efficiency": PRESETS["h100"].fp8_ceiling}
+    assert with_fp8["device"].fp8_calibrated
