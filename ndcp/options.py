@@ -27,6 +27,7 @@ from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from .specs.units import GIB, parse_length, parse_size
 
 MAX_WORKERS = 256
+ON_OFF = ("off", "on", "both")  # a setting searched off, on, or both (--optimizer-offload, --hsdp)
 # The modelled reserve, for --reserve's help: context + workspaces, and one ring communicator (estimate/reserve.py).
 RESERVE_FLOOR = CUDA_CONTEXT_BYTES + CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES
 RING_GROUP = NCCL_CHANNELS * RING_CONNECTIONS * NCCL_CONNECTION_BYTES
@@ -367,7 +368,11 @@ SPACE_OPTIONS = (
                           "torchtitan run out of the box)", schedule_names, DEFAULT_SCHEDULES, metavar="NAMES"),
     Option("--optimizer-offload", "optimizer states and step on the host (Megatron --optimizer-cpu-offload; ZeRO 0/1): "
                                   "off (default), on, or both searched jointly (twice the candidates)",
-           default="off", choices=("off", "on", "both")),
+           default="off", choices=ON_OFF),
+    Option("--hsdp", "HSDP: ZeRO-3 sharded over one scale-up domain's data-parallel ranks, replicated across domains "
+                     "(torchtitan shard/replicate degrees, Megatron FSDP --num-distributed-optimizer-instances): off "
+                     "(default: unvalidated, its own terms are under 1% of the measured HSDP runs' steps), on "
+                     "(HSDP plans only) or both (each ZeRO-3 layout and its HSDP twin)", default="off", choices=ON_OFF),
     Option("--cp-comm", "context-parallel communication types to search when cp > 1, comma-separated from "
                         f"{', '.join(CP_COMM_TYPES)}, or all (default p2p: each extra type adds as many cp > 1 "
                         "candidates again, measured 2-3x the search time)", cp_comm_types, ("p2p",), metavar="TYPES"),
@@ -443,9 +448,8 @@ REPLAN_KEYWORDS = REPLAN_OPTIONS + REPLAN_OVERRIDES + SPACE_OPTIONS + SOLVER_OPT
 
 __all__ = ["Option", "flag_text", "keyword_values", "add_options", "run_option", "CLUSTER_OPTIONS", "RUN_OPTIONS",
            "NOT_ON_COMMAND_LINE", "SPACE_OPTIONS", "SOLVER_OPTIONS", "MAX_OFFSET", "SEARCH_KEYWORDS",
-           "ESTIMATE_KEYWORDS", "REPLAN_KEYWORDS", "REPLAN_OPTIONS", "REPLAN_OVERRIDES", "KEEPABLE",
-           "keep_dimensions", "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM",
-           "strategy_from_option", "strategy_options", "stated_words", "size_text", "bandwidth_text", "size_argument",
-           "length_argument", "size_list",
-           "positive_int", "headroom_fraction", "confidence", "int32", "positive_seconds", "workers", "bandwidth", "zero_stages",
-           "schedule_names", "cp_comm_types", "MAX_WORKERS", "SEARCH_MODES"]
+           "ESTIMATE_KEYWORDS", "REPLAN_KEYWORDS", "REPLAN_OPTIONS", "REPLAN_OVERRIDES", "KEEPABLE", "keep_dimensions",
+           "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM", "strategy_from_option",
+           "strategy_options", "stated_words", "size_text", "bandwidth_text", "size_argument", "length_argument",
+           "size_list", "positive_int", "headroom_fraction", "confidence", "int32", "positive_seconds", "workers",
+           "bandwidth", "zero_stages", "schedule_names", "cp_comm_types", "MAX_WORKERS", "SEARCH_MODES"]

@@ -18,7 +18,7 @@ from .estimate.fp8 import check_fp8
 from .estimate.overlap import asked_overlaps
 from .options import RUN_OPTIONS, cp_comm_types
 from .rules import (Problem, check_given_degrees, check_images, check_positions, check_strategy, first_refusal,
-                    recompute_option_refusal, refusal_error)
+                    hsdp_refusal, recompute_option_refusal, refusal_error)
 from .schedules import default_schedule
 from .space import DEFAULT_SCHEDULES, DIMENSIONS, SearchSpace, SpaceOptions
 from .specs import strategy_input
@@ -323,7 +323,7 @@ def trainer_schedules(values: argparse.Namespace, schedules: tuple[str, ...]) ->
     return runs
 
 
-ON_OFF_BOTH = {"on": (True,), "off": (False,), "both": (False, True)}  # --sp, --optimizer-offload: values searched
+ON_OFF_BOTH = {"on": (True,), "off": (False,), "both": (False, True)}  # --sp, --optimizer-offload, --hsdp
 
 
 def build_space_options(values: argparse.Namespace) -> SpaceOptions:
@@ -344,13 +344,16 @@ def build_space_options(values: argparse.Namespace) -> SpaceOptions:
     if offload == "on" and not trainer_named(trainer).optimizer_offload_zero:
         raise SpecError(f"--optimizer-offload on: {trainer} has no optimizer offload "
                         f"({trainer_named(trainer).version}); plan with --trainer megatron")
+    hsdp = getattr(values, "hsdp", "off")
+    if hsdp == "on" and not trainer_named(trainer).hsdp:
+        raise SpecError(f"--hsdp on: HSDP is refused: {hsdp_refusal(trainer)}")
     recompute = (RECOMPUTE_MODES if values.recompute in ("uniform", "per-layer", "greedy")
                  else CLASSIC_MODES if values.recompute == "classic" else (values.recompute,))
     return SpaceOptions(fix=fix, max=bounds, recompute_modes=recompute, zero_stages=tuple(values.zero),
                         sp_choices=sp_choices, tp_cp_bound=values.tp_cp_bound, max_offset=values.max_offset,
                         cp_comms=cp_comms,
                         schedules=trainer_schedules(values, getattr(values, "schedules", DEFAULT_SCHEDULES)),
-                        optimizer_offloads=ON_OFF_BOTH[offload])
+                        optimizer_offloads=ON_OFF_BOTH[offload], hsdp=ON_OFF_BOTH[hsdp])
 
 
 __all__ = ["build_problem", "build_run", "run_overlap", "check_max_offset", "strategy_values", "pinned_by_file",

@@ -19,7 +19,7 @@ from .schedules import SCHEDULES, Refusal, default_schedule
 from .specs.device import ClusterSpec
 from .specs.fields import SpecError, divisors
 from .specs.model import ModelSpec
-from .specs.run import RunSpec
+from .specs.run import TRAINERS, RunSpec
 from .specs.recompute import MODULES, RECOMPUTE_MODES, modules_without_layers, recompute_option
 from .specs.strategy import Strategy, cp_a2a_size, default_partition
 from .trainers import trainer_named
@@ -266,10 +266,17 @@ def _dp_shard(p: Problem, d: dict) -> Refusal | None:
     shard, dp = d.get("dp_shard", 0), d["dp"]
     if not shard:
         return None
-    return _refuse("dp_shard", "dp_shard", dp % shard == 0 and d["zero"] == 3 and p.model.moe is None, lambda: (
-        "HSDP shards ZeRO-3 (zero=3) over dp_shard ranks and replicates over dp / dp_shard; "
-        + ("with routed experts it is not modelled" if p.model.moe is not None else
-           f"valid dp_shard: {', '.join(str(v) for v in divisors(dp))}" if dp % shard else "it needs zero=3")))
+    runs = bool(_trainer(p).hsdp)  # Trainer.hsdp: how the trainer runs it, "" when it does not
+    return _refuse("dp_shard", "dp_shard", dp % shard == 0 and d["zero"] == 3 and p.model.moe is None and runs,
+                   lambda: "HSDP shards ZeRO-3 (zero=3) over dp_shard ranks and replicates over dp / dp_shard; " + (
+        hsdp_refusal(p.run.trainer) if not runs else "with routed experts it is not modelled" if p.model.moe else
+        f"valid dp_shard: {', '.join(str(v) for v in divisors(dp))}" if dp % shard else "it needs zero=3"))
+
+
+def hsdp_refusal(trainer: str) -> str:
+    """Why a trainer without HSDP (Trainer.hsdp "") gets no HSDP plan, naming those that run it."""
+    runs = " or ".join(t for t in TRAINERS if trainer_named(t).hsdp)
+    return f"{trainer} does not run it ({trainer_named(trainer).version}); plan with --trainer {runs}"
 
 
 # In the walk's loop order (TP -> PP -> CP -> CP_COMM -> DP -> MBS -> EP -> ETP -> VPP). Rules the walk's domains
@@ -413,4 +420,4 @@ def check_given_degrees(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, de
 
 __all__ = ["RULEBOOK", "RULES", "Rule", "Problem", "first_refusal", "check_strategy", "strategy_refusal",
            "strategy_degrees", "sp_allowed", "refusal_error", "check_given_degrees", "check_positions",
-           "check_images", "trainer_zero_stages"]
+           "check_images", "trainer_zero_stages", "hsdp_refusal"]

@@ -19,6 +19,7 @@ from .specs.fields import SpecError, cached_hash, divisors, state_without_hash
 from .specs.model import ModelSpec
 from .specs.run import RunSpec
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, RecomputePlan, Strategy
+from .trainers import trainer_named
 
 _UNIFORM = {mode: RecomputePlan.uniform(mode) for mode in RECOMPUTE_MODES}
 DIMENSIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn", "zero")
@@ -50,8 +51,8 @@ class SpaceOptions:
     # it doubles the batch items, and it pays only when the device memory binds.
     optimizer_offloads: tuple[bool, ...] = (False,)
     # HSDP settings searched (True: ZeRO-3 sharded over the data-parallel ranks of one scale-up domain, replicated
-    # across domains,
-    # Strategy.dp_shard; docs/formulas.md §7.3). Default off: plain FSDP only.
+    # across domains, Strategy.dp_shard; docs/formulas.md §7.3; `ndcp search --hsdp`). Default off: plain FSDP only
+    # (no measured run validates HSDP's own terms).
     hsdp: tuple[bool, ...] = (False,)
 
     def __post_init__(self):
@@ -314,11 +315,12 @@ class SearchSpace:
     def _hsdp_shards(self, tp: int, cp: int, dp: int, refused: Counter) -> list[int]:
         """The dp_shard values searched: 0 (plain ZeRO) and, when asked, HSDP over the data-parallel ranks of one
         scale-up domain (its ranks / (tp x cp), where it divides dp and leaves more than one replica), on dense models
-        under a trainer that runs ZeRO-3 (rule `dp_shard`; refused once per (tp, pp, cp) otherwise)."""
+        under a trainer that runs ZeRO-3 and HSDP (rule `dp_shard`; refused once per (tp, pp, cp) otherwise)."""
         out = [0] if False in self.options.hsdp else []
         if True in self.options.hsdp:
             shard = self.cluster.domain_ranks // (tp * cp)
-            if (self.model.moe is None and 3 in self.inner_choices(tp)[0] and 1 <= shard < dp and dp % shard == 0):
+            if (self.model.moe is None and trainer_named(self.run.trainer).hsdp and 3 in self.inner_choices(tp)[0]
+                    and 1 <= shard < dp and dp % shard == 0):
                 out.append(shard)
             else:
                 refused["dp_shard"] += 1

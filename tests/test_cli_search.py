@@ -271,3 +271,24 @@ def test_deepseek_v3_ep64_all_to_all_runs_on_nvlink_in_a_gb200_rack_and_over_the
     assert nodes["domain_ranks"] == 8 and nodes["device"]["devices_per_domain"] == 8
     assert rack["strategies"][0]["strategy"]["ep"] == 64
     assert ep_share(rack) < 0.25 and ep_share(nodes) > 0.4
+
+
+def test_hsdp_is_searched_only_on_request_and_recorded_in_the_json(capsys):
+    """--hsdp off (default: unvalidated) searches plain ZeRO only; on, HSDP plans only, each sharded over one node's
+    data-parallel ranks; both, the two jointly: never slower than either. The document records what was searched."""
+    args = ["tiny", "--device", "h100", "--gpus", "16", "--global-batch", "64", "--seq-len", "1024",
+            "--recompute", "uniform", "--top", "20"]
+    docs = {hsdp: run_json(capsys, *args, *(["--hsdp", hsdp] if hsdp else []))[0] for hsdp in ("", "on", "both")}
+    assert [docs[h]["search"]["hsdp"] for h in ("", "on", "both")] == [[False], [True], [False, True]]
+    assert not any(s["strategy"].get("dp_shard") for s in docs[""]["strategies"])
+    on = [s["strategy"] for s in docs["on"]["strategies"]]
+    assert on and all(s["zero"] == 3 and s["dp_shard"] == 8 // (s["tp"] * s["cp"]) < s["dp"] for s in on)
+    best = {h: doc["strategies"][0]["time"]["step_seconds"] for h, doc in docs.items()}
+    assert best["both"] <= min(best[""], best["on"]) * (1 + 1e-9)
+    assert docs["both"]["space"]["size"] > docs[""]["space"]["size"]
+
+
+def test_hsdp_on_under_a_trainer_that_does_not_run_it_is_a_one_line_error(capsys):
+    args = ["tiny", "--device", "h100", "--gpus", "16", "--global-batch", "64", "--seq-len", "1024", "--hsdp", "on"]
+    assert_one_line_error(*run(capsys, *args, "--trainer", "mindformers"), "--hsdp on", "mindformers does not run it")
+    assert_one_line_error(*run(capsys, *args[:-1], "sometimes"), "--hsdp")

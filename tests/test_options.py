@@ -9,7 +9,7 @@ import pytest
 from ndcp.cli import build_parser
 from ndcp.options import (NOT_ON_COMMAND_LINE, RUN_OPTIONS, SEARCH_KEYWORDS, SPACE_OPTIONS, flag_text,
                           keyword_values)
-from ndcp.policy import build_run
+from ndcp.policy import build_run, build_space_options
 from ndcp.specs.fields import SpecError, field_docs
 from ndcp.specs.run import RunSpec
 
@@ -86,3 +86,17 @@ def test_a_keyword_is_refused_with_the_flags_message():
         keyword_values(SPACE_OPTIONS, {"sp": "sometimes"})
     with pytest.raises(SpecError, match=r"^argument --exhaustive: expected True or False"):
         keyword_values(SEARCH_KEYWORDS, {"exhaustive": "yes"})
+
+
+@pytest.mark.parametrize("given, searched", [(None, (False,)), ("off", (False,)), ("on", (True,)),
+                                             ("both", (False, True)), (True, (True,))])
+def test_hsdp_is_off_unless_asked_on_every_command_that_searches(given, searched):
+    """--hsdp (SpaceOptions.hsdp): off by default (no measured run validates HSDP's own terms); the API takes the
+    same words, True as on. search, replan and sweep take the flag."""
+    values = keyword_values(SEARCH_KEYWORDS, {"hsdp": given})
+    assert build_space_options(values).hsdp == searched
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    hsdp = next(o for o in SPACE_OPTIONS if o.flag == "--hsdp")
+    for command in ("search", "replan", "sweep"):
+        actions = {s: a for a in subparsers.choices[command]._actions for s in a.option_strings}
+        assert (actions["--hsdp"].help, actions["--hsdp"].default) == (hsdp.help.replace("%", "%%"), "off")

@@ -64,7 +64,8 @@ def register(subparsers) -> None:
     group.add_argument("--price-per-gpu-hour", metavar="P", type=_price, help="price of one GPU-hour: adds cost")
     _add_failure_arguments(parser.add_argument_group("failures and checkpoints (docs/goodput.md)"))
     group = parser.add_argument_group("search (per point)")
-    next(o for o in SPACE_OPTIONS if o.name == "fix").add_to(group)
+    for name in ("fix", "hsdp"):
+        next(o for o in SPACE_OPTIONS if o.name == name).add_to(group)
     group.add_argument("--recompute", choices=("per-layer", "uniform"), default="per-layer",
                        help="per-layer plans (default) or one recompute mode for every layer (faster)")
     group.add_argument("--time-limit", metavar="SECONDS", type=positive_seconds, default=60.0,
@@ -90,7 +91,8 @@ def register(subparsers) -> None:
                        help="plot time to train and cost against GPUs, the knee marked (.png or .svg; needs "
                             "matplotlib)")
     # The search space of each point: everything `ndcp search` searches by default (--recompute is its own).
-    parser.set_defaults(func=run, **{o.name: o.unset for o in SPACE_OPTIONS if o.name not in ("recompute", "fix")})
+    parser.set_defaults(func=run, **{o.name: o.unset for o in SPACE_OPTIONS
+                                     if o.name not in ("recompute", "fix", "hsdp")})
 
 
 def _add_failure_arguments(group) -> None:

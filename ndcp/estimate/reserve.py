@@ -70,16 +70,19 @@ def process_groups(strategy: Strategy) -> tuple[ProcessGroup, ...]:
     """The communicators a rank of this strategy communicates in (groups of one rank need none).
 
     tp, cp: ring collectives (2 connections); dp: the gradient / ZeRO ring over dp x cp ranks (where memory.py shards
-    the states); etp and edp (expert-data-parallel): the expert tensor-parallel and expert-gradient rings of MoE
-    models; pp: send/receive with the two neighbours; ep: the token all-to-all, send/receive with each of the ep - 1
-    peers. Shared by the strategies with the same degrees (every memory estimate asks, often)."""
+    the states), under HSDP over the dp_shard x cp ranks of the shard group, with `dp_replicate`, the all-reduce
+    ring across the dp / dp_shard replicas, beside it (FSDP2 on a 2-D mesh and Megatron FSDP's outer group: one
+    communicator per mesh dimension; docs/formulas.md §7.3); etp and edp (expert-data-parallel): the expert
+    tensor-parallel and expert-gradient rings of MoE models; pp: send/receive with the two neighbours; ep: the token
+    all-to-all, send/receive with each of the ep - 1 peers. Shared by the strategies with the same degrees (every memory estimate asks, often)."""
     s = strategy
-    return _process_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp, expert_data_parallel(s))
+    return _process_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp, expert_data_parallel(s), s.shard_ranks)
 
 
 @lru_cache(maxsize=65536)
-def _process_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, edp: int) -> tuple[ProcessGroup, ...]:
-    rings = [("tp", tp), ("cp", cp), ("dp", dp * cp)]
+def _process_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, edp: int,
+                    shard: int) -> tuple[ProcessGroup, ...]:
+    rings = [("tp", tp), ("cp", cp), ("dp", shard * cp), ("dp_replicate", dp // shard)]
     if ep > 1:
         rings += [("etp", etp), ("edp", edp)]
     groups = [ProcessGroup(name, size, RING_CONNECTIONS) for name, size in rings if size > 1]

@@ -186,7 +186,7 @@ def search_document(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, space:
         "run": run_document(run, cluster),
         "search": {"fix": dict(o.fix), "max": dict(o.max), "recompute_modes": list(o.recompute_modes),
                    "zero_stages": list(o.zero_stages), "sp_choices": list(o.sp_choices),
-                   "tp_cp_bound": o.tp_cp_bound or None},
+                   "tp_cp_bound": o.tp_cp_bound or None, "hsdp": list(o.hsdp)},
         **found,
         **({"gap": None, "lower_bound_seconds": None,
             "note": "greedy recompute plans (reference planner heuristic): not proven, no bound"}

@@ -221,9 +221,10 @@ def _caption(strategies, *lines: str) -> str:
 
 
 def compact_degrees(strategy, ep: bool = True) -> str:
-    """`tp4 pp1 cp1 dp128` (+ `ep8 etp1` for MoE models, `vpp4` when interleaved, cp_comm when cp > 1 is not p2p)."""
+    """`tp4 pp1 cp1 dp128` (+ `shard8` under HSDP, `ep8 etp1` for MoE models, `vpp4` when interleaved, cp_comm when
+    cp > 1 is not p2p)."""
     s = strategy
-    words = [f"tp{s.tp}", f"pp{s.pp}", f"cp{s.cp}", f"dp{s.dp}"]
+    words = [f"tp{s.tp}", f"pp{s.pp}", f"cp{s.cp}", f"dp{s.dp}"] + ([f"shard{s.dp_shard}"] if s.dp_shard else [])
     if ep:
         words += [f"ep{s.ep}", f"etp{s.etp}"]
     if s.vpp > 1:

@@ -111,6 +111,10 @@ class Trainer:
     # ZeRO stages of zero_stages it runs only with data parallelism alone (no TP, PP, CP or EP): a search takes the
     # others (rules.trainer_zero_stages)
     zero_dp_alone: tuple[int, ...]
+    # How it runs HSDP (Strategy.dp_shard: ZeRO-3 sharded over dp_shard x cp ranks, the gradient shards all-reduced
+    # across dp / dp_shard replicas, docs/formulas.md §7.3), in its own words; "" when it does not run it as ndcp
+    # prices it: a search under it returns no HSDP plan (rule dp_shard)
+    hsdp: str
     recompute: str  # "uniform" (one mode, every layer), "count" (one full count per stage), "per-stage" (any plan)
     # The recompute options (specs/recompute.py OPTIONS) it runs on a layer; the search offers it these only
     # (rules.recompute_option_refusal), and `nearest` turns any other into one of them that covers it.

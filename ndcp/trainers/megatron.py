@@ -119,8 +119,9 @@ def _data_parallel(run: RunSpec, s: Strategy, notes: list[str]) -> list[str]:
     elif s.zero >= 2:
         flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", ZERO_SHARDING[s.zero],
                   "--ckpt-format", "fsdp_dtensor", "--overlap-param-gather"]
-    if s.dp_shard:  # HSDP: Megatron FSDP sharded inside each of R instances, replicated across them
-        flags += ["--num-distributed-optimizer-instances", str(s.dp_replicate)]
+    if s.dp_shard:  # HSDP: Megatron FSDP sharded inside each of R instances, replicated across them (Trainer.hsdp)
+        flags += ["--num-distributed-optimizer-instances", str(s.dp_replicate), "--outer-dp-sharding-strategy",
+                  "no_shard"]
     if run.grad_sync != "trainer" or run.param_gather != "trainer":
         notes.append(f"--grad-sync {run.grad_sync} / --param-gather {run.param_gather} have no Megatron flag: "
                      "Megatron runs its own schedule for the ZeRO stage (plan with trainer)")
@@ -302,9 +303,10 @@ def read(text: str, model: ModelSpec) -> dict:
     v["zero"] = ({"optim_grads": 2, "optim_grads_params": 3}.get(a.data_parallel_sharding_strategy, 1)
                  if a.use_megatron_fsdp else 1 if a.use_distributed_optimizer else 0)
     instances = a.num_distributed_optimizer_instances or 1
-    if instances > 1 and v["zero"] != 3:
+    if instances > 1 and (v["zero"] != 3 or a.outer_dp_sharding_strategy not in (None, "no_shard")):
         raise read_error("megatron", f"--num-distributed-optimizer-instances {instances}: ndcp models HSDP under "
-                                     "Megatron FSDP optim_grads_params only")
+                                     "Megatron FSDP optim_grads_params, replicated (--outer-dp-sharding-strategy "
+                                     "no_shard) only")
     if instances > 1:
         v["dp_replicate"] = instances  # dp_shard = dp / instances once dp is known (derive_batch_split)
     if a.optimizer_cpu_offload:
@@ -382,6 +384,12 @@ TRAINER = Trainer(
     zero_how=("DDP", "--use-distributed-optimizer", "--use-megatron-fsdp optim_grads",
               "--use-megatron-fsdp optim_grads_params"),
     zero_dp_alone=(),
+    # Megatron FSDP with R instances (verified at d98e8a6): core/parallel_state.py builds the intra-partial dp-cp
+    # groups as consecutive slices of dp*cp/R ranks, distributed/fsdp/mcore_fsdp_adapter.py _init_dist_index shards
+    # over that group (dp_shard_dim) and replicates over the inter-instance group (dp_outer_dim), and
+    # megatron_fsdp/param_and_grad_buffer.py reduce-scatters the gradients in the shard group, then all-reduces the
+    # shard across DP-Outer under outer_dp_sharding_strategy's default no_shard
+    hsdp="--use-megatron-fsdp optim_grads_params --num-distributed-optimizer-instances R",
     recompute="count",  # --recompute-num-layers: one count, applied to every (virtual) stage; or selective everywhere
     # --recompute-granularity full/selective, --recompute-modules (transformer_config.py recompute_modules) and
     # --fine-grained-activation-offloading (the offload option)

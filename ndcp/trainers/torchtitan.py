@@ -337,6 +337,8 @@ TRAINER = Trainer(
     # could replicate beside them too (HSDP with shard degree 1): not searched
     zero_stages=(0, 3), zero_how=("DDP (data parallel only)", "FSDP2 (fully_shard)"),
     zero_dp_alone=(0,),  # DDP only without TP, PP, CP or EP (above)
+    # FSDP2 on the 2-D mesh [dp_replicate, dp_shard] (distributed/parallel_dims.py; parallelize.py apply_fsdp)
+    hsdp="--parallelism.data-parallel-replicate-degree R --parallelism.data-parallel-shard-degree N",
     recompute="uniform",  # activation-checkpoint:none|selective|full on every transformer block
     recompute_options=tuple(AC_MODES),  # activation-checkpoint:<mode>
     # FP8 is a model converter in a registry config (CONFIGS: llama3_8b_mxfp8, llama3_405b,

@@ -1,11 +1,17 @@
 """HSDP (Strategy.dp_shard): ZeRO-3 sharded inside a group of data-parallel ranks, replicated across the groups
-(torchtitan dp_shard x dp_replicate, FSDP2; docs/formulas.md §7.2)."""
+(torchtitan dp_shard x dp_replicate, FSDP2; Megatron FSDP instances; docs/formulas.md §7.3).
+
+Where it sits between plain ZeRO-3 and ZeRO-1 is not a law: it holds at least ZeRO-3's memory (its states shard over
+fewer ranks) and at most ZeRO-1's model states once the shard group is large enough, and its parameter gathers are
+never slower than ZeRO-3's; its step is faster than ZeRO-3's only where ZeRO-3's rings are latency-bound (the
+1,024-rank example), since it adds an all-reduce across replicas and steps a larger optimizer shard."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate import communication as comm
 from ndcp.estimate.data_parallel import data_parallel_terms
 from ndcp.estimate.memory import estimate_memory, model_state_bytes
+from ndcp.estimate.trainers import data_parallel_sync
 from ndcp.estimate.parameters import stage_parameters
 from ndcp.estimate.time import estimate_time
 from ndcp.rules import strategy_refusal
@@ -52,7 +58,8 @@ def test_states_shard_over_the_shard_group_only():
 
 @pytest.mark.parametrize("trainer", ["megatron", "torchtitan"])
 def test_hsdp_sits_between_zero3_and_zero1_at_scale(trainer):
-    # 1024 ranks: plain FSDP's per-layer rings pay 1023 latency steps each; HSDP's shard rings stay in a node
+    # An example, not a law (module docstring): at 1024 ranks plain FSDP's per-layer rings pay 1023 latency steps
+    # each; HSDP's shard rings stay in a node
     cluster = ClusterSpec(H100, 1024)
     run = RunSpec(global_batch=1024, seq_len=8192, trainer=trainer)
     fsdp = Strategy(dp=1024, mbs=1, mbn=1, zero=3, recompute=FULL)
@@ -63,6 +70,61 @@ def test_hsdp_sits_between_zero3_and_zero1_at_scale(trainer):
             for name, s in (("zero1", zero1), ("hsdp", hsdp), ("zero3", fsdp))}
     assert step["zero1"] <= step["hsdp"] < step["zero3"]
     assert peak["zero3"] < peak["hsdp"] < peak["zero1"]
+
+
+STATES = ("parameters", "gradients", "optimizer_states")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from([8, 16, 32]),
+       st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from(["fp32", "bf16"]), st.sampled_from(["h100", "a100-80g"]),
+       st.sampled_from([2, 4, 8]), st.sampled_from(["megatron", "torchtitan"]))
+def test_hsdp_holds_at_least_zero3_and_its_gathers_are_never_slower(tp, cp, pp, dp, shard, grads, device, per_node,
+                                                                   trainer):
+    """Memory: HSDP's states shard over dp_shard x cp ranks instead of dp x cp, and it keeps one more communicator
+    (the replicas' ring): never less than plain ZeRO-3 of the same layout. Time: its gathers run on a ring of fewer
+    ranks (fewer latency steps, (s-1)/s of the bytes instead of (n-1)/n) on a link no slower (inside a scale-up
+    domain where plain ZeRO-3's may not be): never slower. (Its gradient sync adds the all-reduce across replicas
+    and may be slower; tested as a formula above.)"""
+    shard = min(shard, dp // 2)
+    cluster = ClusterSpec(device_preset(device), tp * cp * pp * dp).with_overrides(devices_per_node=per_node)
+    run = RunSpec(global_batch=4 * dp, seq_len=4096, grad_dtype=grads, trainer=trainer)
+    zero3 = Strategy(dp=dp, tp=tp, cp=cp, pp=pp, mbs=1, mbn=4, zero=3, sp=tp > 1, recompute=FULL)
+    hsdp = zero3.with_(dp_shard=shard)
+    assert (estimate_memory(LLAMA_8B, cluster, run, zero3).peak_bytes
+            <= estimate_memory(LLAMA_8B, cluster, run, hsdp).peak_bytes)
+    for h, z in zip(data_parallel_terms(LLAMA_8B, cluster, run, hsdp), data_parallel_terms(LLAMA_8B, cluster, run,
+                                                                                          zero3)):
+        assert h.forward_gather <= z.forward_gather * (1 + 1e-12)
+        assert h.backward_gather <= z.backward_gather * (1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]), st.sampled_from([8, 16, 32]),
+       st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from(["fp32", "bf16"]), st.sampled_from(["bf16", "fp32"]),
+       st.sampled_from(["trainer", "microbatch", "forward-backward"]))
+def test_hsdp_model_states_lie_between_zero3_and_zero1_once_its_shard_group_is_large_enough(
+        tp, cp, pp, dp, shard, grads, states, gather):
+    """Per parameter (P + G + O bytes, Megatron: bf16 P, G at --grad-dtype, O = master + moments): ZeRO-3 holds
+    (P+G+O)/(n), HSDP (P+G+O)/(s), ZeRO-1 P + G + O/n, n = dp x cp, s = dp_shard x cp <= n. So HSDP's model states lie
+    between ZeRO-3's and ZeRO-1's exactly when s (P+G) >= P+G+O and ZeRO-3 reshards layer by layer (no parameters
+    kept gathered, no unsharded gradient buffer); below that shard group it may hold more than ZeRO-1."""
+    shard = min(shard, dp // 2)
+    run = RunSpec(global_batch=4 * dp, seq_len=4096, grad_dtype=grads, optimizer_state_dtype=states,
+                  param_gather=gather)
+    zero3 = Strategy(dp=dp, tp=tp, cp=cp, pp=pp, mbs=1, mbn=4, zero=3, sp=tp > 1, recompute=FULL)
+    (params, *_), sync = stage_parameters(LLAMA_8B, zero3), data_parallel_sync(run, 3, pp)
+    states = {name: model_state_bytes(run, s, params)
+              for name, s in (("zero3", zero3), ("hsdp", zero3.with_(dp_shard=shard)), ("zero1", zero3.with_zero(1)))}
+    held = {name: sum(parts[k] for k in STATES) for name, parts in states.items()}
+    assert held["zero3"] <= held["hsdp"] * (1 + 1e-12)
+    if sync.gathered_parameters or sync.full_grad_buffer:
+        return
+    per_param = run.param_bytes + run.grad_bytes
+    if shard * cp * per_param >= per_param + run.optimizer_state_bytes:
+        assert held["hsdp"] <= held["zero1"] * (1 + 1e-12)
+    else:  # the bound is tight: HSDP then holds more than ZeRO-1's unsharded parameters and gradients alone
+        assert held["hsdp"] > states["zero1"]["parameters"] + states["zero1"]["gradients"]
 
 
 @settings(max_examples=40, deadline=None)

@@ -94,6 +94,28 @@ def test_under_torchtitan_the_rules_and_the_search_take_what_it_runs():
     assert trainer_named("megatron").zero_stages == (0, 1, 2, 3)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_hsdp_is_planned_only_under_a_trainer_that_runs_it_and_its_configuration_states_it(kind):
+    """Trainer.hsdp: Megatron FSDP instances (--num-distributed-optimizer-instances, the outer group replicated) and
+    torchtitan's 2-D FSDP2 mesh run HSDP; MindFormers' optimizer parallelism shards over all data-parallel ranks, so
+    its rules refuse HSDP and a search under it offers none."""
+    llama8 = load_model("llama3-8b")
+    cluster, run = ClusterSpec(device_preset("h100"), 64), replace(RUN, trainer=kind)
+    hsdp = Strategy(dp=64, dp_shard=8, mbs=1, mbn=2, zero=3, recompute=RecomputePlan.uniform("full"))
+    refusal = strategy_refusal(llama8, cluster, run, hsdp)
+    space = SearchSpace(llama8, cluster, run, SpaceOptions(hsdp=(False, True), recompute_modes=("full",)))
+    searched = {layout.dp_shard for layout, _, _ in space.walk().batches}
+    if not trainer_named(kind).hsdp:
+        assert refusal.rule == "dp_shard" and "does not run it" in refusal.message and searched == {0}
+        return
+    assert refusal is None and {0, 8} <= searched  # 8 at tp 1: one node's data-parallel ranks
+    text = emit(kind, llama8, run, hsdp).text
+    words = {"megatron": ["--num-distributed-optimizer-instances 8", "--outer-dp-sharding-strategy no_shard"],
+             "torchtitan": ["--parallelism.data-parallel-replicate-degree 8",
+                            "--parallelism.data-parallel-shard-degree 8"]}[kind]
+    assert all(word in text for word in words)
+
+
 def test_each_trainer_names_the_recompute_options_it_runs():
     from ndcp.specs.recompute import OPTION_BY_NAME
     assert set(trainer_named("torchtitan").recompute_options) == {"none", "selective", "full"}

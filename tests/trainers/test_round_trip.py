@@ -145,6 +145,16 @@ def test_a_file_for_another_batch_or_model_is_refused(tmp_path):
         read_values(str(path), LLAMA70, run)
 
 
+def test_megatron_hsdp_that_shards_the_outer_group_too_is_refused(tmp_path):
+    """ndcp prices Megatron FSDP's HSDP with the outer (inter-instance) group replicated, the pinned default
+    --outer-dp-sharding-strategy no_shard; `optim` would also shard the optimizer states across instances."""
+    run, path = RunSpec(global_batch=128, seq_len=8192), tmp_path / "m.sh"
+    text = emit("megatron", LLAMA8, run, Strategy(dp=64, dp_shard=8, mbs=1, mbn=2, zero=3, recompute=FULL)).text
+    path.write_text(text.replace("--outer-dp-sharding-strategy no_shard", "--outer-dp-sharding-strategy optim"))
+    with pytest.raises(SpecError, match="replicated .--outer-dp-sharding-strategy no_shard. only"):
+        read_values(str(path), LLAMA8, run)
+
+
 MF_RUN = RunSpec(global_batch=128, seq_len=8192, trainer="mindformers")
 MF_SELECT = RecomputePlan(mode="per-stage", stages=tuple(  # pp=4, vpp=2 over 80 layers: 10 per virtual stage
     StageRecompute(none=10 - v % 4 - v % 3, mlp_act=v % 4, full=v % 3) for v in range(8)))
