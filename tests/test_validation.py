@@ -111,9 +111,18 @@ def test_trainer_and_gradient_rules(published):
     assert any("torchtitan" in a for a in torchtitan.assumptions) and torchtitan.strategy.endswith("selective")
     assert any("bf16 main gradients" in a for a in runs["dgxc_llama31_405b_h100_bf16_512"].assumptions)
     assert not any("bf16 main gradients" in a for a in runs["mcore_r080_h100_462b"].assumptions)
-    # 0.12, not 0.10, since the torchtitan FP8 rows are compared (docs/formulas.md §3.1): torchtitan_l31_405b_3d_1f1b
-    # is 35 % under (the same estimate under bf16: a torchtitan PP + FSDP memory gap, not FP8; open)
-    assert published.summary.mean_abs_memory_relative <= 0.12
+    # 6.5 % since the 405B 3-D rows run torchtitan's default 8 micro-batches of 4 and pipelining's held buffers are
+    # priced (docs/formulas.md §5.5; the 1F1B row was 35 % under before)
+    assert published.summary.mean_abs_memory_relative <= 0.10
+
+
+@pytest.mark.parametrize("run_id", ["torchtitan_l31_405b_3d_1f1b", "torchtitan_l31_405b_3d_interleaved"])
+def test_torchtitan_3d_rows_within_thirteen_percent(published, run_id):
+    # docs/formulas.md §5.5: 1F1B -12.0 %, interleaved +10.4 %, on torchtitan's default micro-batches and split, with
+    # torch.distributed.pipelining's held outputs and receive buffers (estimate/pipeline_buffers.py)
+    row = next(r for r in published.runs if r.id == run_id)
+    assert "mbs4" in row.strategy.split()
+    assert abs(row.memory_relative_error) <= 0.13, row.memory_relative_error
 
 
 def test_time_is_not_compared_on_a_device_without_a_published_peak(published):

@@ -29,6 +29,7 @@ from .data_parallel import host_optimizer_bytes_per_parameter
 from .fp8 import weight_copy_bytes_per_parameter
 from .keys import Degrees
 from .parameters import StageParameters, dense_shard_ranks, expert_data_parallel, optimizer_shard, stage_parameters
+from .pipeline_buffers import pipeline_buffer_bytes
 
 
 def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, float]:
@@ -218,7 +219,8 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
                         counts: dict[tuple[str, str], int] | None = None) -> dict[str, float]:
     """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
     collective buffers and the reserve (reserve.py: context, workspaces, communicators, and fragmentation in
-    proportion to the activations). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
+    proportion to the activations), and the pipeline runtime's held outputs and receive buffers where the trainer
+    keeps them (pipeline_buffers.py). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
     to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
     degrees = Degrees.of_strategy(strategy)
     in_flight = _in_flight(strategy, layout)
@@ -238,9 +240,12 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
                     default=0.0)
     # the vision encoder's activations sit beside the embedding's (docs/models.md §5), a part of their own
     encoder = {"encoder_activations": in_flight * head["encoder"] if layout.is_first else 0.0} if model.encoder else {}
+    # torch.distributed.pipelining's outputs and receive buffers (pipeline_buffers.py), a part where it holds any
+    pipeline = pipeline_buffer_bytes(model, run, strategy, layout)
     return {
         "activations": activations,
         **encoder,
+        **({"pipeline_buffers": pipeline} if pipeline else {}),
         "logits": head["logits"] * (1 + model.mtp_depth) if last else 0.0,
         "recompute_workspace": workspace,
         "comm_buffers": _comm_buffer_bytes(model, run, strategy),

@@ -30,6 +30,10 @@ class TrainerBehaviour:
     # With pipeline parallelism, gradients accumulate unsharded and gathered parameters stay gathered over the step's
     # micro-batches: one reduction and (ZeRO-3) one gather per step, the stage's parameters held unsharded.
     pipeline_holds_step: bool
+    # With pipeline parallelism, the pipeline runtime keeps every micro-batch's stage output, and a receive buffer per
+    # micro-batch for activations and for gradients, over the whole step (estimate/pipeline_buffers.py); False: sent
+    # outputs are freed and receives go to fresh tensors (Megatron's deallocate_output_tensor).
+    pipeline_keeps_buffers: bool
     # ZeRO-3 without pipeline parallelism keeps the root module (embedding, final norm, output) gathered.
     keeps_root_gathered: bool
     # Activations of dense attention/MLP blocks follow the trainer's own op-level inventory (eager autograd, and
@@ -54,6 +58,7 @@ MEGATRON = TrainerBehaviour(
     # (--overlap-grad-reduce); Megatron FSDP optim_grads / optim_grads_params (ZeRO-2/3) reduce-scatter every
     # micro-batch and re-gather parameters for backward, as DeepSpeed ZeRO-2/3 do (no no_sync with ZeRO-2/3).
     grad_sync_per_step=(0, 1), zero3_gather="forward-backward", pipeline_holds_step=False,
+    pipeline_keeps_buffers=False,  # core/pipeline_parallel/schedules.py deallocate_output_tensor
     keeps_root_gathered=False, op_level_inventory=False,
     fp32_logit_copies=1,  # vocab-parallel cross entropy casts the logits to fp32 once, softmax in place
     fp8_weight_copies=True,  # Transformer Engine keeps FP8 weight copies (estimate/fp8.py)
@@ -72,6 +77,9 @@ TORCHTITAN = TrainerBehaviour(
     # (False) and set_reshard_after_backward(False) until the last backward; apply_fsdp: reshard_after_forward=False
     # when PP is on
     pipeline_holds_step=True,
+    # torch.distributed.pipelining stage.py (torch 1963fc8, 2024-12): per-micro-batch receive buffers allocated once,
+    # output_chunks appended by every stage's forward_one_chunk and cleared at the next step
+    pipeline_keeps_buffers=True,
     keeps_root_gathered=True,  # fully_shard: the root's reshard_after_forward is False
     op_level_inventory=True,  # parallelize_llama._apply_ac_to_transformer_block
     fp32_logit_copies=3,  # log_softmax output, nll_loss gradient, log_softmax input gradient
@@ -93,6 +101,7 @@ MINDFORMERS = TrainerBehaviour(
     grad_sync_per_step=(0, 1),  # as Megatron's, not verified (gradient_accumulation_shard under ZeRO-3 not priced)
     zero3_gather="forward-backward",  # as Megatron's, not verified
     pipeline_holds_step=False,  # as Megatron's, not verified
+    pipeline_keeps_buffers=False,  # as Megatron's, not verified
     keeps_root_gathered=False,  # as Megatron's, not verified
     # as Megatron's Transformer Engine inventory, not verified: MindSpore's autograd on LlamaFeedForward keeps the
     # SiLU output as well as the gate, up and product (one more ffn-wide tensor than Megatron's fused SwiGLU), and

@@ -84,12 +84,14 @@ def test_item_bounds_hold_for_uneven_partitions(space):
 
 def test_a_lighter_first_stage_fits_where_the_default_partition_does_not():
     # Found by CI (hypothesis): 3 layers on pp=2 under a tight cap fit only as 2 + 1 layers; the memory bound once
-    # took the default partition's model states and proved the item could not fit. (104 MiB: since torchtitan's
-    # activation inventory was measured on its own block, 24 % smaller, pp=1 with full recompute fits at 128 MiB.)
+    # took the default partition's model states and proved the item could not fit. (Found under torchtitan at 104 MiB;
+    # since torch.distributed.pipelining's held outputs and receive buffers are priced for torchtitan, 17.6 MiB on
+    # this last stage, pp=1 fits there before any pp=2 split does, so the case runs under Megatron's behaviour, where
+    # 2 + 1 is the search's answer from 68 to 80 MiB.)
     model = ModelSpec(name="small", layers=3, hidden=256, heads=4, kv_heads=1, ffn_hidden=1024, vocab=1000,
                       activation="gelu")
     cluster = ClusterSpec(device_preset("h100"), 2).with_overrides(devices_per_node=1, inter_node_bandwidth=1e9)
-    run = RunSpec(global_batch=2, seq_len=4096, memory_cap_bytes=104 * 2**20, reserve_bytes=2**20, trainer="torchtitan",
+    run = RunSpec(global_batch=2, seq_len=4096, memory_cap_bytes=72 * 2**20, reserve_bytes=2**20,
                   confidence=0.0)  # the case as found: the point estimate
     options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
                            recompute_modes=("none", "layernorm", "mlp", "full"), max_offset=1)
