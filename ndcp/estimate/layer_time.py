@@ -95,7 +95,7 @@ def layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: LayerK
 
 @lru_cache(maxsize=65536)
 def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, ep: int, etp: int,
-                   tokens: float) -> tuple[float, ...]:
+                   tokens: float, layout_copies: bool = False) -> tuple[float, ...]:
     """The GEMM work of one body layer for one micro-batch of `tokens` tokens per device (mbs x seq / cp), shared by
     its SP, overlap and cp_comm variants and by the (cp, mbs) pairs with the same tokens: seconds of the weight GEMMs
     (one pass), their FLOPs, the FP8 casts forward and backward, the mixer cores' forward and backward seconds (the
@@ -115,7 +115,8 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
     attention = share * attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
     core, core_backward = attention_core_seconds(attention, device, run.flash_attention, run.attention_kernel)
     scan = scan_core_flops(model, kind, tokens, tp)  # linear-attention and Mamba-2 cores (estimate/mixers.py)
-    scan_forward, scan_backward = scan_core_seconds(scan, device) if scan else (0.0, 0.0)
+    scan_forward, scan_backward = (scan_core_seconds(model, kind, tokens, tp, device, run.activation_bytes,
+                                                     layout_copies) if scan else (0.0, 0.0))
     return (linear, total_flops(gemms), cast_forward, cast_backward, core + scan_forward, core_backward + scan_backward,
             attention + scan, core, core_backward)
 
@@ -186,7 +187,8 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tokens, keys = degrees.tokens(run.seq_len), run.seq_len
     flash = run.flash_attention
     (linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops, attention,
-     attention_backward) = _layer_compute(model, cluster, run, kind, tp, ep, etp, tokens)
+     attention_backward) = _layer_compute(model, cluster, run, kind, tp, ep, etp, tokens,
+                                          model.mamba is not None and degrees.mbs > 1)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)

@@ -11,19 +11,23 @@ state between chunks.
 - Mamba-2 SSD (Dao and Gu 2024, "Transformers are SSMs", §6, the chunked algorithm), per token and head, state N,
   head dims P, chunk Q: within its chunk C B^T (2QN) and its masked product with the inputs (2QP); the chunk state
   B^T X and the output C h from the states (2NP each): 2Q(N + P) + 4NP.
-Both count the whole chunk (no causal half inside it): a conservative count of what the kernels execute.
+Both count the whole chunk (no causal half inside it): a conservative count of what the kernels execute (mamba_ssm
+computes C B^T once per group of heads sharing B and C, not per head: ssd_forward_kernels counts it so for time).
 
 Context parallelism (mixer_cp_seconds): Gated DeltaNet has none (the rules refuse cp > 1); Mamba-2's is an
 all-to-all to head-sharded sequences and back, per layer, as Megatron-Core runs it.
 
-Time: the kernels (fla's and mamba_ssm's Triton kernels, which Megatron-Core's gated_delta_net.py and
-mamba_mixer.py call) are not measured here: their matmuls are priced as the unfused attention core's batched
-per-head GEMMs (DeviceSpec.unfused_attention_efficiency), their backward at SCAN_BACKWARD_RATIO times the forward's
-FLOPs (both recompute the chunk states in backward). Gated DeltaNet: no measured run in examples/ has it. Mamba-2:
-the Megatron-Bridge Nemotron-3 Nano rows (docs/formulas.md §2.7) measure 1.7-2 x the estimated steps, most of the
-gap shared with attention-only MoE models of the same size on the same systems; nothing here is fitted to them.
+Time. Gated DeltaNet (fla's Triton kernels, which Megatron-Core's gated_delta_net.py calls): its matmuls priced
+as the unfused attention core's batched per-head GEMMs (DeviceSpec.unfused_attention_efficiency), the backward at
+SCAN_BACKWARD_RATIO times the forward's FLOPs, its convolution and gated norm as memory-bound passes; no measured
+run in examples/ has it. Mamba-2 (ssd_forward_kernels, ssd_backward_kernels, mamba_mixer_seconds): each kernel
+Megatron-Core's MambaMixer runs in training between its projections, forward and backward, priced as max(its
+matmul FLOPs at that efficiency, its HBM bytes at DeviceSpec.hbm_bandwidth): the op inventory of docs/formulas.md
+§2.7, from the kernels' source; nothing fitted to the Nemotron-3 Nano rows (it moves them 2.4-3.9 points).
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
@@ -59,11 +63,135 @@ def scan_core_flops(model: ModelSpec, kind: str, tokens: float, tp: int) -> floa
     return flops
 
 
-def scan_core_seconds(forward_flops: float, device: DeviceSpec) -> tuple[float, float]:
-    """(forward, backward) seconds of scan cores executing `forward_flops` (module docstring: priced as unfused
-    batched GEMMs, conservatively)."""
-    forward = forward_flops / (device.peak_flops * min(device.unfused_attention_efficiency, device.compute_efficiency))
-    return forward, SCAN_BACKWARD_RATIO * forward
+def scan_core_seconds(model: ModelSpec, kind: str, tokens: float, tp: int, device: DeviceSpec, dtype_bytes: int,
+                      layout_copies: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of the scan mixers of an average layer of `kind` over `tokens` tokens: Gated
+    DeltaNet's core as unfused batched GEMMs (module docstring), Mamba-2's kernels by mamba_mixer_seconds."""
+    shares = model.mixer_shares(kind)
+    forward = backward = 0.0
+    if shares.linear_attention:
+        flops = shares.linear_attention * gated_deltanet_core_flops(model, tokens, tp)
+        forward = flops / _scan_flop_rate(device)
+        backward = SCAN_BACKWARD_RATIO * forward
+    if shares.mamba:
+        f, b = mamba_mixer_seconds(model, tokens, tp, device, dtype_bytes, layout_copies)
+        forward, backward = forward + shares.mamba * f, backward + shares.mamba * b
+    return forward, backward
+
+
+class ScanKernel(NamedTuple):
+    """One kernel (or torch op) of a scan mixer, per token on one device: HBM bytes it reads and writes (each
+    tensor once: repeated reads of a tile are taken to hit L2) and the matmul FLOPs it executes."""
+
+    name: str
+    nbytes: float
+    flops: float = 0.0
+
+
+class _Ssd(NamedTuple):
+    """One device's share of a Mamba-2 layer (heads and groups split by TP, mamba_mixer.py nheads_local_tp and
+    ngroups_local_tp), per token: heads h, head dims p, state n, groups g, chunk q, inner width d = h p, the
+    convolution's channels c = d + 2 g n, the chunk states' elements per token s = h p n / q; a the activation
+    bytes (bf16 states: Megatron-Core's mamba_training_ssm_states_dtype defaults to params_dtype)."""
+
+    h: int
+    p: int
+    n: int
+    g: int
+    q: int
+    d: int
+    c: int
+    s: float
+    a: int
+
+
+def _ssd_shape(model: ModelSpec, tp: int, dtype_bytes: int) -> _Ssd:
+    m = model.mamba
+    h, g = m.heads // tp, m.groups // tp
+    d = h * m.head_dim
+    return _Ssd(h, m.head_dim, m.state, g, m.chunk, d, d + 2 * g * m.state, h * m.head_dim * m.state / m.chunk,
+                dtype_bytes)
+
+
+def ssd_forward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_copies: bool) -> list[ScanKernel]:
+    """The forward of one Mamba-2 layer's mixer between its projections, as Megatron-Core runs it in training
+    (mamba_mixer.py @d98e8a6 `_ssm_training`: mamba_ssm `mamba_split_conv1d_scan_combined` without
+    rmsnorm_weight, so z gates the scan's output, then `self.norm`, mamba_ssm layernorm_gated RMSNorm without z),
+    per token; FP32 (4 bytes) where the kernels allocate float32 (mamba_ssm @e9594ce ops/triton/ssd_*.py).
+    layout_copies: the `rearrange(...).contiguous()` of the input projection's output and of y (l b d <-> b l d)
+    copy unless the micro-batch is one sequence."""
+    h, p, n, g, q, d, c, s, a = _ssd_shape(model, tp, dtype_bytes)
+    gn, f = g * n, FP32
+    kernels = [
+        ScanKernel("conv1d", 2 * c * a),  # causal-conv1d channel-last fwd: read x B C, write SiLU(conv)
+        ScanKernel("chunk_cumsum", h * (a + 2 * f)),  # read dt; write softplus(dt + bias) and dA cumsum, fp32
+        ScanKernel("chunk_state", d * a + gn * a + 2 * h * f + s * f, 2 * h * p * n),  # B^T x per chunk, fp32
+        ScanKernel("state_passing", s * f + s * a),  # read fp32 chunk states, write the passed ones (bf16)
+        ScanKernel("bmm_chunk", 2 * gn * a + g * q * f, 2 * g * q * n),  # C B^T per group, fp32
+        ScanKernel("chunk_scan", g * q * f + 2 * d * a + gn * a + s * a + 2 * h * f + 2 * d * a,
+                   h * (2 * q * p + 2 * n * p)),  # read CB, x, z, C, states, dt, dA; write out and out_x
+        ScanKernel("rmsnorm", 2 * d * a),  # Megatron's self.norm: read y, write the normed y
+    ]
+    if layout_copies:
+        kernels.append(ScanKernel("layout_copies", 2 * (2 * d + 2 * gn + h) * a + 2 * d * a))
+    return kernels
+
+
+def ssd_backward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_copies: bool) -> list[ScanKernel]:
+    """The backward of ssd_forward_kernels' mixer (MambaSplitConv1dScanCombinedFn.backward and
+    _mamba_chunk_scan_combined_bwd, mamba_ssm @e9594ce; causal-conv1d's channel-last backward), per token: it
+    recomputes the convolution, dt, CB and the chunk states (fp32), then runs the gradient kernels; nsplits 1
+    (chunk_state_bwd_db / chunk_scan_bwd_dc: one split when batch x chunks x heads reaches the SM count times the
+    heads per group, as at 8k tokens and up), the fp32 per-head dA gradients' torch adds and reverse cumsum as
+    read-write passes."""
+    h, p, n, g, q, d, c, s, a = _ssd_shape(model, tp, dtype_bytes)
+    gn, f, hf = g * n, FP32, h * FP32
+    kernels = [
+        ScanKernel("rmsnorm_bwd", 3 * d * a),  # read y and dy, write dx
+        ScanKernel("conv1d_recompute", 2 * c * a),
+        ScanKernel("chunk_cumsum_recompute", 2 * h * a + h * (a + 2 * f)),  # dt.clone() and the cumsum
+        ScanKernel("bmm_chunk_recompute", 2 * gn * a + g * q * f, 2 * g * q * n),
+        ScanKernel("chunk_state_recompute", d * a + gn * a + 2 * hf + s * f, 2 * h * p * n),
+        ScanKernel("state_passing_recompute", 2 * s * f),  # out_dtype defaults to the fp32 states'
+        ScanKernel("chunk_scan_bwd_dz", 6 * d * a),  # read x, z, out_x, dout; write dz, dout_x
+        ScanKernel("chunk_scan_bwd_dstates", gn * a + hf + d * a + s * f, 2 * h * p * n),
+        ScanKernel("state_passing_bwd", 2 * s * f + 2 * s * a),  # read states, dstates; write both in bf16
+        ScanKernel("chunk_scan_chunk_state_bwd_dx", 2 * d * a + 2 * hf + gn * a + g * q * f + s * a + d * a + hf,
+                   h * (2 * q * p + 2 * n * p)),  # read x, dt, dA, B, CB, dout, dstates; write dx, ddt
+        ScanKernel("chunk_state_bwd_db", d * a + 2 * hf + s * a + gn * a + gn * f + hf, 2 * h * p * n),
+        ScanKernel("chunk_scan_bwd_dc", s * a + hf + d * a + gn * a + gn * f + hf, 2 * h * p * n),
+        ScanKernel("chunk_scan_bwd_dcb", 2 * d * a + 2 * hf + g * q * f, 2 * h * q * p),  # write dCB fp32
+        ScanKernel("bmm_chunk_bwd", 2 * (2 * gn * a + g * q * f + gn * f), 4 * g * q * n),  # dB and dC, twice
+        ScanKernel("chunk_scan_bwd_ddAcs_stable", 2 * d * a + 2 * hf + g * q * f + hf, 2 * h * q * p),
+        ScanKernel("ddA_torch_ops", 12 * hf),  # the reverse cumsum (flip, cumsum, flip) and two adds, fp32
+        ScanKernel("chunk_cumsum_bwd", 2 * hf + 2 * h * a),  # read ddA, ddt, dt; write ddt
+        ScanKernel("conv1d_bwd", 3 * c * a),  # read x and dout (SiLU recomputed in-kernel), write dx
+    ]
+    if layout_copies:
+        kernels.append(ScanKernel("layout_copies", 2 * (2 * d + 2 * gn + h) * a + 2 * d * a))
+    return kernels
+
+
+def kernel_seconds(kernels: list[ScanKernel], tokens: float, device: DeviceSpec) -> float:
+    """Each kernel at its roofline, max(matmul FLOPs at the scan's rate, HBM bytes at hbm_bandwidth), summed."""
+    rate = _scan_flop_rate(device)
+    return tokens * sum(max(k.flops / rate, k.nbytes / device.hbm_bandwidth) for k in kernels)
+
+
+def mamba_mixer_seconds(model: ModelSpec, tokens: float, tp: int, device: DeviceSpec, dtype_bytes: int,
+                        layout_copies: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of one Mamba-2 layer's mixer between its projections over `tokens` tokens: its
+    kernels (ssd_forward_kernels, ssd_backward_kernels) by kernel_seconds, never below the SSD FLOPs the HFU
+    numerator credits (ssd_core_flops, whole chunks, C B^T per head; backward SCAN_BACKWARD_RATIO x) at that rate."""
+    floor = ssd_core_flops(model, tokens, tp) / _scan_flop_rate(device)
+    forward = kernel_seconds(ssd_forward_kernels(model, tp, dtype_bytes, layout_copies), tokens, device)
+    backward = kernel_seconds(ssd_backward_kernels(model, tp, dtype_bytes, layout_copies), tokens, device)
+    return max(forward, floor), max(backward, SCAN_BACKWARD_RATIO * floor)
+
+
+def _scan_flop_rate(device: DeviceSpec) -> float:
+    """FLOP/s of a scan kernel's per-head batched matmuls: the unfused attention core's (batched per-head GEMMs)."""
+    return device.peak_flops * min(device.unfused_attention_efficiency, device.compute_efficiency)
 
 
 def mixer_cp_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, degrees: Degrees,
@@ -100,15 +228,13 @@ def mamba_cp_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degre
 
 
 def scan_elementwise_bytes(model: ModelSpec, kind: str, tokens: float, tp: int, dtype_bytes: int) -> float:
-    """Memory-bound forward passes of an average layer's scan mixers, one device: the causal convolution and its
-    SiLU (read and write its channels), the gated output norm (read the output and the gate, write the product)."""
-    shares = model.mixer_shares(kind)
-    total = 0.0
-    for share, spec in ((shares.linear_attention, model.linear_attention), (shares.mamba, model.mamba)):
-        if share:
-            inner = spec.projection_widths()[1]
-            total += share * tokens / tp * (2 * spec.conv_dim + 3 * inner)
-    return total * dtype_bytes
+    """Memory-bound forward passes of an average layer's Gated DeltaNet mixers, one device: the causal convolution
+    and its SiLU (read and write its channels), the gated output norm (read the output and the gate, write the
+    product). Mamba-2's are kernels of its inventory (ssd_kernels)."""
+    share, spec = model.mixer_shares(kind).linear_attention, model.linear_attention
+    if not share:
+        return 0.0
+    return share * tokens / tp * (2 * spec.conv_dim + 3 * spec.projection_widths()[1]) * dtype_bytes
 
 
 def scan_saved(model: ModelSpec, kind: str, tokens: float, dtype_bytes: int) -> list[tuple[str, float]]:
@@ -135,5 +261,5 @@ def scan_saved(model: ModelSpec, kind: str, tokens: float, dtype_bytes: int) -> 
 
 
 __all__ = ["gated_deltanet_core_flops", "ssd_core_flops", "scan_core_flops", "scan_core_seconds", "mixer_cp_seconds",
-           "mamba_cp_seconds",
-           "scan_elementwise_bytes", "scan_saved", "SCAN_BACKWARD_RATIO"]
+           "mamba_cp_seconds", "scan_elementwise_bytes", "scan_saved", "ScanKernel", "ssd_forward_kernels",
+           "ssd_backward_kernels", "kernel_seconds", "mamba_mixer_seconds", "SCAN_BACKWARD_RATIO"]

@@ -1,6 +1,7 @@
 """Hybrid layers in the estimators (estimate/mixers.py, docs/formulas.md §2.7): each mixer's FLOPs against a hand
-count, attention cost growing with the context only on the full-attention layers, and the activations a scan keeps
-instead of a KV-sized score path."""
+count, attention cost growing with the context only on the full-attention layers, the activations a scan keeps
+instead of a KV-sized score path, and the Mamba-2 mixer's kernels (bytes and matmuls of each, counted by hand from
+the tensors mamba_ssm's kernels read and write) at their roofline."""
 import dataclasses
 
 import pytest
@@ -8,10 +9,12 @@ import pytest
 from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.compute import layer_forward_flops, mixer_core_flops
 from ndcp.estimate.keys import Degrees
-from ndcp.estimate.layer_time import _layer_passes, tp_all_reduce_seconds
+from ndcp.estimate.layer_time import _layer_compute, _layer_passes, tp_all_reduce_seconds
 from ndcp.estimate.communication import all_to_all_seconds, cp_link
-from ndcp.estimate.mixers import gated_deltanet_core_flops, mamba_cp_seconds, ssd_core_flops
+from ndcp.estimate.mixers import (SCAN_BACKWARD_RATIO, gated_deltanet_core_flops, kernel_seconds, mamba_cp_seconds,
+                                  mamba_mixer_seconds, ssd_backward_kernels, ssd_core_flops, ssd_forward_kernels)
 from ndcp.specs import ClusterSpec, device_preset
+from ndcp.specs.mixers import MambaSpec
 from ndcp.specs.library import load_model
 from ndcp.specs.run import RunSpec
 
@@ -104,3 +107,83 @@ def test_mamba_context_parallelism_is_two_all_to_alls_each_way_on_its_share_of_t
     repeated = (2 * 8192 + 2 * 8 * 128 * 4 + 128) / 8
     assert mamba_cp_seconds(NEMOTRON_H, cluster, run, wide) == pytest.approx(sum(
         all_to_all_seconds(tokens * w * 2, 4, *cp_link(cluster, 8, 4)) for w in (repeated, 8192 / 8)))
+
+
+# A small Mamba-2 layer for hand counts: 4 heads of 8 dims, state 16, 2 groups, chunk 8, bf16 (2 bytes). Per token:
+# inner d = 32, B or C 2 x 16 = 32 wide, convolution channels 96, chunk-state elements 4 x 8 x 16 / 8 = 64.
+SMALL = dataclasses.replace(NEMOTRON_H, mamba=MambaSpec(heads=4, head_dim=8, state=16, groups=2, chunk=8))
+FORWARD = {  # name: (bytes, matmul FLOPs) per token
+    "conv1d": (2 * 96 * 2, 0),  # read x B C, write their SiLU(conv)
+    "chunk_cumsum": (4 * 2 + 2 * 4 * 4, 0),  # read dt; write dt and its cumsum in fp32
+    "chunk_state": (64 + 64 + 2 * 16 + 64 * 4, 2 * 4 * 8 * 16),  # read x, B, dt, dA; write fp32 states
+    "state_passing": (64 * 4 + 64 * 2, 0),  # fp32 states in, bf16 out
+    "bmm_chunk": (2 * 64 + 2 * 8 * 4, 2 * 2 * 8 * 16),  # read B, C; write CB per group (8 x 8, fp32)
+    "chunk_scan": (64 + 3 * 64 + 64 * 2 + 2 * 16 + 2 * 64, 4 * (2 * 8 * 8 + 2 * 16 * 8)),  # CB x z C; states; out
+    "rmsnorm": (2 * 64, 0),
+}
+BACKWARD = {
+    "rmsnorm_bwd": (3 * 64, 0),
+    "conv1d_recompute": (384, 0),
+    "chunk_cumsum_recompute": (2 * 8 + 40, 0),  # dt.clone() first
+    "bmm_chunk_recompute": (192, 512),
+    "chunk_state_recompute": (416, 1024),
+    "state_passing_recompute": (2 * 64 * 4, 0),  # fp32 out
+    "chunk_scan_bwd_dz": (6 * 64, 0),  # read x, z, out_x, dout; write dz, dout_x
+    "chunk_scan_bwd_dstates": (64 + 16 + 64 + 64 * 4, 1024),  # read C, dA, dout; write fp32 dstates
+    "state_passing_bwd": (2 * 64 * 4 + 2 * 64 * 2, 0),
+    "chunk_scan_chunk_state_bwd_dx": (64 + 32 + 64 + 64 + 64 + 128 + 64 + 16, 4 * (2 * 8 * 8 + 2 * 16 * 8)),
+    "chunk_state_bwd_db": (64 + 32 + 128 + 64 + 32 * 4 + 16, 1024),  # fp32 dB, one split
+    "chunk_scan_bwd_dc": (128 + 16 + 64 + 64 + 32 * 4 + 16, 1024),
+    "chunk_scan_bwd_dcb": (2 * 64 + 32 + 2 * 8 * 4, 2 * 4 * 8 * 8),
+    "bmm_chunk_bwd": (2 * (64 + 64 + 32 * 4 + 64), 2 * 2 * 2 * 8 * 16),  # dB and dC from dCB
+    "chunk_scan_bwd_ddAcs_stable": (2 * 64 + 32 + 64 + 16, 2 * 4 * 8 * 8),
+    "ddA_torch_ops": (12 * 16, 0),
+    "chunk_cumsum_bwd": (2 * 16 + 2 * 8, 0),
+    "conv1d_bwd": (3 * 192, 0),
+}
+
+
+def test_each_mamba_kernel_moves_its_tensors_and_runs_its_matmuls():
+    forward = ssd_forward_kernels(SMALL, 1, 2, layout_copies=False)
+    assert {k.name: (k.nbytes, k.flops) for k in forward} == FORWARD
+    assert {k.name: (k.nbytes, k.flops) for k in ssd_backward_kernels(SMALL, 1, 2, layout_copies=False)} == BACKWARD
+    # the backward's matmuls: five N x P products per head (one recomputed), three Q x P per head, three Q x N per
+    # group (one recomputed); the forward's: two N x P and one Q x P per head, one Q x N per group
+    assert sum(f for _, f in BACKWARD.values()) == 10 * 4 * 8 * 16 + 6 * 4 * 8 * 8 + 6 * 2 * 8 * 16
+    assert sum(k.flops for k in forward) == 4 * 4 * 8 * 16 + 2 * 4 * 8 * 8 + 2 * 2 * 8 * 16
+    # several sequences per micro-batch: Megatron's two transposes copy the input projection's output (132 wide) and y
+    copies = ssd_forward_kernels(SMALL, 1, 2, layout_copies=True)[-1]
+    assert (copies.name, copies.nbytes) == ("layout_copies", 2 * 132 * 2 + 2 * 32 * 2)
+
+
+def test_tensor_parallelism_splits_every_mamba_kernel():
+    one, two = (ssd_backward_kernels(SMALL, tp, 2, layout_copies=True) for tp in (1, 2))
+    assert [(k.nbytes / 2, k.flops / 2) for k in one] == [(k.nbytes, k.flops) for k in two]
+
+
+def test_the_mamba_mixer_runs_at_its_kernels_roofline():
+    h100 = device_preset("h100")
+    nano = load_model("nemotron-3-nano")
+    tokens = 8192
+    forward, backward = mamba_mixer_seconds(nano, tokens, 1, h100, 2, layout_copies=False)
+    # every Nemotron-3 Nano kernel is memory-bound on an H100 (chunk_scan: 47,616 bytes = 14.2 ns per token at
+    # 3.35 TB/s, its 2.1 MFLOP 6.6 ns at 0.32 x 989 TFLOP/s): the mixer is its bytes at the HBM bandwidth, 149,120
+    # per token forward (three times the 49,152 of a convolution and gated norm pass alone), 436,864 backward
+    assert forward == pytest.approx(tokens * 149120 / 3.35e12)
+    assert backward == pytest.approx(tokens * 436864 / 3.35e12)
+    # with bandwidth to spare the time is the FLOPs the HFU numerator credits (C B^T per head), never less
+    fast = dataclasses.replace(h100, hbm_bandwidth=1e18)
+    rate = h100.peak_flops * 0.32
+    floor = ssd_core_flops(nano, tokens, 1) / rate
+    assert mamba_mixer_seconds(nano, tokens, 1, fast, 2, False) == pytest.approx((floor, SCAN_BACKWARD_RATIO * floor))
+    assert kernel_seconds(ssd_forward_kernels(nano, 1, 2, False), tokens, fast) < floor
+
+
+def test_a_layer_prices_the_mamba_transposes_only_with_several_sequences_per_micro_batch():
+    cluster, run = ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=8, seq_len=8192)
+    one, several = (_layer_compute(NEMOTRON_H, cluster, run, "dense", 1, 1, 1, 8192.0, copies) for copies in
+                    (False, True))
+    # 24 of the 52 blocks are Mamba-2: (z, x, B, C, dt = 2 x 8192 + 2 x 1024 + 128 read and written, y 8192) bf16
+    copies = 24 / 52 * 8192 * (2 * 18560 + 2 * 8192) * 2 / 3.35e12
+    assert several[4] - one[4] == pytest.approx(copies)  # forward
+    assert several[5] - one[5] == pytest.approx(copies)  # backward: the gradients copied back
