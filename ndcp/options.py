@@ -326,6 +326,8 @@ RUN_OPTIONS = (
                help="materialise the attention scores (no FlashAttention)"),
     run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS),
     run_option("torch_compile", "--torch-compile", switch=True),
+    run_option("disable_parameter_transpose_cache", "--disable-parameter-transpose-cache", switch=True),
+    run_option("wgrad_deferral_limit", "--wgrad-deferral-limit", parse=int32, metavar="N"),
     run_option("trainer", "--trainer", ". A search returns only plans this trainer runs exactly as --emit writes "
                "them; without --trainer: --emit's trainer, else --strategy-from's, else megatron; `any`: every plan "
                "ndcp prices (priced with that default trainer's behaviour), its best plan for the default trainer "
@@ -405,51 +407,13 @@ SEARCH_STRATEGY_FROM = strategy_from_option("pin the degrees, batch split, ZeRO 
 ESTIMATE_STRATEGY = strategy_options("e.g. tp=8,pp=16,zero=1,sp=on,recompute=selective",
                                      "strategy as YAML (per-stage plans allowed)")
 ESTIMATE_STRATEGY_FROM = strategy_from_option("the strategy")
-# -- ndcp replan: a configuration planned again for another GPU count ---------------------------------------------
-KEEPABLE = ("tp", "pp", "cp", "ep", "etp", "vpp", "zero")  # what --keep pins to the file's values
-
-
-def keep_dimensions(text: str) -> tuple[str, ...]:
-    """--keep: a comma-separated list of KEEPABLE dimensions."""
-    names = tuple(dict.fromkeys(t.strip().lower() for t in str(text).split(",") if t.strip()))
-    wrong = [name for name in names if name not in KEEPABLE]
-    if wrong or not names:
-        raise argparse.ArgumentTypeError(f"{wrong[0] if wrong else text!r}: expected a comma-separated list of "
-                                         f"{', '.join(KEEPABLE)}")
-    return names
-
-
-def _overriding(option: Option) -> Option:
-    """A cluster or run option as `ndcp replan` takes it: optional, None when not given (the file's problem
-    line gives the rest)."""
-    return dataclasses.replace(option, required=False, default=None if option.switch is None else option.default,
-                               help=option.help + (" (default: the file's)" if option.switch is None else ""))
-
-
-# The problem options replan takes to complete or override a file's problem line: all but the GPU count (--gpus is
-# the new count), the sequence length (kept) and the trainer (the file's).
-REPLAN_OVERRIDES = tuple(_overriding(o) for o in CLUSTER_OPTIONS + RUN_OPTIONS
-                         if o.flag not in ("--gpus", "--seq-len", "--trainer"))
-REPLAN_OPTIONS = (
-    Option("--gpus", "the GPU count to plan for", positive_int, metavar="N", required=True),
-    Option("--keep", "prefer plans that keep these dimensions of the file, so its checkpoint need not reshard "
-                     f"them: comma-separated from {', '.join(KEEPABLE)}; the best plan without them is shown beside "
-                     "(the price of keeping), and a keep no plan honours is refused with why", keep_dimensions, (),
-           metavar="DIMS"),
-    Option("--model", "the model, for a file without an `# ndcp problem:` line (one ndcp did not write): a library "
-                      "name, a model YAML spec or a Hugging Face config.json", metavar="MODEL"),
-    Option("--from-gpus", "the GPU count the file runs on, for a file without an `# ndcp problem:` line",
-           positive_int, metavar="N"),
-)
 # Every option each planning command of the API takes (ndcp.api), beside the model.
 SEARCH_KEYWORDS = CLUSTER_OPTIONS + RUN_OPTIONS + SPACE_OPTIONS + SOLVER_OPTIONS + (SEARCH_STRATEGY_FROM,)
 ESTIMATE_KEYWORDS = CLUSTER_OPTIONS + RUN_OPTIONS + ESTIMATE_STRATEGY + (ESTIMATE_STRATEGY_FROM,)
-REPLAN_KEYWORDS = REPLAN_OPTIONS + REPLAN_OVERRIDES + SPACE_OPTIONS + SOLVER_OPTIONS
 
 __all__ = ["Option", "flag_text", "keyword_values", "add_options", "run_option", "CLUSTER_OPTIONS", "RUN_OPTIONS",
            "NOT_ON_COMMAND_LINE", "SPACE_OPTIONS", "SOLVER_OPTIONS", "MAX_OFFSET", "SEARCH_KEYWORDS",
-           "ESTIMATE_KEYWORDS", "REPLAN_KEYWORDS", "REPLAN_OPTIONS", "REPLAN_OVERRIDES", "KEEPABLE", "keep_dimensions",
-           "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM", "strategy_from_option",
+           "ESTIMATE_KEYWORDS", "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM", "strategy_from_option",
            "strategy_options", "stated_words", "size_text", "bandwidth_text", "size_argument", "length_argument",
            "size_list", "positive_int", "headroom_fraction", "confidence", "int32", "positive_seconds", "workers",
            "bandwidth", "zero_stages", "schedule_names", "cp_comm_types", "MAX_WORKERS", "SEARCH_MODES"]

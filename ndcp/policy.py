@@ -137,6 +137,11 @@ def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, valu
     if dispatcher is not None and dispatcher != run.moe_dispatcher:
         raise SpecError(f"the file's MoE token dispatcher {dispatcher} does not match the run's --moe-dispatcher "
                         f"{run.moe_dispatcher}; set --moe-dispatcher {dispatcher}")
+    deferral = v.pop("wgrad_deferral_limit", None)  # a run setting: must match the run
+    if deferral is not None and deferral != run.wgrad_deferral_limit:
+        stated = "not deferred" if run.wgrad_deferral_limit is None else run.wgrad_deferral_limit
+        raise SpecError(f"the file's --wgrad-deferral-limit {deferral} does not match the run's ({stated}); set "
+                        f"--wgrad-deferral-limit {deferral}")
     precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
     if precision is not None and precision != run.precision:
         raise SpecError(f"strategy precision={precision} does not match the run's --precision {run.precision}; "

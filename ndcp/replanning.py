@@ -28,9 +28,10 @@ from typing import Any, Callable, NamedTuple
 from .api import Estimated, SearchAnswer, answer_search, estimate_strategy, plan_search
 from .estimate.layout import partition
 from .launch import stated_problem
-from .options import (CLUSTER_OPTIONS, ESTIMATE_KEYWORDS, REPLAN_KEYWORDS, REPLAN_OVERRIDES, RUN_OPTIONS,
-                      SEARCH_KEYWORDS, SOLVER_OPTIONS, SPACE_OPTIONS, add_options, keyword_values)
+from .options import (CLUSTER_OPTIONS, ESTIMATE_KEYWORDS, RUN_OPTIONS, SEARCH_KEYWORDS, SOLVER_OPTIONS, SPACE_OPTIONS,
+                      add_options, keyword_values)
 from .policy import build_problem
+from .replan_options import REPLAN_KEYWORDS, REPLAN_OVERRIDES
 from .report.jsonout import plain
 from .specs.fields import SpecError
 from .specs.files import read_text

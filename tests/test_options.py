@@ -68,7 +68,34 @@ def test_each_run_option_reaches_its_field():
                           param_gather="step", overlap="tp", mfu_convention="full", images_per_sample=2, image_size=336,
                           moe_dispatcher="flex", moe_load_imbalance=1.25, confidence=0.5)
     changed = {f for f in FIELDS if getattr(run, f) != getattr(RunSpec(32, 4096), f)}
-    assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE)  # every option was exercised
+    # every option was exercised (the Megatron-only ones below, torch_compile being torchtitan's)
+    assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE) - set(MEGATRON_ONLY)
+
+
+MEGATRON_ONLY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit")
+
+
+def test_the_megatron_memory_options_reach_their_fields():
+    values = keyword_values(SEARCH_KEYWORDS, {"device": "h100", "gpus": 8, "global_batch": 64, "seq_len": 4096,
+                                              "disable_parameter_transpose_cache": True, "wgrad_deferral_limit": 22})
+    values.model = "tiny"
+    run = build_run(values)
+    assert (run.disable_parameter_transpose_cache, run.wgrad_deferral_limit) == (True, 22)
+    every = keyword_values(SEARCH_KEYWORDS, {"device": "h100", "gpus": 8, "global_batch": 64, "seq_len": 4096,
+                                             "wgrad_deferral_limit": 0})
+    every.model = "tiny"
+    assert build_run(every).wgrad_deferral_limit == 0  # Megatron's 0: every micro-batch deferred
+
+
+@pytest.mark.parametrize("field,value", [("disable_parameter_transpose_cache", True), ("wgrad_deferral_limit", 4)])
+def test_the_megatron_memory_options_are_refused_for_other_trainers(field, value):
+    with pytest.raises(SpecError, match=f"{field}=.* valid with trainer megatron only"):
+        RunSpec(64, 4096, trainer="torchtitan", **{field: value})
+
+
+def test_a_negative_wgrad_deferral_limit_is_refused():
+    with pytest.raises(SpecError, match=r"wgrad_deferral_limit=-1 is not valid; expected an integer >= 0"):
+        RunSpec(64, 4096, wgrad_deferral_limit=-1)
 
 
 def test_python_values_are_written_as_the_flags_text():

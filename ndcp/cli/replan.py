@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..options import REPLAN_OPTIONS, REPLAN_OVERRIDES, SOLVER_OPTIONS, SPACE_OPTIONS, add_options
+from ..options import SOLVER_OPTIONS, SPACE_OPTIONS, add_options
+from ..replan_options import REPLAN_OPTIONS, REPLAN_OVERRIDES
 from ..replanning import run_replan
 from ..report.output import STDOUT
 from ..report.progress import SearchProgress

@@ -297,6 +297,27 @@ def head_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs:
             "encoder": _encoder_activation_bytes(model, run, tp, mbs, sp)}
 
 
+@lru_cache(maxsize=4096)
+def deferred_wgrad_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs: int, sp: bool, mbn: int) -> float:
+    """Bytes the last pipeline stage holds for Megatron's deferred output-layer weight gradient
+    (RunSpec.wgrad_deferral_limit; --defer-embedding-wgrad-compute --wgrad-deferral-limit N; 0 when not deferred).
+    Megatron-LM (17a67b9a and d98e8a6) core/tensor_parallel/layers.py: `ColumnParallelLinear.forward` appends the
+    output layer's input (`[s/t, b, h]` under SP) to `embedding_activation_buffer` while the buffer holds fewer
+    than N (0: no limit), and `LinearWithGradAccumulationAndAsyncCommunication.backward` appends its output gradient
+    (`[s, b, V/t]`, the activation dtype) to `grad_output_buffer` instead of computing the weight gradient;
+    core/pipeline_parallel/schedules.py `finish_embedding_wgrad_compute` drains both at the pipeline flush. So the
+    step's first min(N, passes) output-layer passes (1 + MTP depth a micro-batch) keep both. Counted on top of the
+    stage's full in-flight activations (an upper bound: the last is buffered while the stage is still in its steady
+    state, docs/formulas.md §5.5)."""
+    limit = run.wgrad_deferral_limit
+    if limit is None:
+        return 0.0
+    passes = mbn * (1 + model.mtp_depth)
+    tokens = mbs * run.seq_len / cp
+    per_pass = run.activation_bytes * tokens * (model.hidden / (tp if sp else 1) + model.vocab / tp)
+    return (min(limit, passes) if limit else passes) * per_pass
+
+
 def _encoder_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, mbs: int, sp: bool) -> float:
     """What the vision encoder and projector keep per micro-batch on the embedding stage (docs/models.md §5): each
     encoder layer's inventory over mbs x images_per_sample images of its patches (CP does not split an image; the

@@ -147,6 +147,10 @@ def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_nam
         features.add(f"{run.optimizer_state_dtype} optimizer states")
     if run.activation_func_fp8_input_store:
         features.add("fp8 activation input store")
+    if run.wgrad_deferral_limit is not None and strategy.pp > 1:  # what each prices (memory.py), where it does
+        features.add("output wgrad deferred")
+    if run.disable_parameter_transpose_cache and run.fp8 and strategy.zero == 0:
+        features.add("fp8 weights uncached")
     return frozenset(features)
 
 

@@ -10,7 +10,9 @@ GEMMs, and the FP8 copies it keeps.
 - Each FP8 GEMM first casts its operands (memory-bound, at HBM bandwidth): the forward casts its input and its
   weight, the backward casts the output gradient. CAST_BYTES: HBM bytes per cast element for each recipe.
 - Memory: FP8 weight copies of the linear weights next to the BF16 parameters (in their place under
-  `--fp8-param-gather`, ZeRO >= 1), and the linear-layer inputs saved for the backward in FP8 (estimate/activations.py).
+  `--fp8-param-gather`, ZeRO >= 1), one per micro-batch in flight when Megatron does not cache them
+  (`disable_parameter_transpose_cache`, BF16 weights), and the linear-layer inputs saved for the backward in FP8
+  (estimate/activations.py).
 """
 from __future__ import annotations
 
@@ -66,6 +68,21 @@ def weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
     return copies - (run.param_bytes if zero >= 1 else 0.0)
 
 
+def uncached_weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
+    """Bytes per linear parameter each micro-batch in flight past the first adds under Megatron's
+    `disable_parameter_transpose_cache` (RunSpec field; 0 otherwise). Megatron then calls Transformer Engine with
+    `is_first_microbatch=None` (Megatron-LM core/extensions/transformer_engine.py TELinear.forward, at 17a67b9a and
+    d98e8a6), and Transformer Engine (2.14, 71bbefbf: module/linear.py `_Linear.forward`, module/base.py
+    `get_weight_workspace`) then quantizes a BF16 weight afresh on every forward (`cache_name=None`), with its
+    transpose when a backward follows, and saves that copy for the backward: one FP8 copy per micro-batch in flight
+    instead of one cached copy (the one the parameter memory already counts). An FP8 parameter (ZeRO >= 1:
+    `--fp8-param-gather`) is returned as it is, its transpose kept as before (`get_weight_workspace` on a
+    QuantizedTensor only updates its usages): nothing changes there."""
+    if not run.disable_parameter_transpose_cache or zero >= 1:
+        return 0.0
+    return weight_copy_bytes_per_parameter(run, zero)
+
+
 def linear_input_bytes(run: RunSpec) -> int:
     """Bytes per element of a linear layer's input saved for its weight gradient: FP8 under fp8 when the trainer
     saves the cast input (Transformer Engine; specs/trainer_behaviour.py fp8_saves_cast_inputs), else the
@@ -74,4 +91,4 @@ def linear_input_bytes(run: RunSpec) -> int:
 
 
 __all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "check_fp8", "cast_bytes_per_element", "weight_copy_bytes_per_parameter",
-           "linear_input_bytes"]
+           "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]

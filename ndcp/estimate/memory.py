@@ -20,13 +20,13 @@ from ..specs.run import RunSpec
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .confidence import plan_margin
-from .activations import (head_activation_bytes, layer_activation_bytes, offloaded_layer_bytes,
-                          recompute_workspace_bytes)
+from .activations import (deferred_wgrad_bytes, head_activation_bytes, layer_activation_bytes,
+                          offloaded_layer_bytes, recompute_workspace_bytes)
 from .layout import StageLayout, stage_layouts, stage_mode_counts
 from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
 from .trainers import data_parallel_sync, trainer_behaviour
 from .data_parallel import host_optimizer_bytes_per_parameter
-from .fp8 import weight_copy_bytes_per_parameter
+from .fp8 import uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per_parameter
 from .keys import Degrees
 from .parameters import StageParameters, dense_shard_ranks, expert_data_parallel, optimizer_shard, stage_parameters
 from .pipeline_buffers import pipeline_buffer_bytes
@@ -162,9 +162,15 @@ def parts_total(parts: dict[str, float]) -> int:
 
 
 def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> dict[str, float]:
-    """Parts that depend only on where layers sit and how ZeRO shards: model states and ZeRO-3 gather buffers."""
-    parts = model_state_bytes(run, strategy, stage_parameters(model, strategy)[layout.stage])
+    """Parts that depend only on where layers sit and how ZeRO shards: model states and ZeRO-3 gather buffers;
+    and, where Megatron does not cache BF16 weights' FP8 copies (fp8.uncached_weight_copy_bytes_per_parameter,
+    ZeRO-0 only), the copies each further micro-batch in flight saves."""
+    params = stage_parameters(model, strategy)[layout.stage]
+    parts = model_state_bytes(run, strategy, params)
     parts["parameter_gather_buffers"] = _parameter_gather_bytes(model, run, strategy)
+    uncached = uncached_weight_copy_bytes_per_parameter(run, strategy.zero)
+    if uncached:
+        parts["fp8_weight_copies"] = uncached * params.linear * max(0.0, _in_flight(strategy, layout) - 1)
     return parts
 
 
@@ -220,7 +226,8 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
     """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
     collective buffers and the reserve (reserve.py: context, workspaces, communicators, and fragmentation in
     proportion to the activations), and the pipeline runtime's held outputs and receive buffers where the trainer
-    keeps them (pipeline_buffers.py). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
+    keeps them (pipeline_buffers.py), and Megatron's deferred output-layer weight gradients on the last stage
+    (activations.deferred_wgrad_bytes). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
     to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
     degrees = Degrees.of_strategy(strategy)
     in_flight = _in_flight(strategy, layout)
@@ -242,10 +249,14 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
     encoder = {"encoder_activations": in_flight * head["encoder"] if layout.is_first else 0.0} if model.encoder else {}
     # torch.distributed.pipelining's outputs and receive buffers (pipeline_buffers.py), a part where it holds any
     pipeline = pipeline_buffer_bytes(model, run, strategy, layout)
+    # Megatron's deferred output-layer weight gradient (RunSpec.wgrad_deferral_limit; it needs pp > 1)
+    deferred = deferred_wgrad_bytes(model, run, degrees.tp, degrees.cp, degrees.mbs, degrees.sp,
+                                    strategy.mbn) if last and strategy.pp > 1 else 0.0
     return {
         "activations": activations,
         **encoder,
         **({"pipeline_buffers": pipeline} if pipeline else {}),
+        **({"deferred_wgrad": deferred} if deferred else {}),
         "logits": head["logits"] * (1 + model.mtp_depth) if last else 0.0,
         "recompute_workspace": workspace,
         "comm_buffers": _comm_buffer_bytes(model, run, strategy),

@@ -111,6 +111,15 @@ class RunSpec:
     activation_func_fp8_input_store: bool = False
     """keep the MLP activation's input (SwiGLU's gate and up) in FP8 for backward, as Megatron's flag of that name and
     DeepSeek-V3 (§3.3.2) do; any precision"""
+    disable_parameter_transpose_cache: bool = False
+    """Megatron's TransformerConfig.disable_parameter_transpose_cache (no command-line flag: set in the model
+    provider): Transformer Engine quantizes a BF16 weight to FP8 on every forward instead of caching it, so each
+    micro-batch in flight saves its own FP8 copy and transpose; FP8 parameters (--fp8-param-gather, ZeRO >= 1) keep
+    theirs as before (docs/formulas.md §3.1; megatron only)"""
+    wgrad_deferral_limit: int | None = None
+    """Megatron --defer-embedding-wgrad-compute --wgrad-deferral-limit N (pp > 1): the last stage keeps the output
+    layer's input and output gradient of the step's first N micro-batches (0: all) until the pipeline flush;
+    default none (not deferred). Time unchanged (docs/formulas.md §5.5; megatron only)"""
     images_per_sample: int = 0
     """images per sequence through a vision-language model's encoder (docs/models.md §5), priced on the first
     pipeline stage; their tokens are part of the sequence length (default: none)"""
@@ -145,6 +154,13 @@ class RunSpec:
         one_of("trainer", self.trainer, TRAINERS)
         require(not self.torch_compile or self.trainer == "torchtitan", "torch_compile", self.torch_compile,
                 "torch.compile is modelled for trainer torchtitan only (compile.enable)")
+        one_of("disable_parameter_transpose_cache", self.disable_parameter_transpose_cache, (False, True))
+        require(not self.disable_parameter_transpose_cache or self.trainer == "megatron",
+                "disable_parameter_transpose_cache", True, "a Megatron setting: valid with trainer megatron only")
+        if self.wgrad_deferral_limit is not None:
+            non_negative_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 1 << 20)
+            require(self.trainer == "megatron", "wgrad_deferral_limit", self.wgrad_deferral_limit,
+                    "a Megatron setting (--wgrad-deferral-limit): valid with trainer megatron only")
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
         one_of("param_gather", self.param_gather, PARAM_GATHERS)
         one_of("mfu_convention", self.mfu_convention, MFU_CONVENTIONS)

@@ -226,10 +226,23 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int 
     out += ["--micro-batch-size", str(s.mbs), "--global-batch-size", str(s.global_batch),
             "--seq-length", str(run.seq_len)]
     out += _precision(run, s) + _data_parallel(run, s, notes) + _recompute(model, s)
-    if run.activation_func_fp8_input_store:  # a TransformerConfig field Megatron-LM keeps off its command line
-        notes.append("--activation-func-fp8-input-store has no Megatron-LM flag: set TransformerConfig."
-                     "activation_func_fp8_input_store=True in the model provider")
-    return out
+    for field in ("activation_func_fp8_input_store", "disable_parameter_transpose_cache"):  # TransformerConfig
+        if getattr(run, field):  # fields Megatron-LM keeps off its command line (arguments.py `exclude`)
+            notes.append(f"--{field.replace('_', '-')} has no Megatron-LM flag: set TransformerConfig.{field}=True "
+                         "in the model provider")
+    return out + _deferral(run, s, notes)
+
+
+def _deferral(run: RunSpec, s: Strategy, notes: list[str]) -> list[str]:
+    """The output layer's deferred weight gradient (RunSpec.wgrad_deferral_limit): ModelParallelConfig fields on
+    the command line; Megatron refuses it without PP (model_parallel_config.py __post_init__)."""
+    if run.wgrad_deferral_limit is None:
+        return []
+    if s.pp == 1:
+        notes.append("Megatron defers the output layer's weight gradient only with pp > 1: emitted without "
+                     "--defer-embedding-wgrad-compute")
+        return []
+    return ["--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", str(run.wgrad_deferral_limit)]
 
 
 def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int = 8) -> Emitted:
@@ -319,6 +332,8 @@ def read(text: str, model: ModelSpec) -> dict:
     v["overlap"] = read_overlap_args(a)
     v["moe_dispatcher"] = a.moe_token_dispatcher_type if model.moe is not None else None
     v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
+    if a.defer_embedding_wgrad_compute:  # a run setting (RunSpec.wgrad_deferral_limit): must match the run
+        v["wgrad_deferral_limit"] = a.wgrad_deferral_limit or 0
     _read_layout(a, v, model)
     v["recompute"] = _read_recompute(a, partition_of(v, model))
     return v

@@ -187,6 +187,11 @@ def _row_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, fields: 
     return filled
 
 
+# Megatron memory settings a row states as they are (RunSpec checks them): a bool, and an integer (0: every
+# micro-batch deferred); docs/calibration.md §3
+MEGATRON_MEMORY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit")
+
+
 def _stated(fields: dict, keys: tuple[str, ...]) -> dict[str, str]:
     """The run settings among `keys` a row states (RunSpec checks their values; the rest keep RunSpec's defaults)."""
     return {k: str(fields[k]).strip().lower() for k in keys if not is_null(fields.get(k))}
@@ -209,7 +214,8 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
-                  **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype")))
+                  **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype")),
+                  **{k: training[k] for k in MEGATRON_MEMORY if not is_null(training.get(k))})
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))

@@ -112,6 +112,14 @@ def test_plan_features_name_what_an_estimate_rests_on():
     assert "fsdp" in plan_features(LLAMA, Strategy(dp=8, zero=3), RUN)
 
 
+def test_plan_features_name_the_megatron_memory_settings_where_they_price_something():
+    run = RunSpec(64, 4096, precision="fp8", wgrad_deferral_limit=22, disable_parameter_transpose_cache=True)
+    piped = Strategy(dp=2, pp=4, zero=0)
+    assert plan_features(LLAMA, piped, run) >= {"output wgrad deferred", "fp8 weights uncached"}
+    # no PP: Megatron does not defer; FP8 parameters (ZeRO >= 1) keep their transposes either way
+    assert not plan_features(LLAMA, Strategy(dp=8, zero=1), run) & {"output wgrad deferred", "fp8 weights uncached"}
+
+
 def test_plan_features_name_the_scan_mixers_of_hybrid_models():
     nano, qwen_next = load_model("nemotron-3-nano"), load_model("qwen3-next-80b-a3b")
     assert plan_features(nano, Strategy(dp=8, ep=8), RUN) >= {"moe", "mamba-2"}

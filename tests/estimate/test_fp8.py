@@ -9,10 +9,11 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate import communication as comm
 from ndcp.estimate.compute import Gemm, layer_gemms, memory_seconds
 from ndcp.estimate.data_parallel import Group, _collectives
-from ndcp.estimate.fp8 import cast_bytes_per_element, check_fp8, weight_copy_bytes_per_parameter
+from ndcp.estimate.fp8 import (cast_bytes_per_element, check_fp8, uncached_weight_copy_bytes_per_parameter,
+                              weight_copy_bytes_per_parameter)
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
 from ndcp.estimate.keys import Degrees, LayerKey, StageKey
-from ndcp.estimate.memory import model_state_bytes
+from ndcp.estimate.memory import estimate_memory, model_state_bytes
 from ndcp.estimate.parameters import stage_parameters
 from ndcp.estimate.layer_time import layer_time
 from ndcp.estimate.time import stage_extra_time
@@ -237,3 +238,22 @@ def test_a_reported_strategy_round_trips_and_its_precision_must_match_the_run(ca
     assert json.loads(again[again.index("{"):])["strategy"] == json.loads(out[out.index("{"):])["strategy"]
     assert_one_line_error(*run(capsys, *ESTIMATE[:-4], "--strategy-file", plan, "--device", "h100"),
                           "precision=fp8", "--precision bf16")
+
+
+def test_an_uncached_fp8_weight_copy_is_saved_by_every_micro_batch_in_flight_under_zero_0():
+    # disable_parameter_transpose_cache: Transformer Engine quantizes a BF16 weight on every forward and saves the
+    # copy (+ transpose) for the backward; FP8 parameters (ZeRO >= 1, --fp8-param-gather) are untouched.
+    uncached = RunSpec(32, 4096, precision="fp8", fp8_recipe="tensorwise", disable_parameter_transpose_cache=True)
+    assert uncached_weight_copy_bytes_per_parameter(uncached, 0) == 2.0
+    assert uncached_weight_copy_bytes_per_parameter(uncached, 1) == 0.0
+    assert uncached_weight_copy_bytes_per_parameter(replace(uncached, disable_parameter_transpose_cache=False), 0) == 0
+    assert uncached_weight_copy_bytes_per_parameter(replace(uncached, precision="bf16"), 0) == 0.0
+    # Llama-3-8B, pp 2 (16 layers a stage), 1F1B: stage 0 holds 2 micro-batches, the last 1. A layer's linear weights:
+    # QKV 4096 x (4096 + 2 x 1024), projection 4096 x 4096, SwiGLU MLP 3 x 4096 x 14336
+    linear = 16 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+    strategy = Strategy(dp=4, pp=2, mbs=1, mbn=8, zero=0)
+    stages = estimate_memory(LLAMA, ClusterSpec(H100, 8), uncached, strategy).stages
+    assert stages[0].parts["fp8_weight_copies"] == 2 * linear * (2 - 1)
+    assert stages[1].parts["fp8_weight_copies"] == 0  # one micro-batch in flight: its copy is the one counted
+    sharded = estimate_memory(LLAMA, ClusterSpec(H100, 8), uncached, strategy.with_zero(1)).stages
+    assert all("fp8_weight_copies" not in s.parts for s in sharded)

@@ -9,6 +9,7 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.keys import Degrees
 from ndcp.estimate.layout import default_partition
 from ndcp.estimate.memory import estimate_memory, state_bytes_per_param
+from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, ModelSpec, RecomputePlan, RunSpec, Strategy, device_preset
 from ndcp.specs.library import load_model
 
@@ -208,3 +209,33 @@ def test_torchtitan_fsdp_llama_8b_peak_within_ten_percent(gpus, measured_gib):
     estimate = estimate_memory(LLAMA, cluster, run, strategy)
     assert estimate.fits
     assert estimate.peak_bytes / 2**30 == pytest.approx(measured_gib, rel=0.10)
+
+
+DEFERRAL_CLUSTER = ClusterSpec(device_preset("h100"), 8)
+DEFERRAL_STRATEGY = Strategy(dp=2, tp=2, pp=2, mbs=1, mbn=8, sp=True)  # global batch 16 on 8 GPUs
+
+
+def deferred(limit, strategy=DEFERRAL_STRATEGY) -> list[int]:
+    run = RunSpec(global_batch=16, seq_len=4096, wgrad_deferral_limit=limit)
+    stages = estimate_memory(load_model("llama3-8b"), DEFERRAL_CLUSTER, run, strategy).stages
+    return [s.parts.get("deferred_wgrad", 0) for s in stages]
+
+
+def test_the_deferred_output_layer_weight_gradient_keeps_its_input_and_output_gradient_on_the_last_stage():
+    # Megatron --defer-embedding-wgrad-compute --wgrad-deferral-limit N: the first min(N, m) micro-batches (0: all m)
+    # keep the output layer's input [s/t, b, h] (SP) and its output gradient [s, b, V/t], BF16. Llama-3-8B: h 4096,
+    # V 128,256; s 4096, b 1, t 2, m 8.
+    per_microbatch = 2 * 4096 * (4096 // 2 + 128256 // 2)
+    assert deferred(3) == [0, 3 * per_microbatch]
+    assert deferred(0) == deferred(22) == [0, 8 * per_microbatch]
+    assert deferred(None) == [0, 0]
+    # Megatron refuses deferral without pipeline parallelism: nothing to price
+    assert deferred(3, Strategy(dp=4, tp=2, mbs=1, mbn=4, sp=True)) == [0]
+
+
+def test_deferring_the_output_layer_weight_gradient_leaves_the_step_time():
+    # the weight gradients run at the pipeline flush instead: the same GEMMs, moved (docs/formulas.md §5.5)
+    model = load_model("llama3-8b")
+    runs = [RunSpec(global_batch=16, seq_len=4096, wgrad_deferral_limit=limit) for limit in (None, 0)]
+    times = [estimate_time(model, DEFERRAL_CLUSTER, run, DEFERRAL_STRATEGY).step_seconds for run in runs]
+    assert times[0] == times[1]

@@ -30,6 +30,10 @@ CASES = [  # (model, run, strategy): dense, uneven, MoE with folding, MLA + MTP,
     ("llama3-70b", RunSpec(global_batch=128, seq_len=32768),
      Strategy(dp=8, tp=4, cp=4, cp_comm="a2a+p2p", mbs=1, mbn=16, zero=3, sp=True, recompute=FULL)),
     ("gpt3-175b", RunSpec(global_batch=1536, seq_len=2048), Strategy(dp=8, tp=8, pp=12, mbs=1, mbn=192, zero=1)),
+    # the output layer's weight gradient deferred (--defer-embedding-wgrad-compute --wgrad-deferral-limit)
+    ("llama3-70b", RunSpec(global_batch=32, seq_len=4096, precision="fp8", fp8_recipe="tensorwise",
+                           wgrad_deferral_limit=22, disable_parameter_transpose_cache=True),
+     Strategy(dp=2, tp=4, pp=4, vpp=5, schedule="interleaved", mbs=1, mbn=16, zero=1, sp=True, recompute=SELECTIVE)),
 ]
 
 

@@ -1,5 +1,7 @@
 """Emit -> --strategy-from -> the same strategy and the same estimate, for every trainer: a launch script ndcp wrote
 reads back as the plan the trainer runs (the nearest it can express), and so estimates exactly as that plan does."""
+import shlex
+
 import pytest
 
 from ndcp.cli.common import build_strategy
@@ -229,3 +231,33 @@ def test_mindformers_recompute_lists_read_as_mindformers_reads_them(tmp_path, co
 def test_a_malformed_mindformers_recompute_list_is_refused(tmp_path, config):
     with pytest.raises(SpecError, match=r"recompute_config\.(select_)?recompute must be a bool, a \[2\] list"):
         read_values(_mf_yaml(tmp_path, config), LLAMA70, RunSpec(global_batch=128, seq_len=8192))
+
+
+DEFERRED = RunSpec(global_batch=32, seq_len=4096, precision="fp8", fp8_recipe="tensorwise", wgrad_deferral_limit=22,
+                   disable_parameter_transpose_cache=True)  # the Llama-3-70B SFT recipe's settings
+SFT_LAYOUT = Strategy(dp=2, tp=4, pp=4, vpp=5, schedule="interleaved", mbs=1, mbn=16, sp=True, recompute=SELECTIVE)
+
+
+def test_the_megatron_memory_settings_are_emitted_and_the_deferral_read_back(tmp_path):
+    emitted = emit("megatron", LLAMA70, DEFERRED, SFT_LAYOUT)
+    arguments = shlex.split(emitted.text.replace("\\\n", " "), comments=True)
+    at = arguments.index("--defer-embedding-wgrad-compute")
+    assert arguments[at + 1:at + 3] == ["--wgrad-deferral-limit", "22"]
+    # no flag at Megatron-LM d98e8a6 (arguments.py excludes the TransformerConfig field): a note says where to set it
+    assert any("TransformerConfig.disable_parameter_transpose_cache=True" in n for n in emitted.notes)
+    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA70, 32, DEFERRED, SFT_LAYOUT)
+    assert back == ran == SFT_LAYOUT
+    same_estimate(LLAMA70, cluster, DEFERRED, SFT_LAYOUT, back)
+    # read with a run that does not defer, or defers another count: refused, naming the setting to give
+    path = tmp_path / "megatron.txt"
+    for other in (None, 4):
+        run = RunSpec(global_batch=32, seq_len=4096, precision="fp8", fp8_recipe="tensorwise",
+                      wgrad_deferral_limit=other)
+        with pytest.raises(SpecError, match="set --wgrad-deferral-limit 22"):
+            build_strategy(LLAMA70, cluster, run, read_values(str(path), LLAMA70, run))
+
+
+def test_without_pipeline_parallelism_megatron_does_not_defer():
+    emitted = emit("megatron", LLAMA70, DEFERRED, Strategy(dp=8, tp=4, mbs=1, mbn=4, sp=True, recompute=SELECTIVE))
+    assert "--defer-embedding-wgrad-compute" not in shlex.split(emitted.text.replace("\\\n", " "), comments=True)
+    assert any("only with pp > 1" in n for n in emitted.notes)

@@ -58,3 +58,20 @@ def test_a_stated_optimizer_state_dtype_is_read(tmp_path):
                        "optimizer_state_dtype: bf16")
     run = read_rows(path)[0][1]().run
     assert (run.grad_dtype, run.optimizer_state_dtype, run.optimizer_state_bytes) == ("bf16", "bf16", 8)
+
+
+def test_the_megatron_memory_settings_a_row_states_are_read(tmp_path):
+    path = _memory_row(tmp_path, "{memory_gib_per_gpu: 40.0}",
+                       "global_batch: 32, precision: bf16, seq_len: 4096, disable_parameter_transpose_cache: true, "
+                       "wgrad_deferral_limit: 22")
+    run = read_rows(path)[0][1]().run
+    assert (run.disable_parameter_transpose_cache, run.wgrad_deferral_limit) == (True, 22)
+    unstated = read_rows(_memory_row(tmp_path, "{memory_gib_per_gpu: 40.0}"))[0][1]().run
+    assert (unstated.disable_parameter_transpose_cache, unstated.wgrad_deferral_limit) == (False, None)
+
+
+def test_a_wrong_megatron_memory_setting_is_the_rows_error(tmp_path):
+    path = _memory_row(tmp_path, "{memory_gib_per_gpu: 40.0}",
+                       "global_batch: 32, precision: bf16, seq_len: 4096, wgrad_deferral_limit: -2")
+    with pytest.raises(SpecError, match="wgrad_deferral_limit=-2 is not valid; expected an integer >= 0"):
+        read_rows(path)[0][1]()
