@@ -324,7 +324,7 @@ RUN_OPTIONS = (
     # A switch that turns the field off: its help says what the switch does.
     run_option("flash_attention", "--no-flash-attention", switch=False,
                help="materialise the attention scores (no FlashAttention)"),
-    run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS),
+    run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS, metavar="KERNEL"),
     run_option("torch_compile", "--torch-compile", switch=True),
     run_option("disable_parameter_transpose_cache", "--disable-parameter-transpose-cache", switch=True),
     run_option("wgrad_deferral_limit", "--wgrad-deferral-limit", parse=int32, metavar="N"),

@@ -112,8 +112,8 @@ class RunSpec:
     """keep the MLP activation's input (SwiGLU's gate and up) in FP8 for backward, as Megatron's flag of that name and
     DeepSeek-V3 (§3.3.2) do; any precision"""
     disable_parameter_transpose_cache: bool = False
-    """Megatron's TransformerConfig.disable_parameter_transpose_cache (no command-line flag: set in the model
-    provider): Transformer Engine quantizes a BF16 weight to FP8 on every forward instead of caching it, so each
+    """Megatron's transformer-config field disable_parameter_transpose_cache (no command-line flag: set in the
+    model provider): Transformer Engine quantizes a BF16 weight to FP8 on every forward instead of caching it, so each
     micro-batch in flight saves its own FP8 copy and transpose; FP8 parameters (--fp8-param-gather, ZeRO >= 1) keep
     theirs as before (docs/formulas.md §3.1; megatron only)"""
     wgrad_deferral_limit: int | None = None
