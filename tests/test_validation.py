@@ -228,7 +228,7 @@ def test_csv_on_words_read_as_true():
 
 def test_torch_compile_rows_read_as_compiled_and_their_estimate_is_faster_than_the_eager_row():
     """training.torch_compile (runs.py): the torchtitan Dec 2024 8B rows of one table, eager and compiled. The
-    device has no published peak, so the rows are compared on memory only; the estimated compile gain (+5.9 %)
+    device has no published peak, so the rows are compared on memory only; the estimated compile gain (+6.7 %)
     is short of the measured +15.7 % (docs/formulas.md §3.4), but points the same way."""
     from ndcp.estimate.time import estimate_time
     from ndcp.validation.runs import read_rows

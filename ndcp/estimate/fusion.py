@@ -6,9 +6,11 @@ the attention kernel) reads its inputs from HBM and writes its output, fp32 inte
 - RMSNorm (nn_modules.py RMSNorm = nn.RMSNorm): F.rms_norm runs one fused kernel on CUDA (aten._fused_rms_norm, as
   activations.py _torchtitan_norm reads it): read and write h; the fp32 per-token rstd is negligible;
 - residual adds (x + attention(...), h + feed_forward(...)): read 2 h, write h each;
+- the fused QKV output's split (attention.py FusedQKVLinear `_split`, since #3714): Q, K and V each made contiguous,
+  read a and write a per element (V is the "contiguous split" activations.py saves);
 - RoPE on Q and K (rope.py ComplexRoPE.apply_rotary_emb): query.float() (read a, write 4), the complex product
   (read 4, write 4; the per-position cache is not per token and head), .type_as(query) (read 4, write a): 2 a + 16
-  bytes per element of Q and K; V and the attention output are views (the kernel takes enable_gqa, no repeat_kv);
+  bytes per element of Q and K; the attention output is a view (the kernel takes enable_gqa: no repeat_kv);
 - SwiGLU (feed_forward.py FeedForward: w2(F.silu(w1(x)) * w3(x))): silu (read F, write F), the product (read 2 F,
   write F): 5 F; a non-gated activation: read F, write F.
 
@@ -18,7 +20,9 @@ fuses the pointwise and reduction nodes between extern kernels such as matmuls a
 kernels): each fused region reads its inputs once and writes its outputs once. The GEMMs and the attention kernel
 stay extern kernels, unchanged. Regions of one block: norm 1 (read x, write its output); RoPE of Q and K (read a,
 write a per element); residual 1 + norm 2 (read x and the attention output, write h and norm 2's output); the
-activation (SwiGLU: read 2 F, write F); residual 2 (read 2 h, write h: the block's output, the graph's end).
+activation (SwiGLU: read 2 F, write F); residual 2 (read 2 h, write h: the block's output, the graph's end). RoPE
+reads Q and K from the split's strided views, so their copies fuse away; V's copy (read a, write a) is kept, the
+attention kernel's input (conservative: no credit for a layout Inductor might choose).
 AOTAutograd's min-cut partitioner recomputes the SwiGLU product in the backward instead of saving it
 (activations.py): fused into the backward kernel that already reads w1 and w3's outputs, it adds no HBM pass.
 
@@ -42,7 +46,8 @@ FP32_BYTES = 4  # RoPE's float() and complex64 intermediates (2 x fp32 per compl
 
 
 class BlockBytes(NamedTuple):
-    """Bytes per token of one torchtitan dense block's forward element-wise work on one device, by region."""
+    """Bytes per token of one torchtitan dense block's forward element-wise work on one device, by region (rope:
+    the QKV split's copies and RoPE)."""
 
     norms_residuals: float
     rope: float
@@ -63,11 +68,11 @@ def torchtitan_block_bytes(model: ModelSpec, tp: int, sp: bool, dtype_bytes: int
     per_token_norm = 1.0 / tp if sp else 1.0
     if compiled:  # norm 1 (2 a h) + residual 1 with norm 2 (4 a h) + residual 2 (3 a h)
         norms_residuals = 9 * a * h
-        rope = 2 * a * (q + k)
+        rope = 2 * a * (q + k) + 2 * a * k  # RoPE reads the split's views; V's copy stays
         gate = 3 if model.gated else 2
     else:  # two fused RMSNorms (2 a h each) + two residual adds (3 a h each)
         norms_residuals = 10 * a * h
-        rope = (2 * a + 4 * FP32_BYTES) * (q + k)
+        rope = 2 * a * (q + 2 * k) + (2 * a + 4 * FP32_BYTES) * (q + k)  # Q, K, V copies; RoPE on Q and K
         gate = 5 if model.gated else 2
     return BlockBytes(norms_residuals * per_token_norm, rope, gate * a * model.ffn_hidden / tp)
 

@@ -22,24 +22,26 @@ COMPILED = dataclasses.replace(EAGER, torch_compile=True)
 
 def test_eager_llama3_8b_block_by_hand():
     """h 4096, 32 query and 8 KV heads of 128, ffn 14336, bf16 (2 bytes), per token: two fused RMSNorms (read and
-    write h) and two residual adds (read 2 h, write h); RoPE on Q and K: float() 2 + 4, complex product 4 + 4,
-    type_as 4 + 2 = 20 bytes per element; SwiGLU: silu (read F, write F) and the product (read 2 F, write F)."""
+    write h) and two residual adds (read 2 h, write h); the QKV split copies Q, K and V (2 + 2 per element); RoPE
+    on Q and K: float() 2 + 4, complex product 4 + 4, type_as 4 + 2 = 20 bytes per element; SwiGLU: silu (read F,
+    write F) and the product (read 2 F, write F)."""
     b = torchtitan_block_bytes(LLAMA8, tp=1, sp=False, dtype_bytes=2, compiled=False)
     assert b.norms_residuals == 2 * (2 + 2) * 4096 + 2 * (4 + 2) * 4096
-    assert b.rope == 20 * (32 * 128 + 8 * 128)
+    assert b.rope == 4 * (4096 + 1024 + 1024) + 20 * (4096 + 1024)
     assert b.activation == (2 + 2 + 4 + 2) * 14336
-    assert b.total == 327_680
+    assert b.total == 352_256
 
 
 def test_compiled_llama3_8b_block_by_hand():
     """One read of the inputs and one write of the outputs per fused region: norm 1 (2 + 2), residual 1 with norm 2
-    (read x and the attention output, write h and the norm's output: 4 + 4), residual 2 (4 + 2), RoPE (2 + 2 per
-    element of Q and K), SwiGLU (read w1 and w3 outputs, write the product: 4 + 2)."""
+    (read x and the attention output, write h and the norm's output: 4 + 4), residual 2 (4 + 2), RoPE reading Q and
+    K from the split (2 + 2 per element), V's copy (2 + 2), SwiGLU (read w1 and w3 outputs, write the product:
+    4 + 2)."""
     b = torchtitan_block_bytes(LLAMA8, tp=1, sp=False, dtype_bytes=2, compiled=True)
     assert b.norms_residuals == (4 + 8 + 6) * 4096
-    assert b.rope == 4 * (32 * 128 + 8 * 128)
+    assert b.rope == 4 * (4096 + 1024) + 4 * 1024
     assert b.activation == 6 * 14336
-    assert b.total == 180_224
+    assert b.total == 184_320
 
 
 def test_tensor_parallel_shards_heads_and_ffn_and_sequence_parallel_the_norms():
@@ -93,4 +95,4 @@ def test_without_flash_attention_the_score_passes_are_added_to_either_count():
     eager = dataclasses.replace(EAGER, flash_attention=False)
     scores = (elementwise_bytes(LLAMA8, "dense", 8192, 8192, 1, False, False, 2)
               - elementwise_bytes(LLAMA8, "dense", 8192, 8192, 1, False, True, 2))
-    assert layer_elementwise_bytes(LLAMA8, eager, "dense", 8192, 8192, 1, False) == 8192 * 327_680 + scores
+    assert layer_elementwise_bytes(LLAMA8, eager, "dense", 8192, 8192, 1, False) == 8192 * 352_256 + scores
