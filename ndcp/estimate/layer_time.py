@@ -15,6 +15,7 @@ from ..specs.run import RunSpec
 from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, fp8_gemms, layer_gemms,
                       memory_seconds, total_flops)
+from .fusion import layer_elementwise_bytes
 from .fp8 import cast_bytes_per_element
 from .gemm import attention_core_seconds, weight_gemm_seconds
 from .keys import Degrees, LayerKey
@@ -191,7 +192,8 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
                                           model.mamba is not None and degrees.mbs > 1)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
-    elementwise = memory_seconds(elementwise_bytes(model, kind, tokens, keys, tp, sp, flash, dtype), device)
+    # as the trainer runs it: torchtitan's eager ops or their torch.compile fusion (fusion.py), else Megatron's kernels
+    elementwise = memory_seconds(layer_elementwise_bytes(model, run, kind, tokens, keys, tp, sp), device)
     # MoE router passes and permute / unpermute at HBM speed, the backward the same bytes once (docs/formulas.md §3.2)
     routing = memory_seconds(routing_bytes(model, run, tokens, tp, etp), device) if kind == "moe" else 0.0
     forward = linear + core + elementwise + cast_forward + routing

@@ -74,7 +74,8 @@ class RunSpec:
     SDPA's flash backend), each at its published benchmark on the device's GPU generation (docs/formulas.md §3.3)"""
     torch_compile: bool = False
     """torchtitan's compile.enable: each block under torch.compile, whose partitioner recomputes the MLP activation
-    instead of saving it (measured: docs/saved_tensors.yaml; torchtitan only; time as eager, docs/formulas.md §5)"""
+    instead of saving it (measured: docs/saved_tensors.yaml) and Inductor fuses the element-wise ops between the
+    GEMMs (time: docs/formulas.md §3.4); torchtitan only"""
     memory_cap_bytes: int = 0
     """usable memory per device (default: all of it)"""
     reserve_bytes: int | None = None

@@ -82,8 +82,8 @@ def file_overlap(path: str | None) -> str | None:
 
 
 def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
-    """Strategy values (--strategy keys) from a trainer configuration file; its global batch and sequence length
-    must be the run's."""
+    """Strategy values (--strategy keys) from a trainer configuration file; its global batch, sequence length and
+    torch.compile (torchtitan) must be the run's."""
     text = read_text(path, f"--strategy-from {path}", "the configuration")
     values = detect(text).read(text, model)
     for key, flag, expected in (("global_batch", "--global-batch", run.global_batch),
@@ -92,6 +92,10 @@ def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
         if given not in (None, -1) and given != expected:
             raise SpecError(f"--strategy-from {path}: its {key.replace('_', ' ')} is {given}, the run's {flag} is "
                             f"{expected}; give {flag} {given}")
+    compiled = values.pop("torch_compile", None)  # a run setting (torchtitan's compile.enable): must be the run's
+    if compiled is not None and compiled != run.torch_compile:
+        raise SpecError(f"--strategy-from {path}: it " + ("compiles the model (compile.enable); give --torch-compile"
+                        if compiled else "runs eager (no compile.enable); leave out --torch-compile"))
     counts = values.get("layers_per_stage")
     virtual = values.get("pp", 1) * values.get("vpp", 1)
     if counts is not None and tuple(counts) == default_partition(model.layers, virtual):

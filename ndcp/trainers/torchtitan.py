@@ -126,11 +126,27 @@ def _module_config(model: ModelSpec, run: RunSpec, notes: list[str]) -> tuple[st
     found = configured(model.name, run.precision)
     if found is None:  # missing_config says so
         return "MODULE", PLACEHOLDER_CONFIG
-    pinned = facts("torchtitan")["configs"][found[1]]
-    if pinned.get("--compile.enable") and "model" in pinned.get("--compile.components", ["model"]):
-        notes.append(f"{found[1]} compiles the model (torch.compile, as its FP8 converter wants); ndcp prices "
-                     "eager steps")
+    if compiles_model(facts("torchtitan")["configs"][found[1]]) and not run.torch_compile:
+        notes.append(f"{found[1]} compiles the model (torch.compile, as its FP8 converter wants); the plan is eager: "
+                     "emitted --compile.no-enable (plan with --torch-compile to keep it compiled)")
     return found
+
+
+def compiles_model(options: dict) -> bool:
+    """Whether torchtitan options (a pinned config's, or read ones) compile the transformer blocks: compile.enable
+    with "model" among compile.components (config/configs.py CompileConfig, default [model, loss];
+    distributed/compile.py apply_compile: torch.compile on each TransformerBlock)."""
+    return bool(options.get("--compile.enable")) and "model" in options.get("--compile.components", ["model", "loss"])
+
+
+def _compile_arguments(run: RunSpec, config: str) -> list[str]:
+    """torch.compile as the run states it (RunSpec.torch_compile): the blocks compiled and the loss left eager, as
+    ndcp prices them (estimate/fusion.py; the loss's fp32 logit copies are eager autograd's, activations.py), or
+    compile off where the pinned config would compile the model."""
+    if run.torch_compile:
+        return ["--compile.enable", "--compile.components", "model"]
+    pinned = {} if config == PLACEHOLDER_CONFIG else facts("torchtitan")["configs"][config]
+    return ["--compile.no-enable"] if compiles_model(pinned) else []
 
 
 def model_parts(model: ModelSpec, s: Strategy) -> list[int]:
@@ -177,10 +193,11 @@ def arguments(model: ModelSpec, run: RunSpec, strategy: Strategy, notes: list[st
                 "--parallelism.pipeline-parallel-microbatch-size", str(s.mbs)] + _layout(model, s)
     out += ["--training.local-batch-size", str(s.mbs * s.mbn if s.pp > 1 else s.mbs),
             "--training.global-batch-size", str(s.global_batch), "--training.seq-len", str(run.seq_len),
-            # ndcp prices eager steps (TrainerBehaviour op_level_inventory); torchtitan refuses CUDA graphs with PP
+            # ndcp prices no CUDA graphs (per-op launches are not priced); torchtitan refuses them with PP
             "--training.disable-cuda-graphs"]
+    out += _compile_arguments(run, config)
     if config != PLACEHOLDER_CONFIG and facts("torchtitan")["configs"][config].get("--compile.enable-async-tensor-parallel"):
-        out.append("--compile.no-enable-async-tensor-parallel")  # TP overlap: not planned (eager pricing)
+        out.append("--compile.no-enable-async-tensor-parallel")  # TP overlap: not planned
     out += [x for p in PLACEHOLDERS for x in (p.option, p.value)]
     mode = s.recompute.mode if s.recompute.is_uniform else uniform_cover(stage_plans(model, s), tuple(AC_MODES))
     return out + [f"activation-checkpoint:{AC_MODES[mode]}"]  # a subcommand: after every other option
@@ -284,6 +301,7 @@ def read(text: str, model: ModelSpec) -> dict:
     v["fp8_recipe"] = defaults.get("fp8_recipe")  # the config's FP8 converter, if any
     v["precision"] = "fp8" if v["fp8_recipe"] else "bf16"
     v["overlap"] = "trainer"
+    v["torch_compile"] = compiles_model({name: value(name) for name in ("--compile.enable", "--compile.components")})
     return v
 
 
@@ -357,4 +375,4 @@ TRAINER = Trainer(
     reshard=checkpoints.torchtitan,
 )
 
-__all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]
+__all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "compiles_model", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]

@@ -1,11 +1,18 @@
 """torchtitan 0.3.0 arguments: two model parts per rank for DualPipe-V, FSDP over the CP ranks read back as
 ZeRO-3, FP8 through the registry configs that carry a converter (llama3_405b, llama3_8b_mxfp8,
-deepseek_v3_671b_float8), and the user's settings as placeholders before the activation-checkpoint subcommand."""
+deepseek_v3_671b_float8), torch.compile as the run states it (compiled blocks, the loss eager; compile off where a
+pinned config would compile an eager plan), and the user's settings as placeholders before the
+activation-checkpoint subcommand."""
+import dataclasses
 import shlex
 
 import pytest
 
-from ndcp.specs import RecomputePlan, RunSpec, Strategy
+from ndcp.cli.common import build_strategy
+from ndcp.estimate.memory import estimate_memory
+from ndcp.estimate.time import estimate_time
+from ndcp.specs import ClusterSpec, RecomputePlan, RunSpec, Strategy, device_preset
+from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model
 from ndcp.trainers import emit, read_values
 from ndcp.trainers.torchtitan import PLACEHOLDERS, model_parts
@@ -87,3 +94,53 @@ def test_the_users_settings_are_placeholders_before_the_subcommand():
     assert list(zip(tail[::2], tail[1::2])) == [(p.option, p.value) for p in PLACEHOLDERS]
     assert {"--hf-assets-path", "--training.steps", "--checkpoint.folder"} <= {p.option for p in PLACEHOLDERS}
     assert "fixes the model's architecture" in text
+
+
+SELECTIVE = RecomputePlan.uniform("selective")
+COMPILED = dataclasses.replace(TITAN, torch_compile=True)
+
+
+def test_a_compiled_plan_compiles_the_blocks_and_reads_back_as_the_same_estimate(tmp_path):
+    """--compile.enable with components [model] only: the loss stays eager, as ndcp prices its fp32 logits."""
+    strategy = Strategy(dp=32, tp=8, mbs=1, mbn=8, zero=3, sp=True, recompute=SELECTIVE)
+    emitted = emit("torchtitan", LLAMA70, COMPILED, strategy)
+    assert emitted.same_as_plan and "--compile.enable" in tokens(emitted.text)
+    assert values(emitted.text, "--compile.components") == ["model"]
+    path = tmp_path / "titan.sh"
+    path.write_text(emitted.text)
+    cluster = ClusterSpec(device_preset("h100"), 256)
+    back = build_strategy(LLAMA70, cluster, COMPILED, read_values(str(path), LLAMA70, COMPILED))
+    assert back == strategy
+    assert estimate_time(LLAMA70, cluster, COMPILED, back).step_seconds == \
+        estimate_time(LLAMA70, cluster, COMPILED, strategy).step_seconds
+    assert estimate_memory(LLAMA70, cluster, COMPILED, back).peak_bytes == \
+        estimate_memory(LLAMA70, cluster, COMPILED, strategy).peak_bytes
+    with pytest.raises(SpecError, match="give --torch-compile"):
+        read_values(str(path), LLAMA70, TITAN)
+
+
+def test_an_eager_plan_turns_off_the_compile_a_pinned_config_runs_and_says_so(tmp_path):
+    run = RunSpec(global_batch=2048, seq_len=8192, trainer="torchtitan", precision="fp8", fp8_recipe="blockwise")
+    strategy = Strategy(dp=16, tp=8, pp=16, mbs=1, mbn=128, zero=3, sp=True, recompute=FULL)
+    emitted = emit("torchtitan", LLAMA405, run, strategy)
+    assert "--compile.no-enable" in tokens(emitted.text)
+    assert any("emitted --compile.no-enable" in n for n in emitted.notes)
+    path = tmp_path / "titan.sh"
+    path.write_text(emitted.text)
+    read_values(str(path), LLAMA405, run)  # eager, as the run
+    compiled = dataclasses.replace(run, torch_compile=True)
+    assert "--compile.no-enable" not in tokens(emit("torchtitan", LLAMA405, compiled, strategy).text)
+
+
+def test_a_registry_config_that_compiles_the_model_reads_as_compiled_and_loss_only_as_eager(tmp_path):
+    """llama3_405b pins compile.enable (components default [model, loss]); deepseek_v3_671b compiles the loss
+    only (facts/torchtitan.yaml)."""
+    path = tmp_path / "titan.sh"
+    path.write_text("--module llama3 --config llama3_405b --training.global-batch-size 2048")
+    run = RunSpec(global_batch=2048, seq_len=8192, trainer="torchtitan", precision="fp8", fp8_recipe="blockwise")
+    with pytest.raises(SpecError, match="give --torch-compile"):
+        read_values(str(path), LLAMA405, run)
+    assert "torch_compile" not in read_values(str(path), LLAMA405, dataclasses.replace(run, torch_compile=True))
+    path.write_text("--module deepseek_v3 --config deepseek_v3_671b --training.global-batch-size 4096")
+    deepseek = RunSpec(global_batch=4096, seq_len=4096, trainer="torchtitan")
+    read_values(str(path), load_model("deepseek-v3"), deepseek)  # compiles the loss only: an eager run
