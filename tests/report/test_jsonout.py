@@ -17,7 +17,8 @@ OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype":
          "attention_kernel": "triton", "torch_compile": True,
          "memory_cap_bytes": 40 * 2**30, "reserve_bytes": 2 * 2**30, "trainer": "torchtitan", "grad_sync": "step",
          "param_gather": "step", "mfu_convention": "full", "headroom_fraction": 0.1, "fp8_recipe": "blockwise",
-         "optimizer_state_dtype": "bf16", "activation_func_fp8_input_store": True, "images_per_sample": 2,
+         "optimizer_state_dtype": "bf16", "activation_func_fp8_input_store": True,
+         "disable_parameter_transpose_cache": True, "wgrad_deferral_limit": 22, "images_per_sample": 2,
          "image_size": 336, "overlap": "tp+p2p", "moe_dispatcher": "allgather", "moe_load_imbalance": 1.5,
          "confidence": 0.5}
 

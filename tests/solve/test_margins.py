@@ -3,6 +3,7 @@ today's), exact per plan in the plan model (whichever recompute families the pla
 own in the bounds."""
 import pytest
 
+from ndcp.solve import margins
 from ndcp.solve.coefficients import expand_item, inner_choices
 from ndcp.solve.margins import FamilyMargin, PlanMargins, least_margin, plan_margins, point_margin
 from ndcp.space import SearchSpace, SpaceOptions
@@ -57,12 +58,27 @@ def test_the_bounds_margin_is_at_most_every_plans_own():
                    for sp, mode in inner for z in zeros)
 
 
-def test_plan_margins_hold_one_entry_when_the_families_do_not_matter():
+@pytest.fixture
+def fresh_margin_caches():
+    margins._every_set.cache_clear(), margins._entries.cache_clear()
+    yield
+    margins._every_set.cache_clear(), margins._entries.cache_clear()
+
+
+def test_plan_margins_hold_one_entry_when_the_families_do_not_matter(monkeypatch, fresh_margin_caches):
     s = space(0.9)
     layout, mbs, mbn = items(s)[0]
     base = layout.strategy(mbs, mbn, 1, False, NO_RECOMPUTE)
+    # every feature set at one band factor (the measured peaks do not tell the families apart): one entry
+    monkeypatch.setattr(margins, "features_high", lambda features, confidence: 1.25)
     evidenced = plan_margins(s, base, ("none", "selective", "full"), (1,))
-    assert evidenced.per_zero[0] == (FamilyMargin(frozenset(), evidenced.per_zero[0][0].memory_high),)
+    assert evidenced.per_zero[0] == (FamilyMargin(frozenset(), 1.25),)
+
+
+def test_plan_margins_keep_an_entry_per_family_set_when_the_families_differ():
+    s = space(0.9)
+    layout, mbs, mbn = items(s)[0]
+    base = layout.strategy(mbs, mbn, 1, False, NO_RECOMPUTE)
     with_offload = plan_margins(s, base, MODES, (1,))  # no measured run offloads: its sets keep more free
     assert with_offload.by_family
     high = {e.families: e.memory_high for e in with_offload.per_zero[0]}
