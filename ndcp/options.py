@@ -326,6 +326,7 @@ RUN_OPTIONS = (
                help="materialise the attention scores (no FlashAttention)"),
     run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS, metavar="KERNEL"),
     run_option("torch_compile", "--torch-compile", switch=True),
+    run_option("compile_loss", "--compile-loss", switch=True),
     run_option("disable_parameter_transpose_cache", "--disable-parameter-transpose-cache", switch=True),
     run_option("wgrad_deferral_limit", "--wgrad-deferral-limit", parse=int32, metavar="N"),
     run_option("trainer", "--trainer", ". A search returns only plans this trainer runs exactly as --emit writes "

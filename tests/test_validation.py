@@ -248,3 +248,20 @@ def test_torch_compile_rows_read_as_compiled_and_their_estimate_is_faster_than_t
     steps = [estimate_time(r.model, r.cluster, r.run, r.strategy).step_seconds for r in (eager, compiled)]
     measured = eager.tokens_per_second_per_gpu / compiled.tokens_per_second_per_gpu
     assert measured < steps[1] / steps[0] < 1.0
+
+
+def test_a_stated_compiled_loss_reads_as_one_and_lowers_only_the_logits():
+    """training.compile_loss (runs.py): the Trainy H200 8B rows (torchtitan e7c0cae, whose --training.compile also
+    compiles the loss) read as compiled blocks and loss, the Dec 2024 rows (9dec370, loss compile commented out)
+    as compiled blocks only; the loss's logits go from 3 x 4 to 2 x 2 bytes per logit, nothing else moves."""
+    from dataclasses import replace
+    from ndcp.validation.runs import read_rows
+    measured = PUBLISHED.parent / "measured_runs_2.yaml"
+    rows = {run_id: build for run_id, build in read_rows(measured) if "l31_8b" in run_id}
+    trainy = rows["trainy_l31_8b_h200_fsdp32_compile_fp8"]()
+    assert (trainy.run.torch_compile, trainy.run.compile_loss) == (True, True)
+    assert not rows["torchtitan_l31_8b_fsdp128_compile_bf16"]().run.compile_loss
+    eager_loss = replace(trainy.run, compile_loss=False)
+    saved = (estimate_memory(trainy.model, trainy.cluster, eager_loss, trainy.strategy).peak_bytes
+             - estimate_memory(trainy.model, trainy.cluster, trainy.run, trainy.strategy).peak_bytes)
+    assert saved == (3 * 4 - 2 * 2) * 2 * 8192 * 128_256  # 15.66 GiB: the logits are the peak's, exactly

@@ -282,7 +282,8 @@ def head_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs:
     `self.output(h).float()` (fp32 logits), the loss is `cross_entropy(pred.float(), labels)` and train.py deletes
     `pred` before backward, so at the start of backward log_softmax's saved fp32 output, nll_loss's fp32 gradient
     and log_softmax's fp32 input gradient coexist: 3 x 4 bytes per logit (vocabulary-sharded under TP's loss
-    parallel)."""
+    parallel). Under a compiled loss (RunSpec.compile_loss) the loss holds 16-bit logit copies instead
+    (logit_bytes_per_logit)."""
     B, h = run.activation_bytes, model.hidden
     tokens = mbs * run.seq_len / cp
     seq_shard = tp if sp else 1
@@ -292,9 +293,28 @@ def head_activation_bytes(model: ModelSpec, run: RunSpec, tp: int, cp: int, mbs:
         output_inputs = sum(sharded_bytes(t, tp, sp) for t in _torchtitan_norm(run, tokens, h, "norm"))
     else:
         output_inputs = 2 * B * tokens * h / seq_shard
-    logits = profile.fp32_logit_copies * FP32 * tokens * model.vocab / tp
+    logits = logit_bytes_per_logit(run) * tokens * model.vocab / tp
     return {"embedding": embedding, "output_inputs": output_inputs, "logits": logits,
             "encoder": _encoder_activation_bytes(model, run, tp, mbs, sp)}
+
+
+COMPILED_LOSS_LOGIT_COPIES = 2  # the saved 16-bit logits and their 16-bit gradient (logit_bytes_per_logit)
+
+
+def logit_bytes_per_logit(run: RunSpec) -> float:
+    """Bytes per logit the loss path holds at its peak, the start of the loss's backward.
+
+    Eager: the trainer's fp32 copies (TrainerBehaviour.fp32_logit_copies). Compiled (RunSpec.compile_loss,
+    torchtitan compile.components "loss"; torchtitan e7c0cae components/loss.py build_cross_entropy_loss and 0.3.0
+    BaseLoss._maybe_compile wrap `cross_entropy(pred.flatten(0, 1).float(), labels)` in torch.compile): AOTAutograd's
+    min-cut partitioner saves the 16-bit `pred` itself and two fp32 values per token (the row max and log-sum-exp),
+    recomputing the fp32 cast, shift and exp in backward, and Inductor's one backward kernel reads those logits and
+    writes the 16-bit logit gradient, the only logit-sized buffer it allocates (checked with torch 2.13 Inductor's
+    generated code: docs/formulas.md §5.6). So the saved logits (kept alive though train.py deletes `pred`) and
+    their gradient: 2 x 2 bytes per logit, against the eager 3 x 4 (torchtitan)."""
+    if run.compile_loss:
+        return COMPILED_LOSS_LOGIT_COPIES * run.activation_bytes
+    return trainer_behaviour(run).fp32_logit_copies * FP32
 
 
 @lru_cache(maxsize=4096)

@@ -143,6 +143,8 @@ def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_nam
         features |= {f"overlap {part}" for part in sorted(beyond)}
     if run.torch_compile:
         features.add("torch.compile")
+    if run.compile_loss:
+        features.add("compiled loss")
     if run.optimizer_state_dtype != "fp32":
         features.add(f"{run.optimizer_state_dtype} optimizer states")
     if run.activation_func_fp8_input_store:

@@ -28,6 +28,9 @@ from .overlap import HIDDEN_KEYS, NO_OVERLAP, layer_overlaps, strategy_overlaps
 
 LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
 LOSS_PASSES_BACKWARD = 2  # read softmax, write the logit gradient
+# A compiled loss (RunSpec.compile_loss; Inductor's kernels as checked in docs/formulas.md §5.6) on the 16-bit logits:
+COMPILED_LOSS_PASSES_FORWARD = 2  # one kernel reads the logits for the row max, then for the sum-exp and the target
+COMPILED_LOSS_PASSES_BACKWARD = 2  # one kernel reads the logits and writes their gradient
 LOSS_ALL_REDUCES = 3  # vocab-parallel cross entropy: max, sum-exp and target logit over TP (Megatron cross_entropy.py)
 
 
@@ -61,15 +64,18 @@ def _encoder_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degrees:
 @lru_cache(maxsize=65536)  # shared by the MTP variants (ep, etp, overlaps) of _stage_extra_time
 def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
                       sp: bool) -> LayerTime:
-    """Final norm, vocab-parallel output GEMM and fp32 cross-entropy loss (memory-bound)."""
+    """Final norm, vocab-parallel output GEMM and the cross-entropy loss (memory-bound): passes over the fp32
+    logits, or under a compiled loss (RunSpec.compile_loss) fewer passes over the 16-bit ones."""
     device, dtype = cluster.device, run.activation_bytes
     norm_tokens = tokens / tp if sp else tokens
     norm = memory_seconds(2 * norm_tokens * model.hidden * dtype, device)
     logits_gemm = output_layer_gemm(model, tokens, tp)
     logits = gemm_seconds((logits_gemm,), device, dtype)
-    loss_bytes = tokens * model.vocab / tp * 4
-    forward = norm + logits + memory_seconds(LOSS_PASSES_FORWARD * loss_bytes, device)
-    backward = 2 * (norm + logits) + memory_seconds(LOSS_PASSES_BACKWARD * loss_bytes, device)
+    passes = ((COMPILED_LOSS_PASSES_FORWARD, COMPILED_LOSS_PASSES_BACKWARD) if run.compile_loss
+              else (LOSS_PASSES_FORWARD, LOSS_PASSES_BACKWARD))
+    loss_bytes = tokens * model.vocab / tp * (dtype if run.compile_loss else 4)
+    forward = norm + logits + memory_seconds(passes[0] * loss_bytes, device)
+    backward = 2 * (norm + logits) + memory_seconds(passes[1] * loss_bytes, device)
     tp_comm = 0.0
     if tp > 1:
         bandwidth, latency = comm.tp_link(cluster, tp)

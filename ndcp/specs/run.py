@@ -75,7 +75,12 @@ class RunSpec:
     torch_compile: bool = False
     """torchtitan's compile.enable: each block under torch.compile, whose partitioner recomputes the MLP activation
     instead of saving it (measured: docs/saved_tensors.yaml) and Inductor fuses the element-wise ops between the
-    GEMMs (time: docs/formulas.md §3.4); torchtitan only"""
+    GEMMs (time: docs/formulas.md §3.4); torchtitan only (compile.components "model")"""
+    compile_loss: bool = False
+    """torchtitan's compile.components "loss": the cross entropy under torch.compile, whose fused kernels read the
+    16-bit logits and write their gradient without the eager loss's fp32 copies (docs/formulas.md §5.6); with
+    torch_compile, compile.components [model, loss] (torchtitan's default, and what `training.compile` compiled
+    from April 2025, e.g. e7c0cae); torchtitan only"""
     memory_cap_bytes: int = 0
     """usable memory per device (default: all of it)"""
     reserve_bytes: int | None = None
@@ -155,6 +160,9 @@ class RunSpec:
         one_of("trainer", self.trainer, TRAINERS)
         require(not self.torch_compile or self.trainer == "torchtitan", "torch_compile", self.torch_compile,
                 "torch.compile is modelled for trainer torchtitan only (compile.enable)")
+        one_of("compile_loss", self.compile_loss, (False, True))
+        require(not self.compile_loss or self.trainer == "torchtitan", "compile_loss", self.compile_loss,
+                "the compiled loss is modelled for trainer torchtitan only (compile.components loss)")
         one_of("disable_parameter_transpose_cache", self.disable_parameter_transpose_cache, (False, True))
         require(not self.disable_parameter_transpose_cache or self.trainer == "megatron",
                 "disable_parameter_transpose_cache", True, "a Megatron setting: valid with trainer megatron only")

@@ -39,7 +39,9 @@ class TrainerBehaviour:
     # Activations of dense attention/MLP blocks follow the trainer's own op-level inventory (eager autograd, and
     # its selective checkpoint policy) instead of Megatron/Transformer Engine's (estimate/activations.py).
     op_level_inventory: bool
-    # fp32 copies of the logits alive at the start of backward (the loss path, estimate/activations.py).
+    # fp32 copies of the logits alive at the start of backward under an eager loss (the loss path,
+    # estimate/activations.py logit_bytes_per_logit; torchtitan's compiled loss, RunSpec.compile_loss, holds
+    # 16-bit ones).
     fp32_logit_copies: int
     # FP8 training keeps FP8 copies of the linear weights next to (or, with --fp8-param-gather, instead of) the
     # 16-bit ones (estimate/fp8.py weight_copy_bytes_per_parameter); False: the weights are cast per GEMM.

@@ -92,10 +92,14 @@ def read_values(path: str, model: ModelSpec, run: RunSpec) -> dict:
         if given not in (None, -1) and given != expected:
             raise SpecError(f"--strategy-from {path}: its {key.replace('_', ' ')} is {given}, the run's {flag} is "
                             f"{expected}; give {flag} {given}")
-    compiled = values.pop("torch_compile", None)  # a run setting (torchtitan's compile.enable): must be the run's
-    if compiled is not None and compiled != run.torch_compile:
-        raise SpecError(f"--strategy-from {path}: it " + ("compiles the model (compile.enable); give --torch-compile"
-                        if compiled else "runs eager (no compile.enable); leave out --torch-compile"))
+    for key, option, part in (("torch_compile", "--torch-compile", "model"),
+                              ("compile_loss", "--compile-loss", "loss")):
+        compiled = values.pop(key, None)  # run settings (torchtitan's compile.components): must be the run's
+        if compiled is not None and compiled != getattr(run, key):
+            raise SpecError(f"--strategy-from {path}: it " + (
+                f"compiles the {part} (compile.enable, {part} in compile.components); give {option}" if compiled
+                else f"runs the {part} eager (no compile.enable, or no {part} in compile.components); leave out "
+                     f"{option}"))
     counts = values.get("layers_per_stage")
     virtual = values.get("pp", 1) * values.get("vpp", 1)
     if counts is not None and tuple(counts) == default_partition(model.layers, virtual):

@@ -126,27 +126,47 @@ def _module_config(model: ModelSpec, run: RunSpec, notes: list[str]) -> tuple[st
     found = configured(model.name, run.precision)
     if found is None:  # missing_config says so
         return "MODULE", PLACEHOLDER_CONFIG
-    if compiles_model(facts("torchtitan")["configs"][found[1]]) and not run.torch_compile:
-        notes.append(f"{found[1]} compiles the model (torch.compile, as its FP8 converter wants); the plan is eager: "
-                     "emitted --compile.no-enable (plan with --torch-compile to keep it compiled)")
+    pinned = compiled_components(facts("torchtitan")["configs"][found[1]])
+    if pinned and not run_components(run):
+        notes.append(f"{found[1]} compiles the {' and '.join(pinned)} (torch.compile); the plan is eager: emitted "
+                     "--compile.no-enable (plan with " + " ".join(OPTION[c] for c in pinned) + " to keep it)")
     return found
 
 
+OPTION = {"model": "--torch-compile", "loss": "--compile-loss"}  # ndcp's option for each compiled component
+
+
+def compiled_components(options: dict) -> tuple[str, ...]:
+    """What torchtitan options (a pinned config's, or read ones) compile, of the two components ndcp prices: none
+    without compile.enable, else those named in compile.components (config/configs.py CompileConfig, default
+    [model, loss]): "model", torch.compile on each TransformerBlock (distributed/compile.py apply_compile), and
+    "loss", the loss function (components/loss.py BaseLoss._maybe_compile)."""
+    if not options.get("--compile.enable"):
+        return ()
+    named = {part for item in options.get("--compile.components", ["model", "loss"]) for part in str(item).split(",")}
+    return tuple(c for c in OPTION if c in named)
+
+
 def compiles_model(options: dict) -> bool:
-    """Whether torchtitan options (a pinned config's, or read ones) compile the transformer blocks: compile.enable
-    with "model" among compile.components (config/configs.py CompileConfig, default [model, loss];
-    distributed/compile.py apply_compile: torch.compile on each TransformerBlock)."""
-    return bool(options.get("--compile.enable")) and "model" in options.get("--compile.components", ["model", "loss"])
+    """Whether torchtitan options compile the transformer blocks (compiled_components)."""
+    return "model" in compiled_components(options)
+
+
+def run_components(run: RunSpec) -> tuple[str, ...]:
+    """The components the run compiles: model (RunSpec.torch_compile) and loss (RunSpec.compile_loss)."""
+    return tuple(c for c, on in (("model", run.torch_compile), ("loss", run.compile_loss)) if on)
 
 
 def _compile_arguments(run: RunSpec, config: str) -> list[str]:
-    """torch.compile as the run states it (RunSpec.torch_compile): the blocks compiled and the loss left eager, as
-    ndcp prices them (estimate/fusion.py; the loss's fp32 logit copies are eager autograd's, activations.py), or
-    compile off where the pinned config would compile the model."""
-    if run.torch_compile:
-        return ["--compile.enable", "--compile.components", "model"]
+    """torch.compile as the run states it: compile.components the blocks (RunSpec.torch_compile, estimate/fusion.py)
+    and the loss (RunSpec.compile_loss, activations.py logit_bytes_per_logit) it compiles, what is not named left
+    eager as ndcp prices it; or compile off where the pinned config would compile what the plan runs eager. The
+    0.3.0 parser reads a list[str] option as one comma-separated value (config/manager.py list_str_rule)."""
+    wanted = run_components(run)
+    if wanted:
+        return ["--compile.enable", "--compile.components", ",".join(wanted)]  # list[str]: A,B (config/manager.py)
     pinned = {} if config == PLACEHOLDER_CONFIG else facts("torchtitan")["configs"][config]
-    return ["--compile.no-enable"] if compiles_model(pinned) else []
+    return ["--compile.no-enable"] if compiled_components(pinned) else []
 
 
 def model_parts(model: ModelSpec, s: Strategy) -> list[int]:
@@ -301,7 +321,8 @@ def read(text: str, model: ModelSpec) -> dict:
     v["fp8_recipe"] = defaults.get("fp8_recipe")  # the config's FP8 converter, if any
     v["precision"] = "fp8" if v["fp8_recipe"] else "bf16"
     v["overlap"] = "trainer"
-    v["torch_compile"] = compiles_model({name: value(name) for name in ("--compile.enable", "--compile.components")})
+    compiled = compiled_components({name: value(name) for name in ("--compile.enable", "--compile.components")})
+    v["torch_compile"], v["compile_loss"] = "model" in compiled, "loss" in compiled
     return v
 
 
@@ -375,4 +396,4 @@ TRAINER = Trainer(
     reshard=checkpoints.torchtitan,
 )
 
-__all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "compiles_model", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]
+__all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "compiled_components", "compiles_model", "run_components", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]

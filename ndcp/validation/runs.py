@@ -19,6 +19,7 @@ use is recorded in the row's `assumptions`):
   llama3/llama3_8b_llm_pretrain.py and llama31/llama31_405b_llm_pretrain.py, and in NeMo's
   pretrain_performance_optimizations, e.g. recipes/gpt3_175b.py), else fp32 main gradients (Megatron's default);
 - torch.compile: a stated `training.torch_compile` (true/false; torchtitan only, RunSpec.torch_compile), else eager;
+  the loss compiled too where `training.compile_loss` says so (RunSpec.compile_loss), else an eager loss;
 - sequence length: `training.seq_len`, else the model mapping's `seq_len` (published rows);
 - peak-memory basis: `outcome.memory_basis`, `reserved` (torch.cuda.max_memory_reserved: the allocator's segments,
   what torchtitan and NeMo log) or `allocated` (torch.cuda.max_memory_allocated: the live tensors); unstated ->
@@ -124,6 +125,12 @@ def _torch_compile(training: dict) -> bool:
     return bool(as_bool(training.get("torch_compile")))
 
 
+def _compile_loss(training: dict) -> bool:
+    """Stated `training.compile_loss` (true: torchtitan compiles the loss too, RunSpec checks the trainer), else
+    an eager loss."""
+    return bool(as_bool(training.get("compile_loss")))
+
+
 def _trainer(entry: dict, training: dict, notes: list[str]) -> str:
     """The stated `training.trainer`; else torchtitan when the row's source or recompute detail names it (its
     selective AC is then torchtitan's op-level policy and its model states FSDP2's), else megatron."""
@@ -220,7 +227,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
-                  torch_compile=_torch_compile(training),
+                  torch_compile=_torch_compile(training), compile_loss=_compile_loss(training),
                   **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype")),
                   **{k: training[k] for k in MEGATRON_MEMORY if not is_null(training.get(k))})
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)

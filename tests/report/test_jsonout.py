@@ -14,7 +14,7 @@ FIELDS = [f.name for f in dataclasses.fields(RunSpec)]
 CLUSTER = ClusterSpec(PRESETS["h100"], 8)
 # A value other than the default for each field (optimizer has one: adam).
 OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype": "bf16", "flash_attention": False,
-         "attention_kernel": "triton", "torch_compile": True,
+         "attention_kernel": "triton", "torch_compile": True, "compile_loss": True,
          "memory_cap_bytes": 40 * 2**30, "reserve_bytes": 2 * 2**30, "trainer": "torchtitan", "grad_sync": "step",
          "param_gather": "step", "mfu_convention": "full", "headroom_fraction": 0.1, "fp8_recipe": "blockwise",
          "optimizer_state_dtype": "bf16", "activation_func_fp8_input_store": True,
@@ -22,7 +22,8 @@ OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype":
          "image_size": 336, "overlap": "tp+p2p", "moe_dispatcher": "allgather", "moe_load_imbalance": 1.5,
          "confidence": 0.5}
 
-REQUIRES = {"torch_compile": {"trainer": "torchtitan"}}  # fields valid only with another field's value
+# fields valid only with another field's value
+REQUIRES = {"torch_compile": {"trainer": "torchtitan"}, "compile_loss": {"trainer": "torchtitan"}}
 
 
 def test_every_run_field_reaches_the_json_run_object(capsys):

@@ -1,8 +1,8 @@
 """torchtitan 0.3.0 arguments: two model parts per rank for DualPipe-V, FSDP over the CP ranks read back as
 ZeRO-3, FP8 through the registry configs that carry a converter (llama3_405b, llama3_8b_mxfp8,
-deepseek_v3_671b_float8), torch.compile as the run states it (compiled blocks, the loss eager; compile off where a
-pinned config would compile an eager plan), and the user's settings as placeholders before the
-activation-checkpoint subcommand."""
+deepseek_v3_671b_float8), torch.compile as the run states it (compile.components: the blocks with --torch-compile,
+the loss with --compile-loss, each read back; compile off where a pinned config would compile an eager plan), and
+the user's settings as placeholders before the activation-checkpoint subcommand."""
 import dataclasses
 import shlex
 
@@ -132,15 +132,55 @@ def test_an_eager_plan_turns_off_the_compile_a_pinned_config_runs_and_says_so(tm
     assert "--compile.no-enable" not in tokens(emit("torchtitan", LLAMA405, compiled, strategy).text)
 
 
-def test_a_registry_config_that_compiles_the_model_reads_as_compiled_and_loss_only_as_eager(tmp_path):
-    """llama3_405b pins compile.enable (components default [model, loss]); deepseek_v3_671b compiles the loss
-    only (facts/torchtitan.yaml)."""
+def test_a_registry_config_reads_as_the_components_it_compiles(tmp_path):
+    """llama3_405b pins compile.enable with the default components [model, loss]: the blocks and the loss;
+    deepseek_v3_671b compiles the loss only (facts/torchtitan.yaml)."""
     path = tmp_path / "titan.sh"
     path.write_text("--module llama3 --config llama3_405b --training.global-batch-size 2048")
     run = RunSpec(global_batch=2048, seq_len=8192, trainer="torchtitan", precision="fp8", fp8_recipe="blockwise")
-    with pytest.raises(SpecError, match="give --torch-compile"):
+    with pytest.raises(SpecError, match="compiles the model .*give --torch-compile"):
         read_values(str(path), LLAMA405, run)
-    assert "torch_compile" not in read_values(str(path), LLAMA405, dataclasses.replace(run, torch_compile=True))
+    with pytest.raises(SpecError, match="compiles the loss .*give --compile-loss"):
+        read_values(str(path), LLAMA405, dataclasses.replace(run, torch_compile=True))
+    both = dataclasses.replace(run, torch_compile=True, compile_loss=True)
+    assert not {"torch_compile", "compile_loss"} & set(read_values(str(path), LLAMA405, both))
     path.write_text("--module deepseek_v3 --config deepseek_v3_671b --training.global-batch-size 4096")
     deepseek = RunSpec(global_batch=4096, seq_len=4096, trainer="torchtitan")
-    read_values(str(path), load_model("deepseek-v3"), deepseek)  # compiles the loss only: an eager run
+    with pytest.raises(SpecError, match="give --compile-loss"):
+        read_values(str(path), load_model("deepseek-v3"), deepseek)
+    read_values(str(path), load_model("deepseek-v3"), dataclasses.replace(deepseek, compile_loss=True))
+
+
+def test_a_plan_that_compiles_the_loss_emits_both_components_and_reads_back_as_the_same_estimate(tmp_path):
+    """--torch-compile --compile-loss: compile.components model,loss (torchtitan's default, what the Trainy 8B
+    rows' --training.compile ran at e7c0cae), read back as the same run and the same estimate; a file that
+    compiles the model alone refuses a run that says the loss is compiled."""
+    both = dataclasses.replace(COMPILED, compile_loss=True)
+    strategy = Strategy(dp=32, tp=8, mbs=1, mbn=8, zero=3, sp=True, recompute=SELECTIVE)
+    emitted = emit("torchtitan", LLAMA70, both, strategy)
+    assert emitted.same_as_plan and values(emitted.text, "--compile.components") == ["model,loss"]
+    path = tmp_path / "titan.sh"
+    path.write_text(emitted.text)
+    cluster = ClusterSpec(device_preset("h100"), 256)
+    back = build_strategy(LLAMA70, cluster, both, read_values(str(path), LLAMA70, both))
+    assert back == strategy
+    assert estimate_memory(LLAMA70, cluster, both, back).peak_bytes == \
+        estimate_memory(LLAMA70, cluster, both, strategy).peak_bytes
+    assert estimate_memory(LLAMA70, cluster, both, back).peak_bytes < \
+        estimate_memory(LLAMA70, cluster, COMPILED, strategy).peak_bytes
+    with pytest.raises(SpecError, match="runs the loss eager.*leave out --compile-loss"):
+        path.write_text(emit("torchtitan", LLAMA70, COMPILED, strategy).text)
+        read_values(str(path), LLAMA70, both)
+
+
+def test_a_loss_only_plan_compiles_the_loss_alone_and_an_eager_plan_turns_off_a_pinned_loss_compile():
+    """compile.components [loss] (deepseek_v3_671b's own setting) for a plan that compiles only the loss; an eager
+    plan on that config gets --compile.no-enable and a note naming --compile-loss."""
+    run = RunSpec(global_batch=4096, seq_len=4096, trainer="torchtitan")
+    strategy = Strategy(dp=64, ep=8, pp=8, mbs=1, mbn=8, zero=3, recompute=SELECTIVE)
+    deepseek = load_model("deepseek-v3")
+    loss_only = emit("torchtitan", deepseek, dataclasses.replace(run, compile_loss=True), strategy)
+    assert values(loss_only.text, "--compile.components") == ["loss"]
+    eager = emit("torchtitan", deepseek, run, strategy)
+    assert "--compile.no-enable" in tokens(eager.text)
+    assert any("compiles the loss" in n and "--compile-loss" in n for n in eager.notes)

@@ -1,0 +1,55 @@
+"""The loss path's logits (estimate/activations.py head_activation_bytes, logit_bytes_per_logit): eager torchtitan
+holds three fp32 copies of the logits at the start of the loss's backward, Megatron's vocab-parallel cross entropy
+one; torchtitan's compiled loss (RunSpec.compile_loss) the 16-bit logits it saved and their 16-bit gradient."""
+import dataclasses
+
+import pytest
+
+from ndcp.estimate.activations import head_activation_bytes, logit_bytes_per_logit
+from ndcp.specs import RunSpec
+from ndcp.specs.fields import SpecError
+from ndcp.specs.library import load_model
+
+LLAMA8 = load_model("llama3-8b")  # vocabulary 128,256
+EAGER = RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan", torch_compile=True)
+COMPILED_LOSS = dataclasses.replace(EAGER, compile_loss=True)
+
+
+def logits(run: RunSpec, tp: int = 1, mbs: int = 2) -> float:
+    return head_activation_bytes(LLAMA8, run, tp, 1, mbs, False)["logits"]
+
+
+def test_eager_torchtitan_loss_holds_three_fp32_copies_of_the_logits():
+    """The Trainy 8B rows' micro-batch: 2 x 8192 tokens x 128,256 logits x 3 copies x 4 bytes = 23.5 GiB."""
+    assert logits(EAGER) == 2 * 8192 * 128_256 * 3 * 4
+    assert logits(EAGER) / 2**30 == pytest.approx(23.48, abs=0.01)
+
+
+def test_a_compiled_loss_holds_the_bf16_logits_and_their_bf16_gradient():
+    """Inductor saves the bf16 logits (not an fp32 log_softmax) and writes only the bf16 gradient: 2 x 2 bytes per
+    logit, 7.8 GiB on the same micro-batch; a third of the eager loss's bytes."""
+    assert logit_bytes_per_logit(COMPILED_LOSS) == 4
+    assert logits(COMPILED_LOSS) == 2 * 8192 * 128_256 * 2 * 2
+    assert logits(COMPILED_LOSS) / 2**30 == pytest.approx(7.83, abs=0.01)
+    assert logits(COMPILED_LOSS) * 3 == logits(EAGER)
+
+
+def test_the_compiled_loss_is_independent_of_the_compiled_blocks_and_vocabulary_sharded_under_tp():
+    """compile.components [loss] alone (deepseek_v3_671b's registry config) prices the same loss; TP's loss
+    parallel shards the vocabulary."""
+    loss_only = dataclasses.replace(COMPILED_LOSS, torch_compile=False)
+    assert logits(loss_only) == logits(COMPILED_LOSS)
+    assert logits(COMPILED_LOSS, tp=4) == logits(COMPILED_LOSS) / 4
+
+
+def test_megatron_keeps_its_one_fp32_copy():
+    megatron = RunSpec(global_batch=64, seq_len=8192)
+    assert logit_bytes_per_logit(megatron) == 4
+    assert logits(megatron) == 2 * 8192 * 128_256 * 4
+
+
+def test_a_compiled_loss_is_torchtitans_and_a_boolean():
+    with pytest.raises(SpecError, match="compile_loss.*torchtitan"):
+        RunSpec(global_batch=8, seq_len=128, compile_loss=True)
+    with pytest.raises(SpecError, match="compile_loss.*valid: False, True"):
+        RunSpec(global_batch=8, seq_len=128, trainer="torchtitan", compile_loss="model,loss")
