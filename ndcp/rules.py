@@ -242,6 +242,15 @@ def _trainer_zero(p: Problem, d: dict) -> Refusal | None:
                                                                                  trainer.zero_how))))
 
 
+def _trainer_zero_pipeline(p: Problem, d: dict) -> Refusal | None:
+    """The trainer runs this ZeRO stage beside pipeline parallelism (Trainer.zero_without_pipeline: Megatron FSDP)."""
+    trainer = _trainer(p)
+    return _refuse("trainer_zero_pipeline", "zero", d["pp"] == 1 or d["zero"] not in trainer.zero_without_pipeline,
+                   lambda: f"{p.run.trainer} runs ZeRO {', '.join(map(str, trainer.zero_without_pipeline))} only "
+                           f"without pipeline parallelism (pp=1, not {d['pp']}); with pp > 1 it runs ZeRO "
+                           + ", ".join(str(z) for z in trainer.zero_stages if z not in trainer.zero_without_pipeline))
+
+
 def optimizer_offload_zero(run: RunSpec) -> tuple[int, ...]:
     """The ZeRO stages under which the run's trainer keeps the optimizer on the host (none: it cannot). Beside FP8
     parameter gathers (ZeRO >= 1 under fp8) only under the recipes its Trainer names (Megatron-LM: delayed scaling,
@@ -315,6 +324,8 @@ RULEBOOK: tuple[Rule, ...] = (
     Rule("dp_shard", "HSDP: dp_shard divides dp, with ZeRO-3, on dense models", "strategy", _dp_shard),
     Rule("trainer_zero", "the trainer runs this ZeRO stage with these degrees (ndcp/trainers profiles)", "strategy",
          _trainer_zero),
+    Rule("trainer_zero_pipeline", "the trainer runs this ZeRO stage beside pipeline parallelism (Megatron FSDP: "
+         "pp = 1)", "strategy", _trainer_zero_pipeline),
     Rule("recompute_stages", "a per-stage recompute plan covers each stage's layers", "strategy", _recompute_stages),
     Rule("recompute_modules", "recompute modules act on the model's layers, under a trainer that has them", "strategy",
          _recompute_modules),

@@ -161,9 +161,14 @@ class SearchSpace:
         return self._inner_choices[tp > 1]
 
     def zero_stages(self, layout: Layout) -> list[int]:
-        """The searched ZeRO stages of a layout: inner_choices' own, those the trainer offloads the optimizer under
-        when the layout offloads it (rule `optimizer_offload`), ZeRO-3 alone under HSDP (rule `dp_shard`)."""
+        """The searched ZeRO stages of a layout: inner_choices' own, less those the trainer runs only without
+        pipeline parallelism when the layout has stages (rule `trainer_zero_pipeline`), those the trainer offloads the
+        optimizer under when the layout offloads it (rule `optimizer_offload`), ZeRO-3 alone under HSDP (rule
+        `dp_shard`)."""
         zeros = self.inner_choices(layout.tp)[0]
+        if layout.pp > 1:  # stages the trainer runs only without pipeline parallelism (rule trainer_zero_pipeline)
+            staged_out = trainer_named(self.run.trainer).zero_without_pipeline
+            zeros = [z for z in zeros if z not in staged_out]
         if layout.dp_shard:
             return [z for z in zeros if z == 3]
         return [z for z in zeros if z in self._offload_zeros] if layout.optimizer_offload else zeros
@@ -337,10 +342,10 @@ class SearchSpace:
 
     def size(self, walk: SpaceWalk) -> int:
         """The number of valid strategies: each batch item times its inner choices (which depend on the layout only
-        through tp > 1, optimizer offload and HSDP, so items are counted by those three)."""
+        through tp > 1, pp > 1, optimizer offload and HSDP, so items are counted by those four)."""
         counts, layouts = Counter(), {}
         for layout, _, _ in walk.batches:
-            key = (layout.tp > 1, layout.optimizer_offload, layout.dp_shard > 0)
+            key = (layout.tp > 1, layout.pp > 1, layout.optimizer_offload, layout.dp_shard > 0)
             counts[key] += 1
             layouts.setdefault(key, layout)
         total = 0

@@ -160,7 +160,8 @@ def _problem(rng: random.Random, fuzz: bool) -> list[str]:
         for _ in range(rng.randint(1, 3)):
             key = rng.choice(["--device", "--gpus", "--global-batch", "--seq-len", "--memory-cap", "--reserve",
                               "--device-memory", "--devices-per-node", "--intra-node-bandwidth",
-                              "--inter-node-bandwidth", "--precision", "--grad-dtype"])
+                              "--inter-node-bandwidth", "--precision", "--grad-dtype", "--attention-kernel",
+                              "--wgrad-deferral-limit", "--trainer"])
             value = rng.choice(["0", "-1", "1", "3", "1000", "1e30", "nan", "inf", "-inf", "2" * 30, "9" * 5000,
                                 "abc", "", " ", "70GiB", "1e400GB", "0.5", "1.5TiB", "80000MiB", "1 GiB", "NaN",
                                 "1e-300", "H100", "bf16", "fp32", "\udcff", "٣", "0x10"])
@@ -168,6 +169,9 @@ def _problem(rng: random.Random, fuzz: bool) -> list[str]:
     out = []
     for key, value in {**args, **extra}.items():
         out += [key, value]
+    if fuzz:  # run switches, valid only for some trainers
+        switches = ["--torch-compile", "--compile-loss", "--disable-parameter-transpose-cache"]
+        out += rng.sample(switches, rng.randint(0, 2))
     return out
 
 
@@ -233,10 +237,10 @@ def generate(rng: random.Random) -> Case:
         argv += ["--time-limit", "5", "--top", "1", "--json", "-"]
         for _ in range(rng.randint(0, 3)):
             opt = rng.choice(["--fix", "--max", "--zero", "--sp", "--recompute", "--max-offset", "--seed", "--workers",
-                              "--tp-cp-bound", "--top", "--time-limit"])
+                              "--tp-cp-bound", "--top", "--time-limit", "--hsdp"])
             value = rng.choice(["tp=2", "pp=2,tp=1", "zero=4", "sp=on", "dp=0", "tp=" + "9" * 40, "0,1", "5", "",
-                                "both", "per-layer", "uniform", "full", "0", "-1", "1", "2", "3", "2" * 25, "1e30",
-                                "nan", "inf", "0.001", "bogus=1", "9" * 5000])
+                                "both", "on", "off", "per-layer", "uniform", "full", "0", "-1", "1", "2", "3", "2" * 25,
+                                "1e30", "nan", "inf", "0.001", "bogus=1", "9" * 5000])
             if opt == "--top" and value.isdigit() and len(value) > 3:
                 value = "2"  # a huge top-K on a valid problem verifies the whole space: valid but slow
             argv += [opt, value]

@@ -182,3 +182,31 @@ def test_hybrid_layers_tp_cp_trainer_and_recompute_rules():
     titan = RunSpec(global_batch=16, seq_len=4096, trainer="torchtitan")
     with pytest.raises(SpecError, match="torchtitan does not run Mamba-2, hybrid block layers"):
         check_strategy(nemotron, cluster, titan, Strategy(dp=16, mbn=1))
+
+
+@pytest.mark.parametrize("trainer,zero,pp,ok", [
+    ("megatron", 3, 2, False), ("megatron", 2, 2, False),  # Megatron FSDP's mesh has no pipeline dimension
+    ("megatron", 3, 1, True), ("megatron", 1, 2, True), ("megatron", 0, 2, True),  # no stages; dist. optimizer; DDP
+    ("torchtitan", 3, 2, True),  # FSDP2 beside torch.distributed.pipelining
+])
+def test_megatron_fsdp_runs_without_pipeline_stages(trainer, zero, pp, ok):
+    cluster, run_spec = ClusterSpec(H100, 8), RunSpec(global_batch=16, seq_len=2048, trainer=trainer)
+    strategy = Strategy(dp=8 // pp, pp=pp, mbn=16 * pp // 8, zero=zero)
+    refusal = strategy_refusal(LLAMA, cluster, run_spec, strategy)
+    assert (refusal is None) == ok, refusal
+    if not ok:
+        assert refusal.rule == "trainer_zero_pipeline"
+        with pytest.raises(SpecError, match=rf"zero={zero} is not valid: megatron runs ZeRO 2, 3 only without "
+                                            rf"pipeline parallelism \(pp=1, not 2\); with pp > 1 it runs ZeRO 0, 1"):
+            check_strategy(LLAMA, cluster, run_spec, strategy)
+
+
+@pytest.mark.parametrize("trainer", ["megatron", "torchtitan"])
+def test_a_search_offers_megatron_fsdp_to_single_stage_layouts_only(trainer):
+    cluster, run_spec = ClusterSpec(H100, 16), RunSpec(global_batch=32, seq_len=2048, trainer=trainer)
+    space = SearchSpace(LLAMA, cluster, run_spec, SpaceOptions(recompute_modes=("none",), sp_choices=(False,)))
+    offered = {(s.pp > 1, s.zero) for s in space.candidates()}  # (with stages, ZeRO stage)
+    if trainer == "torchtitan":
+        assert {(True, 3), (False, 3)} <= offered
+    else:
+        assert not offered & {(True, 2), (True, 3)} and {(False, 2), (False, 3), (True, 1)} <= offered

@@ -111,6 +111,9 @@ class Trainer:
     # ZeRO stages of zero_stages it runs only with data parallelism alone (no TP, PP, CP or EP): a search takes the
     # others (rules.trainer_zero_stages)
     zero_dp_alone: tuple[int, ...]
+    # ZeRO stages of zero_stages it runs only without pipeline parallelism (pp 1): a search offers them to
+    # single-stage layouts only (rule trainer_zero, SearchSpace.zero_stages)
+    zero_without_pipeline: tuple[int, ...]
     # How it runs HSDP (Strategy.dp_shard: ZeRO-3 sharded over dp_shard x cp ranks, the gradient shards all-reduced
     # across dp / dp_shard replicas, docs/formulas.md §7.3), in its own words; "" when it does not run it as ndcp
     # prices it: a search under it returns no HSDP plan (rule dp_shard)

@@ -66,6 +66,10 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
     """The strategy Megatron runs for this plan, and what changed."""
     notes: list[str] = []
     s = nearest_optimizer_offload(TRAINER, nearest_schedule(TRAINER, strategy, notes), notes)
+    if s.pp > 1 and s.zero in TRAINER.zero_without_pipeline:
+        notes.append(f"Megatron FSDP (ZeRO-{s.zero}) runs without pipeline parallelism (its device mesh leaves the "
+                     "stages out): emitted the distributed optimizer (ZeRO-1), which shards less")
+        s = s.with_(zero=1, dp_shard=0)
     plans, why = _expressible(stage_plans(model, s), partition(model, s))
     if why is None:
         return s, notes
@@ -399,6 +403,11 @@ TRAINER = Trainer(
     zero_how=("DDP", "--use-distributed-optimizer", "--use-megatron-fsdp optim_grads",
               "--use-megatron-fsdp optim_grads_params"),
     zero_dp_alone=(),
+    # Megatron FSDP builds its device mesh over dp x cp x tp ranks (HSDP: outer x dp x cp x tp) and leaves the
+    # pipeline out (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py at d98e8a6): with pp > 1 the model set-up
+    # fails ("EinopsError ... Shape mismatch"), though validate_args accepts the flags (scripts/check_trainers.py,
+    # docs/trainers.md §5). The distributed optimizer (ZeRO-1) and DDP run with any pipeline.
+    zero_without_pipeline=(2, 3),
     # Megatron FSDP with R instances (verified at d98e8a6): core/parallel_state.py builds the intra-partial dp-cp
     # groups as consecutive slices of dp*cp/R ranks, distributed/fsdp/mcore_fsdp_adapter.py _init_dist_index shards
     # over that group (dp_shard_dim) and replicates over the inter-instance group (dp_outer_dim), and

@@ -225,6 +225,7 @@ TRAINER = Trainer(
     zero_stages=(0, 3), zero_how=("enable_parallel_optimizer off", "enable_parallel_optimizer + "
                                   "gradient_accumulation_shard"),
     zero_dp_alone=(),
+    zero_without_pipeline=(),
     hsdp="",  # parallel_optimizer_config.optimizer_weight_shard_size (a shard subgroup) is not read or emitted
     recompute="per-stage",  # recompute_config.recompute / select_recompute: per-stage lists
     # recompute_config.recompute (the whole layer) and select_recompute with its default patterns (the dense SwiGLU

@@ -376,6 +376,7 @@ TRAINER = Trainer(
     # could replicate beside them too (HSDP with shard degree 1): not searched
     zero_stages=(0, 3), zero_how=("DDP (data parallel only)", "FSDP2 (fully_shard)"),
     zero_dp_alone=(0,),  # DDP only without TP, PP, CP or EP (above)
+    zero_without_pipeline=(),
     # FSDP2 on the 2-D mesh [dp_replicate, dp_shard] (distributed/parallel_dims.py; parallelize.py apply_fsdp)
     hsdp="--parallelism.data-parallel-replicate-degree R --parallelism.data-parallel-shard-degree N",
     recompute="uniform",  # activation-checkpoint:none|selective|full on every transformer block

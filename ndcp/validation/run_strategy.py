@@ -40,7 +40,10 @@ SCHEDULE_NAMES = {"interleaved1f1b": "interleaved", "interleaved-1f1b": "interle
 DESCRIPTIVE_KEYS = ("recompute_detail", "fsdp", "grad_accum", "local_batch_per_dp", "layers_per_virtual_stage")
 UNKNOWN_SEARCHED = ("vpp", "mbs", "zero", "sp", "recompute")
 DEFAULT_ONE = ("ep", "vpp", "mbs", "zero")  # null -> 1, noted
-BELOW_PP_RULE = "mbn_pp"  # the rule a measured run may break: it ran
+BELOW_PP_RULE = "mbn_pp"  # rules a measured run may break: it ran
+# A stack other than the trainer a row is priced as (NeMo AutoModel's FSDP2 with pipeline stages, priced with
+# Megatron's behaviour) runs what that trainer's launch cannot state: estimated, with a note
+OTHER_STACK_RULE = "trainer_zero_pipeline"
 
 
 class PublishedStrategy(NamedTuple):
@@ -150,8 +153,9 @@ def read_strategy(fields: dict[str, Any], model: ModelSpec, narayanan_basis: boo
 
 def checked_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, values: dict[str, Any],
                      notes: list[str]) -> Strategy:
-    """The assembled strategy, or SkipRun naming the first rule it breaks; fewer micro-batches than stages is
-    noted and estimated (BELOW_PP_RULE)."""
+    """The assembled strategy, or SkipRun naming the first rule it breaks; fewer micro-batches than stages
+    (BELOW_PP_RULE) and a ZeRO stage the priced trainer runs only without stages (OTHER_STACK_RULE) are noted and
+    estimated."""
     try:
         strategy = assemble_strategy(model, cluster, run, values)
     except SpecError as error:
@@ -162,6 +166,9 @@ def checked_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, value
         if refusal is not None and rule.name == BELOW_PP_RULE:
             notes.append(f"{strategy.mbn} micro-batches < pp {strategy.pp}: estimated at its bubble "
                          "(the search requires mbn >= pp)")
+        elif refusal is not None and rule.name == OTHER_STACK_RULE:
+            notes.append(f"ZeRO {strategy.zero} with pp {strategy.pp} ran on its own stack; estimated with "
+                         f"{run.trainer}'s behaviour, whose launch cannot state it ({refusal.message})")
         elif refusal is not None:
             raise SkipRun(f"strategy: {refusal_error(refusal, degrees)}")
     return strategy

@@ -60,6 +60,15 @@ def test_torchtitan_runs_fsdp_or_plain_ddp_and_no_expert_tensor_parallelism():
     assert ran.etp == 1
 
 
+def test_megatron_fsdp_with_pipeline_stages_is_emitted_as_the_distributed_optimizer_and_says_so():
+    # Megatron FSDP's device mesh has no pipeline dimension (rule trainer_zero_pipeline): the nearest plan Megatron
+    # runs keeps the stages and shards less
+    ran, notes = nearest("megatron", LLAMA, RUN, Strategy(dp=2, tp=8, pp=8, mbs=1, mbn=64, zero=3, sp=True))
+    assert ran.zero == 1 and ran.pp == 8 and "without pipeline parallelism" in notes[0]
+    single = Strategy(dp=16, tp=8, mbs=1, mbn=8, zero=3, sp=True)
+    assert nearest("megatron", LLAMA, RUN, single) == (single, [])
+
+
 def test_a_setting_megatron_keeps_off_its_command_line_is_a_note_not_a_flag():
     # activation_func_fp8_input_store is a TransformerConfig field Megatron-LM excludes from its argument parser
     run = replace(RUN, activation_func_fp8_input_store=True)

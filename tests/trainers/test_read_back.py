@@ -38,7 +38,7 @@ PLANS = [  # (name, model, device, gpus, run, strategy)
      Strategy(dp=2, tp=8, pp=4, vpp=2, schedule="interleaved", mbs=1, mbn=64, zero=1, sp=True,
               recompute=SELECTIVE)),
     ("MoE ZeRO-3", "mixtral-8x7b", "h100", 64, RunSpec(global_batch=256, seq_len=4096),
-     Strategy(dp=16, tp=2, pp=2, ep=8, etp=1, mbs=1, mbn=16, zero=3, sp=True, recompute=FULL)),
+     Strategy(dp=32, tp=2, pp=1, ep=8, etp=1, mbs=1, mbn=8, zero=3, sp=True, recompute=FULL)),  # Megatron FSDP: pp 1
     ("MLA + MTP", "deepseek-v3", "h800", 1024, RunSpec(global_batch=4096, seq_len=4096),
      Strategy(dp=32, tp=2, pp=16, ep=64, mbs=1, mbn=128, zero=1, sp=True, recompute=FULL)),
     ("EP overlap", "deepseek-v3", "h800", 2048, RunSpec(global_batch=4096, seq_len=4096, overlap="ep+p2p"),

@@ -46,8 +46,8 @@ MEGATRON_CASES = [  # (model, gpus, run, strategy)
               layers_per_stage=(6,) + (8,) * 15)),
     (LLAMA405, 2048, RunSpec(global_batch=2048, seq_len=8192),  # embedding+loss accounted, interleaved
      Strategy(dp=32, tp=8, pp=8, vpp=8, schedule="interleaved", mbs=1, mbn=64, sp=True, recompute=SELECTIVE)),
-    (MIXTRAL, 64, RunSpec(global_batch=256, seq_len=4096),
-     Strategy(dp=16, tp=2, pp=2, ep=8, etp=2, mbs=1, mbn=16, zero=3, sp=True, recompute=FULL)),
+    (MIXTRAL, 64, RunSpec(global_batch=256, seq_len=4096),  # Megatron FSDP: no pipeline stages
+     Strategy(dp=32, tp=2, pp=1, ep=8, etp=2, mbs=1, mbn=8, zero=3, sp=True, recompute=FULL)),
     (DEEPSEEK, 1024, RunSpec(global_batch=4096, seq_len=4096),
      Strategy(dp=32, tp=2, pp=16, ep=64, mbs=1, mbn=128, sp=True, recompute=FULL)),
     (LLAMA70, 64, RunSpec(global_batch=128, seq_len=8192, precision="fp8", fp8_recipe="tensorwise"),
@@ -125,7 +125,7 @@ def test_torchtitan_reads_back_the_nearest_plan_it_runs(tmp_path):
 def test_mindformers_yaml_reads_back_as_the_plan(tmp_path, model, gpus, strategy):
     # MindFormers' select sets are not ndcp's selective (they re-run the SwiGLU activation): selective layers are
     # emitted fully recomputed, and the YAML reads back as what MindFormers runs
-    run = RunSpec(global_batch=strategy.global_batch, seq_len=8192)
+    run = RunSpec(global_batch=strategy.global_batch, seq_len=8192, trainer="mindformers")
     cluster, ran, back = round_trip(tmp_path, "mindformers", model, gpus, run, strategy)
     selective = any(p.count("selective") for p in stage_plans(model, strategy))
     assert (ran == strategy) == (not selective)

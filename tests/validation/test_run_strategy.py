@@ -49,6 +49,13 @@ def test_fewer_micro_batches_than_stages_is_estimated_at_its_bubble(tmp_path):
     assert any("2 micro-batches < pp 4" in a for a in result.runs[0].assumptions)
 
 
+def test_fsdp_beside_pipeline_stages_on_another_stack_is_estimated_with_a_note(tmp_path):
+    # NeMo AutoModel runs FSDP2 with pipeline stages; priced with Megatron's behaviour, whose launch cannot state it
+    row = read_rows(_row(tmp_path, "{tp: 1, pp: 2, dp: 8, ep: 8, zero_stage: 3, recompute: full}"))[0][1]()
+    assert (row.strategy.pp, row.strategy.zero) == (2, 3)
+    assert any("ZeRO 3 with pp 2 ran on its own stack" in a for a in row.assumptions)
+
+
 def test_unknown_micro_batch_is_searched_with_the_rest_pinned(tmp_path):
     row = read_rows(_row(tmp_path, "{tp: 1, pp: 1, dp: 16, ep: 8, micro_batch: unknown, recompute: none}"))[0][1]()
     s = row.strategy
