@@ -128,12 +128,13 @@ CASES = [
          "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 --precision fp8 "
          "--fp8-recipe blockwise --strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
 ]
-# HSDP (ZeRO-3 sharded over dp_shard ranks, replicated across): Megatron FSDP's optimizer instances, torchtitan's
-# data-parallel shard/replicate degrees; the search's own choice and a fixed dp_shard 8 (one node) on 64 H100
+# HSDP (Megatron FSDP instances, torchtitan shard/replicate degrees): the search's choice, dp_shard 8, and with PP
 CASES += [Case(f"Llama-3 8B HSDP {how}, 64 H100", t, command) for t in TRAINERS for how, command in (
     ("search", "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --hsdp on"),
     ("dp_shard 8", "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
-                   "--strategy tp=1,mbs=1,zero=3,dp_shard=8,recompute=full"))]
+                   "--strategy tp=1,mbs=1,zero=3,dp_shard=8,recompute=full"),
+    ("dp_shard 8 pp2", "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
+                       "--strategy tp=1,pp=2,mbs=1,zero=3,dp_shard=8,recompute=full"))]
 # ndcp options a case's own command may carry that the checker sets itself (option -> how many values follow)
 OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, "--emit-file": 1, "--trainer": 1,
                "--emit-anyway": 0}
