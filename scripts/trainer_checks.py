@@ -66,7 +66,8 @@ def fill_placeholders(tokens: list[str], kind_of: typing.Callable[[str], object]
 # communication overlaps)
 MEGATRON_FEATURES = ("use_distributed_optimizer", "use_megatron_fsdp", "optimizer_cpu_offload",
                      "fine_grained_activation_offloading", "cpu_offloading", "overlap_grad_reduce",
-                     "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm")
+                     "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm",
+                     "defer_embedding_wgrad_compute")
 
 
 def megatron_arguments() -> types.ModuleType:
@@ -239,6 +240,7 @@ def torchtitan(tokens: list[str], world: int, scratch: Path) -> dict:
             config.activation_checkpoint.build(dump_folder=config.dump_folder).apply(part)
     return {"dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "tp": dims.tp, "pp": dims.pp,
             "cp": dims.cp, "ep": dims.ep, **summary, "quantized": quantized,
+            "compile": list(config.compile.components) if config.compile.enable else None,  # not run (docstring)
             "ac": type(config.activation_checkpoint).__qualname__.split(".")[0].replace("NoneType", "none"),
             "filled": filled}
 
