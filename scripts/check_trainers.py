@@ -135,8 +135,9 @@ CASES += [Case(f"Llama-3 8B HSDP {how}, 64 H100", t, command) for t in TRAINERS 
                    "--strategy tp=1,mbs=1,zero=3,dp_shard=8,recompute=full"),
     ("dp_shard 8 pp2", "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
                        "--strategy tp=1,pp=2,mbs=1,zero=3,dp_shard=8,recompute=full"))]
-CASES += [Case("Llama-3 8B search, torch.compile, torchtitan", "torchtitan",
-               "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --torch-compile"),
+CASES += [Case("Llama-3 8B search, torch.compile with compiled loss, torchtitan", "torchtitan",
+               "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --torch-compile "
+               "--compile-loss"),
           Case("70B pp4, deferred embedding wgrad (limit 4)", "megatron",
                "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --wgrad-deferral-limit 4 "
                "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,recompute=selective")]
