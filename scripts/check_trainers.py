@@ -128,6 +128,19 @@ CASES = [
          "estimate deepseek-v3 --device h800 --gpus 1024 --global-batch 4096 --seq-len 4096 --precision fp8 "
          "--fp8-recipe blockwise --strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
 ]
+# HSDP (Megatron FSDP instances, torchtitan shard/replicate degrees): the search's choice, dp_shard 8, and with PP
+CASES += [Case(f"Llama-3 8B HSDP {how}, 64 H100", t, command) for t in TRAINERS for how, command in (
+    ("search", "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --hsdp on"),
+    ("dp_shard 8", "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
+                   "--strategy tp=1,mbs=1,zero=3,dp_shard=8,recompute=full"),
+    ("dp_shard 8 pp2", "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
+                       "--strategy tp=1,pp=2,mbs=1,zero=3,dp_shard=8,recompute=full"))]
+CASES += [Case("Llama-3 8B search, torch.compile with compiled loss, torchtitan", "torchtitan",
+               "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --torch-compile "
+               "--compile-loss"),
+          Case("70B pp4, deferred embedding wgrad (limit 4)", "megatron",
+               "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --wgrad-deferral-limit 4 "
+               "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,recompute=selective")]
 # ndcp options a case's own command may carry that the checker sets itself (option -> how many values follow)
 OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, "--emit-file": 1, "--trainer": 1,
                "--emit-anyway": 0}

@@ -66,7 +66,8 @@ def fill_placeholders(tokens: list[str], kind_of: typing.Callable[[str], object]
 # communication overlaps)
 MEGATRON_FEATURES = ("use_distributed_optimizer", "use_megatron_fsdp", "optimizer_cpu_offload",
                      "fine_grained_activation_offloading", "cpu_offloading", "overlap_grad_reduce",
-                     "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm")
+                     "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm",
+                     "defer_embedding_wgrad_compute")
 
 
 def megatron_arguments() -> types.ModuleType:
@@ -100,13 +101,58 @@ def megatron(tokens: list[str], world: int, scratch: Path) -> dict:
     sys.argv = ["pretrain_gpt.py", *tokens]
     args = arguments.parse_args()
     arguments.validate_args(args)
+    if args.use_megatron_fsdp:
+        megatron_fsdp_mesh(args, world)
     return {"tp": args.tensor_model_parallel_size, "pp": args.pipeline_model_parallel_size,
             "cp": args.context_parallel_size, "ep": args.expert_model_parallel_size, "dp": args.data_parallel_size,
             "vpp": args.virtual_pipeline_model_parallel_size, "mbs": args.micro_batch_size,
             "recompute": [args.recompute_granularity, args.recompute_method, args.recompute_num_layers],
             "fp8": [args.fp8, args.fp8_recipe] if args.fp8 else None,
             "fsdp": args.data_parallel_sharding_strategy if args.use_megatron_fsdp else None,
+            "dist_opt_instances": args.num_distributed_optimizer_instances,
+            "outer_dp": args.outer_dp_sharding_strategy if args.num_distributed_optimizer_instances > 1 else None,
             "on": [name for name in MEGATRON_FEATURES if getattr(args, name, False)], "filled": filled}
+
+
+def megatron_fsdp_mesh(args: argparse.Namespace, world: int) -> None:
+    """Megatron FSDP's device meshes, as its model wrapper builds them at set-up (Megatron-LM d98e8a6,
+    core/distributed/fsdp/mcore_fsdp_adapter.py FullyShardedDataParallelV1._init_dist_index: _get_dp_tp_mesh, or
+    _get_hsdp_tp_mesh with --num-distributed-optimizer-instances > 1, each checked against its process group), over
+    the groups training/initialize.py makes (core/parallel_state.py initialize_model_parallel), on a fake process
+    group of `world` ranks (this is rank 0). What validate_args does not check: e.g. that the meshes span the world
+    without pipeline parallelism."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed.fsdp import mcore_fsdp_adapter as adapter
+
+    if args.megatron_fsdp_version == 2:  # the v2 wrapper refuses TP, PP and CP itself (_validate_v2_config)
+        return
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    ps.initialize_model_parallel(
+        args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+        args.virtual_pipeline_model_parallel_size, context_parallel_size=args.context_parallel_size,
+        expert_model_parallel_size=args.expert_model_parallel_size,
+        expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+        num_distributed_optimizer_instances=args.num_distributed_optimizer_instances,
+        order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp", create_gloo_process_groups=False)
+    experts = args.num_experts is not None
+    if args.num_distributed_optimizer_instances > 1:
+        outer = ps.get_inter_distributed_optimizer_instance_group()
+        adapter._get_hsdp_tp_mesh(outer, ps.get_data_parallel_group(with_context_parallel=True,
+                                                                    partial_data_parallel=True),
+                                  ps.get_tensor_model_parallel_group())
+        if experts:
+            adapter._get_hsdp_tp_mesh(outer, ps.get_expert_data_parallel_group(partial_expert_data_parallel=True),
+                                      ps.get_expert_tensor_parallel_group(),
+                                      ep_size=ps.get_expert_model_parallel_world_size())
+    else:
+        adapter._get_dp_tp_mesh(ps.get_data_parallel_group(with_context_parallel=True),
+                                ps.get_tensor_model_parallel_group())
+        if experts:
+            adapter._get_dp_tp_mesh(ps.get_expert_data_parallel_group(), ps.get_expert_tensor_parallel_group(),
+                                    ep_size=ps.get_expert_model_parallel_world_size())
 
 
 # -- torchtitan --------------------------------------------------------------------------------------------------
@@ -194,6 +240,7 @@ def torchtitan(tokens: list[str], world: int, scratch: Path) -> dict:
             config.activation_checkpoint.build(dump_folder=config.dump_folder).apply(part)
     return {"dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "tp": dims.tp, "pp": dims.pp,
             "cp": dims.cp, "ep": dims.ep, **summary, "quantized": quantized,
+            "compile": list(config.compile.components) if config.compile.enable else None,  # not run (docstring)
             "ac": type(config.activation_checkpoint).__qualname__.split(".")[0].replace("NoneType", "none"),
             "filled": filled}
 
@@ -220,9 +267,14 @@ def main() -> int:
         try:
             print(json.dumps(check(tokens, world, Path(scratch))))
         except Exception as error:  # the trainer's refusal; a SystemExit (its command-line parser) passes through
-            frame = traceback.extract_tb(error.__traceback__)[-1]
+            frames = traceback.extract_tb(error.__traceback__)
+            frame = frames[-1]
             message = f"{type(error).__name__}: {error}" if str(error) else f"{type(error).__name__}: {frame.line}"
-            print(json.dumps({"refused": message, "at": f"{Path(frame.filename).name}:{frame.lineno}"}))
+            at = f"{Path(frame.filename).name}:{frame.lineno}"
+            own = [f for f in frames if re.search(r"/(megatron|torchtitan)/", f.filename)]  # the trainer's line
+            if own and own[-1] is not frame:  # raised in a library the trainer called (einops, torch)
+                at = f"{Path(own[-1].filename).name}:{own[-1].lineno} ({at})"
+            print(json.dumps({"refused": re.sub(r"\s*\n\s*", " ", message), "at": at}))  # one line
             return 1
     return 0
 
