@@ -129,12 +129,14 @@ CASES = [
          "--fp8-recipe blockwise --strategy tp=1,pp=8,ep=64,mbs=1,zero=3,recompute=full"),
 ]
 # HSDP (Megatron FSDP instances, torchtitan shard/replicate degrees): the search's choice, dp_shard 8, and with PP
-CASES += [Case(f"Llama-3 8B HSDP {how}, 64 H100", t, command) for t in TRAINERS for how, command in (
-    ("search", "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --hsdp on"),
+# (torchtitan only: Megatron FSDP runs without pipeline stages, rule trainer_zero_pipeline)
+CASES += [Case(f"Llama-3 8B HSDP {how}, 64 H100", t, command) for how, command, trainers in (
+    ("search", "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --hsdp on", TRAINERS),
     ("dp_shard 8", "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
-                   "--strategy tp=1,mbs=1,zero=3,dp_shard=8,recompute=full"),
+                   "--strategy tp=1,mbs=1,zero=3,dp_shard=8,recompute=full", TRAINERS),
     ("dp_shard 8 pp2", "estimate llama3-8b --device h100 --gpus 64 --global-batch 256 --seq-len 8192 "
-                       "--strategy tp=1,pp=2,mbs=1,zero=3,dp_shard=8,recompute=full"))]
+                       "--strategy tp=1,pp=2,mbs=1,zero=3,dp_shard=8,recompute=full", ("torchtitan",)))
+          for t in trainers]
 CASES += [Case("Llama-3 8B search, torch.compile with compiled loss, torchtitan", "torchtitan",
                "search llama3-8b --device h100 --gpus 64 --global-batch 512 --seq-len 8192 --torch-compile "
                "--compile-loss"),
