@@ -165,13 +165,19 @@ class SearchSpace:
         pipeline parallelism when the layout has stages (rule `trainer_zero_pipeline`), those the trainer offloads the
         optimizer under when the layout offloads it (rule `optimizer_offload`), ZeRO-3 alone under HSDP (rule
         `dp_shard`)."""
-        zeros = self.inner_choices(layout.tp)[0]
-        if layout.pp > 1:  # stages the trainer runs only without pipeline parallelism (rule trainer_zero_pipeline)
-            staged_out = trainer_named(self.run.trainer).zero_without_pipeline
-            zeros = [z for z in zeros if z not in staged_out]
+        zeros = self._zeros_for(layout.tp, layout.pp)
         if layout.dp_shard:
             return [z for z in zeros if z == 3]
         return [z for z in zeros if z in self._offload_zeros] if layout.optimizer_offload else zeros
+
+    def _zeros_for(self, tp: int, pp: int) -> list[int]:
+        """inner_choices' ZeRO stages, less those the trainer runs only without pipeline stages when pp > 1 (rule
+        `trainer_zero_pipeline`: Megatron FSDP)."""
+        zeros = self.inner_choices(tp)[0]
+        if pp == 1:
+            return zeros
+        staged_out = trainer_named(self.run.trainer).zero_without_pipeline
+        return [z for z in zeros if z not in staged_out]
 
     @cached_property
     def _offload_zeros(self) -> tuple[int, ...]:
@@ -220,6 +226,9 @@ class SearchSpace:
             for pp in self._domain("pp", divisors(n // tp), refused):
                 if self._refused(problem, "pp", {**degrees, "pp": pp}, refused):
                     continue
+                if not self._zeros_for(tp, pp):  # every searched ZeRO stage needs pp = 1 under this trainer
+                    refused["trainer_zero_pipeline"] += 1
+                    continue
                 for cp in self._domain("cp", divisors(n // (tp * pp)), refused):
                     if self._refused(problem, "cp", {**degrees, "pp": pp, "cp": cp}, refused):
                         continue
@@ -267,8 +276,8 @@ class SearchSpace:
         etp_refusal = {(ep, etp): first_refusal(problem, "etp", {**known, "ep": ep, "etp": etp})
                        for ep in eps for etp in etps}  # ep_ranks: folded onto the stage's tp*cp*dp ranks
         layouts: dict[tuple, Layout] = {}
-        offloads = self._optimizer_offloads(tp, refused)
-        shards = self._hsdp_shards(tp, cp, dp, refused)
+        offloads = self._optimizer_offloads(tp, pp, refused)
+        shards = self._hsdp_shards(tp, pp, cp, dp, refused)
         for mbs in self._domain("mbs", divisors(self.run.global_batch // dp), refused):
             mbn = self.run.global_batch // (dp * mbs)
             if not self._allowed("mbn", mbn):
@@ -306,25 +315,25 @@ class SearchSpace:
                                                               offload, shard)
                                     out.batches.append((layouts[key], mbs, mbn))
 
-    def _optimizer_offloads(self, tp: int, refused: Counter) -> list[bool]:
+    def _optimizer_offloads(self, tp: int, pp: int, refused: Counter) -> list[bool]:
         """The optimizer offload settings searched: offload where the trainer runs it under a searched ZeRO stage
         (rule `optimizer_offload`; refused once per (tp, pp, cp) otherwise)."""
         out = []
         for offload in self.options.optimizer_offloads:
-            if offload and not set(self._offload_zeros) & set(self.inner_choices(tp)[0]):
+            if offload and not set(self._offload_zeros) & set(self._zeros_for(tp, pp)):
                 refused["optimizer_offload"] += 1
             else:
                 out.append(offload)
         return out
 
-    def _hsdp_shards(self, tp: int, cp: int, dp: int, refused: Counter) -> list[int]:
+    def _hsdp_shards(self, tp: int, pp: int, cp: int, dp: int, refused: Counter) -> list[int]:
         """The dp_shard values searched: 0 (plain ZeRO) and, when asked, HSDP over the data-parallel ranks of one
         scale-up domain (its ranks / (tp x cp), where it divides dp and leaves more than one replica), on dense models
         under a trainer that runs ZeRO-3 and HSDP (rule `dp_shard`; refused once per (tp, pp, cp) otherwise)."""
         out = [0] if False in self.options.hsdp else []
         if True in self.options.hsdp:
             shard = self.cluster.domain_ranks // (tp * cp)
-            if (self.model.moe is None and trainer_named(self.run.trainer).hsdp and 3 in self.inner_choices(tp)[0]
+            if (self.model.moe is None and trainer_named(self.run.trainer).hsdp and 3 in self._zeros_for(tp, pp)
                     and 1 <= shard < dp and dp % shard == 0):
                 out.append(shard)
             else:

@@ -63,7 +63,7 @@ def point_time(document: str) -> dict:
 
 
 def test_estimate_strategy_from_each_trainer_gives_the_same_estimate(capsys, tmp_path):
-    base = ["estimate", *TINY, "--strategy", "tp=2,pp=2,mbs=1,zero=3,sp=on,recompute=full", "--json", "-"]
+    base = ["estimate", *TINY, "--strategy", "tp=2,mbs=1,zero=3,sp=on,recompute=full", "--json", "-"]  # FSDP: pp 1
     expected, _ = run(capsys, *base)
     for kind in KINDS:
         path = tmp_path / kind

@@ -71,9 +71,9 @@ def test_wall_clock_keys_are_the_known_ones(capsys):
         assert path.split(".")[1] in CLOCK_KEYS, f"{path} differs between runs but is not a wall-clock key"
 
 
-# A 24 GiB cap on llama3-8b over 16 H100s: the default per-layer search expands several items (one plan model
-# each) and answers with plans that differ between pipeline stages and partitions that are not even (~0.5 s).
-CAPPED = CASES["llama3-8b-16"] + ["--memory-cap", "14GiB", "--top", "3", "--trainer", "any"]  # per-layer plans
+# A 12 GiB cap on llama3-8b over 16 H100s: the default per-layer search expands several items (one plan model
+# each) and answers with plans that differ between pipeline stages (ZeRO-0 with pp 2: Megatron FSDP runs no stages).
+CAPPED = CASES["llama3-8b-16"] + ["--memory-cap", "12GiB", "--top", "3", "--trainer", "any"]  # per-layer plans
 HASH_SEEDS = ("1", "2")  # PYTHONHASHSEED: the order of sets and the hash of every str key differ between the two
 
 
