@@ -100,16 +100,21 @@ SELECTIVE = RecomputePlan.uniform("selective")
 COMPILED = dataclasses.replace(TITAN, torch_compile=True)
 
 
+def _read_back(tmp_path, run, emitted):
+    """(the file, the 256-GPU cluster, the strategy read back) of a Llama-3-70B file emitted for `run`."""
+    path = tmp_path / "titan.sh"
+    path.write_text(emitted.text)
+    cluster = ClusterSpec(device_preset("h100"), 256)
+    return path, cluster, build_strategy(LLAMA70, cluster, run, read_values(str(path), LLAMA70, run))
+
+
 def test_a_compiled_plan_compiles_the_blocks_and_reads_back_as_the_same_estimate(tmp_path):
     """--compile.enable with components [model] only: the loss stays eager, as ndcp prices its fp32 logits."""
     strategy = Strategy(dp=32, tp=8, mbs=1, mbn=8, zero=3, sp=True, recompute=SELECTIVE)
     emitted = emit("torchtitan", LLAMA70, COMPILED, strategy)
     assert emitted.same_as_plan and "--compile.enable" in tokens(emitted.text)
     assert values(emitted.text, "--compile.components") == ["model"]
-    path = tmp_path / "titan.sh"
-    path.write_text(emitted.text)
-    cluster = ClusterSpec(device_preset("h100"), 256)
-    back = build_strategy(LLAMA70, cluster, COMPILED, read_values(str(path), LLAMA70, COMPILED))
+    path, cluster, back = _read_back(tmp_path, COMPILED, emitted)
     assert back == strategy
     assert estimate_time(LLAMA70, cluster, COMPILED, back).step_seconds == \
         estimate_time(LLAMA70, cluster, COMPILED, strategy).step_seconds
@@ -159,10 +164,7 @@ def test_a_plan_that_compiles_the_loss_emits_both_components_and_reads_back_as_t
     strategy = Strategy(dp=32, tp=8, mbs=1, mbn=8, zero=3, sp=True, recompute=SELECTIVE)
     emitted = emit("torchtitan", LLAMA70, both, strategy)
     assert emitted.same_as_plan and values(emitted.text, "--compile.components") == ["model,loss"]
-    path = tmp_path / "titan.sh"
-    path.write_text(emitted.text)
-    cluster = ClusterSpec(device_preset("h100"), 256)
-    back = build_strategy(LLAMA70, cluster, both, read_values(str(path), LLAMA70, both))
+    path, cluster, back = _read_back(tmp_path, both, emitted)
     assert back == strategy
     assert estimate_memory(LLAMA70, cluster, both, back).peak_bytes == \
         estimate_memory(LLAMA70, cluster, both, strategy).peak_bytes
