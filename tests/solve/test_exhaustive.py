@@ -6,7 +6,7 @@ from ndcp.solve import exhaustive, greedy, result as results
 from ndcp.solve.exhaustive import exhaustive_search
 from ndcp.solve.greedy import greedy_search
 from ndcp.solve.result import CTRL_C, TIME_LIMIT, Evaluated, Ranking, evaluate, nearest_misses
-from ndcp.space import SearchSpace
+from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model
@@ -74,7 +74,9 @@ def test_the_flag_states_the_size_cap():
 
 
 def test_the_per_layer_oracle_answers_ctrl_c_and_its_time_limit(monkeypatch):
-    tiny = SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512))
+    # three recompute options keep the enumeration of every plan to a few seconds (all of them: over a minute)
+    tiny = SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=16, seq_len=512),
+                       SpaceOptions(recompute_modes=("none", "selective", "full")))
     whole = exhaustive.exhaustive_plan_search(tiny, top=3)
     assert whole.status == "optimal" and whole.verified > 40
     timed = exhaustive.exhaustive_plan_search(tiny, top=3, time_limit=0.0)
