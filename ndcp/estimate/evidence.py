@@ -35,6 +35,7 @@ from ..specs.model import ModelSpec
 from ..specs.recompute import KEEPS_ALL, OPTION_BY_NAME, RECOMPUTE_MODES
 from ..specs.run import RunSpec
 from ..specs.strategy import Strategy
+from .fp8 import uncached_weight_copy_bytes_per_parameter
 from .overlap import strategy_overlaps
 
 TABLE_PATH = Path(__file__).with_name("evidence_table.json")
@@ -151,7 +152,7 @@ def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_nam
         features.add("fp8 activation input store")
     if run.wgrad_deferral_limit is not None and strategy.pp > 1:  # what each prices (memory.py), where it does
         features.add("output wgrad deferred")
-    if run.disable_parameter_transpose_cache and run.fp8 and strategy.zero == 0:
+    if uncached_weight_copy_bytes_per_parameter(run, strategy.zero):
         features.add("fp8 weights uncached")
     return frozenset(features)
 

@@ -32,7 +32,7 @@ from functools import lru_cache
 from ..specs.device import DeviceSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from .attention_kernels import TRITON_SLOWDOWN, kernel_efficiencies
+from .attention_kernels import kernel_efficiencies
 from .compute import FLASH_BACKWARD_RATIO, Gemm, fp8_gemms
 
 K_SLICE = 64  # K depth of one main-loop step of 16-bit CUTLASS tiles (128 x 256 x 64): the least a split-K part runs
@@ -103,14 +103,6 @@ def gemm_efficiency(g: Gemm, device: DeviceSpec, dtype_bytes: int) -> float:
     return g.flops / (seconds * device.peak_flops) if seconds else 0.0
 
 
-def flash_efficiencies(device: DeviceSpec, kernel: str = "fused") -> tuple[float, float]:
-    """(forward, backward) fraction of peak of the fused attention kernel `kernel` (RunSpec.attention_kernel;
-    estimate/attention_kernels.py) in a training step: the published kernel figures, capped by the GEMM ceiling (the
-    same tensor cores at the same in-run clocks; a standalone kernel benchmark such as FlashAttention-2's 73 % on
-    A100 runs at boost clock and does not carry over above it)."""
-    return kernel_efficiencies(device, kernel)
-
-
 def attention_core_seconds(forward_flops: float, device: DeviceSpec, flash: bool,
                            kernel: str = "fused") -> tuple[float, float]:
     """(forward, backward) seconds of the attention core (QK^T and attention x V) whose forward executes
@@ -119,19 +111,19 @@ def attention_core_seconds(forward_flops: float, device: DeviceSpec, flash: bool
     Flash attention: the fused kernel `kernel` (RunSpec.attention_kernel) runs at its own fractions of peak: fused at
     the device's `flash_forward_efficiency` and `flash_backward_efficiency`, the others at their published figures
     for the device's generation (estimate/attention_kernels.py: Dao 2023, FlashAttention-2, §4.1; Shah et al. 2024,
-    FlashAttention-3, §4.1), never above the GEMM ceiling (flash_efficiencies); the backward executes
+    FlashAttention-3, §4.1), never above the GEMM ceiling (attention_kernels.kernel_efficiencies); the backward executes
     FLASH_BACKWARD_RATIO times the forward's matmul FLOPs (it recomputes the scores).
     Unfused: plain batched GEMMs per head (K = head dim for QK^T, N = head dim for attention x V); only their FLOPs
     reach this function, not their shapes, so they run at the measured `unfused_attention_efficiency` (Korthikanti
     2022 Table 4 on A100, docs/formulas.md §3), never above the GEMM ceiling; the backward costs twice the forward.
     """
     if flash:
-        forward, backward = flash_efficiencies(device, kernel)
+        forward, backward = kernel_efficiencies(device, kernel)
         return (forward_flops / (device.peak_flops * forward),
                 FLASH_BACKWARD_RATIO * forward_flops / (device.peak_flops * backward))
     forward = forward_flops / (device.peak_flops * min(device.unfused_attention_efficiency, device.compute_efficiency))
     return forward, forward * UNFUSED_BACKWARD_RATIO
 
 
-__all__ = ["gemm_seconds", "gemm_pass_seconds", "training_gemm_seconds", "gemm_efficiency", "flash_efficiencies",
-           "attention_core_seconds", "K_SLICE", "UNFUSED_BACKWARD_RATIO", "TRITON_SLOWDOWN"]
+__all__ = ["gemm_seconds", "gemm_pass_seconds", "training_gemm_seconds", "gemm_efficiency", "attention_core_seconds",
+           "K_SLICE", "UNFUSED_BACKWARD_RATIO"]

@@ -132,9 +132,13 @@ def ssd_forward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_copi
                    h * (2 * q * p + 2 * n * p)),  # read CB, x, z, C, states, dt, dA; write out and out_x
         ScanKernel("rmsnorm", 2 * d * a),  # Megatron's self.norm: read y, write the normed y
     ]
-    if layout_copies:
-        kernels.append(ScanKernel("layout_copies", 2 * (2 * d + 2 * gn + h) * a + 2 * d * a))
-    return kernels
+    return kernels + _layout_copies(d, gn, h, a, layout_copies)
+
+
+def _layout_copies(d: int, gn: float, h: int, a: int, layout_copies: bool) -> list[ScanKernel]:
+    """Megatron's `rearrange(...).contiguous()` of the input projection's output (z, x, B, C, dt) and of y, l b d
+    <-> b l d, read and written once each; in either pass, and only with more than one sequence a micro-batch."""
+    return [ScanKernel("layout_copies", 2 * (2 * d + 2 * gn + h) * a + 2 * d * a)] if layout_copies else []
 
 
 def ssd_backward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_copies: bool) -> list[ScanKernel]:
@@ -167,9 +171,7 @@ def ssd_backward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_cop
         ScanKernel("chunk_cumsum_bwd", 2 * hf + 2 * h * a),  # read ddA, ddt, dt; write ddt
         ScanKernel("conv1d_bwd", 3 * c * a),  # read x and dout (SiLU recomputed in-kernel), write dx
     ]
-    if layout_copies:
-        kernels.append(ScanKernel("layout_copies", 2 * (2 * d + 2 * gn + h) * a + 2 * d * a))
-    return kernels
+    return kernels + _layout_copies(d, gn, h, a, layout_copies)
 
 
 def kernel_seconds(kernels: list[ScanKernel], tokens: float, device: DeviceSpec) -> float:
@@ -230,7 +232,7 @@ def mamba_cp_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degre
 def scan_elementwise_bytes(model: ModelSpec, kind: str, tokens: float, tp: int, dtype_bytes: int) -> float:
     """Memory-bound forward passes of an average layer's Gated DeltaNet mixers, one device: the causal convolution
     and its SiLU (read and write its channels), the gated output norm (read the output and the gate, write the
-    product). Mamba-2's are kernels of its inventory (ssd_kernels)."""
+    product). Mamba-2's are kernels of its inventory (ssd_forward_kernels, ssd_backward_kernels)."""
     share, spec = model.mixer_shares(kind).linear_attention, model.linear_attention
     if not share:
         return 0.0

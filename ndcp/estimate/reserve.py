@@ -74,7 +74,8 @@ def process_groups(strategy: Strategy) -> tuple[ProcessGroup, ...]:
     ring across the dp / dp_shard replicas, beside it (FSDP2 on a 2-D mesh and Megatron FSDP's outer group: one
     communicator per mesh dimension; docs/formulas.md §7.3); etp and edp (expert-data-parallel): the expert
     tensor-parallel and expert-gradient rings of MoE models; pp: send/receive with the two neighbours; ep: the token
-    all-to-all, send/receive with each of the ep - 1 peers. Shared by the strategies with the same degrees (every memory estimate asks, often)."""
+    all-to-all, send/receive with each of the ep - 1 peers. Shared by the strategies with the same degrees (every
+    memory estimate asks, often)."""
     s = strategy
     return _process_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp, expert_data_parallel(s), s.shard_ranks)
 

@@ -71,11 +71,13 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
     norm = memory_seconds(2 * norm_tokens * model.hidden * dtype, device)
     logits_gemm = output_layer_gemm(model, tokens, tp)
     logits = gemm_seconds((logits_gemm,), device, dtype)
-    passes = ((COMPILED_LOSS_PASSES_FORWARD, COMPILED_LOSS_PASSES_BACKWARD) if run.compile_loss
-              else (LOSS_PASSES_FORWARD, LOSS_PASSES_BACKWARD))
-    loss_bytes = tokens * model.vocab / tp * (dtype if run.compile_loss else 4)
-    forward = norm + logits + memory_seconds(passes[0] * loss_bytes, device)
-    backward = 2 * (norm + logits) + memory_seconds(passes[1] * loss_bytes, device)
+    if run.compile_loss:  # passes over the 16-bit logits
+        forward_passes, backward_passes, width = COMPILED_LOSS_PASSES_FORWARD, COMPILED_LOSS_PASSES_BACKWARD, dtype
+    else:  # over the fp32 ones
+        forward_passes, backward_passes, width = LOSS_PASSES_FORWARD, LOSS_PASSES_BACKWARD, 4
+    loss_bytes = tokens * model.vocab / tp * width
+    forward = norm + logits + memory_seconds(forward_passes * loss_bytes, device)
+    backward = 2 * (norm + logits) + memory_seconds(backward_passes * loss_bytes, device)
     tp_comm = 0.0
     if tp > 1:
         bandwidth, latency = comm.tp_link(cluster, tp)

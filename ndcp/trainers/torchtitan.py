@@ -147,11 +147,6 @@ def compiled_components(options: dict) -> tuple[str, ...]:
     return tuple(c for c in OPTION if c in named)
 
 
-def compiles_model(options: dict) -> bool:
-    """Whether torchtitan options compile the transformer blocks (compiled_components)."""
-    return "model" in compiled_components(options)
-
-
 def run_components(run: RunSpec) -> tuple[str, ...]:
     """The components the run compiles: model (RunSpec.torch_compile) and loss (RunSpec.compile_loss)."""
     return tuple(c for c, on in (("model", run.torch_compile), ("loss", run.compile_loss)) if on)
@@ -397,4 +392,5 @@ TRAINER = Trainer(
     reshard=checkpoints.torchtitan,
 )
 
-__all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "compiled_components", "compiles_model", "run_components", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]
+__all__ = ["TRAINER", "CONFIGS", "PLACEHOLDERS", "SCHEDULE_NAMES", "configured", "compiled_components",
+           "run_components", "model_parts", "nearest", "emit", "arguments", "read", "runs_ddp", "recognises"]

@@ -120,15 +120,9 @@ def _flash_attention(entry: dict, training: dict, notes: list[str]) -> bool:
     return True
 
 
-def _torch_compile(training: dict) -> bool:
-    """Stated `training.torch_compile` (true: torchtitan's compile.enable, RunSpec checks the trainer), else eager."""
-    return bool(as_bool(training.get("torch_compile")))
-
-
-def _compile_loss(training: dict) -> bool:
-    """Stated `training.compile_loss` (true: torchtitan compiles the loss too, RunSpec checks the trainer), else
-    an eager loss."""
-    return bool(as_bool(training.get("compile_loss")))
+# torch.compile switches a row states (true: torchtitan's compile.enable for the blocks, the loss compiled too;
+# RunSpec checks the trainer), else eager
+COMPILE_SWITCHES = ("torch_compile", "compile_loss")
 
 
 def _trainer(entry: dict, training: dict, notes: list[str]) -> str:
@@ -227,7 +221,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
-                  torch_compile=_torch_compile(training), compile_loss=_compile_loss(training),
+                  **{k: bool(as_bool(training.get(k))) for k in COMPILE_SWITCHES},
                   **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype")),
                   **{k: training[k] for k in MEGATRON_MEMORY if not is_null(training.get(k))})
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)

@@ -4,9 +4,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ndcp.estimate.attention_kernels import TRITON_SLOWDOWN, kernel_efficiencies
 from ndcp.estimate.compute import FLASH_BACKWARD_RATIO, Gemm
-from ndcp.estimate.gemm import (TRITON_SLOWDOWN, UNFUSED_BACKWARD_RATIO, attention_core_seconds, flash_efficiencies,
-                                gemm_efficiency, gemm_pass_seconds, gemm_seconds, training_gemm_seconds)
+from ndcp.estimate.gemm import (UNFUSED_BACKWARD_RATIO, attention_core_seconds, gemm_efficiency, gemm_pass_seconds,
+                                gemm_seconds, training_gemm_seconds)
 from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import layer_time
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
@@ -116,7 +117,7 @@ def test_flash_kernels_never_beat_the_gemm_ceiling():
     assert a100.flash_forward_efficiency == 0.73
     forward, _ = attention_core_seconds(1e12, a100, flash=True)
     assert forward == pytest.approx(1e12 / (a100.peak_flops * a100.compute_efficiency))
-    assert flash_efficiencies(replace(H100, compute_efficiency=0.3)) == (0.3, 0.3)
+    assert kernel_efficiencies(replace(H100, compute_efficiency=0.3), "fused") == (0.3, 0.3)
 
 
 def test_unfused_core_runs_at_its_measured_efficiency_and_its_backward_twice():
