@@ -415,6 +415,6 @@ ESTIMATE_KEYWORDS = CLUSTER_OPTIONS + RUN_OPTIONS + ESTIMATE_STRATEGY + (ESTIMAT
 __all__ = ["Option", "flag_text", "keyword_values", "add_options", "run_option", "CLUSTER_OPTIONS", "RUN_OPTIONS",
            "NOT_ON_COMMAND_LINE", "SPACE_OPTIONS", "SOLVER_OPTIONS", "MAX_OFFSET", "SEARCH_KEYWORDS",
            "ESTIMATE_KEYWORDS", "ESTIMATE_STRATEGY", "ESTIMATE_STRATEGY_FROM", "SEARCH_STRATEGY_FROM",
-           "strategy_from_option", "strategy_options", "stated_words", "size_text", "bandwidth_text", "size_argument", "length_argument",
-           "size_list", "positive_int", "headroom_fraction", "confidence", "int32", "positive_seconds", "workers",
+           "strategy_from_option", "strategy_options", "stated_words", "size_text", "bandwidth_text", "size_argument",
+           "length_argument", "size_list", "positive_int", "headroom_fraction", "confidence", "int32", "positive_seconds", "workers",
            "bandwidth", "zero_stages", "schedule_names", "cp_comm_types", "MAX_WORKERS", "SEARCH_MODES"]
