@@ -36,6 +36,7 @@ import argparse
 import json
 import re
 import sys
+from statistics import median
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,6 +117,25 @@ def _figures(errors: Errors, runs: list[int], params_of) -> dict:
             "mfu_points": sum(mfus) / len(mfus) if mfus else None}
 
 
+def step_ratios(errors: Errors, runs: list[int]) -> list[tuple[str, float]]:
+    """(source, estimated over measured step time) of each run of `runs` compared on time, shipped constants."""
+    compared = ((source(errors.rows[i]), errors.comparison(i, {}).step_relative_error) for i in runs)
+    return [(name, 1.0 + error) for name, error in compared if error is not None]
+
+
+def source_medians(ratios: list[tuple[str, float]]) -> dict[str, float]:
+    """Each source's median estimated/measured step ratio: what one constant per source (its software stack, its
+    container, how it measures) would absorb. A diagnostic, never a fitted parameter."""
+    names = {name for name, _ in ratios}
+    return {name: median(r for n, r in ratios if n == name) for name in names}
+
+
+def within_source_pct(ratios: list[tuple[str, float]], medians: dict[str, float]) -> float | None:
+    """Mean step |relative error| (%) of `ratios` once each run's source median is divided out."""
+    spread = [abs(r / medians[name] - 1) * 100 for name, r in ratios]
+    return sum(spread) / len(spread) if spread else None
+
+
 def source_table(errors: Errors, runs: list[int], fitting: list[int], params: dict, fp8_only: bool = False
                  ) -> list[dict]:
     """Per source, then all/dense/MoE/FP8: shipped constants, in-sample fit, the source held out (the fit on the
@@ -127,6 +147,7 @@ def source_table(errors: Errors, runs: list[int], fitting: list[int], params: di
     groups += [("all", list(runs)), ("dense", [i for i in runs if errors.rows[i].model.moe is None]),
                ("MoE", [i for i in runs if errors.rows[i].model.moe is not None]),
                ("FP8", [i for i in runs if errors.rows[i].run.fp8])]
+    medians = source_medians(step_ratios(errors, runs))
     table = []
     for name, members in groups:
         table.append({"source": name, "fitting_runs": sum(i in fitting for i in members),
@@ -134,7 +155,9 @@ def source_table(errors: Errors, runs: list[int], fitting: list[int], params: di
                       "shipped": _figures(errors, members, lambda i: {}),
                       "in_sample": _figures(errors, members, lambda i: _ceilings(errors, params, i)),
                       "held_out": _figures(errors, members, lambda i: _ceilings(
-                          errors, held_out[source(errors.rows[i])], i))})
+                          errors, held_out[source(errors.rows[i])], i)),
+                      "source_median": medians.get(name),
+                      "within_source_step_pct": within_source_pct(step_ratios(errors, members), medians)})
     return table
 
 
@@ -199,16 +222,24 @@ def _cell(figures: dict) -> str:
 
 def markdown_table(result: dict) -> str:
     """The per-source table of docs/calibration.md §7: step |rel. error| % / MFU |error| points per column."""
-    out = ["| source | runs (MoE) | fitting | shipped | in-sample fit | held out |", "|---|---|---|---|---|---|"]
+    out = ["| source | runs (MoE) | fitting | shipped | in-sample fit | held out | source median | within source |",
+           "|---|---|---|---|---|---|---|---|"]
     for row in result["sources"]:
         name = row["source"] if row["source"] not in ("all", "dense", "MoE", "FP8") else f"**{row['source']}**"
+        median = "" if row["source_median"] is None else f"{row['source_median']:.3f}"
+        within = "-" if row["within_source_step_pct"] is None else f"{row['within_source_step_pct']:.1f}"
         out.append(f"| {name} | {row['shipped']['runs']} ({row['moe_runs']}) | {row['fitting_runs']} | "
-                   f"{_cell(row['shipped'])} | {_cell(row['in_sample'])} | {_cell(row['held_out'])} |")
+                   f"{_cell(row['shipped'])} | {_cell(row['in_sample'])} | {_cell(row['held_out'])} | {median} | "
+                   f"{within} |")
     fitted_on = "; ".join(f"`{constant}` on {len(ids)} runs" for constant, ids in result["fitted_on"].items())
     p = ", ".join(f"{line.split(' = ')[0]} {line.split(' = ')[1]}" for line in preset_lines(result["parameters"]))
     return "\n".join(out + ["", f"Each cell: mean step-time |relative error| (%) / mean MFU |error| (points). "
                              f"In-sample fit: {p} ({fitted_on}, listed by `scripts/calibrate.py --json`: "
-                             "`fitted_on`). Held out: the ceilings fitted without the row's source."])
+                             "`fitted_on`). Held out: the ceilings fitted without the row's source. Source median: the "
+                             "source's median estimated/measured step ratio (shipped constants; below 1: too fast); "
+                             "within source: the step |relative error| (%) left once each run's source median is "
+                             "divided out, a diagnostic of what one constant per source would absorb, never "
+                             "shipped."])
 
 
 def write_doc(result: dict, target: Path = DOC) -> None:

@@ -38,18 +38,18 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bench_search import MATRIX as BENCH_MATRIX
-from trainer_checks import assume_titan_capability, megatron_arguments
+from trainer_facts import check_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = Path(__file__).resolve().parent / "trainer_checks.py"
 TRAINERS = ("megatron", "torchtitan")
-BLACKWELL = (10, 0)  # a compute capability every torchtitan 0.3.0 converter accepts (MXFP8 and NVFP4 need 10.0)
 
 
 class Case(NamedTuple):
     name: str
     trainer: str
     command: str  # ndcp arguments: searches emit their winner, estimates the given strategy
+    setup: str = ""  # ndcp arguments run first in the same directory: the README command that writes a file it reads
 
 
 CASES = [
@@ -149,14 +149,27 @@ OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, 
 
 
 def readme_cases(readme: Path) -> list[Case]:
-    """Every `ndcp search|estimate ...` command of the README (console lines and continuations), for each trainer."""
-    commands, text = [], re.sub(r"\\\n\s*", " ", readme.read_text())
+    """Every `ndcp search|estimate ...` command of the README (console lines and continuations), for each trainer.
+    A command that reads a file an earlier one writes (`--strategy-from F` after `--emit-file F`) runs after that
+    one, in the same directory, as the README runs them, for the trainer that file is written for."""
+    commands, writers, text = [], {}, re.sub(r"\\\n\s*", " ", readme.read_text())
     for line in text.splitlines():
         found = re.search(r"(?:^\$ |bin/|&& )ndcp ((?:search|estimate) [^`|&]*)", line)
         if found:
-            commands.append(without_own_options(found.group(1)))
+            words = shlex.split(found.group(1))
+            reads = words[words.index("--strategy-from") + 1] if "--strategy-from" in words else None
+            commands.append((without_own_options(found.group(1)), writers.get(reads, "")))
+            if "--emit-file" in words:
+                writers[words[words.index("--emit-file") + 1]] = found.group(1).strip()
     unique = list(dict.fromkeys(commands))
-    return [Case(f"README: {c}", t, c) for c in unique for t in TRAINERS]
+    return [Case(f"README: {c}", t, c, setup) for c, setup in unique for t in TRAINERS
+            if not setup or t == _emitted_for(setup)]
+
+
+def _emitted_for(command: str) -> str:
+    """The trainer whose file `command` writes (its --emit): a command reading that file plans for it alone."""
+    words = shlex.split(command)
+    return words[words.index("--emit") + 1]
 
 
 def bench_cases() -> list[Case]:
@@ -191,6 +204,9 @@ class Emission(NamedTuple):
 def emit(args: argparse.Namespace, case: Case, anyway: bool) -> Emission:
     """ndcp's --emit file for one case, with --trainer the case's (and --emit-anyway where ndcp has it)."""
     with tempfile.TemporaryDirectory() as tmp:
+        if case.setup:  # the command that writes the file this one reads, as the README runs it
+            subprocess.run([*shlex.split(args.ndcp), *shlex.split(case.setup), "--quiet"], capture_output=True,
+                           cwd=tmp)
         path = Path(tmp) / "emitted"
         cmd = [*shlex.split(args.ndcp), *shlex.split(case.command), "--quiet", "--trainer", case.trainer,
                "--emit", case.trainer, "--emit-file", str(path), *(["--emit-anyway"] if anyway else [])]
@@ -280,123 +296,6 @@ def runs_fp8(trainer: str, accepted: Verdict) -> bool:
     """Whether what the trainer parsed runs FP8: Megatron-LM's --fp8 format, torchtitan's FP8/MX linear layers."""
     parsed = json.loads(accepted.detail)
     return bool(parsed["fp8"] if trainer == "megatron" else parsed["quantized"])
-
-
-# -- facts -------------------------------------------------------------------------------------------------------
-def megatron_facts(source: str, pinned: dict) -> dict:
-    """Type, choices and nargs of each pinned flag, read from Megatron-LM's own parser."""
-    sys.path.insert(0, source)
-    parser = megatron_arguments().add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-    actions = {o: a for a in parser._actions for o in a.option_strings}
-    out = {}
-    for name in pinned:
-        action = actions.get(name)
-        if action is None:
-            out[name] = None
-            continue
-        if action.nargs == 0:
-            fact = {"type": "flag"}
-        else:
-            kind = getattr(action.type, "__name__", "str")
-            fact = {"type": kind if kind in ("int", "float") else "str"}
-            if action.choices:
-                fact["choices"] = [str(c) for c in action.choices]
-            if action.nargs not in (None, 1):
-                fact["nargs"] = action.nargs
-        out[name] = fact
-    return out
-
-
-TITAN_AC = {"SelectiveAC": "selective", "FullAC": "full", "NoAC": "none"}
-
-
-def _titan_field(flag: str) -> tuple[object, object]:
-    """(declared type, default) of torchtitan option `--section.field-name` (or `--field-name`), read from
-    Trainer.Config and the config dataclasses its fields name (torchtitan trainer.py, config/configs.py)."""
-    import dataclasses
-    import typing
-
-    from torchtitan.trainer import Trainer
-
-    owner, *path = [part.replace("-", "_") for part in flag[2:].split(".")]
-    names = [owner, *path]
-    cls: object = Trainer.Config
-    for i, name in enumerate(names):
-        field = {f.name: f for f in dataclasses.fields(cls)}[name]
-        declared = typing.get_type_hints(cls)[name]
-        if i == len(names) - 1:
-            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-            return declared, default
-        cls = next(t for t in (typing.get_args(declared) or (declared,)) if dataclasses.is_dataclass(t))
-    raise KeyError(flag)
-
-
-def _titan_kind(declared: object) -> dict:
-    """A declared type as facts/torchtitan.yaml writes it: int, float, flag (a bool), list, or str with choices
-    when it is a Literal."""
-    import typing
-
-    if typing.get_origin(declared) is typing.Literal:
-        return {"type": "str", "choices": list(typing.get_args(declared))}
-    options = typing.get_args(declared) if typing.get_origin(declared) is not list else (list,)
-    options = options or (declared,)
-    for kind, name in ((bool, "flag"), (int, "int"), (float, "float"), (list, "list")):
-        if any(t is kind or typing.get_origin(t) is kind for t in options):
-            return {"type": name}
-    return {"type": "str"}
-
-
-def torchtitan_facts(pinned_flags: dict, configs: dict) -> dict:
-    """Type and default of each option ndcp emits or reads (torchtitan's config dataclasses), and each pinned
-    registry config's own values where they differ (models/*/config_registry.py)."""
-    import importlib
-
-    assume_titan_capability(BLACKWELL)  # a registry config's values do not depend on the device its converters ask
-    flags = {}
-    for flag in pinned_flags:
-        declared, default = _titan_field(flag)
-        kind = _titan_kind(declared)
-        flags[flag] = {"type": kind["type"], "default": default, **({"choices": kind["choices"]}
-                                                                    if "choices" in kind else {})}
-    out_configs = {}
-    for config, pinned in configs.items():
-        registry = importlib.import_module(f"torchtitan.models.{pinned['module']}.config_registry")
-        built = getattr(registry, config)()
-        entry = {"model": pinned["model"], "module": pinned["module"]}
-        for flag, fact in flags.items():
-            value = built
-            for part in flag[2:].split("."):
-                value = getattr(value, part.replace("-", "_"))
-            if value != fact["default"]:
-                entry[flag] = value
-        ac = type(built.activation_checkpoint).__qualname__.split(".")[0]
-        entry["activation_checkpoint"] = TITAN_AC.get(ac, ac)
-        if pinned.get("fp8_recipe"):
-            entry["fp8_recipe"] = pinned["fp8_recipe"]
-        out_configs[config] = entry
-    return {"flags": flags, "configs": out_configs}
-
-
-def check_facts(args: argparse.Namespace) -> int:
-    """Pinned facts equal to what the real parser says (flags ndcp emits or reads)."""
-    import yaml
-
-    pinned = yaml.safe_load((Path(args.facts) / "megatron.yaml").read_text())["flags"]
-    titan = yaml.safe_load((Path(args.facts) / "torchtitan.yaml").read_text())
-    real, real_titan = megatron_facts(args.megatron_lm, pinned), torchtitan_facts(titan["flags"], titan["configs"])
-    if args.dump_facts:
-        print(yaml.safe_dump({"megatron": {"flags": real}, "torchtitan": real_titan}, sort_keys=False,
-                             default_flow_style=None, width=120))
-        return 0
-    wrong = 0
-    for trainer, have, want in (("megatron", pinned, real), ("torchtitan", titan["flags"], real_titan["flags"]),
-                                ("torchtitan configs", titan["configs"], real_titan["configs"])):
-        bad = [n for n in have if want.get(n) != have[n]]
-        for n in bad:
-            print(f"facts: {trainer} {n}: pinned {have[n]}, the real one says {want.get(n)}")
-        print(f"facts: {trainer} {len(have) - len(bad)}/{len(have)} pinned entries match")
-        wrong += len(bad)
-    return wrong
 
 
 def all_cases(args: argparse.Namespace) -> list[Case]:

@@ -127,14 +127,27 @@ def test_calibrate_script_table_has_every_source_and_the_doc_its_markers():
                              "hopper_fp8_compute_efficiency": 0.6, "blackwell_fp8_compute_efficiency": 0.0},
               "fitted_on": {"AMPERE_GEMM_EFFICIENCY": ["a"], "HOPPER_GEMM_EFFICIENCY": ["b", "c"]},
               "sources": [{"source": "mpt", "fitting_runs": 1, "moe_runs": 0, "shipped": row, "in_sample": row,
-                           "held_out": {**row, "mfu_points": None}}]}
+                           "held_out": {**row, "mfu_points": None}, "source_median": 0.9,
+                           "within_source_step_pct": 4.0}]}
     table = calibrate.markdown_table(result)
-    assert "| mpt | 2 (0) | 1 | 10.0 / 2.50 | 10.0 / 2.50 | 10.0 / - |" in table
+    assert "| mpt | 2 (0) | 1 | 10.0 / 2.50 | 10.0 / 2.50 | 10.0 / - | 0.900 | 4.0 |" in table
     assert "`HOPPER_GEMM_EFFICIENCY` on 2 runs" in table and "HOPPER_FP8_GEMM_EFFICIENCY 0.6" in table
     doc = (RUNS.parents[1] / "docs" / "calibration.md").read_text(encoding="utf-8")
     block = doc[doc.index(calibrate.TABLE_BEGIN):doc.index(calibrate.TABLE_END)]
     assert all(f"| {name} |" in block for name in ("narayanan2021", "llm-foundry", "megatron-bridge-performance"))
     assert block.count("\n| ") >= 10 + 3  # at least ten sources, then all, dense, MoE
+
+
+def test_within_source_spread_divides_out_one_constant_per_source():
+    """A source whose runs are all off by one factor (a software stack's offset) has no spread left; a source whose
+    runs disagree keeps it: |0.8/0.9 - 1| and |1.0/0.9 - 1| are 11.1 % each."""
+    calibrate = _calibrate_script()
+    ratios = [("old-stack", 0.8), ("old-stack", 0.8), ("old-stack", 0.8), ("mixed", 0.8), ("mixed", 1.0)]
+    medians = calibrate.source_medians(ratios)
+    assert medians == {"old-stack": 0.8, "mixed": pytest.approx(0.9)}
+    assert calibrate.within_source_pct(ratios[:3], medians) == pytest.approx(0.0)
+    assert calibrate.within_source_pct(ratios[3:], medians) == pytest.approx(100 / 9)
+    assert calibrate.within_source_pct([], medians) is None
 
 
 def _calibrate_script():
