@@ -204,7 +204,11 @@ def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: i
     outputs of the 1st, 3rd, 5th... mm of the block (the policy counts mms per block and recomputes every second
     one). mm order: the fused wqkv, wo, then w1, w3, w2 (SwiGLU) or w1, w2. Column-parallel outputs are TP-sharded; a
     row-parallel mm output is the partial sum before its all-reduce / reduce-scatter, whole on every rank. Measured
-    on torchtitan 0.3.0 (docs/saved_tensors.yaml)."""
+    on torchtitan 0.3.0 (docs/saved_tensors.yaml). Under torch.compile (RunSpec.torch_compile) the policy tags the
+    same ops, but AOTAutograd's partitioned forward returns only the tagged outputs its backward reads, and no
+    gradient reads w2's output (the residual add passes its gradient through): it is not kept (measured on 0.3.0
+    and on the Dec 2024 code, 3f20451b; docs/formulas.md §3.4). Under SP its reduce-scatter output, read by no
+    gradient either, is still counted (not measured: conservative)."""
     B, h, a = run.activation_bytes, model.hidden, model.heads
     d, g, f = model.dim_per_head, model.num_kv_heads, model.ffn_hidden
     mms = [("wqkv", (a + 2 * g) * d, "tp"), ("wo", h, "rep"), ("w1", f, "tp")]
@@ -212,7 +216,7 @@ def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: i
     items = [Tensor("block_input", B * tokens * h, "seq"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
              Tensor("softmax_stats", FP32 * a * tokens, "tp")]
     items += [Tensor(f"{name}_output", B * tokens * width, shard) for i, (name, width, shard) in enumerate(mms)
-              if i % 2 == 0]
+              if i % 2 == 0 and not (run.torch_compile and name == "w2")]
     if tp > 1 and sp:  # wo and w2 outputs reduce-scattered to the sequence shard (c10d reduce_scatter_tensor)
         items += [Tensor("attention_reduce_scatter", B * tokens * h, "seq"),
                   Tensor("mlp_reduce_scatter", B * tokens * h, "seq")]

@@ -74,8 +74,9 @@ class RunSpec:
     SDPA's flash backend), each at its published benchmark on the device's GPU generation (docs/formulas.md §3.3)"""
     torch_compile: bool = False
     """torchtitan's compile.enable: each block under torch.compile, whose partitioner recomputes the MLP activation
-    instead of saving it (measured: docs/saved_tensors.yaml) and Inductor fuses the element-wise ops between the
-    GEMMs (time: docs/formulas.md §3.4); torchtitan only (compile.components "model")"""
+    instead of saving it and, under selective AC, keeps no w2 output (measured: docs/saved_tensors.yaml) and
+    Inductor fuses the element-wise ops between the GEMMs (time: docs/formulas.md §3.4); torchtitan only
+    (compile.components "model")"""
     compile_loss: bool = False
     """torchtitan's compile.components "loss": the cross entropy under torch.compile, whose fused kernels read the
     16-bit logits and write their gradient without the eager loss's fp32 copies (docs/formulas.md §5.6); with
