@@ -158,7 +158,7 @@ def sharded_bytes(tensor: Tensor, tp: int, sp: bool) -> float:
 
 
 # -- torchtitan (eager autograd, op-level SAC) -------------------------------------------------------------------
-def _torchtitan_modelled(model: ModelSpec, kind: str) -> bool:
+def torchtitan_modelled(model: ModelSpec, kind: str) -> bool:
     """torchtitan's dense Llama block (MHA/GQA attention, dense MLP) is inventoried op by op; MLA and MoE layers
     fall back to the Megatron inventory."""
     return model.mla is None and kind != "moe"
@@ -236,7 +236,7 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
     tp, cp, _, etp, mbs, sp = degrees
     if option.keeps == KEEPS_LAYER_INPUT:
         return run.activation_bytes * mbs * run.seq_len / cp * model.hidden / (tp if sp else 1)
-    if trainer_behaviour(run).op_level_inventory and _torchtitan_modelled(model, kind):
+    if trainer_behaviour(run).op_level_inventory and torchtitan_modelled(model, kind):
         # torchtitan keeps what its eager autograd keeps, or what its op-level SAC policy keeps when the option
         # drops anything (its own selective policy, not a tag filter: module docstring)
         tokens = mbs * run.seq_len // cp

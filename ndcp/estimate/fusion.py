@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from .activations import _torchtitan_modelled
+from .activations import torchtitan_modelled
 from .compute import elementwise_bytes
 from .trainers import trainer_behaviour
 
@@ -79,7 +79,7 @@ def torchtitan_block_bytes(model: ModelSpec, tp: int, sp: bool, dtype_bytes: int
 
 def torchtitan_counted(model: ModelSpec, run: RunSpec, kind: str) -> bool:
     """Whether the layer is counted as torchtitan's dense block (else Megatron's fused count prices it)."""
-    return (trainer_behaviour(run).op_level_inventory and _torchtitan_modelled(model, kind)
+    return (trainer_behaviour(run).op_level_inventory and torchtitan_modelled(model, kind)
             and model.mixer_shares(kind).plain and not model.hybrid_blocks)
 
 
