@@ -14,14 +14,14 @@ from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, recompute_option
 from ..specs.run import RunSpec
 from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, fp8_gemms, layer_gemms,
-                      memory_seconds, total_flops)
+                      memory_seconds, mixer_gemms, total_flops)
 from .fusion import layer_elementwise_bytes
 from .fp8 import cast_bytes_per_element
-from .gemm import attention_core_seconds, weight_gemm_seconds
+from .gemm import attention_core_seconds, training_gemm_seconds, weight_gemm_seconds
 from .keys import Degrees, LayerKey
 from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
-from .overlap import ep_overlapped, layer_overlaps, tp_overlapped
+from .overlap import PIPELINE, UB_COMPUTE_STREAMS, ep_overlapped, layer_overlaps, tp_overlapped
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
 
 
@@ -208,7 +208,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tp_backward = max(0.0, tp_forward - linear)
     tp_total = tp_forward + tp_backward
     if "tp" in hidden:
-        tp_forward, tp_backward = tp_overlapped(tp_forward, linear)
+        tp_forward, tp_backward = _tp_userbuffers(model, cluster, run, kind, tp, tokens, tp_forward, linear)
     cp_forward, cp_backward = mixer_cp_seconds(model, cluster, run, kind, degrees, cp_comm, attention,
                                                attention_backward)
     a2a = dispatch_seconds(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
@@ -217,6 +217,42 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
         ep_forward, ep_backward = ep_overlapped(4 * a2a, forward + backward)
     return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
+
+
+def _tp_userbuffers(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,
+                    tp_forward: float, linear: float) -> tuple[float, float]:
+    """Exposed (forward, backward) TP seconds under userbuffers (estimate/overlap.py tp_overlapped). It covers
+    Transformer Engine's linear layers: all of a dense layer's GEMMs; on a MoE layer the mixer's only (the experts'
+    TP traffic goes through the token dispatcher, and TE's grouped linear has no userbuffers), whose collective is
+    one of the layer's two (none in a hybrid model's MoE block); the rest stays as without overlap."""
+    share = 1.0 if kind != "moe" else (0.0 if model.hybrid_blocks else 0.5)
+    rest = tp_forward * (1.0 - share)
+    covered_linear, slowdown = _ub_gemms(model, cluster, run, kind, tp, tokens) if share else (0.0, (1.0, 1.0))
+    forward, backward = tp_overlapped(tp_forward * share, covered_linear, slowdown, cluster.device.sm_count, tp)
+    return forward + rest, backward + max(0.0, rest - (linear - covered_linear))
+
+
+@lru_cache(maxsize=65536)
+def _ub_gemms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int,
+              tokens: float) -> tuple[float, tuple[float, float]]:
+    """The GEMMs userbuffers pairs with collectives (a dense layer's all, a MoE layer's mixer projections): their
+    seconds, one pass, and how much slower their forward and input-gradient GEMMs run split into tp and into 4
+    token chunks, UB_COMPUTE_STREAMS chunks at a time sharing the waves (the tile model, estimate/gemm.py; the
+    weight-gradient GEMMs are never split)."""
+    device, dtype = cluster.device, run.activation_bytes
+    gemms = layer_gemms(model, kind, tokens, tp) if kind != "moe" else mixer_gemms(model, kind, tokens, tp)
+    low = set(fp8_gemms(model, kind, gemms, tokens)) if run.fp8 else set()
+
+    def split(splits: int) -> float:
+        streams = min(UB_COMPUTE_STREAMS, splits)
+        whole = chunked = 0.0
+        for g in gemms:
+            whole += sum(training_gemm_seconds(g, device, dtype, g in low)[:2])
+            part = g._replace(m=g.m / splits, count=g.count * streams)
+            chunked += splits / streams * sum(training_gemm_seconds(part, device, dtype, g in low)[:2])
+        return chunked / whole if whole else 1.0
+
+    return weight_gemm_seconds(model, kind, gemms, tokens, device, run), (split(tp), split(PIPELINE.num_splits))
 
 
 def _unfused_core_elementwise(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,

@@ -8,7 +8,10 @@ Each overlap has the condition its trainer checks before enabling it (docs/formu
   module: a layer that re-runs its forward or its MoE block (with the all-to-alls) in the backward keeps its
   all-to-alls exposed.
 - "tp", Transformer Engine's userbuffers (--tp-comm-overlap): each sequence-parallel all-gather / reduce-scatter
-  split into chunks pipelined with its GEMM; needs tp > 1 and sequence parallelism (Megatron-LM arguments.py).
+  split into chunks pipelined with its GEMM; needs tp > 1 and sequence parallelism (Megatron-LM arguments.py). It is
+  not free: its SM-based methods (pipeline, bulk) hold `num_sm` of the device's SMs beside the GEMM, and the split
+  GEMMs run as smaller GEMMs (tp_overlapped, priced at TE's initialize_ub defaults; Megatron-Bridge's per-model
+  userbuffers_* configs, src/megatron/bridge/training/comm_overlap.py @21d102f5e, hold fewer SMs on H100 FP8).
 - "p2p", the pipeline sends overlapped with the next chunk's compute: Megatron's --overlap-p2p-communication,
   which Megatron-LM enables by default and turns off without interleaving (arguments.py); DualPipe's own.
 The run says which overlaps the trainer is asked for (RunSpec.overlap; "trainer": its defaults,
@@ -17,6 +20,7 @@ TrainerBehaviour.default_overlaps in specs/trainer_behaviour.py); a schedule's o
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 from ..schedules import schedule_named
 from ..specs.recompute import LAYER_FORWARD, MOE_FORWARD, recompute_option
@@ -74,10 +78,68 @@ def layer_overlaps(hidden: frozenset, kind: str, mode: str) -> frozenset:
     return hidden
 
 
-def tp_overlapped(tp_forward: float, linear: float) -> tuple[float, float]:
-    """Exposed (forward, backward) TP seconds of a layer under userbuffers: the forward collectives pipelined with
-    the forward GEMMs, the backward ones with the input- and weight-gradient GEMMs (twice the forward's)."""
-    return max(0.0, tp_forward - linear), max(0.0, tp_forward - 2 * linear)
+class UbMethod(NamedTuple):
+    """How Transformer Engine's userbuffers overlaps one collective with its GEMM (initialize_ub, module docstring):
+    `num_sm` SMs its communication kernels hold (0: copy engines), whether the GEMM is launched on the SMs left
+    (`set_sm_margin`) for its whole run, and the chunks the GEMM is split into (0: one per TP rank; 1: not split)."""
+
+    method: str
+    num_sm: int
+    set_sm_margin: bool
+    num_splits: int
+
+
+# the split GEMMs run on up to 3 compute streams at once: initialize_ub passes num_max_streams=_NUM_MAX_UB_STREAMS
+# = 3 (TE v2.9 transformer_engine/pytorch/module/base.py @70f5366; v2.12 pytorch/cpp_extensions/gemm.py @5671fd3)
+# and CommOverlapCore::initialize makes min(num_max_streams, num_splits) of them (common/comm_gemm_overlap/
+# comm_gemm_overlap.cpp): their tiles share the waves
+UB_COMPUTE_STREAMS = 3
+
+# TE v2.8 - v2.12 initialize_ub defaults (transformer_engine/pytorch/module/base.py @40c69e7 / @70f5366 / @5671fd3,
+# `methods` and `default_cfg`): ring_exchange for qkv/fc1 fprop and proj/fc2 dgrad (point-to-point copies on the copy
+# engines, use_ce=True: no SM held; tp_size splits), pipeline for proj/fc2 fprop (num_sm 16, set_sm_margin, 4
+# splits), bulk for qkv/fc1 dgrad and wgrad (num_sm 16, the collective beside one unsplit GEMM).
+RING_EXCHANGE = UbMethod("ring_exchange", 0, False, 0)
+PIPELINE = UbMethod("pipeline", 16, True, 4)
+BULK = UbMethod("bulk", 16, False, 1)
+
+
+def ub_pair_seconds(comm: float, gemm: float, chunked: float, method: UbMethod, sms: int, tp: int) -> float:
+    """Wall seconds of one collective of `comm` seconds overlapped with its GEMM (`gemm` seconds unsplit on all
+    `sms` SMs, `chunked` split as `method` splits it): the GEMM runs on the SMs the communication leaves it, at
+    (sms - num_sm) / sms of its throughput for its whole run under set_sm_margin, else only while the collective
+    runs; a split pair is a two-stage pipeline of equal chunks, so the first chunk's GEMM or the last chunk's
+    transfer runs alone (max + min / splits). Never less than the collective, nor than the GEMM at the SMs left."""
+    splits = tp if method.num_splits == 0 else method.num_splits
+    g = chunked if splits > 1 else gemm
+    held = method.num_sm / sms
+    if method.set_sm_margin:
+        g = g / (1.0 - held)
+        wall = max(comm, g)
+    else:
+        wall = max(comm, g + comm * held)
+    return wall + (min(comm, g) / splits if splits > 1 else 0.0)
+
+
+def tp_overlapped(tp_forward: float, linear: float, slowdown: tuple[float, float], sms: int,
+                  tp: int) -> tuple[float, float]:
+    """Exposed (forward, backward) TP seconds of a layer under userbuffers (TE defaults above): what its overlapped
+    GEMM pairs take beyond the GEMMs alone. `tp_forward`: the layer's all-gathers and reduce-scatters (half each),
+    `linear`: its weight GEMMs one pass, `slowdown`: how much slower they run split into tp and into 4 token chunks
+    (the tile model, estimate/layer_time.py _ub_gemms). Forward: the all-gathers with the column-parallel GEMMs
+    (ring exchange), the reduce-scatters with the row-parallel ones (pipeline); backward: the output-gradient
+    all-gathers with the row-parallel input gradients (ring exchange), the input-gradient reduce-scatters with the
+    column-parallel weight gradients (bulk). Each GEMM group is taken as half the layer's GEMM time. Overlap can cost
+    more than the collectives it hides (split GEMMs, SMs held): with little to hide a layer is slower than with its
+    collectives exposed."""
+    half, g = tp_forward / 2, linear / 2
+    by_tp, by_four = g * slowdown[0], g * slowdown[1]
+
+    def exposed(method: UbMethod, split: float) -> float:
+        return max(0.0, ub_pair_seconds(half, g, split, method, sms, tp) - g)
+
+    forward = exposed(RING_EXCHANGE, by_tp) + exposed(PIPELINE, by_four)
+    return forward, exposed(RING_EXCHANGE, by_tp) + exposed(BULK, g)
 
 
 def ep_overlapped(all_to_all: float, compute: float) -> tuple[float, float]:
@@ -89,4 +151,5 @@ def ep_overlapped(all_to_all: float, compute: float) -> tuple[float, float]:
 
 
 __all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "asked_overlaps", "hidden_comms", "strategy_overlaps",
-           "layer_overlaps", "tp_overlapped", "ep_overlapped"]
+           "layer_overlaps", "UbMethod", "UB_COMPUTE_STREAMS", "RING_EXCHANGE", "PIPELINE", "BULK", "ub_pair_seconds",
+           "tp_overlapped", "ep_overlapped"]
