@@ -75,8 +75,8 @@ MEGATRON = TrainerBehaviour(
     default_overlaps=frozenset({"p2p"}),
     # Megatron-LM core/tensor_parallel/layers.py @d98e8a6 LinearWithGradAccumulationAndAsyncCommunication.backward
     # (all_gather async, dgrad, wait; reduce_scatter async, wgrad, wait); Transformer Engine's linear layers the same
-    # (transformer_engine/pytorch/module/layernorm_linear.py, layernorm_mlp.py backward: gather_along_first_dim
-    # async_op=True before the dgrad GEMM)
+    # (transformer_engine/pytorch/module/layernorm_linear.py @d0067d0 L787-791 gather_along_first_dim async_op=True
+    # before the dgrad GEMM, L904-908 reduce_scatter_along_first_dim async_op=True before wgrad; layernorm_mlp.py L1191)
     sp_backward_async=True,
 )
 TORCHTITAN = TrainerBehaviour(
