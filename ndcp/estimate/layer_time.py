@@ -21,8 +21,10 @@ from .gemm import attention_core_seconds, training_gemm_seconds, weight_gemm_sec
 from .keys import Degrees, LayerKey
 from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
-from .overlap import PIPELINE, UB_COMPUTE_STREAMS, ep_overlapped, layer_overlaps, tp_overlapped
+from .overlap import (PIPELINE, UB_COMPUTE_STREAMS, ep_overlapped, layer_overlaps, sp_backward_exposed,
+                      tp_overlapped)
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
+from .trainers import trainer_behaviour
 
 
 class LayerTime(NamedTuple):
@@ -149,7 +151,8 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: Layer
 
     recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
     selective: the attention core). tp_comm: 2 forward all-reduces (SP: reduce-scatter + all-gather, same volume)
-    plus whatever of the 2 backward ones outlasts the weight-gradient GEMMs. cp_comm: the exposed part of
+    plus the backward's exposed share (_tp_backward: without SP what outlasts the weight-gradient GEMMs; with SP
+    the output-gradient all-gathers and what of the rest outlasts the column-parallel GEMMs). cp_comm: the exposed part of
     the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch + combine all-to-alls, forward and backward
     (MoE only). wgrad: the weight-gradient GEMMs (one forward of the linear layers). `hidden` overlaps move TP or
     EP time from exposed to tp_hidden / ep_hidden (estimate/overlap.py)."""
@@ -203,9 +206,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     # two row-parallel outputs per layer (the mixer's and the MLP's); one in a hybrid block (a mixer or an MLP alone)
     collectives = 1 if model.hybrid_blocks else 2
     tp_forward = collectives * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
-    # backward: each input-gradient all-reduce runs behind its layer's weight-gradient GEMM (Megatron
-    # LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers
-    tp_backward = max(0.0, tp_forward - linear)
+    tp_backward = _tp_backward(model, cluster, run, kind, degrees, tp_forward, linear) if tp > 1 else 0.0
     tp_total = tp_forward + tp_backward
     if "tp" in hidden:
         tp_forward, tp_backward = _tp_userbuffers(model, cluster, run, kind, tp, tokens, tp_forward, linear)
@@ -219,17 +220,52 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
 
 
+def _tp_backward(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, degrees: Degrees,
+                 tp_forward: float, linear: float) -> float:
+    """Exposed backward TP seconds without userbuffers (docs/formulas.md §7). Plain TP: each column-parallel layer's
+    input-gradient all-reduce runs behind its weight-gradient GEMM (Megatron-LM core/tensor_parallel/layers.py
+    @d98e8a6 LinearWithGradAccumulationAndAsyncCommunication), which costs one forward of the linear layers.
+    Sequence parallelism: the collectives of the GEMMs userbuffers would pair (_ub_share: a dense layer's all, a MoE
+    layer's mixer's) as the trainer runs them (estimate/overlap.py sp_backward_exposed: the output-gradient
+    all-gathers exposed, the input re-gathers and input-gradient reduce-scatters behind the column-parallel GEMMs);
+    the rest (a MoE layer's expert block) as plain TP, as _tp_userbuffers leaves it."""
+    if not degrees.sp:
+        return max(0.0, tp_forward - linear)
+    share = _ub_share(model, kind)
+    covered = _ub_linear(model, cluster, run, kind, degrees.tp, degrees.tokens(run.seq_len)) if share else 0.0
+    rest = tp_forward * (1.0 - share)
+    exposed = sp_backward_exposed(tp_forward * share, covered, trainer_behaviour(run).sp_backward_async)
+    return exposed + max(0.0, rest - (linear - covered))
+
+
+def _ub_share(model: ModelSpec, kind: str) -> float:
+    """The share of a layer's TP collectives that belongs to Transformer Engine's (userbuffers-capable) linear
+    layers: a dense layer's all; a MoE layer's mixer's, one of its two (none in a hybrid model's MoE block)."""
+    return 1.0 if kind != "moe" else (0.0 if model.hybrid_blocks else 0.5)
+
+
 def _tp_userbuffers(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,
                     tp_forward: float, linear: float) -> tuple[float, float]:
     """Exposed (forward, backward) TP seconds under userbuffers (estimate/overlap.py tp_overlapped). It covers
     Transformer Engine's linear layers: all of a dense layer's GEMMs; on a MoE layer the mixer's only (the experts'
     TP traffic goes through the token dispatcher, and TE's grouped linear has no userbuffers), whose collective is
     one of the layer's two (none in a hybrid model's MoE block); the rest stays as without overlap."""
-    share = 1.0 if kind != "moe" else (0.0 if model.hybrid_blocks else 0.5)
+    share = _ub_share(model, kind)
     rest = tp_forward * (1.0 - share)
     covered_linear, slowdown = _ub_gemms(model, cluster, run, kind, tp, tokens) if share else (0.0, (1.0, 1.0))
     forward, backward = tp_overlapped(tp_forward * share, covered_linear, slowdown, cluster.device.sm_count, tp)
     return forward + rest, backward + max(0.0, rest - (linear - covered_linear))
+
+
+def _ub_gemms_of(model: ModelSpec, kind: str, tokens: float, tp: int) -> tuple:
+    """The GEMMs userbuffers pairs with collectives: a dense layer's all, a MoE layer's mixer projections."""
+    return layer_gemms(model, kind, tokens, tp) if kind != "moe" else mixer_gemms(model, kind, tokens, tp)
+
+
+@lru_cache(maxsize=65536)
+def _ub_linear(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float) -> float:
+    """Seconds of _ub_gemms_of, one pass."""
+    return weight_gemm_seconds(model, kind, _ub_gemms_of(model, kind, tokens, tp), tokens, cluster.device, run)
 
 
 @lru_cache(maxsize=65536)
@@ -240,7 +276,7 @@ def _ub_gemms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, t
     token chunks, UB_COMPUTE_STREAMS chunks at a time sharing the waves (the tile model, estimate/gemm.py; the
     weight-gradient GEMMs are never split)."""
     device, dtype = cluster.device, run.activation_bytes
-    gemms = layer_gemms(model, kind, tokens, tp) if kind != "moe" else mixer_gemms(model, kind, tokens, tp)
+    gemms = _ub_gemms_of(model, kind, tokens, tp)
     low = set(fp8_gemms(model, kind, gemms, tokens)) if run.fp8 else set()
 
     def split(splits: int) -> float:
@@ -252,7 +288,7 @@ def _ub_gemms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, t
             chunked += splits / streams * sum(training_gemm_seconds(part, device, dtype, g in low)[:2])
         return chunked / whole if whole else 1.0
 
-    return weight_gemm_seconds(model, kind, gemms, tokens, device, run), (split(tp), split(PIPELINE.num_splits))
+    return _ub_linear(model, cluster, run, kind, tp, tokens), (split(tp), split(PIPELINE.num_splits))
 
 
 def _unfused_core_elementwise(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,

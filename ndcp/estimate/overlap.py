@@ -142,6 +142,23 @@ def tp_overlapped(tp_forward: float, linear: float, slowdown: tuple[float, float
     return forward, exposed(RING_EXCHANGE, by_tp) + exposed(BULK, g)
 
 
+def sp_backward_exposed(pairs: float, linear: float, asynchronous: bool) -> float:
+    """Exposed backward seconds of a layer's sequence-parallel TP traffic without userbuffers (docs/formulas.md §7).
+    `pairs`: its all-gather + reduce-scatter pairs' seconds, as in the forward (half each); `linear`: the GEMMs those
+    collectives serve, one pass, each of the column-parallel layers' input- and weight-gradient GEMMs taken as half
+    of it (as tp_overlapped takes them). Megatron (`asynchronous`, TrainerBehaviour.sp_backward_async): the
+    row-parallel layers' output gradients are all-gathered before their input gradients and waited on (Megatron-LM
+    core/tensor_parallel/mappings.py @d98e8a6 _ReduceScatterToSequenceParallelRegion.backward): exposed, half of
+    `pairs`; each column-parallel layer re-gathers its saved input shard behind its input-gradient GEMM and
+    reduce-scatters its input gradient behind its weight-gradient GEMM (layers.py @d98e8a6
+    LinearWithGradAccumulationAndAsyncCommunication.backward): what outlasts them. Without (DTensor): all of it
+    exposed, nothing re-gathered. Never less than the output-gradient all-gathers."""
+    half = pairs / 2
+    if not asynchronous:
+        return pairs
+    return half + 2.0 * max(0.0, half - linear / 2)
+
+
 def ep_overlapped(all_to_all: float, compute: float) -> tuple[float, float]:
     """Exposed (forward, backward) seconds of a MoE layer's four all-to-alls (dispatch and combine, each way)
     overlapped with another micro-batch's forward and backward compute of the layer: what outlasts it, split
@@ -152,4 +169,4 @@ def ep_overlapped(all_to_all: float, compute: float) -> tuple[float, float]:
 
 __all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "asked_overlaps", "hidden_comms", "strategy_overlaps",
            "layer_overlaps", "UbMethod", "UB_COMPUTE_STREAMS", "RING_EXCHANGE", "PIPELINE", "BULK", "ub_pair_seconds",
-           "tp_overlapped", "ep_overlapped"]
+           "tp_overlapped", "sp_backward_exposed", "ep_overlapped"]

@@ -52,6 +52,11 @@ class TrainerBehaviour:
     # The overlaps (specs.run.OVERLAPS) it runs by default: what RunSpec.overlap "trainer" asks for
     # (estimate/overlap.py requested; docs/formulas.md §7.1).
     default_overlaps: frozenset[str]
+    # Without userbuffers, under sequence parallelism, each column-parallel linear layer re-gathers its saved input
+    # shard for its weight gradient behind its input-gradient GEMM and reduce-scatters its input gradient behind its
+    # weight-gradient GEMM (estimate/overlap.py sp_backward_exposed); False: the backward's all-gathers and
+    # reduce-scatters run in autograd order, waited on by the next op, and the gathered input is saved (none re-gathered).
+    sp_backward_async: bool
 
 
 MEGATRON = TrainerBehaviour(
@@ -68,6 +73,11 @@ MEGATRON = TrainerBehaviour(
     # Megatron-LM arguments.py: --overlap-p2p-communication defaults on (it takes effect when interleaving);
     # --tp-comm-overlap and --overlap-moe-expert-parallel-comm default off
     default_overlaps=frozenset({"p2p"}),
+    # Megatron-LM core/tensor_parallel/layers.py @d98e8a6 LinearWithGradAccumulationAndAsyncCommunication.backward
+    # (all_gather async, dgrad, wait; reduce_scatter async, wgrad, wait); Transformer Engine's linear layers the same
+    # (transformer_engine/pytorch/module/layernorm_linear.py @d0067d0 L787-791 gather_along_first_dim async_op=True
+    # before the dgrad GEMM, L904-908 reduce_scatter_along_first_dim async_op=True before wgrad; layernorm_mlp.py L1191)
+    sp_backward_async=True,
 )
 TORCHTITAN = TrainerBehaviour(
     name="torchtitan",
@@ -90,6 +100,11 @@ TORCHTITAN = TrainerBehaviour(
     # 0.3.0 with torchao 0.18.0 (docs/saved_tensors.yaml: FP8 keeps the BF16 activations)
     fp8_saves_cast_inputs=False,
     default_overlaps=frozenset(),  # torch.distributed.pipelining runs its sends blocking
+    # DTensor (torch/distributed/tensor/_redistribute.py Redistribute.backward, parallel/style.py ColwiseParallel,
+    # RowwiseParallel, PrepareModuleInput; read at torch main, 2025, not pinned to the rows' torch version): the
+    # backward redistributes each gradient in autograd order after the node's dgrad and wgrad GEMMs, the next op
+    # waits on it; the linear saves its gathered (Replicate) input, so nothing is re-gathered
+    sp_backward_async=False,
 )
 # MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or
 # MindSpore source or measured; each is Megatron's, not verified, so its memory and time estimates are Megatron's
@@ -113,6 +128,7 @@ MINDFORMERS = TrainerBehaviour(
     fp8_weight_copies=True,  # as Megatron's, not verified
     fp8_saves_cast_inputs=True,  # as Megatron's, not verified
     default_overlaps=frozenset({"p2p"}),  # as Megatron's, not verified
+    sp_backward_async=True,  # as Megatron's, not verified (MindSpore's sequence-parallel backward was not read)
 )
 BEHAVIOURS: dict[str, TrainerBehaviour] = {b.name: b for b in (MEGATRON, TORCHTITAN, MINDFORMERS)}
 

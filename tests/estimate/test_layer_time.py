@@ -1,0 +1,93 @@
+"""One body layer's time (estimate/layer_time.py; docs/formulas.md §7): the backward TP communication as each
+trainer runs it. Without sequence parallelism the input-gradient all-reduces hide behind the weight-gradient GEMMs;
+with it Megatron all-gathers the output gradients synchronously (exposed), re-gathers the column-parallel inputs
+behind their input-gradient GEMMs and reduce-scatters the input gradients behind their weight-gradient GEMMs;
+torchtitan's DTensor leaves all of it exposed; userbuffers price their own."""
+import pytest
+
+from ndcp.estimate.keys import Degrees, LayerKey
+from ndcp.estimate.layer_time import _ub_gemms, layer_time
+from ndcp.estimate.overlap import sp_backward_exposed, tp_overlapped
+from ndcp.specs import ClusterSpec, RunSpec, device_preset
+from ndcp.specs.library import load_model
+
+LLAMA = load_model("llama3-70b")
+MIXTRAL = load_model("mixtral-8x7b")
+H100 = ClusterSpec(device_preset("h100"), 8)
+MEGATRON = RunSpec(global_batch=64, seq_len=8192)
+TORCHTITAN = RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan")
+USERBUFFERS = frozenset({"tp"})
+
+
+def _dense(run: RunSpec, tp: int, sp: bool, mbs: int = 1, hidden: frozenset = frozenset()):
+    return layer_time(LLAMA, H100, run, LayerKey("dense", "none", Degrees(tp, 1, 1, 1, mbs, sp), "p2p", hidden))
+
+
+def _forward_tp(t) -> float:
+    return t.tp_comm - t.backward_comm  # no CP or EP in these layers: backward_comm is all TP
+
+
+@pytest.mark.parametrize("tp,mbs", [(2, 1), (4, 1), (8, 1), (8, 4)])
+def test_sequence_parallel_backward_never_hides_the_output_gradient_all_gathers(tp, mbs):
+    """Megatron all-gathers each row-parallel layer's output gradient before its input gradient and waits
+    (mappings.py @d98e8a6): at least half of the forward's traffic shows in the backward, whatever the GEMMs."""
+    t = _dense(MEGATRON, tp, True, mbs)
+    assert t.backward_comm >= _forward_tp(t) / 2 - 1e-12
+    assert t.backward_comm > 0
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_plain_tp_backward_hides_behind_the_weight_gradients(tp):
+    """Without SP the input-gradient all-reduces run behind the weight-gradient GEMMs (one forward of them)."""
+    t = _dense(MEGATRON, tp, False)
+    assert t.backward_comm == pytest.approx(max(0.0, _forward_tp(t) - t.wgrad))
+
+
+def test_sequence_parallel_forward_is_priced_as_plain_tp_and_only_the_backward_differs():
+    plain, sp = _dense(MEGATRON, 8, False), _dense(MEGATRON, 8, True)
+    assert _forward_tp(sp) == pytest.approx(_forward_tp(plain))
+    assert sp.backward_comm > plain.backward_comm
+
+
+def test_megatron_hides_the_re_gather_and_the_reduce_scatter_behind_the_column_parallel_gemms():
+    """Exposed = all-gathers + what the re-gather outlasts the input-gradient GEMM + what the reduce-scatter
+    outlasts the weight-gradient GEMM (each half the layer's GEMMs): the extra all-gather shows only when the GEMMs
+    are short."""
+    assert sp_backward_exposed(1.0, 10.0, True) == pytest.approx(0.5)  # long GEMMs: only the all-gathers
+    assert sp_backward_exposed(1.0, 0.0, True) == pytest.approx(1.5)  # no GEMMs: 1.5x the forward's traffic
+    assert sp_backward_exposed(1.0, 0.6, True) == pytest.approx(0.5 + 2 * 0.2)
+    assert sp_backward_exposed(1.0, 10.0, False) == pytest.approx(1.0)  # DTensor: all of it, nothing re-gathered
+
+
+def test_torchtitan_sequence_parallel_backward_exposes_all_its_traffic():
+    t = _dense(TORCHTITAN, 8, True)
+    assert t.backward_comm == pytest.approx(_forward_tp(t))
+    assert t.backward_comm > _dense(MEGATRON, 8, True).backward_comm
+
+
+def test_userbuffers_price_their_own_backward_whatever_the_trainer_runs_without_them():
+    """The userbuffers path (tp_overlapped at TE's defaults) is what the layer exposes under overlap; its hidden
+    time is measured against the SP backward without it."""
+    forward_pairs = _forward_tp(_dense(MEGATRON, 8, False))
+    tokens = Degrees(8, 1, 1, 1, 1, True).tokens(MEGATRON.seq_len)
+    linear, slowdown = _ub_gemms(LLAMA, H100, MEGATRON, "dense", 8, tokens)
+    expected = tp_overlapped(forward_pairs, linear, slowdown, H100.device.sm_count, 8)
+    for run in (MEGATRON, TORCHTITAN):
+        overlapped = _dense(run, 8, True, hidden=USERBUFFERS)
+        assert (_forward_tp(overlapped), overlapped.backward_comm) == pytest.approx(expected)
+        assert overlapped.tp_comm + overlapped.tp_hidden == pytest.approx(_dense(run, 8, True).tp_comm)
+
+
+def test_a_moe_layer_prices_only_its_mixers_pairs_as_sequence_parallel():
+    """The mixer's collectives (half of a MoE layer's) go through TE's linear layers; the expert block's through the
+    token dispatcher, priced as without SP, as under userbuffers."""
+    key = LayerKey("moe", "none", Degrees(4, 1, 4, 1, 1, True))
+    sp = layer_time(MIXTRAL, ClusterSpec(device_preset("h100"), 16), MEGATRON, key)
+    plain = layer_time(MIXTRAL, ClusterSpec(device_preset("h100"), 16), MEGATRON,
+                       key._replace(degrees=Degrees(4, 1, 4, 1, 1, False)))
+    def tp_backward(t):  # backward_comm holds half of the EP all-to-alls too (no overlap asked)
+        return t.backward_comm - t.ep_comm / 2
+
+    mixer_all_gathers = (sp.tp_comm - tp_backward(sp)) / 4
+    assert tp_backward(sp) >= mixer_all_gathers > 0
+    assert tp_backward(sp) >= tp_backward(plain)
