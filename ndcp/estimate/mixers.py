@@ -22,8 +22,9 @@ as the unfused attention core's batched per-head GEMMs (DeviceSpec.unfused_atten
 SCAN_BACKWARD_RATIO times the forward's FLOPs, its convolution and gated norm as memory-bound passes; no measured
 run in examples/ has it. Mamba-2 (ssd_forward_kernels, ssd_backward_kernels, mamba_mixer_seconds): each kernel
 Megatron-Core's MambaMixer runs in training between its projections, forward and backward, priced as max(its
-matmul FLOPs at that efficiency, its HBM bytes at DeviceSpec.hbm_bandwidth): the op inventory of docs/formulas.md
-§2.7, from the kernels' source; nothing fitted to the Nemotron-3 Nano rows (it moves them 2.4-3.9 points).
+matmul FLOPs at the rate the published Triton chunk-scan timing shows (ssd_flop_rate: SSD_MATMUL_EFFICIENCY of the
+peak, measured on Hopper), its HBM bytes at DeviceSpec.hbm_bandwidth): the op inventory of docs/formulas.md §2.7,
+from the kernels' source; nothing fitted to the Nemotron-3 Nano rows.
 """
 from __future__ import annotations
 
@@ -37,6 +38,14 @@ from .keys import Degrees
 
 SCAN_BACKWARD_RATIO = 2.5  # as flash attention's (it recomputes the chunk states as flash recomputes the scores)
 FP32 = 4
+# mamba_ssm's Triton SSD kernels' matmul rate, as a fraction of the BF16 peak, over ndcp's whole-chunk FLOP count
+# (ScanKernel.flops): `_chunk_scan_fwd` (mamba-ssm 2.2.6.post3, Triton 3.5.0) on an H800 SXM (989.4 TFLOP/s, the
+# H100 SXM's tensor cores) at batch 8, 80 heads of 64, state 128, 1 group, chunk 256 (tile-ai/tilelang
+# benchmark/mamba2/README.md and mamba_benchmark_result.png @a35008a4): 90-91 TFLOP/s of its causal count
+# (L Q h P + 2 L h P N) at 8,192-32,768 tokens a sequence, 1.89-7.64 ms, i.e. 135-137 TFLOP/s of ndcp's count
+# (1.5 x at that shape); 106-110 (0.161-0.167) at 1,024-4,096. Measured on Hopper only (docs/formulas.md §2.7).
+SSD_MATMUL_EFFICIENCY = 0.137
+SSD_HOPPER_FLOP_RATE = SSD_MATMUL_EFFICIENCY * 989.4e12  # the same measurement in FLOP/s
 
 
 def gated_deltanet_core_flops(model: ModelSpec, tokens: float, tp: int) -> float:
@@ -175,8 +184,8 @@ def ssd_backward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_cop
 
 
 def kernel_seconds(kernels: list[ScanKernel], tokens: float, device: DeviceSpec) -> float:
-    """Each kernel at its roofline, max(matmul FLOPs at the scan's rate, HBM bytes at hbm_bandwidth), summed."""
-    rate = _scan_flop_rate(device)
+    """Each kernel at its roofline, max(matmul FLOPs at ssd_flop_rate, HBM bytes at hbm_bandwidth), summed."""
+    rate = ssd_flop_rate(device)
     return tokens * sum(max(k.flops / rate, k.nbytes / device.hbm_bandwidth) for k in kernels)
 
 
@@ -184,11 +193,21 @@ def mamba_mixer_seconds(model: ModelSpec, tokens: float, tp: int, device: Device
                         layout_copies: bool) -> tuple[float, float]:
     """(forward, backward) seconds of one Mamba-2 layer's mixer between its projections over `tokens` tokens: its
     kernels (ssd_forward_kernels, ssd_backward_kernels) by kernel_seconds, never below the SSD FLOPs the HFU
-    numerator credits (ssd_core_flops, whole chunks, C B^T per head; backward SCAN_BACKWARD_RATIO x) at that rate."""
-    floor = ssd_core_flops(model, tokens, tp) / _scan_flop_rate(device)
+    numerator credits (ssd_core_flops, whole chunks, C B^T per head; backward SCAN_BACKWARD_RATIO x), both at
+    ssd_flop_rate."""
+    floor = ssd_core_flops(model, tokens, tp) / ssd_flop_rate(device)
     forward = kernel_seconds(ssd_forward_kernels(model, tp, dtype_bytes, layout_copies), tokens, device)
     backward = kernel_seconds(ssd_backward_kernels(model, tp, dtype_bytes, layout_copies), tokens, device)
     return max(forward, floor), max(backward, SCAN_BACKWARD_RATIO * floor)
+
+
+def ssd_flop_rate(device: DeviceSpec) -> float:
+    """FLOP/s of mamba_ssm's Triton SSD kernels' matmuls: SSD_MATMUL_EFFICIENCY of the BF16 peak (measured on an
+    H800), never above the unfused attention core's rate. Unvalidated off Hopper, so priced the slower way there:
+    also capped at the Hopper rate in FLOP/s (SSD_HOPPER_FLOP_RATE), so that a Blackwell part is not assumed to run
+    these small-tile Triton matmuls faster than an H100 does."""
+    rate = min(SSD_MATMUL_EFFICIENCY * device.peak_flops, _scan_flop_rate(device))
+    return rate if device.architecture == "hopper" else min(rate, SSD_HOPPER_FLOP_RATE)
 
 
 def _scan_flop_rate(device: DeviceSpec) -> float:
@@ -264,4 +283,5 @@ def scan_saved(model: ModelSpec, kind: str, tokens: float, dtype_bytes: int) -> 
 
 __all__ = ["gated_deltanet_core_flops", "ssd_core_flops", "scan_core_flops", "scan_core_seconds", "mixer_cp_seconds",
            "mamba_cp_seconds", "scan_elementwise_bytes", "scan_saved", "ScanKernel", "ssd_forward_kernels",
-           "ssd_backward_kernels", "kernel_seconds", "mamba_mixer_seconds", "SCAN_BACKWARD_RATIO"]
+           "ssd_backward_kernels", "kernel_seconds", "mamba_mixer_seconds", "ssd_flop_rate", "SCAN_BACKWARD_RATIO",
+           "SSD_MATMUL_EFFICIENCY"]

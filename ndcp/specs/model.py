@@ -210,9 +210,10 @@ class ModelSpec:
             return self.assumptions
         return self.assumptions + (
             f"hybrid layers ({len(mixed)} of {self.layers} without softmax attention): Gated DeltaNet's scan core "
-            "priced as unfused attention's per-head GEMMs, Mamba-2's mixer kernel by kernel at its HBM roofline; "
-            "Gated DeltaNet unvalidated on measured runs, Mamba-2 hybrids measured on Nemotron-3 Nano only (steps "
-            "estimated 38-45 % short, docs/formulas.md §2.7); each layer priced at its kind's average mixer (exact "
+            "priced as unfused attention's per-head GEMMs, Mamba-2's mixer kernel by kernel (HBM bytes; matmuls at "
+            "the Triton chunk scan's rate measured on Hopper, capped at it elsewhere); Gated DeltaNet unvalidated on "
+            "measured runs, Mamba-2 hybrids measured on Nemotron-3 Nano only (steps estimated 33-41 % short, "
+            "docs/formulas.md §2.7); each layer priced at its kind's average mixer (exact "
             "for the whole model and for stages holding whole repeats of the layer pattern)",)
 
     # -- shape helpers -------------------------------------------------------------------------------------------
