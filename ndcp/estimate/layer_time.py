@@ -21,8 +21,8 @@ from .gemm import attention_core_seconds, training_gemm_seconds, weight_gemm_sec
 from .keys import Degrees, LayerKey
 from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
-from .overlap import (PIPELINE, UB_COMPUTE_STREAMS, ep_overlapped, layer_overlaps, sp_backward_exposed,
-                      tp_overlapped)
+from .overlap import (PIPELINE, UB_COMPUTE_STREAMS, MoEPasses, ep_overlapped, layer_overlaps,
+                      sp_backward_exposed, tp_overlapped)
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
 from .trainers import trainer_behaviour
 
@@ -202,9 +202,8 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     forward = linear + core + elementwise + cast_forward + routing
     backward = 2.0 * (linear + elementwise) + core_backward + cast_backward + routing  # dgrad + wgrad (Narayanan §5.1)
 
-    # docs/formulas.md §7
-    # two row-parallel outputs per layer (the mixer's and the MLP's); one in a hybrid block (a mixer or an MLP alone)
-    collectives = 1 if model.hybrid_blocks else 2
+    # docs/formulas.md §7: one TP collective pair per row-parallel output (_tp_collectives)
+    collectives = _tp_collectives(model, kind)
     tp_forward = collectives * tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp) if tp > 1 else 0.0
     tp_backward = _tp_backward(model, cluster, run, kind, degrees, tp_forward, linear) if tp > 1 else 0.0
     tp_total = tp_forward + tp_backward
@@ -215,9 +214,21 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     a2a = dispatch_seconds(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
     ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
     if "ep" in hidden:
-        ep_forward, ep_backward = ep_overlapped(4 * a2a, forward + backward)
+        ep_forward, ep_backward = ep_overlapped(a2a, _moe_passes(model, cluster, run, kind, tp, tokens, forward,
+                                                                 backward, core, core_backward, routing))
     return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
+
+
+def _moe_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,
+                forward: float, backward: float, core: float, core_backward: float, routing: float) -> MoEPasses:
+    """A MoE layer's compute split as the EP overlap schedules it (overlap.ep_overlapped): before the dispatch its
+    mixer's GEMMs and core and the router; the rest (experts, element-wise work, casts) the MLP's."""
+    mixer = _ub_linear(model, cluster, run, kind, tp, tokens)  # the mixer's weight GEMMs, one pass
+    attention_forward = min(forward, mixer + core + routing)
+    attention_backward = min(backward, 2.0 * mixer + core_backward + routing)
+    return MoEPasses(attention_forward, attention_backward, forward - attention_forward,
+                     backward - attention_backward)
 
 
 def _tp_backward(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, degrees: Degrees,
@@ -238,10 +249,28 @@ def _tp_backward(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str
     return exposed + max(0.0, rest - (linear - covered))
 
 
+def _tp_collectives(model: ModelSpec, kind: str) -> int:
+    """Row-parallel outputs of a layer reduced over the TP group (SP: a reduce-scatter, and an all-gather of the
+    next input): the mixer's and the MLP's; one in a hybrid block (a mixer or an MLP alone). A MoE block has none of
+    its own: Megatron-Core's token dispatchers move the routed tokens over the expert-TP x EP ranks
+    (megatron/core/transformer/moe/token_dispatcher.py @d98e8a6: MoEAlltoAllTokenDispatcher gathers and
+    reduce-scatters only over the expert-TP group `expt_tp`, when etp > 1; the all-gather and flex dispatchers over
+    `tp_ep`), which estimate/moe.py dispatch_seconds prices (tokens x etp / tp a rank); its shared experts are a
+    tensor-parallel MLP over the TP group (SharedExpertMLP): one."""
+    if kind != "moe":
+        return 1 if model.hybrid_blocks else 2
+    shared = 1 if model.moe.shared_experts else 0
+    return shared + (0 if model.hybrid_blocks else 1)
+
+
 def _ub_share(model: ModelSpec, kind: str) -> float:
     """The share of a layer's TP collectives that belongs to Transformer Engine's (userbuffers-capable) linear
-    layers: a dense layer's all; a MoE layer's mixer's, one of its two (none in a hybrid model's MoE block)."""
-    return 1.0 if kind != "moe" else (0.0 if model.hybrid_blocks else 0.5)
+    layers: a dense layer's all; a MoE layer's mixer's (its shared experts' stay as without overlap); none in a
+    hybrid model's MoE block."""
+    if kind != "moe":
+        return 1.0
+    collectives = _tp_collectives(model, kind)
+    return 0.0 if model.hybrid_blocks or not collectives else 1.0 / collectives
 
 
 def _tp_userbuffers(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,

@@ -159,14 +159,37 @@ def sp_backward_exposed(pairs: float, linear: float, asynchronous: bool) -> floa
     return half + 2.0 * max(0.0, half - linear / 2)
 
 
-def ep_overlapped(all_to_all: float, compute: float) -> tuple[float, float]:
-    """Exposed (forward, backward) seconds of a MoE layer's four all-to-alls (dispatch and combine, each way)
-    overlapped with another micro-batch's forward and backward compute of the layer: what outlasts it, split
-    evenly between the passes."""
-    exposed = max(0.0, all_to_all - compute)
+class MoEPasses(NamedTuple):
+    """One MoE layer's compute for one micro-batch, seconds, split where Megatron-Core's EP overlap splits it: the
+    pre-dispatch part (attention, norm, router) and the MLP part (the experts), forward and backward (the MLP's
+    backward: its input gradient, then its weight gradient)."""
+
+    attention_forward: float
+    attention_backward: float
+    mlp_forward: float
+    mlp_backward: float
+
+
+def ep_overlapped(all_to_all: float, passes: MoEPasses) -> tuple[float, float]:
+    """Exposed (forward, backward) seconds of a MoE layer's four all-to-alls of `all_to_all` seconds each (dispatch
+    and combine, each way) when one micro-batch's forward of the layer runs with another's backward of it, as
+    Megatron-Core schedules them (--overlap-moe-expert-parallel-comm; model_chunk_schedule_plan.py @d98e8a6
+    TransformerLayerSchedulePlan.run), in three phases of two streams:
+
+        communication: combine backward   | dispatch forward, dispatch backward           | combine forward
+        computation:   attention forward  | MLP backward (input, weight gradient), forward | attention backward
+
+    each phase as long as its longer stream, the dispatch's backward after the MLP's input gradient and the MLP's
+    forward after the dispatch's forward. What the phases take beyond the compute they hold is exposed, split evenly
+    between the passes: a combine outlasting the attention beside it stays exposed (a hybrid model's MoE block has
+    no attention beside its combines: both exposed). No all-to-all never costs more than without the overlap."""
+    c, p = all_to_all, passes
+    middle = max(max(c, p.mlp_backward / 2) + c, max(p.mlp_backward, c) + p.mlp_forward)
+    paired = max(c, p.attention_forward) + middle + max(c, p.attention_backward)
+    exposed = paired - (p.attention_forward + p.attention_backward + p.mlp_forward + p.mlp_backward)
     return exposed / 2, exposed / 2
 
 
 __all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "asked_overlaps", "hidden_comms", "strategy_overlaps",
            "layer_overlaps", "UbMethod", "UB_COMPUTE_STREAMS", "RING_EXCHANGE", "PIPELINE", "BULK", "ub_pair_seconds",
-           "tp_overlapped", "sp_backward_exposed", "ep_overlapped"]
+           "tp_overlapped", "sp_backward_exposed", "MoEPasses", "ep_overlapped"]

@@ -6,7 +6,7 @@ torchtitan's DTensor leaves all of it exposed; userbuffers price their own."""
 import pytest
 
 from ndcp.estimate.keys import Degrees, LayerKey
-from ndcp.estimate.layer_time import _ub_gemms, layer_time
+from ndcp.estimate.layer_time import _ub_gemms, layer_time, tp_all_reduce_seconds
 from ndcp.estimate.overlap import sp_backward_exposed, tp_overlapped
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
@@ -14,6 +14,7 @@ from ndcp.specs.library import load_model
 LLAMA = load_model("llama3-70b")
 MIXTRAL = load_model("mixtral-8x7b")
 H100 = ClusterSpec(device_preset("h100"), 8)
+H100_16 = ClusterSpec(device_preset("h100"), 16)
 MEGATRON = RunSpec(global_batch=64, seq_len=8192)
 TORCHTITAN = RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan")
 USERBUFFERS = frozenset({"tp"})
@@ -78,16 +79,29 @@ def test_userbuffers_price_their_own_backward_whatever_the_trainer_runs_without_
         assert overlapped.tp_comm + overlapped.tp_hidden == pytest.approx(_dense(run, 8, True).tp_comm)
 
 
-def test_a_moe_layer_prices_only_its_mixers_pairs_as_sequence_parallel():
-    """The mixer's collectives (half of a MoE layer's) go through TE's linear layers; the expert block's through the
-    token dispatcher, priced as without SP, as under userbuffers."""
-    key = LayerKey("moe", "none", Degrees(4, 1, 4, 1, 1, True))
-    sp = layer_time(MIXTRAL, ClusterSpec(device_preset("h100"), 16), MEGATRON, key)
-    plain = layer_time(MIXTRAL, ClusterSpec(device_preset("h100"), 16), MEGATRON,
-                       key._replace(degrees=Degrees(4, 1, 4, 1, 1, False)))
-    def tp_backward(t):  # backward_comm holds half of the EP all-to-alls too (no overlap asked)
-        return t.backward_comm - t.ep_comm / 2
+def _moe_layer(model, sp: bool, run: RunSpec = MEGATRON, hidden: frozenset = frozenset()):
+    degrees = Degrees(4, 1, 4, 1, 1, sp)
+    return layer_time(model, H100_16, run, LayerKey("moe", "none", degrees, "p2p", hidden))
 
-    mixer_all_gathers = (sp.tp_comm - tp_backward(sp)) / 4
-    assert tp_backward(sp) >= mixer_all_gathers > 0
-    assert tp_backward(sp) >= tp_backward(plain)
+
+@pytest.mark.parametrize("name,pairs", [("mixtral-8x7b", 1), ("deepseek-v3", 2)])
+def test_a_moe_layers_tp_collectives_are_its_mixers_and_its_shared_experts(name, pairs):
+    """Megatron's token dispatchers move the routed tokens over the expert-TP x EP ranks (token_dispatcher.py
+    @d98e8a6; priced in ep_comm, estimate/moe.py): the TP group reduces the mixer's output and, where the model has
+    them, the shared experts' (a tensor-parallel MLP). Mixtral's MoE layer has one pair, DeepSeek-V3's two."""
+    model = load_model(name)
+    tokens = Degrees(4, 1, 4, 1, 1, False).tokens(MEGATRON.seq_len)
+    one = tp_all_reduce_seconds(H100_16, tokens * model.hidden * MEGATRON.activation_bytes, 4)
+    t = _moe_layer(model, False)
+    assert t.tp_comm - _tp_backward(t) == pytest.approx(pairs * one)
+
+
+def test_a_moe_layers_mixer_pairs_are_priced_as_sequence_parallel():
+    """The mixer's pair goes through TE's linear layers: under SP at least its all-gathers show in the backward."""
+    sp, plain = _moe_layer(MIXTRAL, True), _moe_layer(MIXTRAL, False)
+    assert _tp_backward(sp) >= (sp.tp_comm - _tp_backward(sp)) / 2 - 1e-12 > 0
+    assert _tp_backward(sp) >= _tp_backward(plain)
+
+
+def _tp_backward(t) -> float:
+    return t.backward_comm - t.ep_comm / 2  # backward_comm holds half of the EP all-to-alls too (no overlap asked)

@@ -10,6 +10,7 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate.compute import layer_forward_flops, mixer_core_flops
 from ndcp.estimate.keys import Degrees
 from ndcp.estimate.layer_time import _layer_compute, _layer_passes, tp_all_reduce_seconds
+from ndcp.estimate.overlap import sp_backward_exposed
 from ndcp.estimate.communication import all_to_all_seconds, cp_link
 from ndcp.estimate.mixers import (SCAN_BACKWARD_RATIO, gated_deltanet_core_flops, kernel_seconds, mamba_cp_seconds,
                                   mamba_mixer_seconds, ssd_backward_kernels, ssd_core_flops, ssd_flop_rate,
@@ -88,8 +89,9 @@ def test_a_hybrid_block_has_one_tensor_parallel_reduction_a_layer_two():
     one = tp_all_reduce_seconds(cluster, 8192 * 4096 * run.activation_bytes, 8)
     block = _layer_passes(NEMOTRON_H, cluster, run, "dense", degrees, "p2p", frozenset())
     layer = _layer_passes(_attention_layer(NEMOTRON_H), cluster, run, "dense", degrees, "p2p", frozenset())
-    assert block.tp_total == pytest.approx(one + max(0.0, one - block.linear))
-    assert layer.tp_total == pytest.approx(2 * one + max(0.0, 2 * one - layer.linear))
+    # under SP the backward is Megatron's (overlap.sp_backward_exposed): the output-gradient all-gathers exposed
+    assert block.tp_total == pytest.approx(one + sp_backward_exposed(one, block.linear, True))
+    assert layer.tp_total == pytest.approx(2 * one + sp_backward_exposed(2 * one, layer.linear, True))
 
 
 def test_mamba_context_parallelism_is_two_all_to_alls_each_way_on_its_share_of_the_layers():

@@ -2,6 +2,8 @@
 where its trainer's condition holds, moves time from exposed to hidden (what userbuffers costs stays exposed: the
 SMs its communication holds, its split GEMMs), and the time breakdown reports both."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ndcp.estimate.overlap import (BULK, PIPELINE, RING_EXCHANGE, hidden_comms, layer_overlaps, requested,
                                    tp_overlapped, ub_pair_seconds)
@@ -121,14 +123,22 @@ def test_userbuffers_hides_most_of_a_large_collective_but_costs_more_than_a_smal
     assert large_forward < 0.6 * 1.2e-3 and large_backward < 0.3 * 1.2e-3
 
 
-def test_a_moe_layer_overlaps_only_its_mixers_collectives():
-    """TE's grouped linear has no userbuffers: a MoE layer keeps its expert block's TP collective exposed in the
-    forward (half of the layer's), whatever the mixer's overlap hides."""
+def _forward_tp(t) -> float:
+    return t.tp_comm - (t.backward_comm - t.ep_comm / 2)  # backward_comm holds half the all-to-alls (none hidden)
+
+
+def test_a_moe_layer_overlaps_its_mixers_collectives_and_not_its_shared_experts():
+    """TE's linear layers carry userbuffers: Mixtral's MoE layer has only its mixer's TP pair (the routed tokens move
+    in the dispatcher), so overlap hides most of it; DeepSeek-V3's shared experts keep their pair exposed (priced as
+    without overlap: half of its layer's forward TP traffic)."""
     layer = LayerKey("moe", "none", Degrees(4, 1, 4, 1, 1, True))
-    plain = layer_time(MIXTRAL, CLUSTER, RUN, layer)
-    overlapped = layer_time(MIXTRAL, CLUSTER, RUN, layer._replace(hidden=frozenset({"tp"})))
-    forward_plain = plain.tp_comm - plain.backward_comm
-    assert overlapped.tp_comm - overlapped.backward_comm >= forward_plain / 2
+
+    def forward_tp(model, hidden: frozenset) -> float:
+        return _forward_tp(layer_time(model, CLUSTER, RUN, layer._replace(hidden=hidden)))
+
+    assert forward_tp(MIXTRAL, frozenset({"tp"})) < 0.6 * forward_tp(MIXTRAL, frozenset())
+    deepseek = load_model("deepseek-v3")
+    assert forward_tp(deepseek, frozenset({"tp"})) >= 0.5 * forward_tp(deepseek, frozenset())
 
 
 def test_split_gemms_cost_more_the_fewer_tokens_each_chunk_has():
@@ -139,3 +149,29 @@ def test_split_gemms_cost_more_the_fewer_tokens_each_chunk_has():
     _, (short_tp, short_four) = _ub_gemms(model, cluster, RUN, "dense", 4, 4096.0)
     _, (long_tp, long_four) = _ub_gemms(model, cluster, RUN, "dense", 4, 8192.0)
     assert short_tp > long_tp >= 1.0 and short_four > long_four >= 1.0
+
+
+def test_ep_overlap_runs_megatrons_three_phases():
+    """Megatron-Core's combined 1F1B (model_chunk_schedule_plan.py @d98e8a6): combine backward beside the attention
+    forward, both dispatches beside the MLP's backward and forward, combine forward beside the attention backward.
+    A combine longer than the attention beside it stays exposed by the difference."""
+    from ndcp.estimate.overlap import MoEPasses, ep_overlapped
+    passes = MoEPasses(attention_forward=1.0, attention_backward=2.0, mlp_forward=3.0, mlp_backward=6.0)
+    assert sum(ep_overlapped(0.0, passes)) == 0.0
+    assert sum(ep_overlapped(0.5, passes)) == pytest.approx(0.0)  # every all-to-all shorter than its partner
+    # c = 1.5: the combine backward outlasts the attention forward by 0.5; the middle phase stays the MLP's 9
+    assert sum(ep_overlapped(1.5, passes)) == pytest.approx(0.5)
+    # a hybrid model's MoE block: nothing beside its combines
+    hybrid = MoEPasses(0.0, 0.0, 3.0, 6.0)
+    assert sum(ep_overlapped(1.0, hybrid)) == pytest.approx(2.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10))
+def test_ep_overlap_exposes_between_full_hiding_and_none(c, attention_forward, attention_backward, mlp_forward,
+                                                         mlp_backward):
+    """Never more than the four all-to-alls unoverlapped, never less than what outlasts all the compute."""
+    from ndcp.estimate.overlap import MoEPasses, ep_overlapped
+    passes = MoEPasses(attention_forward, attention_backward, mlp_forward, mlp_backward)
+    exposed = sum(ep_overlapped(c, passes))
+    assert max(0.0, 4 * c - sum(passes)) - 1e-9 <= exposed <= 4 * c + 1e-9
