@@ -266,6 +266,44 @@ def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: s
     return recompute_option(mode).buffers * (keep - layer_activation_bytes(model, run, kind, mode, degrees))
 
 
+@lru_cache(maxsize=65536)
+def backward_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, degrees: Degrees) -> float:
+    """Bytes the backward of one layer allocates beyond what the layer keeps (and, recomputed, rebuilds) at its
+    peak, inventoried (0 where no inventory is measured: Megatron's layers, MoE, MLA and scan mixers keep today's
+    pricing, docs/formulas.md §5.5).
+
+    torchtitan's dense Llama block (torchtitan 0.3.0 models/common/feed_forward.py, w2(silu(w1(x)) * w3(x))), eager
+    autograd: the peak is in the MLP's backward, at SiLU-multiply's backward (MulBackward0). Alive beside the saved
+    (or rebuilt) set: the block's output gradient (T·h, sequence-sharded under SP), the gradient of the product that
+    w2's backward returned (T·F), and the product's two gradients, of SiLU's output and of w3's (T·F each); the
+    product itself, w2's saved input, is freed with w2's backward node: B·T·(h + 2F) (16-bit) in all. Measured at
+    8,192 and 4,096 tokens (linear) without AC, with op-level SAC and with full AC, whose peaks are the same
+    (scripts/measure_saved_tensors.py peak rows, docs/saved_tensors.yaml, pinned by
+    tests/estimate/test_saved_tensors.py). The attention backward's dQ, dK, dV come after the MLP's saved tensors are
+    freed and stay below it. Under torch.compile the same inventory is priced (the node-by-node bound measures the
+    recomputed SiLU output on top, which Inductor fuses into the multiply's backward); a non-gated MLP (not
+    measured) is priced as the gated one, an upper bound (its backward has one F-wide gradient less). TP splits the
+    F-wide gradients (column-parallel w1, w3) and SP the output gradient; neither is measured under TP."""
+    if not (trainer_behaviour(run).op_level_inventory and torchtitan_modelled(model, kind)
+            and model.mixer_shares(kind).plain):
+        return 0.0
+    tp, cp, _, _, mbs, sp = degrees
+    tokens = mbs * run.seq_len // cp
+    B = run.activation_bytes
+    f = B * tokens * model.ffn_hidden
+    alive = [Tensor("block_output_grad", B * tokens * model.hidden, "seq"), Tensor("w2_input_grad", f, "tp"),
+             Tensor("silu_output_grad", f, "tp"), Tensor("w3_output_grad", f, "tp")]
+    freed = [Tensor("w2_input", f, "tp")]  # the SwiGLU product, counted in the saved set
+    return sum(sharded_bytes(t, tp, sp) for t in alive) - sum(sharded_bytes(t, tp, sp) for t in freed)
+
+
+def layer_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, degrees: Degrees) -> float:
+    """What one layer's backward adds at its peak beyond what it keeps: the recompute workspace and the backward's
+    temporaries (one layer runs its backward at a time: a stage pays the largest of its layers' once)."""
+    return (recompute_workspace_bytes(model, run, kind, mode, degrees)
+            + backward_workspace_bytes(model, run, kind, degrees))
+
+
 def offloaded_layer_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, degrees: Degrees) -> float:
     """Bytes one layer under `mode` moves to the host per micro-batch: what it would keep, less what it keeps on the
     device (0 unless the option offloads; docs/formulas.md §5.3)."""
