@@ -34,8 +34,8 @@ from an output gradient, give the most bytes alive at once (_peak: what is saved
 temporaries, the output and input gradients; not the weights, their gradients or the block output). Compiled, the
 partitioned graphs run node by node, each value freed after its last use: an upper bound for Inductor's code, which
 fuses element-wise chains.
-`backward_peaks` (0.3.0's eager 8B bf16 block, every policy, PEAK_TOKENS): the storages alive at that peak and which
-phase made them (_at_peak), the inventory ndcp's backward workspace prices (docs/formulas.md §5.5).
+The `backward_peaks` sections after the rows (scripts/measure_backward_peaks.py, run by main): the storages alive at
+that peak and which phase made them, the inventory ndcp's backward workspace prices (docs/formulas.md §5.5).
 
 Two ops are not run as the trainer runs them on a GPU, because on the meta device they decompose differently:
 - attention: torchtitan's language models use FlexAttention or varlen attention, which need a GPU (or the compiler);
@@ -84,8 +84,6 @@ CASES = (("0.3.0", "llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "f
          (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective"), True))
 # (code, precision, flavour) of the rows whose peak through forward and backward is measured too (_peak)
 PEAKS = {("0.3.0", "bf16", "8B"), (DEC2024, "bf16", "8B")}
-# token counts of the `backward_peaks` section: 0.3.0's eager 8B bf16 block, what is alive at its peak (_at_peak)
-PEAK_TOKENS = (8192, 4096)
 SEQ_LEN = 8192
 MICRO_BATCH = 1
 
@@ -336,34 +334,6 @@ def _peak(block, leaf, rope, compiled: bool) -> int:
     return timeline.peak({_key(t) for t in held} | {_key(p.grad) for p in block.parameters() if p.grad is not None})
 
 
-def _at_peak(policy: str, tokens: int) -> tuple[int, int, list[tuple[str, str, int]]]:
-    """0.3.0's eager 8B bf16 block at `tokens` under `policy`: (bytes saved after the forward, peak bytes, and
-    [(phase, op, bytes)] of every storage alive at the peak, phase `forward` for what the forward made (kept for
-    backward, or the output gradient the script made) and `backward` for what the backward made (the recompute and
-    its temporaries)). The same records and exclusions as _peak."""
-    block = _build("0.3.0", "llama3", "8B", "bf16", policy)[0]
-    leaf = torch.empty(MICRO_BATCH, tokens, _sizes(block)["hidden"], dtype=torch.bfloat16, device="meta",
-                       requires_grad=True)
-    timeline = _Timeline()
-    with timeline:
-        x = leaf * 1.0
-        out = block(x, None)
-        grad = torch.empty_like(out)
-    for t in (x, grad):
-        timeline.record(t)
-    forward = set(timeline.snapshots[-1]) | {_key(x), _key(grad)}
-    del x
-    with timeline:
-        out.backward(grad)
-    held = [*block.parameters(), *block.buffers(), out, leaf]
-    exclude = {_key(t) for t in held} | {_key(p.grad) for p in block.parameters() if p.grad is not None}
-    peak, _, alive = timeline.at_peak(exclude)
-    saved = sum(timeline.outputs[k][1] for k in forward if k not in exclude and k != _key(grad))
-    rows = [("forward" if k in forward else "backward", timeline.outputs[k][2], timeline.outputs[k][1])
-            for k in alive]
-    return saved, peak, sorted(rows, key=lambda r: (r[0] != "backward", -r[2]))
-
-
 def _build(code: str, model: str, flavour: str, precision: str, policy: str):
     """The block of the trainer code `code` and its second argument (the RoPE table; None: the block's own)."""
     torch.nn.functional.rms_norm = _cuda_rms_norm  # nn.RMSNorm.forward looks it up at call time
@@ -411,21 +381,9 @@ def main() -> int:
             continue
         for policy in policies:
             _print_row(name, measure(model, flavour, precision, policy, compiled, code))
-    _print_backward_peaks()
+    import measure_backward_peaks  # the backward_peaks sections (its docstring); it imports this module
+    measure_backward_peaks.main()
     return 0
-
-
-def _print_backward_peaks() -> None:
-    print("# 0.3.0's eager llama3-8b bf16 block: what is alive at the peak of its forward and backward, per token")
-    print("# count and policy (_at_peak); phase: forward (kept, or the output gradient) or backward (made by it)")
-    print("backward_peaks:")
-    for tokens in PEAK_TOKENS:
-        for policy in ("none", "selective", "full"):
-            saved, peak, alive = _at_peak(policy, tokens)
-            print(f"- tokens: {tokens}\n  policy: {policy}\n  saved_bytes: {saved}\n  peak_bytes: {peak}\n"
-                  "  alive:  # [phase, the op that made it, bytes]")
-            for phase, op, nbytes in alive:
-                print(f"  - [{phase}, '{op}', {nbytes}]")
 
 
 def _print_row(name: str, m: Measured) -> None:

@@ -269,31 +269,35 @@ def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: s
 @lru_cache(maxsize=65536)
 def backward_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, degrees: Degrees) -> float:
     """Bytes the backward of one layer allocates beyond what the layer keeps (and, recomputed, rebuilds) at its
-    peak, inventoried (0 where no inventory is measured: Megatron's layers, MoE, MLA and scan mixers keep today's
-    pricing, docs/formulas.md §5.5).
+    peak, inventoried for dense layers with a gated (SwiGLU) MLP and MHA/GQA attention, both trainers; 0 where no
+    inventory is measured (MoE, MLA, scan mixers, non-gated MLPs: today's pricing, docs/formulas.md §5.5).
 
-    torchtitan's dense Llama block (torchtitan 0.3.0 models/common/feed_forward.py, w2(silu(w1(x)) * w3(x))), eager
-    autograd: the peak is in the MLP's backward, at SiLU-multiply's backward (MulBackward0). Alive beside the saved
-    (or rebuilt) set: the block's output gradient (T·h, sequence-sharded under SP), the gradient of the product that
-    w2's backward returned (T·F), and the product's two gradients, of SiLU's output and of w3's (T·F each); the
-    product itself, w2's saved input, is freed with w2's backward node: B·T·(h + 2F) (16-bit) in all. Measured at
-    8,192 and 4,096 tokens (linear) without AC, with op-level SAC and with full AC, whose peaks are the same
-    (scripts/measure_saved_tensors.py peak rows, docs/saved_tensors.yaml, pinned by
-    tests/estimate/test_saved_tensors.py). The attention backward's dQ, dK, dV come after the MLP's saved tensors are
-    freed and stay below it. Under torch.compile the same inventory is priced (the node-by-node bound measures the
-    recomputed SiLU output on top, which Inductor fuses into the multiply's backward); a non-gated MLP (not
-    measured) is priced as the gated one, an upper bound (its backward has one F-wide gradient less). TP splits the
-    F-wide gradients (column-parallel w1, w3) and SP the output gradient; neither is measured under TP."""
-    if not (trainer_behaviour(run).op_level_inventory and torchtitan_modelled(model, kind)
-            and model.mixer_shares(kind).plain):
+    The peak is in the MLP's backward, at the SwiGLU's backward. Alive beside the saved (or rebuilt) set: the
+    layer's output gradient (T·h, sequence-sharded under SP), the gradient of the SwiGLU output that fc2's (w2's)
+    backward returned (T·F), and the gradients of the gate and up projections (2·T·F); the SwiGLU output itself,
+    fc2's saved input, is freed with fc2's backward node: B·T·(h + 2F) (16-bit) in all.
+    - torchtitan 0.3.0 (models/common/feed_forward.py, w2(silu(w1(x)) * w3(x)), eager autograd): SiLU-multiply's
+      backward (MulBackward0) makes the two T·F gradients. Measured at 8,192 and 4,096 tokens (linear) without AC,
+      with op-level SAC and with full AC, whose peaks are the same (scripts/measure_saved_tensors.py
+      `backward_peaks`, docs/saved_tensors.yaml, pinned by tests/estimate/test_saved_tensors.py). Under
+      torch.compile the same inventory is priced (the node-by-node bound adds the recomputed SiLU output, which
+      Inductor fuses into the multiply's backward).
+    - Megatron-Core (d98e8a6 core/fusions/fused_bias_swiglu.py SwiGLUFunction.backward, swiglu_back under
+      jit_fuser = torch.compile): one [T, 2F] gradient, the two halves written into it by Inductor's one kernel
+      (checked in torch 2.13's generated code: it allocates only the output). Measured eager on the local-spec
+      TransformerLayer at tp 1 (docs/formulas.md §5.5), where the halves are separate tensors too (2·T·F more).
+    The attention backward's dQ, dK, dV come after the MLP's saved tensors are freed and stay below it (measured
+    for Llama-3-8B). TP splits the F-wide gradients (column-parallel fc1) and SP the output gradient; neither is
+    measured under TP."""
+    if kind == "moe" or model.mla is not None or not model.gated or not model.mixer_shares(kind).plain:
         return 0.0
     tp, cp, _, _, mbs, sp = degrees
     tokens = mbs * run.seq_len // cp
     B = run.activation_bytes
     f = B * tokens * model.ffn_hidden
-    alive = [Tensor("block_output_grad", B * tokens * model.hidden, "seq"), Tensor("w2_input_grad", f, "tp"),
-             Tensor("silu_output_grad", f, "tp"), Tensor("w3_output_grad", f, "tp")]
-    freed = [Tensor("w2_input", f, "tp")]  # the SwiGLU product, counted in the saved set
+    alive = [Tensor("layer_output_grad", B * tokens * model.hidden, "seq"), Tensor("fc2_input_grad", f, "tp"),
+             Tensor("fc1_output_grad", 2 * f, "tp")]
+    freed = [Tensor("fc2_input", f, "tp")]  # the SwiGLU output, counted in the saved set
     return sum(sharded_bytes(t, tp, sp) for t in alive) - sum(sharded_bytes(t, tp, sp) for t in freed)
 
 

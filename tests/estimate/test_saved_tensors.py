@@ -169,6 +169,27 @@ def test_compiled_temporaries_are_priced_within_the_node_by_node_bound():
         == 2 * 8192 * 14336
 
 
+MEGATRON = TABLE["megatron_backward_peaks"]  # Megatron-Core d98e8a6's local-spec layer, Llama-3-8B sizes, tp 1
+
+
+def test_megatrons_swiglu_backward_has_the_same_inventory_once_its_halves_are_fused():
+    # at Megatron's peak (swiglu_back's torch.cat): the layer's output gradient, fc2's input gradient, the
+    # concatenated [T, 2F] gradient and, on the meta device where swiglu_back runs eagerly, its two halves; the
+    # SwiGLU output (fc2's saved input) is freed. On a GPU Megatron compiles swiglu_back (core/jit.py jit_fuser =
+    # torch.compile) and Inductor writes the halves into the concatenated output: the price is the rest, torchtitan's
+    llama = load_model("llama3-8b")
+    for row in MEGATRON:
+        tokens, h, ffn = row["tokens"], 4096, 14336
+        made = sorted(b for phase, _, b in row["alive"] if phase == "backward")
+        assert made == [2 * tokens * ffn] * 3 + [2 * tokens * 2 * ffn]
+        halves = 2 * (2 * tokens * ffn)
+        run = RunSpec(global_batch=8, seq_len=tokens)
+        priced = backward_workspace_bytes(llama, run, "dense", Degrees(1, 1, 1, 1, 1, False))
+        assert row["peak_bytes"] - row["saved_bytes"] - halves == priced == 2 * tokens * (h + 2 * ffn)
+    assert [r["tokens"] for r in MEGATRON] == [8192, 4096]
+    assert abs(MEGATRON[0]["peak_bytes"] - 2 * MEGATRON[1]["peak_bytes"]) <= SCALAR_BYTES
+
+
 def test_the_dec2024_code_explains_the_measured_compile_saving():
     # benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd: 82.4 GiB eager, 77.0 compiled (FSDP 8, local batch 2,
     # 32 layers): the saved-tensor drop on every layer plus the one backward transient, as measured on the Dec 2024
