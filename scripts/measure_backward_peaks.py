@@ -9,9 +9,10 @@ leaf input are left out, as in its _peak), at two token counts, to show the term
   policies (the blocks measure_saved_tensors builds).
 - `megatron_backward_peaks` (only with MEGATRON_LM set to a Megatron-LM checkout; d98e8a6 was measured): Megatron-
   Core's local-spec TransformerLayer (core/models/gpt/gpt_layer_specs.py get_gpt_layer_local_spec) at Llama-3-8B's
-  sizes, tp 1, bf16, no recompute, RMSNorm, SwiGLU with bias_activation_fusion (SwiGLUFunction), no RoPE (its
-  tensors do not reach the MLP's peak), RMSNorm as CUDA runs it (measure_saved_tensors' stand-in). Its core attention is the flash stand-in measure_saved_tensors uses (the
-  local spec's unfused DotProductAttention keeps a·T² softmax bytes no Megatron run uses). On the meta device
+  sizes, tp 1, bf16, no recompute, RMSNorm as CUDA runs it (measure_saved_tensors' stand-in), SwiGLU with
+  bias_activation_fusion (SwiGLUFunction), no RoPE (its tensors do not reach the MLP's peak). Its core attention is
+  the flash stand-in measure_saved_tensors uses (the local spec's unfused DotProductAttention keeps a·T² softmax
+  bytes no Megatron run uses). On the meta device
   swiglu_back runs eagerly, so its two halves are separate tensors before torch.cat; on a GPU Megatron compiles it
   (core/jit.py jit_fuser = torch.compile) and Inductor writes the halves into the concatenated output.
 

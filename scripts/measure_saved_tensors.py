@@ -34,8 +34,9 @@ from an output gradient, give the most bytes alive at once (_peak: what is saved
 temporaries, the output and input gradients; not the weights, their gradients or the block output). Compiled, the
 partitioned graphs run node by node, each value freed after its last use: an upper bound for Inductor's code, which
 fuses element-wise chains.
-The `backward_peaks` sections after the rows (scripts/measure_backward_peaks.py, run by main): the storages alive at
-that peak and which phase made them, the inventory ndcp's backward workspace prices (docs/formulas.md §5.5).
+The `backward_peaks` sections after the rows (scripts/measure_backward_peaks.py, run by main; its Megatron-Core rows
+need MEGATRON_LM, a Megatron-LM checkout, set too): the storages alive at that peak and which phase made them, the
+inventory ndcp's backward workspace prices (docs/formulas.md §5.5).
 
 Two ops are not run as the trainer runs them on a GPU, because on the meta device they decompose differently:
 - attention: torchtitan's language models use FlexAttention or varlen attention, which need a GPU (or the compiler);

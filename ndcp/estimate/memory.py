@@ -223,12 +223,13 @@ def _per_layer_table(per_layer, model: ModelSpec, run: RunSpec, keys: tuple, deg
 
 def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
                         counts: dict[tuple[str, str], int] | None = None) -> dict[str, float]:
-    """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
-    collective buffers and the reserve (reserve.py: context, workspaces, communicators, and fragmentation in
-    proportion to the activations), and the pipeline runtime's held outputs and receive buffers where the trainer
-    keeps them (pipeline_buffers.py), and Megatron's deferred output-layer weight gradients on the last stage
-    (activations.deferred_wgrad_bytes). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
-    to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
+    """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute and backward
+    workspace (one layer's, stage_layer_workspace), collective buffers and the reserve (reserve.py: context,
+    workspaces, communicators, and fragmentation in proportion to the activations), and the pipeline runtime's held
+    outputs and receive buffers where the trainer keeps them (pipeline_buffers.py), and Megatron's deferred
+    output-layer weight gradients on the last stage (activations.deferred_wgrad_bytes). Independent of the ZeRO
+    stage. `counts` ((kind, mode) -> body layers) defaults to the strategy's own plan; {} gives the parts that do not
+    depend on the body layers."""
     degrees = Degrees.of_strategy(strategy)
     in_flight = _in_flight(strategy, layout)
     if counts is None:
