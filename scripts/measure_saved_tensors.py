@@ -34,6 +34,9 @@ from an output gradient, give the most bytes alive at once (_peak: what is saved
 temporaries, the output and input gradients; not the weights, their gradients or the block output). Compiled, the
 partitioned graphs run node by node, each value freed after its last use: an upper bound for Inductor's code, which
 fuses element-wise chains.
+The `backward_peaks` sections after the rows (scripts/measure_backward_peaks.py, run by main; its Megatron-Core rows
+need MEGATRON_LM, a Megatron-LM checkout, set too): the storages alive at that peak and which phase made them, the
+inventory ndcp's backward workspace prices (docs/formulas.md §5.5).
 
 Two ops are not run as the trainer runs them on a GPU, because on the meta device they decompose differently:
 - attention: torchtitan's language models use FlexAttention or varlen attention, which need a GPU (or the compiler);
@@ -126,8 +129,16 @@ class _Timeline(_LiveStorages):
 
     def peak(self, exclude: set[int]) -> int:
         """The most bytes alive at once, less `exclude` (weights' gradients: model states, not activations)."""
+        return self.at_peak(exclude)[0]
+
+    def at_peak(self, exclude: set[int]) -> tuple[int, int, tuple[int, ...]]:
+        """(bytes, op index, storages alive) at the first op where the most bytes, less `exclude`, are alive."""
         sizes = {key: nbytes for key, (_, nbytes, _) in self.outputs.items() if key not in exclude}
-        return max((sum(sizes.get(k, 0) for k in snap) for snap in self.snapshots), default=0)
+        totals = [sum(sizes.get(k, 0) for k in snap) for snap in self.snapshots]
+        if not totals:
+            return 0, -1, ()
+        index = max(range(len(totals)), key=totals.__getitem__)
+        return totals[index], index, tuple(k for k in self.snapshots[index] if k in sizes)
 
 
 def _flash_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -371,6 +382,8 @@ def main() -> int:
             continue
         for policy in policies:
             _print_row(name, measure(model, flavour, precision, policy, compiled, code))
+    import measure_backward_peaks  # the backward_peaks sections (its docstring); it imports this module
+    measure_backward_peaks.main()
     return 0
 
 

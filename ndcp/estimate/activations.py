@@ -266,6 +266,48 @@ def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: s
     return recompute_option(mode).buffers * (keep - layer_activation_bytes(model, run, kind, mode, degrees))
 
 
+@lru_cache(maxsize=65536)
+def backward_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, degrees: Degrees) -> float:
+    """Bytes the backward of one layer allocates beyond what the layer keeps (and, recomputed, rebuilds) at its
+    peak, inventoried for dense layers with a gated (SwiGLU) MLP and MHA/GQA attention, both trainers; 0 where no
+    inventory is measured (MoE, MLA, scan mixers, non-gated MLPs: today's pricing, docs/formulas.md §5.5).
+
+    The peak is in the MLP's backward, at the SwiGLU's backward. Alive beside the saved (or rebuilt) set: the
+    layer's output gradient (T·h, sequence-sharded under SP), the gradient of the SwiGLU output that fc2's (w2's)
+    backward returned (T·F), and the gradients of the gate and up projections (2·T·F); the SwiGLU output itself,
+    fc2's saved input, is freed with fc2's backward node: B·T·(h + 2F) (16-bit) in all.
+    - torchtitan 0.3.0 (models/common/feed_forward.py, w2(silu(w1(x)) * w3(x)), eager autograd): SiLU-multiply's
+      backward (MulBackward0) makes the two T·F gradients. Measured at 8,192 and 4,096 tokens (linear) without AC,
+      with op-level SAC and with full AC, whose peaks are the same (scripts/measure_saved_tensors.py
+      `backward_peaks`, docs/saved_tensors.yaml, pinned by tests/estimate/test_saved_tensors.py). Under
+      torch.compile the same inventory is priced (the node-by-node bound adds the recomputed SiLU output, which
+      Inductor fuses into the multiply's backward).
+    - Megatron-Core (d98e8a6 core/fusions/fused_bias_swiglu.py SwiGLUFunction.backward, swiglu_back under
+      jit_fuser = torch.compile): one [T, 2F] gradient, the two halves written into it by Inductor's one kernel
+      (checked in torch 2.13's generated code: it allocates only the output). Measured eager on the local-spec
+      TransformerLayer at tp 1 (docs/formulas.md §5.5), where the halves are separate tensors too (2·T·F more).
+    The attention backward's dQ, dK, dV come after the MLP's saved tensors are freed and stay below it (measured
+    for Llama-3-8B). TP splits the F-wide gradients (column-parallel fc1) and SP the output gradient; neither is
+    measured under TP."""
+    if kind == "moe" or model.mla is not None or not model.gated or not model.mixer_shares(kind).plain:
+        return 0.0
+    tp, cp, _, _, mbs, sp = degrees
+    tokens = mbs * run.seq_len // cp
+    B = run.activation_bytes
+    f = B * tokens * model.ffn_hidden
+    alive = [Tensor("layer_output_grad", B * tokens * model.hidden, "seq"), Tensor("fc2_input_grad", f, "tp"),
+             Tensor("fc1_output_grad", 2 * f, "tp")]
+    freed = [Tensor("fc2_input", f, "tp")]  # the SwiGLU output, counted in the saved set
+    return sum(sharded_bytes(t, tp, sp) for t in alive) - sum(sharded_bytes(t, tp, sp) for t in freed)
+
+
+def layer_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, degrees: Degrees) -> float:
+    """What one layer's backward adds at its peak beyond what it keeps: the recompute workspace and the backward's
+    temporaries (one layer runs its backward at a time: a stage pays the largest of its layers' once)."""
+    return (recompute_workspace_bytes(model, run, kind, mode, degrees)
+            + backward_workspace_bytes(model, run, kind, degrees))
+
+
 def offloaded_layer_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str, degrees: Degrees) -> float:
     """Bytes one layer under `mode` moves to the host per micro-batch: what it would keep, less what it keeps on the
     device (0 unless the option offloads; docs/formulas.md §5.3)."""

@@ -21,7 +21,7 @@ from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .confidence import plan_margin
 from .activations import (deferred_wgrad_bytes, head_activation_bytes, layer_activation_bytes,
-                          offloaded_layer_bytes, recompute_workspace_bytes)
+                          backward_workspace_bytes, offloaded_layer_bytes, recompute_workspace_bytes)
 from .layout import StageLayout, stage_layouts, stage_mode_counts
 from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
 from .trainers import data_parallel_sync, trainer_behaviour
@@ -223,12 +223,13 @@ def _per_layer_table(per_layer, model: ModelSpec, run: RunSpec, keys: tuple, deg
 
 def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
                         counts: dict[tuple[str, str], int] | None = None) -> dict[str, float]:
-    """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute workspace,
-    collective buffers and the reserve (reserve.py: context, workspaces, communicators, and fragmentation in
-    proportion to the activations), and the pipeline runtime's held outputs and receive buffers where the trainer
-    keeps them (pipeline_buffers.py), and Megatron's deferred output-layer weight gradients on the last stage
-    (activations.deferred_wgrad_bytes). Independent of the ZeRO stage. `counts` ((kind, mode) -> body layers) defaults
-    to the strategy's own plan; {} gives the parts that do not depend on the body layers."""
+    """Parts that depend on the micro-batch and recompute: in-flight activations, logits, recompute and backward
+    workspace (one layer's, stage_layer_workspace), collective buffers and the reserve (reserve.py: context,
+    workspaces, communicators, and fragmentation in proportion to the activations), and the pipeline runtime's held
+    outputs and receive buffers where the trainer keeps them (pipeline_buffers.py), and Megatron's deferred
+    output-layer weight gradients on the last stage (activations.deferred_wgrad_bytes). Independent of the ZeRO
+    stage. `counts` ((kind, mode) -> body layers) defaults to the strategy's own plan; {} gives the parts that do not
+    depend on the body layers."""
     degrees = Degrees.of_strategy(strategy)
     in_flight = _in_flight(strategy, layout)
     if counts is None:
@@ -243,8 +244,8 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
         if model.mtp_depth:
             activations += model.mtp_depth * layer_activation_bytes(model, run, model.mtp_layer_kind, NO_RECOMPUTE,
                                                                     degrees)
-    workspace = max((recompute_workspace_bytes(model, run, kind, mode, degrees) for kind, mode in counts),
-                    default=0.0)
+    logits = head["logits"] * (1 + model.mtp_depth) if last else 0.0
+    recompute, backward = _layer_workspace(model, run, strategy, layout, counts, logits)
     # the vision encoder's activations sit beside the embedding's (docs/models.md §5), a part of their own
     encoder = {"encoder_activations": in_flight * head["encoder"] if layout.is_first else 0.0} if model.encoder else {}
     # torch.distributed.pipelining's outputs and receive buffers (pipeline_buffers.py), a part where it holds any
@@ -257,12 +258,37 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
         **encoder,
         **({"pipeline_buffers": pipeline} if pipeline else {}),
         **({"deferred_wgrad": deferred} if deferred else {}),
-        "logits": head["logits"] * (1 + model.mtp_depth) if last else 0.0,
-        "recompute_workspace": workspace,
+        "logits": logits,
+        "recompute_workspace": recompute,
+        **({"backward_workspace": backward} if backward else {}),
         "comm_buffers": _comm_buffer_bytes(model, run, strategy),
         **fixed_reserve_parts(run, strategy),
         "fragmentation": fragmentation_bytes(activations + sum(encoder.values())),
     }
+
+
+def _layer_workspace(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                     counts: dict[tuple[str, str], int], logits: float) -> tuple[float, float]:
+    """(recompute workspace, backward temporaries) the stage pays for its layer whose backward adds the most (one
+    layer runs its backward at a time; stage_layer_workspace)."""
+    paid = [stage_layer_workspace(model, run, strategy, layout, *key, logits) for key in counts]
+    return max(paid, key=sum, default=(0.0, 0.0))
+
+
+def stage_layer_workspace(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout, kind: str,
+                          mode: str, logits: float) -> tuple[float, float]:
+    """(recompute workspace, backward temporaries) a layer of (kind, mode) adds to the stage's peak while it runs
+    its backward (activations.layer_workspace_bytes). The loss's logits peak (`logits`, at the start of the loss's
+    backward) and a body layer's backward temporaries cannot coexist where the loss's backward of a micro-batch ends
+    before any body layer's backward begins on this stage (no pipeline, or 1F1B without interleaving: the last
+    stage runs F then B of one micro-batch); there the stage pays max(logits, temporaries), so the temporaries only
+    beyond the logits. The recompute workspace is still added to the logits, as before (docs/formulas.md §5.5)."""
+    degrees = Degrees.of_strategy(strategy)
+    recompute = recompute_workspace_bytes(model, run, kind, mode, degrees)
+    backward = backward_workspace_bytes(model, run, kind, degrees)
+    if strategy.pp == 1 or (strategy.vpp == 1 and strategy.schedule == "1f1b"):
+        backward = max(0.0, backward - logits)
+    return recompute, backward
 
 
 def host_offload_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
@@ -336,4 +362,4 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",
            "host_optimizer_bytes",
            "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes", "resident_layer_table",
-           "host_offload_table", "parts_total"]
+           "host_offload_table", "parts_total", "stage_layer_workspace"]

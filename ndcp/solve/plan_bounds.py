@@ -58,7 +58,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
             break  # no ZeRO stage fits on a stage already checked: the item cannot fit whatever the others hold
         stage = layouts[s]
         counts, fewer = fewest_layers(model, stage, offsets)
-        per_layer, host, fixed = stage_memory(space, base, stage,
+        per_layer, host, fixed, _ = stage_memory(space, base, stage,
                                               tuple((k, m) for k in counts for m in modes + (NO_RECOMPUTE,)),
                                               tuple((k, m) for k in counts for m in offloads))
         offloading = tuple(m for m in offloads if any(host[(k, m)] > 0 for k in counts))

@@ -75,6 +75,7 @@ class StageCoefficients:
     window: tuple[Terms, ...]  # per pass (PASSES), rounded up
     extra_window: tuple[int, ...]  # per pass, rounded up
     data_parallel: tuple[DataParallelCoefficients, ...]  # per ZeRO stage
+    workspace_hidden: Terms = ()  # of PlanCoefficients.workspace, what `fixed` (the logits) already pays (rounded up)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,9 @@ def _stage(form: PlanForm, stage: StageForm, fill_is_total: bool) -> StageCoeffi
         extra_fill=floor_to(stage.extra_fill, unit),
         window=tuple(tuple((key, ceil_to(form.window[which][key], unit)) for key in on_stage) for which in PASSES),
         extra_window=tuple(ceil_to(stage.extra_window[which], unit) for which in PASSES),
-        data_parallel=tuple(_data_parallel(form, stage, terms) for terms in stage.data_parallel))
+        data_parallel=tuple(_data_parallel(form, stage, terms) for terms in stage.data_parallel),
+        workspace_hidden=tuple((key, ceil_to(stage.workspace_hidden[key], BYTE)) for key in form.layer_time
+                               if stage.workspace_hidden[key] > 0))
 
 
 def _data_parallel(form: PlanForm, stage: StageForm, terms) -> DataParallelCoefficients:

@@ -20,13 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..estimate.activations import recompute_workspace_bytes
+from ..estimate.activations import layer_workspace_bytes
 from ..estimate.data_parallel import data_parallel_terms
 from ..estimate.keys import Degrees, StageKey
 from ..estimate.layer_time import layer_time
 from ..estimate.layout import stage_layouts, stage_mode_counts
 from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
-                               stage_dynamic_bytes, stage_static_bytes)
+                               stage_dynamic_bytes, stage_layer_workspace, stage_static_bytes)
 from ..estimate.overlap import hidden_comms
 from ..estimate.time import p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
@@ -66,6 +66,7 @@ class StageForm:
     fixed: float  # activation bytes that no recompute option changes (stage_dynamic_bytes with no layers)
     resident: dict[KindOption, float]  # bytes a layer of (kind, option) keeps on the device
     host: dict[KindOption, float]  # host bytes a layer of (kind, option) puts there (its in-flight micro-batches)
+    workspace_hidden: dict[KindOption, float]  # bytes of PlanForm.workspace that `fixed` (the logits) already pays
     host_room: float  # host bytes left for offloaded activations
     host_optimizer: tuple[tuple[float, float], ...]  # per ZeRO stage: an offloaded optimizer's host bytes at the
     # fewest layers, and per layer above
@@ -91,7 +92,8 @@ class PlanForm:
     layer_time: dict[KindOption, float]  # seconds of one layer's forward and backward per micro-batch
     layer_fill: dict[KindOption, float]  # its share of the schedule's bubble (Schedule.fill)
     window: dict[str, dict[KindOption, float]]  # per pass: its share of the DP overlap windows
-    workspace: dict[KindOption, float]  # bytes its recompute rematerialises at once in the backward
+    workspace: dict[KindOption, float]  # bytes its backward adds at once: what its recompute rematerialises and
+    # the backward's temporaries (activations.layer_workspace_bytes)
     static_per_layer: tuple[float, ...]  # per ZeRO stage: model-state bytes one more layer adds to a stage
     stages: tuple[StageForm, ...]
     margins: PlanMargins  # the bytes a plan's peak upper edge keeps free at the run's confidence (margins.py)
@@ -125,7 +127,7 @@ def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, 
         layer_fill={key: schedule.fill(t.total, t.full_backward, t.wgrad) for key, t in times.items()},
         window={"forward": {key: t.forward_window for key, t in times.items()},
                 "backward": {key: t.backward_window for key, t in times.items()}},
-        workspace={key: recompute_workspace_bytes(model, run, *key, stage_key.degrees) for key in keys},
+        workspace={key: layer_workspace_bytes(model, run, *key, stage_key.degrees) for key in keys},
         static_per_layer=tuple(layer_static_bytes(space, layout, z) for z in zeros),
         stages=_stage_forms(space, layout, base, keys, tuple(zeros), stage_key, offset),
         margins=plan_margins(space, base, modes, tuple(zeros)))
@@ -153,6 +155,7 @@ def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple
         default_layers=default[s], fewest=low[s], most=high[s], kinds=kinds[s],
         static=tuple(static[k][s] for k in range(len(zeros))),
         fixed=memory[s].fixed, resident=memory[s].resident, host=memory[s].host,
+        workspace_hidden=memory[s].workspace_hidden,
         # the host memory less an offloaded optimizer's states at its lightest ZeRO stage; with uneven partitions
         # none, as a stage may hold fewer layers: the model stays a relaxation
         host_room=host_room(space, base, layouts[s], () if offset else zeros),
@@ -223,6 +226,7 @@ class StageMemory(NamedTuple):
     resident: dict[KindOption, float]  # what a layer of (kind, option) keeps on the device
     host: dict[KindOption, float]  # what it puts in host memory (its in-flight micro-batches)
     fixed: float  # activations no option changes (stage_dynamic_bytes with no layers)
+    workspace_hidden: dict[KindOption, float]  # of a layer's workspace, what the stage's logits already pay
 
 
 def stage_memory(space: SearchSpace, base: Strategy, stage, keys: tuple[KindOption, ...],
@@ -231,9 +235,12 @@ def stage_memory(space: SearchSpace, base: Strategy, stage, keys: tuple[KindOpti
     (their host bytes for `host_keys`): the one place the plan model (PlanForm) and the level-3 bounds
     (plan_bounds._bytes_to_shed) take them from."""
     model, run = space.model, space.run
+    fixed = stage_dynamic_bytes(model, run, base, stage, counts={})
+    degrees = Degrees.of_strategy(base)
+    hidden = {key: layer_workspace_bytes(model, run, *key, degrees)
+              - sum(stage_layer_workspace(model, run, base, stage, *key, fixed["logits"])) for key in keys}
     return StageMemory(resident_layer_table(model, run, base, stage, keys),
-                       host_offload_table(model, run, base, stage, host_keys),
-                       parts_total(stage_dynamic_bytes(model, run, base, stage, counts={})))
+                       host_offload_table(model, run, base, stage, host_keys), parts_total(fixed), hidden)
 
 
 def host_room(space: SearchSpace, base: Strategy, stage, zeros) -> float:

@@ -126,9 +126,11 @@ def add_memory(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficient
                capacity: int, margin=0) -> None:
     """The stage's device memory and the plan's confidence margin (add_margin) within the capacity: model states
     (the chosen ZeRO stage's, scaling with the stage's layers), the fixed activations, each layer's resident bytes,
-    and the largest recompute workspace of an option in use."""
+    and the largest workspace (recompute and backward temporaries) of an option in use, less what the stage's logits
+    already pay of it (estimate/memory.py stage_layer_workspace)."""
     workspace = m.new_int_var(0, UPPER, f"ws{s}")
-    need = dict(c.workspace)
+    hidden = dict(stage.workspace_hidden)
+    need = {key: max(0, b - hidden.get(key, 0)) for key, b in c.workspace}
     for key, var in n.items():
         if need[key]:
             used = m.new_bool_var(f"used{s}_{key[0]}_{key[1]}")

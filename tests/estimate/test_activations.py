@@ -53,3 +53,33 @@ def test_a_compiled_loss_is_torchtitans_and_a_boolean():
         RunSpec(global_batch=8, seq_len=128, compile_loss=True)
     with pytest.raises(SpecError, match="compile_loss.*valid: False, True"):
         RunSpec(global_batch=8, seq_len=128, trainer="torchtitan", compile_loss="model,loss")
+
+
+def test_backward_temporaries_hand_counted():
+    """activations.backward_workspace_bytes: the SwiGLU backward's layer output gradient (T·h, split by SP), fc2's
+    input gradient and the gate and up gradients, less the freed SwiGLU output (T·F each, split by TP): B·T·(h + 2F),
+    the same for torchtitan and Megatron."""
+    from ndcp.estimate.activations import backward_workspace_bytes
+    from ndcp.estimate.keys import Degrees
+    tokens, h, ffn = 2 * 8192, 4096, 14336
+    for trainer in ("torchtitan", "megatron"):
+        run = RunSpec(global_batch=64, seq_len=8192, trainer=trainer)
+        assert backward_workspace_bytes(LLAMA8, run, "dense", Degrees(1, 1, 1, 1, 2, False)) == \
+            2 * tokens * (h + 2 * ffn)
+        assert backward_workspace_bytes(LLAMA8, run, "dense", Degrees(4, 2, 1, 1, 2, True)) == \
+            2 * tokens / 2 * (h + 2 * ffn) / 4
+        assert backward_workspace_bytes(LLAMA8, run, "dense", Degrees(4, 1, 1, 1, 2, False)) == \
+            2 * tokens * (h + 2 * ffn / 4)
+
+
+def test_backward_temporaries_are_not_priced_without_a_measured_inventory():
+    """MoE and MLA layers (DeepSeek-V3's dense layers), non-gated MLPs and scan mixers keep today's pricing: 0
+    (docs/formulas.md §5.5)."""
+    from ndcp.estimate.activations import backward_workspace_bytes
+    from ndcp.estimate.keys import Degrees
+    degrees = Degrees(1, 1, 1, 1, 1, False)
+    run = RunSpec(global_batch=64, seq_len=4096)
+    assert backward_workspace_bytes(LLAMA8, run, "moe", degrees) == 0
+    assert backward_workspace_bytes(dataclasses.replace(LLAMA8, activation="gelu"), run, "dense", degrees) == 0
+    assert backward_workspace_bytes(load_model("deepseek-v3"), run, "dense", degrees) == 0
+    assert backward_workspace_bytes(load_model("nemotron-h-8b"), run, "dense", degrees) == 0

@@ -239,3 +239,25 @@ def test_deferring_the_output_layer_weight_gradient_leaves_the_step_time():
     runs = [RunSpec(global_batch=16, seq_len=4096, wgrad_deferral_limit=limit) for limit in (None, 0)]
     times = [estimate_time(model, DEFERRAL_CLUSTER, run, DEFERRAL_STRATEGY).step_seconds for run in runs]
     assert times[0] == times[1]
+
+
+def _backward_parts(strategy: Strategy) -> list[tuple[int, int]]:
+    """(backward_workspace, logits) of each stage, torchtitan Llama-3-8B at 4,096 tokens."""
+    run = RunSpec(global_batch=16, seq_len=4096, trainer="torchtitan")
+    stages = estimate_memory(load_model("llama3-8b"), DEFERRAL_CLUSTER, run, strategy).stages
+    return [(s.parts.get("backward_workspace", 0), s.parts["logits"]) for s in stages]
+
+
+def test_a_layers_backward_temporaries_are_paid_once_a_stage_and_not_beside_the_loss_peak():
+    # one layer runs its backward at a time: the stage pays B·T·(h + 2F) once (activations.backward_workspace_bytes),
+    # except beside the loss's logits peak where the two cannot coexist (no pipeline, or the last stage of plain 1F1B,
+    # which runs a micro-batch's loss backward before its layers'): there max(logits, temporaries); interleaved, the
+    # last stage runs other chunks' backwards while a micro-batch's logits are held: both
+    temporaries = 2 * 4096 * (4096 + 2 * 14336)
+    [(no_pipeline, logits)] = _backward_parts(Strategy(dp=8, mbs=1, mbn=2))
+    assert no_pipeline == 0 and logits == 3 * 4 * 4096 * 128_256 > temporaries
+    one_f_one_b = _backward_parts(Strategy(dp=4, pp=2, mbs=1, mbn=4))
+    assert one_f_one_b[0] == (temporaries, 0)
+    assert one_f_one_b[1][0] == max(0, temporaries - one_f_one_b[1][1]) == 0  # 3·4·T·V of fp32 logits: 6.3 GB
+    interleaved = _backward_parts(Strategy(dp=4, pp=2, vpp=2, mbs=1, mbn=4, schedule="interleaved"))
+    assert [b for b, _ in interleaved] == [temporaries, temporaries]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ndcp.estimate.activations import layer_activation_bytes
+from ndcp.estimate.activations import backward_workspace_bytes, layer_activation_bytes, layer_workspace_bytes
 from ndcp.estimate.keys import Degrees
 from ndcp.specs import RunSpec
 from ndcp.specs.fields import SpecError
@@ -101,13 +101,93 @@ def test_torch_compile_under_selective_checkpoint_drops_the_w2_output_on_both_co
 def test_the_backward_temporaries_are_what_the_eager_peak_adds_to_everything_saved():
     # through an eager block's backward the no-checkpoint set is alive again (0.3.0's SAC peak is its no-AC peak)
     # plus the backward's temporaries, the same on both codes: ndcp's recompute workspace counts the first
-    # (none - selective), not the second (docs/formulas.md §5.5)
+    # (none - selective), backward_workspace_bytes the second (docs/formulas.md §5.5)
     rows = {(r["policy"], r["compiled"]): r for r in PRICED if r["model"] == "llama3-8b" and r["precision"] == "bf16"}
     temporaries = {table["none", False]["peak_bytes"] - table["none", False]["activation_bytes"]
                    for table in (rows, DEC2024)}
     tokens, ffn = TABLE["seq_len"] * TABLE["micro_batch"], rows["none", False]["sizes"]["ffn_hidden"]
     assert temporaries == {2 * tokens * (2 * ffn + 4096)}  # as many bytes as two ffn-wide and one h-wide bf16
     assert rows["selective", False]["peak_bytes"] == rows["none", False]["peak_bytes"]
+
+
+PEAKS = TABLE["backward_peaks"]  # 0.3.0's eager 8B bf16 block: what is alive at its peak, at two token counts
+
+
+def _run(tokens: int, compiled: bool = False) -> RunSpec:
+    return RunSpec(global_batch=8, seq_len=tokens, trainer="torchtitan", torch_compile=compiled)
+
+
+@pytest.mark.parametrize("row", PEAKS, ids=lambda r: f"{r['tokens']}-{r['policy']}")
+def test_the_peak_is_what_the_layer_keeps_plus_its_workspace(row):
+    # the measured peak of one block's forward and backward = what it keeps + what its recompute rebuilds + the
+    # backward's temporaries (activations.layer_workspace_bytes), under every policy and at both token counts
+    llama, run = load_model("llama3-8b"), _run(row["tokens"])
+    degrees = Degrees(1, 1, 1, 1, 1, False)
+    kept = layer_activation_bytes(llama, run, "dense", row["policy"], degrees)
+    assert 0 <= row["saved_bytes"] - kept <= SCALAR_BYTES
+    priced = kept + layer_workspace_bytes(llama, run, "dense", row["policy"], degrees)
+    assert 0 <= row["peak_bytes"] - priced <= SCALAR_BYTES
+
+
+def test_the_backward_temporaries_are_linear_in_the_tokens_and_the_same_under_every_policy():
+    peaks = {(r["tokens"], r["policy"]): r["peak_bytes"] for r in PEAKS}
+    for policy in ("none", "selective", "full"):
+        for tokens in (8192, 4096):
+            assert peaks[tokens, policy] == peaks[tokens, "none"]
+        assert 0 <= 2 * peaks[4096, policy] - peaks[8192, policy] <= SCALAR_BYTES  # the scalars do not scale
+
+
+def test_the_inventory_at_the_peak_is_swiglus_backward():
+    # hand count at the peak (SiLU-multiply's backward): beside the saved set, the output gradient (T x h, which the
+    # script makes), the product's gradient from w2's backward and its two gradients (T x F each); the product
+    # itself (w2's input, T x F) is gone with w2's backward node
+    row = next(r for r in PEAKS if (r["tokens"], r["policy"]) == (8192, "none"))
+    tokens, h, ffn = 8192, 4096, 14336
+    made = sorted(b for phase, _, b in row["alive"] if phase == "backward")
+    assert made == [2 * tokens * ffn] * 3
+    assert ["aten.empty_like.default", 2 * tokens * h] in [[op, b] for _, op, b in row["alive"]]
+    products = [b for phase, op, b in row["alive"] if phase == "forward" and op == "aten.mul.Tensor"]
+    assert 2 * tokens * ffn not in products  # the saved SwiGLU product is freed
+    assert row["peak_bytes"] - row["saved_bytes"] == 2 * tokens * (h + 2 * ffn)
+    assert backward_workspace_bytes(load_model("llama3-8b"), _run(tokens), "dense",
+                                    Degrees(1, 1, 1, 1, 1, False)) == 2 * tokens * (h + 2 * ffn)
+
+
+def test_compiled_temporaries_are_priced_within_the_node_by_node_bound():
+    # compiled, the partitioned graphs run node by node (an upper bound for Inductor's fused code): no AC, the peak
+    # is at most the bound (the recomputed SiLU output, fused by Inductor, is the T x F the bound has beyond the
+    # price); SAC, the priced peak covers the measured one
+    llama, run = load_model("llama3-8b"), _run(8192, compiled=True)
+    degrees = Degrees(1, 1, 1, 1, 1, False)
+    rows = {r["policy"]: r for r in PRICED if r["model"] == "llama3-8b" and r["precision"] == "bf16" and r["compiled"]}
+    for policy, row in rows.items():
+        priced = (layer_activation_bytes(llama, run, "dense", policy, degrees)
+                  + layer_workspace_bytes(llama, run, "dense", policy, degrees))
+        assert (priced <= row["peak_bytes"]) if policy == "none" else (priced >= row["peak_bytes"])
+    none = rows["none"]
+    assert none["peak_bytes"] - none["activation_bytes"] - backward_workspace_bytes(llama, run, "dense", degrees) \
+        == 2 * 8192 * 14336
+
+
+MEGATRON = TABLE["megatron_backward_peaks"]  # Megatron-Core d98e8a6's local-spec layer, Llama-3-8B sizes, tp 1
+
+
+def test_megatrons_swiglu_backward_has_the_same_inventory_once_its_halves_are_fused():
+    # at Megatron's peak (swiglu_back's torch.cat): the layer's output gradient, fc2's input gradient, the
+    # concatenated [T, 2F] gradient and, on the meta device where swiglu_back runs eagerly, its two halves; the
+    # SwiGLU output (fc2's saved input) is freed. On a GPU Megatron compiles swiglu_back (core/jit.py jit_fuser =
+    # torch.compile) and Inductor writes the halves into the concatenated output: the price is the rest, torchtitan's
+    llama = load_model("llama3-8b")
+    for row in MEGATRON:
+        tokens, h, ffn = row["tokens"], 4096, 14336
+        made = sorted(b for phase, _, b in row["alive"] if phase == "backward")
+        assert made == [2 * tokens * ffn] * 3 + [2 * tokens * 2 * ffn]
+        halves = 2 * (2 * tokens * ffn)
+        run = RunSpec(global_batch=8, seq_len=tokens)
+        priced = backward_workspace_bytes(llama, run, "dense", Degrees(1, 1, 1, 1, 1, False))
+        assert row["peak_bytes"] - row["saved_bytes"] - halves == priced == 2 * tokens * (h + 2 * ffn)
+    assert [r["tokens"] for r in MEGATRON] == [8192, 4096]
+    assert abs(MEGATRON[0]["peak_bytes"] - 2 * MEGATRON[1]["peak_bytes"]) <= SCALAR_BYTES
 
 
 def test_the_dec2024_code_explains_the_measured_compile_saving():

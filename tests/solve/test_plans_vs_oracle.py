@@ -144,3 +144,19 @@ def test_plan_search_keeps_offloaded_activations_within_the_host_memory(host, of
     oracle, solved = assert_plan_search_matches_oracle(space, top=TOP)
     assert solved.proven
     assert (solved.strategies[0].memory.host_peak_bytes > 0) == offloads
+
+
+@pytest.mark.parametrize("vocab,cap", [(256, 3 * 2**25), (256, 2**27), (512, 2**27)])
+def test_plan_search_prices_torchtitans_backward_temporaries_as_the_estimate_does(vocab, cap):
+    """torchtitan's dense layers pay their backward's temporaries once a stage, beside the logits only beyond them
+    where the two cannot coexist (estimate/memory.py stage_layer_workspace): the plan model's per-stage workspace
+    (StageCoefficients.workspace_hidden) agrees with the estimators, small and large vocabularies alike."""
+    model = ModelSpec(name="titan", layers=4, hidden=256, heads=4, kv_heads=2, ffn_hidden=1024, vocab=vocab,
+                      activation="swiglu")
+    space = SearchSpace(model, ClusterSpec(device_preset("h100"), 4),
+                        RunSpec(global_batch=8, seq_len=4096, trainer="torchtitan", memory_cap_bytes=cap,
+                                reserve_bytes=2**20),
+                        SpaceOptions(zero_stages=(1, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
+                                     recompute_modes=CLASSIC))
+    _, solved = assert_plan_search_matches_oracle(space, top=TOP)
+    assert solved.status == "optimal"
