@@ -169,6 +169,18 @@ def lower_edge(ratios: list[float], level: float) -> float:
     return ratios[max(1, floor((1 - level) * (len(ratios) + 1) + 1e-9)) - 1]
 
 
+def least_for(least: Least, confidence: float, two_sided: bool) -> Least:
+    """`least` with at least as many rows as the split-conformal edge at `confidence` needs to be an order statistic
+    of them: ceil(level (n + 1)) <= n, i.e. n >= level / (1 - level) (Lei et al. 2018 §2.2; with fewer rows the edge
+    is unbounded). One-sided peaks at 90 %: 9 rows; two-sided steps at 90 % (level 95 %): 19. A set that narrow is
+    not taken; where the whole table has fewer, its largest ratio stays the edge."""
+    level = (1 + confidence) / 2 if two_sided else confidence
+    if level >= 1:
+        return least
+    needed = ceil(level / (1 - level) - 1e-9)
+    return Least(max(least.rows, needed), least.sources)
+
+
 class _Band(NamedTuple):
     low: float
     high: float
@@ -195,8 +207,9 @@ class EvidenceTable(NamedTuple):
         """The band of a plan with these features at `confidence` (module docstring: the rule)."""
         features = frozenset(features)
         missing = tuple(sorted(features - self.evidenced))
-        step = _band(comparable(self.steps, features, STEP_LEAST), confidence, two_sided=True)
-        peak = _band(comparable(self.peaks, features, PEAK_LEAST), confidence, two_sided=False)
+        step_least, peak_least = least_for(STEP_LEAST, confidence, True), least_for(PEAK_LEAST, confidence, False)
+        step = _band(comparable(self.steps, features, step_least), confidence, two_sided=True)
+        peak = _band(comparable(self.peaks, features, peak_least), confidence, two_sided=False)
         low, high, memory_high = step.low, step.high, peak.high
         pooled_step = _band(self.steps, confidence, two_sided=True)
         pooled_peak = _band(self.peaks, confidence, two_sided=False)
@@ -289,4 +302,4 @@ def plan_evidence(model: ModelSpec, device_name: str, run: RunSpec, strategy: St
 EVIDENCED_FEATURES: frozenset[str] = shipped_table().evidenced
 
 __all__ = ["Evidence", "plan_evidence", "Residual", "EvidenceTable", "plan_features", "evidence_for", "EVIDENCED_FEATURES",
-           "Coverage", "DEFAULT_CONFIDENCE", "Least", "STEP_LEAST", "PEAK_LEAST", "comparable", "device_generation", "shipped_table", "upper_edge", "lower_edge"]
+           "Coverage", "DEFAULT_CONFIDENCE", "Least", "STEP_LEAST", "PEAK_LEAST", "least_for", "comparable", "device_generation", "shipped_table", "upper_edge", "lower_edge"]
