@@ -60,6 +60,8 @@ FP8_GENERATIONS = {"hopper": (("h100", "h200", "h800"), "HOPPER_FP8_GEMM_EFFICIE
 # An FP8 ceiling fitted on one publication's runs would absorb that publication's software stack (its container,
 # its recipes), not the tensor cores: below two sources the preset stays (docs/calibration.md §7).
 MIN_FP8_SOURCES = 2
+# the table's rows over all sources (source_table), after the per-source ones
+GROUPS = ("all", "dense", "MoE", "FP8", "no recompute", "full recompute")
 
 
 def generation(row: MeasuredRun) -> str | None:
@@ -146,7 +148,9 @@ def source_table(errors: Errors, runs: list[int], fitting: list[int], params: di
     groups = [(name, [i for i in runs if source(errors.rows[i]) == name]) for name in names]
     groups += [("all", list(runs)), ("dense", [i for i in runs if errors.rows[i].model.moe is None]),
                ("MoE", [i for i in runs if errors.rows[i].model.moe is not None]),
-               ("FP8", [i for i in runs if errors.rows[i].run.fp8])]
+               ("FP8", [i for i in runs if errors.rows[i].run.fp8]),
+               ("no recompute", [i for i in runs if errors.rows[i].strategy.recompute.mode == "none"]),
+               ("full recompute", [i for i in runs if errors.rows[i].strategy.recompute.mode == "full"])]
     medians = source_medians(step_ratios(errors, runs))
     table = []
     for name, members in groups:
@@ -225,7 +229,7 @@ def markdown_table(result: dict) -> str:
     out = ["| source | runs (MoE) | fitting | shipped | in-sample fit | held out | source median | within source |",
            "|---|---|---|---|---|---|---|---|"]
     for row in result["sources"]:
-        name = row["source"] if row["source"] not in ("all", "dense", "MoE", "FP8") else f"**{row['source']}**"
+        name = row["source"] if row["source"] not in GROUPS else f"**{row['source']}**"
         median = "" if row["source_median"] is None else f"{row['source_median']:.3f}"
         within = "-" if row["within_source_step_pct"] is None else f"{row['within_source_step_pct']:.1f}"
         out.append(f"| {name} | {row['shipped']['runs']} ({row['moe_runs']}) | {row['fitting_runs']} | "
