@@ -3,7 +3,9 @@
 Ring collectives (Patarasuk & Yuan 2009; Thakur et al. 2005): with n ranks and a message of `nbytes` per rank,
 all-reduce moves 2(n-1)/n x nbytes per rank in 2(n-1) steps, reduce-scatter and all-gather (n-1)/n x nbytes in
 n-1 steps, all-to-all (n-1)/n x nbytes in n-1 steps; each step pays the link latency (alpha), each byte 1/bandwidth
-(beta). `nbytes` is always the full (unsharded) buffer one rank holds before a reduce-scatter or after an all-gather.
+(beta), the bandwidth NCCL reaches on the link: the datasheet figure times DeviceSpec.scale_up_efficiency or
+scale_out_efficiency (nccl-tests bus bandwidth over line rate, docs/formulas.md §7). `nbytes` is always the full
+(unsharded) buffer one rank holds before a reduce-scatter or after an all-gather.
 
 Rank placement (Megatron-LM parallel_state, order "tp-cp-ep-dp-pp"): consecutive global ranks vary TP fastest,
 then CP, then DP, then PP. Expert layers re-carve the same tp*cp*dp ranks of a pipeline stage as ETP (fastest),
@@ -60,12 +62,13 @@ def scale_out_bandwidth(cluster: ClusterSpec, span: int) -> float:
     """Scale-out bytes/s per device of a group covering `span` consecutive ranks: the device's NIC, tapered by the
     oversubscription between pods when the group spans pods."""
     device = cluster.device
-    return device.inter_node_bandwidth / (1.0 if in_pod(cluster, span) else device.oversubscription)
+    nic = device.inter_node_bandwidth * device.scale_out_efficiency
+    return nic / (1.0 if in_pod(cluster, span) else device.oversubscription)
 
 
 def scale_up(device: DeviceSpec) -> Link:
-    """The scale-up fabric's Link."""
-    return Link(device.intra_node_bandwidth, device.intra_node_latency)
+    """The scale-up fabric's Link, at the bandwidth NCCL reaches on it (DeviceSpec.scale_up_efficiency)."""
+    return Link(device.intra_node_bandwidth * device.scale_up_efficiency, device.intra_node_latency)
 
 
 def link(cluster: ClusterSpec, span: int) -> Link:
@@ -87,7 +90,7 @@ def ring_link(cluster: ClusterSpec, dims: tuple[str, ...], degrees: dict[str, in
         return scale_up(cluster.device)
     stride = span // prod(degrees.get(d, 1) for d in dims)
     members_per_domain = max(1, cluster.domain_ranks // stride)
-    return Link(min(cluster.device.intra_node_bandwidth, members_per_domain * scale_out_bandwidth(cluster, span)),
+    return Link(min(scale_up(cluster.device).bandwidth, members_per_domain * scale_out_bandwidth(cluster, span)),
                 cluster.device.inter_node_latency)
 
 

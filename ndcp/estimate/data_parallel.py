@@ -30,6 +30,13 @@ from .trainers import data_parallel_sync
 # forward: Megatron --overlap-param-gather) overlap that forward. A window is the wall time of the pass on the
 # stage, its exposed TP/CP/EP communication included (the DP link is idle-free then too), so more compute never
 # hides more than it adds: a step never gets shorter when work is added.
+# Hiding is not free: NCCL runs one CTA per channel, each holding a whole SM that compute kernels cannot share
+# ("NCCL CTAs won't share an SM with compute kernels"), and uses the fewest SMs that reach the platform's bandwidth,
+# 16 on a DGX with 8 NICs (NVIDIA's S. Jeaugey, NVIDIA/nccl issue #689). While a collective runs the compute beside
+# it gets the other SMs: a window W with C seconds of collectives lasts max(C, W + C x n/S), so at least C x n/S of
+# them shows (as estimate/overlap.py prices TE's userbuffers, docs/formulas.md §7.1). Unvalidated as a separate
+# term: no measured pair of runs differs by the overlap alone.
+NCCL_SMS = 16
 
 
 class Windows(NamedTuple):
@@ -51,6 +58,13 @@ class DataParallelTerms:
     last_bucket: float  # share of a window's sync that waits for the stage's last layer and never overlaps
     optimizer: float  # Adam step and gradient clipping over the local (sharded) states, and the step's fixed costs
     step_costs: float = 0.0  # the share of `optimizer` that is the step's fixed costs (estimate/step_costs.py)
+    sm_share: float = 0.0  # the device's SMs NCCL's kernels hold while a collective runs (NCCL_SMS / sm_count)
+
+    @property
+    def unhidden(self) -> float:
+        """The share of a window's collectives that shows however long the window: the last bucket's, or what the
+        compute loses to the SMs the collectives hold, whichever is more."""
+        return max(self.last_bucket, self.sm_share)
 
     def windows(self, mbn: int) -> tuple[tuple[float, int, str], ...]:
         """(seconds of communication in one window, such windows per step, which pass the window is: "backward" or
@@ -63,13 +77,13 @@ class DataParallelTerms:
 
     def exposed(self, windows: Windows, mbn: int) -> float:
         """Communication per step left after overlap, when a micro-batch's passes on this stage take `windows`
-        seconds: in each window, what exceeds it, and never less than the last bucket's share."""
+        seconds: in each window, what exceeds it, and never less than the unhidden share."""
         return self.exposed_at(windows.forward, windows.backward, mbn)
 
     def exposed_at(self, forward: float, backward: float, mbn: int) -> float:
         """exposed() with windows of `forward` and `backward` seconds (for hot loops: no Windows built)."""
         (grads, syncs, _), (gathers, others, _), (params, before, _) = self.windows(mbn)  # backward, backward, forward
-        last = self.last_bucket
+        last = self.unhidden
         return (syncs * _exposed(grads, backward, last) + others * _exposed(gathers, backward, last)
                 + before * _exposed(params, forward, last))
 
@@ -197,7 +211,7 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
             gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
             backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
             gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
-            last_bucket=1.0 / max(params.layers, 1),
+            last_bucket=1.0 / max(params.layers, 1), sm_share=min(1.0, NCCL_SMS / cluster.device.sm_count),
             optimizer=update + fixed, step_costs=fixed))
     return tuple(out)
 
@@ -222,9 +236,9 @@ def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, 
                             dearest.optimizer - dearest.step_costs, dearest.step_costs)
 
 
-def _exposed(seconds: float, window: float, last_bucket: float) -> float:
-    """Communication not hidden behind `window` seconds of compute; the last bucket's share never is."""
-    return max(seconds - window, seconds * last_bucket)
+def _exposed(seconds: float, window: float, unhidden: float) -> float:
+    """Communication not hidden behind `window` seconds of compute; the `unhidden` share never is."""
+    return max(seconds - window, seconds * unhidden)
 
 
 __all__ = ["DataParallelTerms", "DataParallelTime", "Windows", "data_parallel_terms", "data_parallel_seconds"]

@@ -30,7 +30,7 @@ from typing import NamedTuple
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec, MoESpec
 from ..specs.run import RunSpec
-from .communication import all_gather_seconds, ep_link, in_domain, scale_out_bandwidth
+from .communication import all_gather_seconds, ep_link, in_domain, scale_out_bandwidth, scale_up
 
 # Megatron-Core's router keeps its logits, scores and top-k probabilities in FP32 (--moe-router-dtype fp32, as the
 # recipes set it) and passes over them: logits written, softmax or sigmoid read and written, top-k read, the
@@ -88,11 +88,12 @@ def reachable_ranks(moe: MoESpec, ep: int) -> float:
 def _two_links(cluster: ClusterSpec, span: int, intra_bytes: float, inter_bytes: float, peers: int,
                domains: int) -> float:
     """The scale-up and scale-out shares of a dispatch over a group covering `span` consecutive ranks at once (the
-    longer of the two), plus one latency per peer at the latency of the slowest link it crosses, as the ring model
-    charges (communication.py)."""
+    longer of the two) at the bandwidths NCCL-class kernels reach (DeepEP on H800: 153-158 GB/s of NVLink's 200 one
+    way, NCCL's 80 %: docs/formulas.md §7.2), plus one latency per peer at the latency of the slowest link it
+    crosses, as the ring model charges (communication.py)."""
     device = cluster.device
     latency = device.inter_node_latency if domains > 1 else device.intra_node_latency
-    return (max(intra_bytes / device.intra_node_bandwidth, inter_bytes / scale_out_bandwidth(cluster, span))
+    return (max(intra_bytes / scale_up(device).bandwidth, inter_bytes / scale_out_bandwidth(cluster, span))
             + peers * latency)
 
 

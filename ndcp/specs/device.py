@@ -29,6 +29,14 @@ from .units import GB, MIB, lookup
 # they matter only for small messages (docs/formulas.md §7).
 INTRA_NODE_LATENCY = 5e-6
 INTER_NODE_LATENCY = 12e-6
+# What NCCL reaches of the datasheet links, nccl-tests bus bandwidth over line rate (docs/formulas.md §7, table).
+# NVLink: "app-level bandwidth is 80 % of the peak" (S. Jeaugey, NVIDIA/nccl #1054; A100 ~230 of 300 GB/s,
+# nccl-tests #149; H100 ~370 of 450, nccl-tests #212), taken for every scale-up link (unvalidated beyond NVLink3/4).
+# NIC: NDR 46-48 of 50 GB/s (nccl-tests #290); 8 x HDR 192 of 200 (nccl #812); others the lower (unvalidated).
+NVLINK_EFFICIENCY = 0.80
+AMPERE_SCALE_OUT_EFFICIENCY = 192 / 200
+HOPPER_SCALE_OUT_EFFICIENCY = 47 / 50
+SCALE_OUT_EFFICIENCY = min(AMPERE_SCALE_OUT_EFFICIENCY, HOPPER_SCALE_OUT_EFFICIENCY)
 # GPU generations whose attention kernels have published benchmark figures (estimate/attention_kernels.py); "other":
 # none published (AMD, Ascend, a device file that does not say).
 ARCHITECTURES = ("ampere", "hopper", "blackwell", "other")
@@ -60,6 +68,11 @@ class DeviceSpec:
     """seconds per ring step inside a scale-up domain (the alpha of the collectives' alpha-beta model)"""
     inter_node_latency: float = INTER_NODE_LATENCY
     """seconds per ring step across scale-up domains"""
+    scale_up_efficiency: float = NVLINK_EFFICIENCY
+    """fraction of intra_node_bandwidth NCCL's collectives reach (bus bandwidth over line rate; 1 when that figure
+    is already achievable). docs/formulas.md §7"""
+    scale_out_efficiency: float = SCALE_OUT_EFFICIENCY
+    """fraction of inter_node_bandwidth NCCL's collectives reach over the NIC. docs/formulas.md §7"""
     devices_per_domain: int = 0
     """devices per scale-up (NVLink) domain, a multiple of devices_per_node; 0 = one node (GB200 NVL72: 72, 18 trays
     of 4)"""
@@ -166,6 +179,8 @@ class DeviceSpec:
             finite_number(name, getattr(self, name), 0.0, low_open=True)
         for name in ("intra_node_latency", "inter_node_latency"):
             finite_number(name, getattr(self, name), 0.0, 1.0)
+        for name in ("scale_up_efficiency", "scale_out_efficiency"):
+            finite_number(name, getattr(self, name), 0.0, 1.0, low_open=True)
         non_negative_int("devices_per_domain", self.devices_per_domain, 1 << 20)
         require(self.domain_size % self.devices_per_node == 0, "devices_per_domain", self.devices_per_domain,
                 f"expected 0 or a multiple of devices_per_node ({self.devices_per_node})")
@@ -235,6 +250,7 @@ BLACKWELL_FP8_GEMM_EFFICIENCY = 0.0  # B200 FP8 GEMM ceiling (0: compute_efficie
 AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.73, flash_backward_efficiency=0.63, unfused_attention_efficiency=0.324,
               calibrated=True, architecture="ampere", host_bandwidth=26e9,  # PCIe Gen4 x16
+              scale_out_efficiency=AMPERE_SCALE_OUT_EFFICIENCY,
               # DGX A100 user guide: two EPYC 7742 (8 DDR4-3200 channels each), four PCIe Gen4 switches with two
               # GPUs and two ConnectX-6 NICs each
               node_memory=DGX_A100_HOST_MEMORY, socket_memory_bandwidth=204.8e9, devices_per_pcie_switch=2,
@@ -250,6 +266,7 @@ AMPERE = dict(sm_count=108, compute_efficiency=AMPERE_GEMM_EFFICIENCY,
 HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
               fp8_compute_efficiency=HOPPER_FP8_GEMM_EFFICIENCY,
               flash_forward_efficiency=0.524, flash_backward_efficiency=0.504, calibrated=True, architecture="hopper",
+              scale_out_efficiency=HOPPER_SCALE_OUT_EFFICIENCY,
               fp8_peak_flops=1978.9e12)  # H100 SXM datasheet: 1,978.9 TFLOP/s FP8 dense (3,957.8 with sparsity)
 
 # Host side of a Grace-Blackwell tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs; docs/formulas.md §9): each
@@ -280,7 +297,7 @@ PRESETS: dict[str, DeviceSpec] = {
                 **HOPPER),
         _preset("h800", 81559, 989.4, 3350, 160, 50,
                 "DeepSeek-V3 report §3.2.2: usable NVLink 160 GB/s, IB 50 GB/s per GPU; BF16 peak as H100",
-                **HOPPER),
+                **{**HOPPER, "scale_up_efficiency": 1.0}),  # 160 GB/s is already achieved: 80 % of 200 one way
         _preset("b200", 183359, 2250, 8000, 900, 50,
                 "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
                 "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed); "
@@ -312,6 +329,7 @@ PRESETS: dict[str, DeviceSpec] = {
                 "4.0 TB/s, NVLink 900 GB/s; 400 Gb/s per GPU assumed (HGX board); 78 SMs (Geekbench report, "
                 "unconfirmed)",
                 sm_count=78, fp8_peak_flops=296e12, flash_forward_efficiency=HOPPER["flash_forward_efficiency"],
+                scale_out_efficiency=HOPPER_SCALE_OUT_EFFICIENCY,
                 flash_backward_efficiency=HOPPER["flash_backward_efficiency"], architecture="hopper"),
         _preset("mi300x", 196608, 1307.4, 5300, 448, 50,
                 "AMD MI300X: 1307.4 TFLOP/s BF16 dense, 192 GB HBM3 5.3 TB/s, 7x128 GB/s xGMI (896 aggregate); "
