@@ -20,23 +20,11 @@ import yaml
 from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, one_of,
                      positive_int, require, state_without_hash)
 from .files import parse_yaml, read_text
+from .links import (AMPERE_SCALE_OUT_EFFICIENCY, HOPPER_SCALE_OUT_EFFICIENCY, INTER_NODE_LATENCY,
+                    INTRA_NODE_LATENCY, NVLINK_EFFICIENCY, SCALE_OUT_EFFICIENCY)
 from .units import GB, MIB, lookup
 
 
-# Per-step latency (alpha) of the ring collectives' alpha-beta model (estimate/communication.py), when a preset gives
-# none: the order of NCCL's own tuning model for the Simple protocol (NCCL src/graph/tuning.cc: a base latency of a
-# few microseconds per step inside a node over NVLink, about twice that across nodes over the network). Not fitted:
-# they matter only for small messages (docs/formulas.md §7).
-INTRA_NODE_LATENCY = 5e-6
-INTER_NODE_LATENCY = 12e-6
-# What NCCL reaches of the datasheet links, nccl-tests bus bandwidth over line rate (docs/formulas.md §7, table).
-# NVLink: "app-level bandwidth is 80 % of the peak" (S. Jeaugey, NVIDIA/nccl #1054; A100 ~230 of 300 GB/s,
-# nccl-tests #149; H100 ~370 of 450, nccl-tests #212), taken for every scale-up link (unvalidated beyond NVLink3/4).
-# NIC: NDR 46-48 of 50 GB/s (nccl-tests #290); 8 x HDR 192 of 200 (nccl #812); others the lower (unvalidated).
-NVLINK_EFFICIENCY = 0.80
-AMPERE_SCALE_OUT_EFFICIENCY = 192 / 200
-HOPPER_SCALE_OUT_EFFICIENCY = 47 / 50
-SCALE_OUT_EFFICIENCY = min(AMPERE_SCALE_OUT_EFFICIENCY, HOPPER_SCALE_OUT_EFFICIENCY)
 # GPU generations whose attention kernels have published benchmark figures (estimate/attention_kernels.py); "other":
 # none published (AMD, Ascend, a device file that does not say).
 ARCHITECTURES = ("ampere", "hopper", "blackwell", "other")
