@@ -92,7 +92,8 @@ def test_host_memory_over_capacity_does_not_fit_and_says_by_how_much():
 def test_search_winner_that_offloads_shows_host_memory():
     """On DGX H100 nodes the winner no longer offloads (issue #34: the copies share each GPU's PCIe link with its NIC
     and the node offers 154 GiB per GPU); with a host link and host memory ten times as wide (NVLink-C2C class) and
-    256 GiB per GPU it offloads every layer, and the report says how much host memory that takes."""
+    256 GiB per GPU it offloads layers (tens of GiB of them per GPU), and the report says how much host memory that
+    takes."""
     m = load_model("llama3.1-405b")
     h100 = device_preset("h100")
     wide = dataclasses.replace(h100, name="wide-host", host_bandwidth=10 * h100.host_bandwidth,
@@ -101,7 +102,7 @@ def test_search_winner_that_offloads_shows_host_memory():
     space = SearchSpace(m, cluster, RUN_405B, SpaceOptions())
     result = cpsat_search(space, top=1)
     best = result.best.memory
-    assert best.host_peak_bytes > 200 * GIB
+    assert best.host_peak_bytes > 50 * GIB
     console = Console(record=True, width=200, color_system=None)
     render_search(console, m, cluster, RUN_405B, space, result, "megatron")
     text = console.export_text()
