@@ -58,6 +58,8 @@ def device_document(device: DeviceSpec) -> dict:
         "devices_per_node": device.devices_per_node,
         "intra_node_latency": float(device.intra_node_latency),
         "inter_node_latency": float(device.inter_node_latency),
+        "scale_up_efficiency": float(device.scale_up_efficiency),  # what NCCL reaches of intra_node_bandwidth
+        "scale_out_efficiency": float(device.scale_out_efficiency),  # and of inter_node_bandwidth
         "devices_per_domain": device.domain_size,  # the scale-up (NVLink) domain; intra_node_* is its link
         "pod_size": device.pod_size or None,  # devices per pod of the scale-out network; null: one flat network
         "oversubscription": float(device.oversubscription),  # scale-out taper between pods
