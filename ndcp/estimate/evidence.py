@@ -301,5 +301,6 @@ def plan_evidence(model: ModelSpec, device_name: str, run: RunSpec, strategy: St
 
 EVIDENCED_FEATURES: frozenset[str] = shipped_table().evidenced
 
-__all__ = ["Evidence", "plan_evidence", "Residual", "EvidenceTable", "plan_features", "evidence_for", "EVIDENCED_FEATURES",
-           "Coverage", "DEFAULT_CONFIDENCE", "Least", "STEP_LEAST", "PEAK_LEAST", "least_for", "comparable", "device_generation", "shipped_table", "upper_edge", "lower_edge"]
+__all__ = ["Evidence", "plan_evidence", "Residual", "EvidenceTable", "plan_features", "evidence_for",
+           "EVIDENCED_FEATURES", "Coverage", "DEFAULT_CONFIDENCE", "Least", "STEP_LEAST", "PEAK_LEAST", "least_for",
+           "comparable", "device_generation", "shipped_table", "upper_edge", "lower_edge"]

@@ -55,7 +55,8 @@ class TrainerBehaviour:
     # Without userbuffers, under sequence parallelism, each column-parallel linear layer re-gathers its saved input
     # shard for its weight gradient behind its input-gradient GEMM and reduce-scatters its input gradient behind its
     # weight-gradient GEMM (estimate/overlap.py sp_backward_exposed); False: the backward's all-gathers and
-    # reduce-scatters run in autograd order, waited on by the next op, and the gathered input is saved (none re-gathered).
+    # reduce-scatters run in autograd order, waited on by the next op, and the gathered input is saved (none
+    # re-gathered).
     sp_backward_async: bool
 
 
