@@ -154,8 +154,9 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: Layer
     all-gather, an all-reduce's volume) plus the backward's exposed share (_tp_backward: without SP what outlasts the
     weight-gradient GEMMs; with SP the output-gradient all-gathers and what of the rest outlasts the column-parallel
     GEMMs). cp_comm: the exposed part of the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch +
-    combine all-to-alls, forward and backward (MoE only). wgrad: the weight-gradient GEMMs (one forward of the linear layers). `hidden` overlaps move TP or
-    EP time from exposed to tp_hidden / ep_hidden (estimate/overlap.py)."""
+    combine all-to-alls, forward and backward (MoE only). wgrad: the weight-gradient GEMMs (one forward of the
+    linear layers). `hidden` overlaps move TP or EP time from exposed to tp_hidden / ep_hidden
+    (estimate/overlap.py)."""
     p = _layer_passes(model, cluster, run, key.kind, key.degrees, key.cp_comm, key.hidden)
     executed, recompute = p.executed, 0.0
     reruns = recompute_option(key.mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
