@@ -240,14 +240,28 @@ def _tp_backward(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str
     Sequence parallelism: the collectives of the GEMMs userbuffers would pair (_ub_share: a dense layer's all, a MoE
     layer's mixer's) as the trainer runs them (estimate/overlap.py sp_backward_exposed: the output-gradient
     all-gathers exposed, the input re-gathers and input-gradient reduce-scatters behind the column-parallel GEMMs);
-    the rest (a MoE layer's expert block) as plain TP, as _tp_userbuffers leaves it."""
+    the rest (a MoE layer's shared experts) as plain TP, as _tp_userbuffers leaves it."""
     if not degrees.sp:
-        return max(0.0, tp_forward - linear)
+        return _behind_weight_gradients(tp_forward, linear)
+    paired, rest, covered = _ub_split(model, cluster, run, kind, degrees.tp, degrees.tokens(run.seq_len), tp_forward)
+    exposed = sp_backward_exposed(paired, covered, trainer_behaviour(run).sp_backward_async)
+    return exposed + _behind_weight_gradients(rest, linear - covered)
+
+
+def _behind_weight_gradients(seconds: float, linear: float) -> float:
+    """Plain TP's backward collectives of `seconds` run behind the weight-gradient GEMMs (one forward of the `linear`
+    seconds of GEMMs, Megatron's LinearWithGradAccumulationAndAsyncCommunication): what outlasts them."""
+    return max(0.0, seconds - linear)
+
+
+def _ub_split(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,
+              tp_forward: float) -> tuple[float, float, float]:
+    """A layer's TP seconds split into those of Transformer Engine's linear layers (_ub_share), which userbuffers
+    and Megatron's SP backward pair with their GEMMs, and the rest (priced as plain TP), with those GEMMs' seconds,
+    one pass."""
     share = _ub_share(model, kind)
-    covered = _ub_linear(model, cluster, run, kind, degrees.tp, degrees.tokens(run.seq_len)) if share else 0.0
-    rest = tp_forward * (1.0 - share)
-    exposed = sp_backward_exposed(tp_forward * share, covered, trainer_behaviour(run).sp_backward_async)
-    return exposed + max(0.0, rest - (linear - covered))
+    covered = _ub_linear(model, cluster, run, kind, tp, tokens) if share else 0.0
+    return tp_forward * share, tp_forward * (1.0 - share), covered
 
 
 def _tp_collectives(model: ModelSpec, kind: str) -> int:
@@ -280,11 +294,10 @@ def _tp_userbuffers(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: 
     Transformer Engine's linear layers: all of a dense layer's GEMMs; on a MoE layer the mixer's only (the experts'
     TP traffic goes through the token dispatcher, and TE's grouped linear has no userbuffers), whose collective is
     one of the layer's two (none in a hybrid model's MoE block); the rest stays as without overlap."""
-    share = _ub_share(model, kind)
-    rest = tp_forward * (1.0 - share)
-    covered_linear, slowdown = _ub_gemms(model, cluster, run, kind, tp, tokens) if share else (0.0, (1.0, 1.0))
-    forward, backward = tp_overlapped(tp_forward * share, covered_linear, slowdown, cluster.device.sm_count, tp)
-    return forward + rest, backward + max(0.0, rest - (linear - covered_linear))
+    paired, rest, covered = _ub_split(model, cluster, run, kind, tp, tokens, tp_forward)
+    _, slowdown = _ub_gemms(model, cluster, run, kind, tp, tokens) if paired else (0.0, (1.0, 1.0))
+    forward, backward = tp_overlapped(paired, covered, slowdown, cluster.device.sm_count, tp)
+    return forward + rest, backward + _behind_weight_gradients(rest, linear - covered)
 
 
 def _ub_gemms_of(model: ModelSpec, kind: str, tokens: float, tp: int) -> tuple:

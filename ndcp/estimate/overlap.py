@@ -182,7 +182,7 @@ def ep_overlapped(all_to_all: float, passes: MoEPasses) -> tuple[float, float]:
     each phase as long as its longer stream, the dispatch's backward after the MLP's input gradient and the MLP's
     forward after the dispatch's forward. What the phases take beyond the compute they hold is exposed, split evenly
     between the passes: a combine outlasting the attention beside it stays exposed (a hybrid model's MoE block has
-    no attention beside its combines: both exposed). No all-to-all never costs more than without the overlap."""
+    no attention beside its combines: both exposed). Never more exposed than the four all-to-alls without it."""
     c, p = all_to_all, passes
     middle = max(max(c, p.mlp_backward / 2) + c, max(p.mlp_backward, c) + p.mlp_forward)
     paired = max(c, p.attention_forward) + middle + max(c, p.attention_backward)

@@ -161,7 +161,7 @@ def _data_parallel(form: PlanForm, stage: StageForm, terms) -> DataParallelCoeff
             for p, q in lower_lines([(n, (seconds + slope * (n - stage.fewest)) / n)
                                      for n in range(stage.fewest, stage.most + 1)]))
         windows.append(WindowCoefficients(index, at_fewest, floor_to(slope, unit), count, which,
-                                          floor_to(seconds * terms.last_bucket, unit), top, lines))
+                                          floor_to(seconds * terms.unhidden, unit), top, lines))
     return DataParallelCoefficients(floor_to(terms.optimizer, unit), floor_to(terms.optimizer_slope, unit),
                                     tuple(windows), sum(count for _, count, _ in terms.windows))
 

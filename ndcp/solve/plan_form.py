@@ -48,7 +48,7 @@ class DataParallelForm:
     """One stage's data-parallel terms under one ZeRO stage, affine in its layers between its fewest and most."""
 
     windows: tuple[tuple[float, int, str], ...]  # (seconds at the fewest layers, count, pass): DataParallelTerms
-    last_bucket: float  # the share of a window's collective that never hides (DataParallelTerms.unhidden), at the
+    unhidden: float  # the share of a window's collective that never hides (DataParallelTerms.unhidden), at the
     # most layers
     optimizer: float  # the optimizer step's seconds at the fewest layers
     window_slopes: tuple[float, ...]  # each window's seconds per layer above the fewest
@@ -204,7 +204,7 @@ def _data_parallel_form(fewest, most, lo: int, hi: int, mbn: int) -> DataParalle
     """One stage's DataParallelForm from its DataParallelTerms at its fewest (`lo`) and most (`hi`) layers."""
     windows = fewest.windows(mbn)
     return DataParallelForm(
-        windows=windows, last_bucket=most.unhidden, optimizer=fewest.optimizer,
+        windows=windows, unhidden=most.unhidden, optimizer=fewest.optimizer,
         window_slopes=tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(windows, most.windows(mbn))),
         optimizer_slope=_slope(fewest.optimizer, most.optimizer, lo, hi))
 
