@@ -60,8 +60,11 @@ FP8_GENERATIONS = {"hopper": (("h100", "h200", "h800"), "HOPPER_FP8_GEMM_EFFICIE
 # An FP8 ceiling fitted on one publication's runs would absorb that publication's software stack (its container,
 # its recipes), not the tensor cores: below two sources the preset stays (docs/calibration.md §7).
 MIN_FP8_SOURCES = 2
-# the table's rows over all sources (source_table), after the per-source ones
-GROUPS = ("all", "dense", "MoE", "FP8", "no recompute", "full recompute")
+# the table's rows over all sources (source_table), after the per-source ones: name -> which runs
+GROUPS = {"all": lambda row: True, "dense": lambda row: row.model.moe is None,
+          "MoE": lambda row: row.model.moe is not None, "FP8": lambda row: row.run.fp8,
+          "no recompute": lambda row: row.strategy.recompute.mode == "none",
+          "full recompute": lambda row: row.strategy.recompute.mode == "full"}
 
 
 def generation(row: MeasuredRun) -> str | None:
@@ -140,17 +143,13 @@ def within_source_pct(ratios: list[tuple[str, float]], medians: dict[str, float]
 
 def source_table(errors: Errors, runs: list[int], fitting: list[int], params: dict, fp8_only: bool = False
                  ) -> list[dict]:
-    """Per source, then all/dense/MoE/FP8: shipped constants, in-sample fit, the source held out (the fit on the
-    other sources' fitting runs)."""
+    """Per source, then the GROUPS over all sources: shipped constants, in-sample fit, the source held out (the fit
+    on the other sources' fitting runs), and the source median and within-source spread (step_ratios)."""
     names = sorted({source(errors.rows[i]) for i in runs})
     held_out = {name: fit(errors, [i for i in fitting if source(errors.rows[i]) != name], fp8_only)
                 for name in names}
     groups = [(name, [i for i in runs if source(errors.rows[i]) == name]) for name in names]
-    groups += [("all", list(runs)), ("dense", [i for i in runs if errors.rows[i].model.moe is None]),
-               ("MoE", [i for i in runs if errors.rows[i].model.moe is not None]),
-               ("FP8", [i for i in runs if errors.rows[i].run.fp8]),
-               ("no recompute", [i for i in runs if errors.rows[i].strategy.recompute.mode == "none"]),
-               ("full recompute", [i for i in runs if errors.rows[i].strategy.recompute.mode == "full"])]
+    groups += [(name, [i for i in runs if keep(errors.rows[i])]) for name, keep in GROUPS.items()]
     medians = source_medians(step_ratios(errors, runs))
     table = []
     for name, members in groups:
