@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..schedules import schedule_named
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
@@ -282,11 +283,12 @@ def stage_layer_workspace(model: ModelSpec, run: RunSpec, strategy: Strategy, la
     backward) and a body layer's backward temporaries cannot coexist where the loss's backward of a micro-batch ends
     before any body layer's backward begins on this stage (no pipeline, or 1F1B without interleaving: the last
     stage runs F then B of one micro-batch); there the stage pays max(logits, temporaries), so the temporaries only
-    beyond the logits. The recompute workspace is still added to the logits, as before (docs/formulas.md §5.5)."""
+    beyond the logits (Schedule.loss_backward_alone). The recompute workspace is still added to the logits, as
+    before (docs/formulas.md §5.5)."""
     degrees = Degrees.of_strategy(strategy)
     recompute = recompute_workspace_bytes(model, run, kind, mode, degrees)
     backward = backward_workspace_bytes(model, run, kind, degrees)
-    if strategy.pp == 1 or (strategy.vpp == 1 and strategy.schedule == "1f1b"):
+    if strategy.pp == 1 or schedule_named(strategy.schedule).loss_backward_alone:
         backward = max(0.0, backward - logits)
     return recompute, backward
 

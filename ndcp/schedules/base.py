@@ -45,6 +45,10 @@ class Schedule:
     # Communication the schedule overlaps with compute by construction ("ep": the MoE all-to-all, "p2p": the
     # pipeline sends); estimate/overlap.py adds what the run's overlap settings hide.
     hides: frozenset[str] = frozenset()
+    # The last stage runs a micro-batch's loss backward before any body layer's backward of another starts (one
+    # forward, then that micro-batch's backward): the loss's logits and a body layer's backward temporaries never
+    # coexist there (estimate/memory.py stage_layer_workspace).
+    loss_backward_alone: bool = False
 
     def accepts_vpp(self, vpp: int) -> bool:
         """Whether this schedule runs `vpp` model chunks per device stage."""

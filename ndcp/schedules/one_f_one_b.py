@@ -8,6 +8,7 @@ from .base import LinearPipeline, Refusal, Schedule
 class OneFOneB(Schedule):
     name = "1f1b"
     rules: dict[str, str] = {}
+    loss_backward_alone = True
 
     def accepts_vpp(self, vpp: int) -> bool:
         return vpp == 1
