@@ -208,11 +208,11 @@ class EvidenceTable(NamedTuple):
         features = frozenset(features)
         missing = tuple(sorted(features - self.evidenced))
         step_least, peak_least = least_for(STEP_LEAST, confidence, True), least_for(PEAK_LEAST, confidence, False)
-        step = _band(comparable(self.steps, features, step_least), confidence, two_sided=True)
-        peak = _band(comparable(self.peaks, features, peak_least), confidence, two_sided=False)
+        step = _band(comparable_chain(self.steps, features, STEP_LEAST), step_least.rows, confidence, two_sided=True)
+        peak = _band(comparable_chain(self.peaks, features, PEAK_LEAST), peak_least.rows, confidence, two_sided=False)
         low, high, memory_high = step.low, step.high, peak.high
-        pooled_step = _band(self.steps, confidence, two_sided=True)
-        pooled_peak = _band(self.peaks, confidence, two_sided=False)
+        pooled_step = _band((self.steps,), 0, confidence, two_sided=True)
+        pooled_peak = _band((self.peaks,), 0, confidence, two_sided=False)
         for _ in missing:  # at confidence 0 the pooled factors are 1.0: the point estimate stays
             low, high, memory_high = low * pooled_step.low, high * pooled_step.high, memory_high * pooled_peak.high
         return Evidence(step.rows, (low, high), memory_high, peak.rows, missing, float(confidence))
@@ -249,30 +249,43 @@ class Coverage(NamedTuple):
         return self.peak_covered / self.peak_rows if self.peak_rows else 0.0
 
 
-def _band(rows: Iterable[Residual], confidence: float, two_sided: bool) -> _Band:
-    rows = list(rows)
+def _band(chain: tuple[tuple[Residual, ...], ...], needed: int, confidence: float, two_sided: bool) -> _Band:
+    """The edges of the deepest set of `chain` (rows ever more like the plan, `comparable_chain`) that holds at least
+    `needed` rows (the first set where none does), never inside the range of the next, closer set's ratios: rows
+    too few for an order statistic still show how far a plan like theirs erred, and a higher confidence, which
+    stops the narrowing sooner, so never gives a narrower band."""
+    depth = max((i for i, rows in enumerate(chain) if len(rows) >= needed), default=0)
+    rows = chain[depth]
+    closer = sorted(r.ratio for r in chain[depth + 1]) if depth + 1 < len(chain) else []
     ratios = sorted(r.ratio for r in rows)
     if not ratios or confidence <= 0:
         return _Band(1.0, 1.0, len(rows))
     level = (1 + confidence) / 2 if two_sided else confidence
-    low = min(1.0, lower_edge(ratios, level)) if two_sided else 1.0
-    return _Band(low, max(1.0, upper_edge(ratios, level)), len(rows))
+    low = min([1.0, lower_edge(ratios, level)] + closer[:1]) if two_sided else 1.0
+    return _Band(low, max([1.0, upper_edge(ratios, level)] + closer[-1:]), len(rows))
 
 
-def comparable(rows: tuple[Residual, ...], features: frozenset[str], least: Least) -> tuple[Residual, ...]:
-    """The rows most like a plan: starting from all rows, narrowed one plan feature at a time to the rows that share
-    it, each time by the feature leaving the most rows (ties: its name), while at least `least.rows` rows from
-    `least.sources` sources remain."""
-    chosen, remaining = rows, sorted(features)
+def comparable_chain(rows: tuple[Residual, ...], features: frozenset[str], least: Least
+                     ) -> tuple[tuple[Residual, ...], ...]:
+    """The rows most like a plan, step by step: starting from all rows, narrowed one plan feature at a time to the
+    rows that share it, each time by the feature leaving the most rows (ties: its name), while at least `least.rows`
+    rows from `least.sources` sources remain. Each set holds the next; the last is the closest."""
+    chain, remaining = [rows], sorted(features)
     while remaining:
-        narrowed = [(tuple(r for r in chosen if f in r.features), f) for f in remaining]
+        narrowed = [(tuple(r for r in chain[-1] if f in r.features), f) for f in remaining]
         narrowed = [(sub, f) for sub, f in narrowed
                     if len(sub) >= least.rows and len({r.source for r in sub}) >= least.sources]
         if not narrowed:
             break
         chosen, feature = min(narrowed, key=lambda option: (-len(option[0]), option[1]))
+        chain.append(chosen)
         remaining.remove(feature)
-    return chosen
+    return tuple(chain)
+
+
+def comparable(rows: tuple[Residual, ...], features: frozenset[str], least: Least) -> tuple[Residual, ...]:
+    """The closest set of `comparable_chain`: the rows a band at `least` is read from."""
+    return comparable_chain(rows, features, least)[-1]
 
 
 # -- the shipped table ---------------------------------------------------------------------------------------------
@@ -303,4 +316,4 @@ EVIDENCED_FEATURES: frozenset[str] = shipped_table().evidenced
 
 __all__ = ["Evidence", "plan_evidence", "Residual", "EvidenceTable", "plan_features", "evidence_for",
            "EVIDENCED_FEATURES", "Coverage", "DEFAULT_CONFIDENCE", "Least", "STEP_LEAST", "PEAK_LEAST", "least_for",
-           "comparable", "device_generation", "shipped_table", "upper_edge", "lower_edge"]
+           "comparable", "comparable_chain", "device_generation", "shipped_table", "upper_edge", "lower_edge"]

@@ -149,3 +149,17 @@ def test_a_band_rests_on_enough_rows_for_its_confidence():
     for features in {row.features for row in table.peaks + table.steps}:
         evidence = table.evidence(features, 0.9)
         assert evidence.memory_rows >= 9 and evidence.runs >= 19
+
+
+def test_a_higher_confidence_never_narrows_a_band_even_where_it_stops_the_narrowing_sooner():
+    """At 84 % nine 1F1B peak rows suffice; at 91 % ten are needed and the band falls back to all 27 rows, whose
+    edge (1.085) lies below the worst of those nine (1.128): the closer rows' range bounds the wider set's edge."""
+    table = shipped_table()
+    assert evidence_for(frozenset({"1f1b", "torch.compile"}), 0.90625).memory_high >= \
+        evidence_for(frozenset({"1f1b", "torch.compile"}), 0.84375).memory_high
+    levels = [i / 40 for i in range(1, 40)]
+    for features in {row.features for row in table.peaks + table.steps}:
+        bands = [table.evidence(features, c) for c in levels]
+        for narrow, wide in zip(bands, bands[1:]):
+            assert wide.memory_high >= narrow.memory_high
+            assert wide.step_band[0] <= narrow.step_band[0] and wide.step_band[1] >= narrow.step_band[1]
