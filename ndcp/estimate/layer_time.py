@@ -198,10 +198,14 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
     # as the trainer runs it: torchtitan's eager ops or their torch.compile fusion (fusion.py), else Megatron's kernels
     elementwise = memory_seconds(layer_elementwise_bytes(model, run, kind, tokens, keys, tp, sp), device)
-    # MoE router passes and permute / unpermute at HBM speed, the backward the same bytes once (docs/formulas.md §3.2)
-    routing = memory_seconds(routing_bytes(model, run, tokens, tp, etp), device) if kind == "moe" else 0.0
+    # MoE routing work at HBM speed, forward and backward op by op (estimate/moe.py; docs/formulas.md §3.2)
+    routed = routing_bytes(model, run, tokens, tp, ep, etp) if kind == "moe" else None
+    routing, routing_backward, around = ((memory_seconds(routed.forward, device),
+                                          memory_seconds(routed.backward, device),
+                                          memory_seconds(routed.around_dispatch, device)) if routed else (0.0,) * 3)
     forward = linear + core + elementwise + cast_forward + routing
-    backward = 2.0 * (linear + elementwise) + core_backward + cast_backward + routing  # dgrad + wgrad (Narayanan §5.1)
+    backward = (2.0 * (linear + elementwise) + core_backward + cast_backward  # dgrad + wgrad (Narayanan §5.1)
+                + routing_backward)
 
     # docs/formulas.md §7: one TP collective pair per row-parallel output (_tp_collectives)
     collectives = _tp_collectives(model, kind)
@@ -216,7 +220,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
     if "ep" in hidden:
         ep_forward, ep_backward = ep_overlapped(a2a, _moe_passes(model, cluster, run, kind, tp, tokens, forward,
-                                                                 backward, core, core_backward, routing))
+                                                                 backward, core, core_backward, around))
     return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
 
@@ -224,7 +228,9 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
 def _moe_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,
                 forward: float, backward: float, core: float, core_backward: float, routing: float) -> MoEPasses:
     """A MoE layer's compute split as the EP overlap schedules it (overlap.ep_overlapped): before the dispatch its
-    mixer's GEMMs and core and the router; the rest (experts, element-wise work, casts) the MLP's."""
+    mixer's GEMMs and core and the router (`routing`: its passes with the permute and unpermute,
+    moe.RoutingBytes.around_dispatch); the rest (experts, element-wise work, casts, the dispatcher's other copies)
+    the MLP's."""
     mixer = _ub_linear(model, cluster, run, kind, tp, tokens)  # the mixer's weight GEMMs, one pass
     attention_forward = min(forward, mixer + core + routing)
     attention_backward = min(backward, 2.0 * mixer + core_backward + routing)

@@ -119,17 +119,56 @@ def dispatch_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, token
                       received * domain_copies * (domains - 1) / domains, ep - 1, domains)
 
 
-def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, etp: int) -> float:
-    """HBM bytes of one forward of a MoE layer's memory-bound routing work on one device: the router's FP32 passes
-    over tokens x experts scores, and permute / unpermute (Megatron-Core moe_utils.permute and unpermute: gather
-    each token's top_k copies into expert order, read them back and sum them weighted): each reads and writes
-    (1 + top_k) rows of hidden, for this device's tokens x etp / tp tokens (the busiest rank's share of pairs)."""
+class RoutingBytes(NamedTuple):
+    """HBM bytes of one MoE layer's memory-bound routing work on one device, one micro-batch (routing_bytes)."""
+
+    forward: float
+    backward: float
+    around_dispatch: float  # the router's passes and the permute / unpermute, one pass (what ndcp priced alone
+    # before the inventory: the part estimate/layer_time.py's EP-overlap split schedules with the attention)
+
+
+def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, ep: int, etp: int) -> RoutingBytes:
+    """HBM bytes of a MoE layer's memory-bound routing work on one device, forward and backward, op by op as
+    Megatron-Core runs it (megatron/core/transformer/moe @d98e8a6; docs/formulas.md §3.2, the inventory). With
+    X = this device's tokens x etp / tp rows of hidden and R = their top_k copies (the busiest rank's,
+    RunSpec.moe_load_imbalance), each at the activation dtype, and S = the router's FP32 tokens x experts scores:
+
+    - the router (router.py TopKRouter.routing, moe_utils.topk_routing_with_score_function): ROUTER_PASSES x S
+      each way;
+    - permute and unpermute (moe_utils.permute / unpermute, Transformer Engine's fused kernels): X + R each, and in
+      the backward each is the other's kernel on the gradients, X + R again;
+    - alltoall with more than one local expert: the received rows sorted by local expert and back
+      (token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_postprocess and combine_preprocess,
+      moe_utils.sort_chunks_by_idxs: a gather of whole rows, read R and write R), 2 x 2R each way (the backward of
+      each sort is the inverse sort);
+    - FP8 with the alltoall or allgather dispatcher: experts.py TEGroupedMLP.forward pads each expert's rows to the
+      recipe's alignment (Transformer Engine Fp8Padding / Fp8Unpadding, fused_multi_row_padding: the BF16 rows
+      copied, read R and write R) before fc1 and unpads fc2's output, 2 x 2R each way; HybridEP pads inside its
+      dispatch (moe_utils.skip_routed_expert_padding), so flex rows are charged none (DeepEP, which does not, is
+      the other flex backend: unpriced there);
+    - shared experts: their output added to the routed one (moe_layer.py MoELayer.postprocess, or the alltoall
+      dispatcher's combine_postprocess), read 2X and write X forward;
+    - backward only: the layer input's gradient from the router's FP32 input-gradient GEMM cast to the activation
+      dtype (moe_utils.RouterGatingLinearFunction.backward, `grad_input.to(input_dtype)`: read 4 bytes and write
+      the activation's per element, 3X at BF16) and added to the permute's (autograd's accumulation of the two
+      uses of the layer input: read 2X, write X).
+    """
     moe = model.moe
     local = tokens * etp / tp
-    router = tokens * moe.experts * ROUTER_BYTES * ROUTER_PASSES
-    rows = local * (1 + moe.top_k * run.moe_load_imbalance)
-    return router + 2 * rows * model.hidden * run.activation_bytes
+    row_bytes = model.hidden * run.activation_bytes
+    x = local * row_bytes
+    r = local * moe.top_k * run.moe_load_imbalance * row_bytes
+    around = tokens * moe.experts * ROUTER_BYTES * ROUTER_PASSES + 2 * (x + r)
+    sorts = 2 if run.moe_dispatcher == "alltoall" and moe.experts > ep else 0  # by local expert, and back
+    paddings = 2 if run.fp8 and run.moe_dispatcher != "flex" else 0  # pad fc1's input, unpad fc2's output
+    copies = sorts + paddings
+    moved = copies * 2 * r
+    shared = 3 * x if moe.shared_experts else 0.0
+    cast = local * model.hidden * (ROUTER_BYTES + run.activation_bytes) if run.activation_bytes < ROUTER_BYTES else 0.0
+    input_gradient = cast + 3 * x
+    return RoutingBytes(around + moved + shared, around + moved + input_gradient, around)
 
 
 __all__ = ["EPPlacement", "ep_placement", "distinct_hits", "reachable_nodes", "reachable_ranks", "dispatch_seconds",
-           "routing_bytes", "ROUTER_PASSES", "ROUTER_BYTES"]
+           "routing_bytes", "RoutingBytes", "ROUTER_PASSES", "ROUTER_BYTES"]

@@ -79,7 +79,8 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         etp = shape.key.degrees.etp
         gemms = moe_gemms(model, tokens, tp, shape.key.degrees.ep, etp, imbalance=run.moe_load_imbalance)
         width = (m.expert_ffn_hidden * m.top_k * (m.capacity_factor or 1.0) + m.shared_hidden * m.shared_experts)
-        routing = memory_seconds(routing_bytes(model, run, tokens, tp, etp), cluster.device)  # routes again
+        routing = memory_seconds(routing_bytes(model, run, tokens, tp, shape.key.degrees.ep, etp).forward,
+                                 cluster.device)  # routes again
         seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run) + routing
                    + _activation_seconds(model, cluster, run, tokens, width / tp) + shape.ep_forward)
         return seconds, total_flops(gemms)

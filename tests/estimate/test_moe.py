@@ -144,11 +144,69 @@ def test_a_busier_rank_never_makes_a_dispatch_faster(ep, dispatcher, imbalance):
     assert dispatch(dispatcher, ep, imbalance=imbalance) >= dispatch(dispatcher, ep) * (1 - 1e-12)
 
 
-def test_routing_bytes_are_the_router_scores_and_the_permute_copies():
-    tiny = load_model("tiny-moe")
-    m = tiny.moe
-    expected = TOKENS * m.experts * 4 * 4 + 2 * TOKENS * (1 + m.top_k) * tiny.hidden * 2
-    assert routing_bytes(tiny, RUN, TOKENS, 1, 1) == pytest.approx(expected)
+TINY = load_model("tiny-moe")  # hidden 256, 8 experts, top-2, no shared experts
+
+
+def routed(run: RunSpec, ep: int, model=TINY, tp: int = 1):
+    return routing_bytes(model, run, TOKENS, tp, ep, 1)
+
+
+def test_routing_bytes_hand_counted_for_a_small_model_with_the_alltoall_dispatcher():
+    """tiny-moe, 4,096 tokens on one device, BF16, EP 4 (2 local experts): X = one row of hidden per token, R = its
+    top-2 copies, S = the router's FP32 scores."""
+    x = TOKENS * 256 * 2
+    r = 2 * x
+    s = TOKENS * 8 * 4
+    around = 4 * s + 2 * (x + r)  # router passes; permute (read X, write R) and unpermute (read R, write X)
+    sorts = 2 * 2 * r  # the received rows sorted by local expert and back, each read and written
+    gradient = TOKENS * 256 * (4 + 2) + 3 * x  # the router's FP32 input gradient cast, added to the permute's
+    assert routed(RUN, 4) == pytest.approx((around + sorts, around + sorts + gradient, around))
+
+
+def test_one_local_expert_needs_no_sort_and_flex_sorts_in_its_own_dispatch():
+    one_each, flex = routed(RUN, 8), routed(replace(RUN, moe_dispatcher="flex"), 4)
+    assert one_each.forward == one_each.around_dispatch  # EP 8 of 8 experts: nothing to sort
+    assert flex.forward == flex.around_dispatch
+    assert routed(RUN, 4).forward - one_each.forward == pytest.approx(4 * 2 * TOKENS * 256 * 2)
+
+
+def test_fp8_pads_each_experts_rows_unless_hybridep_did():
+    fp8 = replace(RUN, precision="fp8")
+    copies = 2 * 2 * (2 * TOKENS * 256 * 2)  # fc1's input padded, fc2's output unpadded: R read and written each
+    assert routed(fp8, 8).forward - routed(RUN, 8).forward == pytest.approx(copies)
+    assert routed(fp8, 8).backward - routed(RUN, 8).backward == pytest.approx(copies)
+    flex = replace(RUN, moe_dispatcher="flex")
+    assert routed(replace(flex, precision="fp8"), 8) == routed(flex, 8)
+
+
+def test_shared_experts_add_their_output_forward_only():
+    shared = replace(TINY, moe=replace(TINY.moe, shared_experts=1))
+    x = TOKENS * 256 * 2
+    with_shared, without = routed(RUN, 4, shared), routed(RUN, 4)
+    assert with_shared.forward - without.forward == pytest.approx(3 * x)
+    assert with_shared.backward == without.backward
+
+
+def test_the_busiest_rank_moves_its_share_of_every_copy_of_the_rows():
+    busy = routed(replace(RUN, moe_load_imbalance=1.5), 4)
+    even = routed(RUN, 4)
+    r = 2 * TOKENS * 256 * 2
+    assert busy.forward - even.forward == pytest.approx(0.5 * r * (2 + 4))  # permute + unpermute, two sorts
+
+
+def test_a_moe_layer_adds_the_routing_forward_to_its_forward_and_the_backward_to_its_backward():
+    """The same layer with the sorts (2 local experts) and without (1): its forward and backward grow by the
+    sorts' seconds at HBM speed, each pass, and the routing backward is the larger (the input gradient)."""
+    run = replace(RUN, seq_len=1024, global_batch=16)
+    clus = ClusterSpec(H100, 8)
+    layer = {ep: layer_time(TINY, clus, run, LayerKey("moe", "none", Degrees(tp=1, cp=1, ep=ep, etp=1, mbs=1,
+                                                                              sp=False), "p2p", frozenset()))
+             for ep in (4, 8)}
+    sorts = 4 * 2 * 1024 * 256 * 2 / H100.hbm_bandwidth
+    assert layer[4].forward - layer[8].forward == pytest.approx(sorts, rel=0.02)
+    assert layer[4].backward - layer[8].backward == pytest.approx(sorts, rel=0.02)
+    bytes_ = routing_bytes(TINY, run, 1024.0, 1, 4, 1)
+    assert bytes_.backward > bytes_.forward
 
 
 @pytest.mark.parametrize("field, value", [("moe_load_imbalance", 1.5), ("moe_dispatcher", "allgather")])
