@@ -34,8 +34,9 @@ from .trainers import data_parallel_sync
 # ("NCCL CTAs won't share an SM with compute kernels"), and uses the fewest SMs that reach the platform's bandwidth,
 # 16 on a DGX with 8 NICs (NVIDIA's S. Jeaugey, NVIDIA/nccl issue #689). While a collective runs the compute beside
 # it gets the other SMs: a window W with C seconds of collectives lasts max(C, W + C x n/S), so at least C x n/S of
-# them shows (as estimate/overlap.py prices TE's userbuffers, docs/formulas.md §7.1). Unvalidated as a separate
-# term: no measured pair of runs differs by the overlap alone.
+# them shows (as estimate/overlap.py prices TE's userbuffers, docs/formulas.md §7.1); the last bucket, which has no
+# compute beside it, shows whole on top of that (DataParallelTerms.unhidden). Unvalidated as a separate term: no
+# measured pair of runs differs by the overlap alone.
 NCCL_SMS = 16
 
 
@@ -62,9 +63,12 @@ class DataParallelTerms:
 
     @property
     def unhidden(self) -> float:
-        """The share of a window's collectives that shows however long the window: the last bucket's, or what the
-        compute loses to the SMs the collectives hold, whichever is more."""
-        return max(self.last_bucket, self.sm_share)
+        """The share of a window's collectives that shows however long the window: the last bucket's, which runs
+        with no compute beside it (FSDP's first all-gather of a forward, the last layer's re-gather opening a
+        backward and the first layer's reduce-scatter closing it), plus what the compute loses to the SMs the
+        other buckets hold while they run beside it: b + (1 - b) x n/S. Both at once, not the larger (docs/
+        formulas.md §7). exposed() = b X + max((1 - b) X - W, (1 - b) X n/S) = max(X - W, X x unhidden)."""
+        return self.last_bucket + (1.0 - self.last_bucket) * self.sm_share
 
     def windows(self, mbn: int) -> tuple[tuple[float, int, str], ...]:
         """(seconds of communication in one window, such windows per step, which pass the window is: "backward" or
