@@ -34,9 +34,18 @@ from .trainers import data_parallel_sync
 # ("NCCL CTAs won't share an SM with compute kernels"), and uses the fewest SMs that reach the platform's bandwidth,
 # 16 on a DGX with 8 NICs (NVIDIA's S. Jeaugey, NVIDIA/nccl issue #689). While a collective runs the compute beside
 # it gets the other SMs: a window W with C seconds of collectives lasts max(C, W + C x n/S), so at least C x n/S of
-# them shows (as estimate/overlap.py prices TE's userbuffers, docs/formulas.md §7.1). Unvalidated as a separate
-# term: no measured pair of runs differs by the overlap alone.
+# them shows (as estimate/overlap.py prices TE's userbuffers, docs/formulas.md §7.1); the last bucket, which has no
+# compute beside it, shows whole on top of that (DataParallelTerms.unhidden). Unvalidated as a separate term: no
+# measured pair of runs differs by the overlap alone.
 NCCL_SMS = 16
+# A collective also takes HBM bandwidth from the compute beside it: what arrives over the link is stored to memory
+# and read back, "at least 2x" the link rate, 3x with the reads and writes of the user buffers (NVIDIA's S. Jeaugey,
+# NVIDIA/nccl issue #1428, answering an A100 profile whose GEMMs ran 1.18 -> 2.08 ms and attention 0.18 -> 0.33 ms
+# beside an all-gather). Memory-bound kernels beside a ring at bandwidth B then lose 2B/HBM of their speed,
+# compute-bound ones the SMs above; the window's split between the two is not tracked, so it loses the larger
+# share (DataParallelTerms.hbm_share). Its cost, X x 2B/HBM = 2 x bytes / HBM, is the collective's bytes through
+# HBM, whatever the link. Below the profile's slowdowns (1.8x): unvalidated as a separate term.
+NCCL_HBM_PASSES = 2
 
 
 class Windows(NamedTuple):
@@ -59,12 +68,17 @@ class DataParallelTerms:
     optimizer: float  # Adam step and gradient clipping over the local (sharded) states, and the step's fixed costs
     step_costs: float = 0.0  # the share of `optimizer` that is the step's fixed costs (estimate/step_costs.py)
     sm_share: float = 0.0  # the device's SMs NCCL's kernels hold while a collective runs (NCCL_SMS / sm_count)
+    hbm_share: float = 0.0  # the HBM bandwidth a collective's traffic takes (NCCL_HBM_PASSES x its ring's / HBM)
 
     @property
     def unhidden(self) -> float:
-        """The share of a window's collectives that shows however long the window: the last bucket's, or what the
-        compute loses to the SMs the collectives hold, whichever is more."""
-        return max(self.last_bucket, self.sm_share)
+        """The share of a window's collectives that shows however long the window: the last bucket's, which runs
+        with no compute beside it (FSDP's first all-gather of a forward, the last layer's re-gather opening a
+        backward and the first layer's reduce-scatter closing it), plus what the compute loses to the other buckets
+        while they run beside it, the SMs they hold or the HBM bandwidth they take, whichever is more:
+        b + (1 - b) x c. Both at once, not the larger (docs/formulas.md §7).
+        exposed() = b X + max((1 - b) X - W, (1 - b) X c) = max(X - W, X x unhidden)."""
+        return self.last_bucket + (1.0 - self.last_bucket) * max(self.sm_share, self.hbm_share)
 
     def windows(self, mbn: int) -> tuple[tuple[float, int, str], ...]:
         """(seconds of communication in one window, such windows per step, which pass the window is: "backward" or
@@ -212,6 +226,7 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
             backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
             gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
             last_bucket=1.0 / max(params.layers, 1), sm_share=min(1.0, NCCL_SMS / cluster.device.sm_count),
+            hbm_share=_hbm_share(cluster, place, params),
             optimizer=update + fixed, step_costs=fixed))
     return tuple(out)
 
@@ -234,6 +249,16 @@ def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, 
     dearest = max(terms, key=lambda t: t.optimizer)
     return DataParallelTime(max(t.exposed(w, strategy.mbn) for t, w in zip(terms, windows)),
                             dearest.optimizer - dearest.step_costs, dearest.step_costs)
+
+
+def _hbm_share(cluster: ClusterSpec, place: _Placement, params) -> float:
+    """The HBM bandwidth the stage's data-parallel collectives take while they run: NCCL_HBM_PASSES times the
+    fastest ring among the groups that carry its parameters (the dense shard group, HSDP's replicas, the experts'),
+    as a share of the device's HBM bandwidth."""
+    groups = ([place.dense, place.replicas] if params.dense > 0 else []) + ([place.expert] if params.expert > 0
+                                                                            else [])
+    rings = [group.link[0] for group in groups if group.ranks > 1]
+    return min(1.0, NCCL_HBM_PASSES * max(rings, default=0.0) / cluster.device.hbm_bandwidth)
 
 
 def _exposed(seconds: float, window: float, unhidden: float) -> float:
