@@ -16,6 +16,7 @@ from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.memory import estimate_memory, model_state_bytes
 from ndcp.estimate.parameters import stage_parameters
 from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.moe import routing_bytes
 from ndcp.estimate.time import stage_extra_time
 from ndcp.specs import ClusterSpec, RunSpec, SpecError, device_preset
 from ndcp.specs.library import load_model
@@ -111,8 +112,12 @@ def test_the_moe_router_stays_bf16():
     t_bf16 = layer_time(model, cluster, run_bf16, LayerKey("moe", "none", Degrees(1, 1, 1, 1, 1, False)))
     t_fp8 = layer_time(model, cluster, run_fp8, LayerKey("moe", "none", Degrees(1, 1, 1, 1, 1, False)))
     cast = memory_seconds(cast_bytes_per_element(run_fp8, H100) * sum((g.m + g.n) * g.k * g.count for g in low), H100)
+    # and the experts' FP8 row padding, the one routing copy FP8 adds (estimate/moe.py routing_bytes)
+    padding = memory_seconds(routing_bytes(model, run_fp8, tokens, 1, 1, 1).forward
+                             - routing_bytes(model, run_bf16, tokens, 1, 1, 1).forward, H100)
+    assert padding > 0
     assert t_fp8.forward - t_bf16.forward == pytest.approx(
-        gemm_seconds(low, H100, 2, fp8=True) - gemm_seconds(low, H100, 2) + cast)
+        gemm_seconds(low, H100, 2, fp8=True) - gemm_seconds(low, H100, 2) + cast + padding)
 
 
 def test_recipe_cast_costs_order_and_blackwell_needs_no_transpose():
