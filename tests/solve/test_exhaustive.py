@@ -13,8 +13,8 @@ from ndcp.specs.library import load_model
 from tests.solve.test_interrupt import interrupt_on_call
 
 # Under 30 GiB some strategies fit and many do not: the ranking and the nearest misses both have work to do.
-SPACE = SearchSpace(load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 16),
-                    RunSpec(global_batch=64, seq_len=8192, memory_cap_bytes=30 * 2**30))
+SPACE = SearchSpace(load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 8),
+                    RunSpec(global_batch=32, seq_len=8192, memory_cap_bytes=30 * 2**30))
 LARGE = SearchSpace(load_model("llama3-70b"), ClusterSpec(device_preset("h100"), 512),
                     RunSpec(global_batch=1024, seq_len=8192))
 
