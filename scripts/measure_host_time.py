@@ -4,7 +4,9 @@ the table docs/host_time.yaml (docs/formulas.md §3.2, "host issue time"; issue 
 Runs in a scratch environment OUTSIDE the repository (the repository and its CI never install torch), on a Megatron-LM
 checkout (d98e8a6 was measured):
 
-    python3.11 -m venv /tmp/trainers-venv && /tmp/trainers-venv/bin/pip install torch==2.13.0 einops
+    python3.11 -m venv /tmp/trainers-venv && /tmp/trainers-venv/bin/pip install torch==2.13.0 numpy packaging \
+        einops pyyaml pydantic tqdm xxhash wandb tensorboard absl-py   # what megatron.core imported in the
+                                                                       # measured environment
     git clone https://github.com/NVIDIA/Megatron-LM /tmp/megatron-lm && git -C /tmp/megatron-lm checkout d98e8a6
     MEGATRON_LM=/tmp/megatron-lm /tmp/trainers-venv/bin/python scripts/measure_host_time.py > docs/host_time.yaml
 
@@ -22,19 +24,26 @@ trainer's Python, PyTorch's dispatcher and autograd: what the host spends per op
 layer of the same sizes is measured beside it. The world is one rank (gloo), so expert parallelism is 1: the
 dispatcher then synchronises at `before_finish` (end of dispatch) instead of `before_ep_alltoall`, and skips its
 count all-gather, its two all-to-alls and its sort by local expert (EP > 1 adds them; not measured). The local spec
-runs the experts as `SequentialMLP`, a Python loop over the local experts (about 10 operations each), where the
+runs the experts as `SequentialMLP`, a Python loop over the local experts (6 kernel operations each), where the
 Megatron-Bridge rows run `TEGroupedMLP` (one Transformer Engine GroupedLinear call per GEMM, whose C++ issues the
 per-expert cuBLAS calls): the expert part is reported per local expert, measured at several expert counts, and is a
-stand-in. Four calls that need CUDA are replaced by stand-ins that do nothing (`torch.cuda.current_device`,
-`current_stream`, `stream`, and the dispatcher's D2H event): on a GPU they cost host time too (not counted here).
+stand-in. Stand-ins where the layer needs a GPU: the core attention is one fused operation (`_FusedCore`, as
+Transformer Engine's cuDNN attention runs it); `torch.cuda.current_device`, `current_stream`, `stream`, `Stream` and
+`Event` (the dispatcher's D2H stream and event) do nothing, and so does the CUDA RNG tracker's `fork` (forced
+balance draws its random logits from the CPU generator): on a GPU those calls cost host time too (not counted here),
+and the dispatcher's D2H copies of the counts (already on the CPU here) are one copy operation each.
 
 Per configuration the layer runs forward and backward WARMUP times, then ITERATIONS times timed with
 time.perf_counter_ns (one thread, `torch.set_num_threads(1)`), the forward split at the dispatcher's wait; the
 median and the minimum are reported. A separate pass counts the aten operations (a TorchDispatchMode) in each
-segment: forward before the wait, forward after it, backward. Every aten operation on a GPU is at least one kernel
-launch, so the counts are what the host must issue per layer; CUDA's own launch cost (cudaLaunchKernel) comes on top
-of the CPU time measured here, and the host CPU of a DGX H100/B200 (Xeon Platinum 8480C / 8570) or a GB200 (Grace)
-differs from the CPU measured (`cpu` in the table).
+segment: forward before the wait, forward after it, backward; `kernel_ops` leaves out views, metadata reads and
+uninitialised allocations (VIEWS), so each of them launches at least one kernel on a GPU. CUDA's own launch cost
+comes on top of the CPU time measured here, in place of the tiny CPU kernels' own time (`reference_op_us`, one bare
+`torch.add`): "usually between 5-20 microseconds" on the CPU per launch (facebookresearch/HolisticTraceAnalysis
+docs/source/features/cuda_kernel_launch_stats.rst, Meta's trace analysis tool). The host CPU of a DGX H100/B200
+(Xeon Platinum 8480C / 8570) or a GB200 (Grace, Arm Neoverse V2) differs from the CPU measured (`cpu` in the table),
+and a shared machine inflates the medians: the minima are the least disturbed iterations.
+EXPERTS (comma-separated local expert counts) and ITERATIONS override the defaults.
 """
 from __future__ import annotations
 
