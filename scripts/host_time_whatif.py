@@ -25,9 +25,10 @@ measured step; then the signed step errors.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import NamedTuple
+
+import yaml
 
 from ndcp.estimate.keys import Degrees, StageKey
 from ndcp.estimate.layer_time import layer_time
@@ -44,16 +45,12 @@ TABLE = ROOT / "docs" / "host_time.yaml"
 
 
 def host_table(path: Path = TABLE) -> dict:
-    """The microseconds the what-if needs, read from the table's fit and dense row (min over iterations)."""
-    text = path.read_text(encoding="utf-8")
-    fit = {}
-    for seg in ("forward_before_sync", "forward_after_sync", "backward"):
-        m = re.search(rf"^  {seg}: \{{fixed_us: ([\d.]+), per_expert_us: ([\d.]+)", text.split("moe_fit_min:")[1],
-                      re.M)
-        fit[seg] = (float(m.group(1)), float(m.group(2)))
-    dense = re.search(r"layer: dense\n(?:.*\n)*?  forward: \{median_us: [\d.]+, min_us: ([\d.]+)\}\n"
-                      r"(?:.*\n)*?  backward: \{median_us: [\d.]+, min_us: ([\d.]+)\}", text)
-    return {"fit": fit, "dense_forward": float(dense.group(1)), "dense_backward": float(dense.group(2))}
+    """The microseconds the what-if needs: the table's fit on the minima (moe_fit_min: fixed, per local expert, per
+    segment) and the dense row's minima."""
+    table = yaml.safe_load(path.read_text(encoding="utf-8"))
+    fit = {seg: (v["fixed_us"], v["per_expert_us"]) for seg, v in table["moe_fit_min"].items()}
+    dense = next(row for row in table["rows"] if row["layer"] == "dense")
+    return {"fit": fit, "dense_forward": dense["forward"]["min_us"], "dense_backward": dense["backward"]["min_us"]}
 
 
 def _host(table: dict, local_experts: float, low: bool) -> tuple[float, float]:
