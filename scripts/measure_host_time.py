@@ -21,9 +21,13 @@ a GPU) of Qwen3-30B-A3B's structure (q/k RMSNorm, GQA, SwiGLU, a top-8 router ov
 loss and forced balance, as the Megatron-Bridge recipes set it, dropless, the alltoall dispatcher, unfused permute)
 at TINY sizes (16 tokens, hidden 64), so that every kernel takes next to nothing on the CPU and the wall time is the
 trainer's Python, PyTorch's dispatcher and autograd: what the host spends per operation before the launch. A dense
-layer of the same sizes is measured beside it. The world is one rank (gloo), so expert parallelism is 1: the
-dispatcher then synchronises at `before_finish` (end of dispatch) instead of `before_ep_alltoall`, and skips its
-count all-gather, its two all-to-alls and its sort by local expert (EP > 1 adds them; not measured). The local spec
+layer of the same sizes is measured beside it. The `rows` run in a one-rank gloo world, so expert parallelism is 1:
+the dispatcher then synchronises at `before_finish` (end of dispatch) instead of `before_ep_alltoall`, and skips its
+count all-gather, its all-to-alls and its sort by local expert. The `ep_rows` run them: 128 experts (Qwen3-30B-A3B's)
+over EP 16, 8 and 4 (8, 16, 32 local experts), rank 0 of a fake world (torch's `fake` process group, whose
+collectives return at once; `_ep_stand_ins`), each in a fresh process (`--ep N`), with the sort unfused (`split` into
+EP x local-expert chunks and `cat`, `moe_utils.sort_chunks_by_idxs`), as `moe_permute_fusion = False` runs it; the
+fused sort is one Transformer Engine kernel (not measured). The local spec
 runs the experts as `SequentialMLP`, a Python loop over the local experts (6 kernel operations each), where the
 Megatron-Bridge rows run `TEGroupedMLP` (one Transformer Engine GroupedLinear call per GEMM, whose C++ issues the
 per-expert cuBLAS calls): the expert part is reported per local expert, measured at several expert counts, and is a
@@ -43,14 +47,17 @@ comes on top of the CPU time measured here, in place of the tiny CPU kernels' ow
 docs/source/features/cuda_kernel_launch_stats.rst, Meta's trace analysis tool). The host CPU of a DGX H100/B200
 (Xeon Platinum 8480C / 8570) or a GB200 (Grace, Arm Neoverse V2) differs from the CPU measured (`cpu` in the table),
 and a shared machine inflates the medians: the minima are the least disturbed iterations.
-EXPERTS (comma-separated local expert counts) and ITERATIONS override the defaults.
+EXPERTS (comma-separated expert counts, EP 1), EP (comma-separated degrees; empty: none) and ITERATIONS override the
+defaults.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -67,6 +74,8 @@ FFN_DENSE, FFN_EXPERT = 96, 32
 TOP_K = 8                                     # Qwen3-30B-A3B: 128 experts, top 8
 EXPERT_COUNTS = tuple(int(e) for e in os.environ.get("EXPERTS", "8,16,32,64,128").split(","))
 WARMUP, ITERATIONS = 20, int(os.environ.get("ITERATIONS", "200"))
+EP_EXPERTS = 128                              # Qwen3-30B-A3B's experts, over EP ranks: 8, 16, 32 local
+EP_DEGREES = tuple(int(e) for e in os.environ.get("EP", "16,8,4").split(",") if e)
 
 
 class _NoCuda:
@@ -165,22 +174,49 @@ class _FusedCore(torch.nn.Module):
         return out.permute(2, 0, 1, 3).reshape(query.shape[0], query.shape[1], -1)
 
 
-def _setup() -> None:
+def _setup(ep: int = 1) -> None:
+    """A one-rank gloo world (EP 1), or rank 0 of a fake world of `ep` ranks (EP_STAND_INS)."""
     sys.path.insert(0, MEGATRON_SOURCE)
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
     torch.set_num_threads(1)
     _NoCuda.install()
-    if not dist.is_initialized():
+    if ep == 1:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29541")
         dist.init_process_group("gloo", rank=0, world_size=1)
         parallel_state.initialize_model_parallel(1, 1)
+    else:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", rank=0, world_size=ep, store=FakeStore())
+        parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=ep, create_gloo_process_groups=False)
+        _ep_stand_ins()
     # the CUDA RNG tracker's forks (forced balance draws its random logits in the expert-parallel one) need CUDA:
     # the default CPU generator stands in
     get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
     CLOCK.install()
+
+
+def _ep_stand_ins() -> None:
+    """EP > 1 on one process: the fake process group's collectives return at once, so the count all-gather
+    (`tensor_parallel.mappings.dist_all_gather_func`) is one copy of this rank's counts into every rank's slot (every
+    rank routes alike: symmetric splits), and the dispatcher's D2H moves (`maybe_move_tensor_to_cpu`, a no-op for
+    CPU tensors) are one copy each, to numpy where asked, as on a GPU."""
+    from megatron.core.tensor_parallel import mappings
+    from megatron.core.transformer.moe import token_dispatcher
+
+    def gather(output, tensor, group=None, async_op=False):
+        output.view(-1, *tensor.shape).copy_(tensor)
+
+    def to_cpu(tensor, as_numpy=False, record_stream=False):
+        if torch.is_tensor(tensor):
+            tensor = tensor.to("cpu", copy=True)
+            tensor = tensor.numpy() if as_numpy else tensor
+        return tensor
+
+    mappings.dist_all_gather_func = gather
+    token_dispatcher.maybe_move_tensor_to_cpu = to_cpu
 
 
 def _layer(experts: int | None):
@@ -284,7 +320,33 @@ def _load() -> str:
     return "unknown"
 
 
-def _print(rows: list[dict], load: str) -> None:
+def _print_row(row: dict) -> None:
+    print(f"- layer: {row['layer']}")
+    print(f"  experts: {row['experts'] if row['experts'] is not None else 'null'}")
+    if "ep" in row:
+        print(f"  ep: {row['ep']}\n  local_experts: {row['experts'] // row['ep']}")
+    print(f"  ops: {row['ops']}".replace("'", ""))
+    print(f"  kernel_ops: {row['kernel_ops']}".replace("'", ""))
+    for key in ("forward", "forward_before_sync", "forward_after_sync", "backward"):
+        if key in row:
+            print(f"  {key}: {row[key]}".replace("'", ""))
+    print("  top_ops:")
+    for segment, ops in row["top_ops"].items():
+        print(f"    {segment}: {ops}".replace("'", ""))
+
+
+def _print_fits(prefix: str, moe: list[dict], counts: list[float]) -> None:
+    """Fixed part and per local expert of each segment: least squares over `moe` against `counts`."""
+    for name, stat in ((prefix, "median_us"), (f"{prefix}_min", "min_us")):
+        print(f"{name}:")
+        for key in ("forward_before_sync", "forward_after_sync", "backward"):
+            a, b = _linear(counts, [r[key][stat] for r in moe])
+            oa, ob = _linear(counts, [float(r["kernel_ops"].get(key, 0)) for r in moe])
+            print(f"  {key}: {{fixed_us: {a:.1f}, per_expert_us: {b:.2f}, fixed_kernel_ops: {oa:.1f}, "
+                  f"per_expert_kernel_ops: {ob:.2f}}}")
+
+
+def _print(rows: list[dict], ep_rows: list[dict], load: str) -> None:
     print("# Written by scripts/measure_host_time.py; do not edit by hand (module docstring: method).")
     print(f"versions: torch {torch.__version__}, Megatron-LM {MEGATRON_COMMIT} (local spec, no Transformer Engine)")
     print(f"cpu: '{_cpu()}'")
@@ -296,28 +358,20 @@ def _print(rows: list[dict], load: str) -> None:
     print(f"iterations: {ITERATIONS}")
     print("rows:")
     for row in rows:
-        print(f"- layer: {row['layer']}")
-        print(f"  experts: {row['experts'] if row['experts'] is not None else 'null'}")
-        print(f"  ops: {row['ops']}".replace("'", ""))
-        print(f"  kernel_ops: {row['kernel_ops']}".replace("'", ""))
-        for key in ("forward", "forward_before_sync", "forward_after_sync", "backward"):
-            if key in row:
-                print(f"  {key}: {row[key]}".replace("'", ""))
-        print("  top_ops:")
-        for segment, ops in row["top_ops"].items():
-            print(f"    {segment}: {ops}".replace("'", ""))
+        _print_row(row)
     moe = [r for r in rows if r["layer"] == "moe"]
-    counts = [float(r["experts"]) for r in moe]
     print("# the MoE layer's host time and kernel operations: a fixed part and one per local expert (SequentialMLP,")
     print("# the local spec's expert loop), least squares over the rows against the expert count; moe_fit on the")
     print("# medians, moe_fit_min on the minima (the least disturbed iterations of a shared machine)")
-    for name, stat in (("moe_fit", "median_us"), ("moe_fit_min", "min_us")):
-        print(f"{name}:")
-        for key in ("forward_before_sync", "forward_after_sync", "backward"):
-            a, b = _linear(counts, [r[key][stat] for r in moe])
-            oa, ob = _linear(counts, [float(r["kernel_ops"].get(key, 0)) for r in moe])
-            print(f"  {key}: {{fixed_us: {a:.1f}, per_expert_us: {b:.2f}, fixed_kernel_ops: {oa:.1f}, "
-                  f"per_expert_kernel_ops: {ob:.2f}}}")
+    _print_fits("moe_fit", moe, [float(r["experts"]) for r in moe])
+    if ep_rows:
+        print(f"# EP > 1 ({EP_EXPERTS} experts over a fake world of ep ranks, _ep_stand_ins): the dispatcher waits at")
+        print("# before_ep_alltoall; its count all-gather, all-to-alls and sort by local expert (unfused: split")
+        print("# into ep x local chunks and cat) run; fits against the local experts")
+        print("ep_rows:")
+        for row in ep_rows:
+            _print_row(row)
+        _print_fits("moe_ep_fit", ep_rows, [float(r["experts"] // r["ep"]) for r in ep_rows])
     print(f"reference_op_us: {_reference_op():.2f}  # one tiny torch.add, no autograd: this CPU's floor per operation")
 
 
@@ -333,13 +387,25 @@ def _reference_op(n: int = 20000) -> float:
     return statistics.median(runs)
 
 
+def _ep_row(ep: int) -> dict:
+    """One EP row, measured in a fresh process (one process group per process)."""
+    done = subprocess.run([sys.executable, __file__, "--ep", str(ep)], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     if not MEGATRON_SOURCE:
         sys.exit("MEGATRON_LM must name a Megatron-LM checkout (module docstring)")
+    if len(sys.argv) == 3 and sys.argv[1] == "--ep":
+        ep = int(sys.argv[2])
+        _setup(ep)
+        print(json.dumps({**measure(EP_EXPERTS), "ep": ep}))
+        return
     _setup()
     load = _load()
     rows = [measure(None)] + [measure(e) for e in EXPERT_COUNTS]
-    _print(rows, load)
+    ep_rows = [_ep_row(ep) for ep in EP_DEGREES]
+    _print(rows, ep_rows, load)
 
 
 if __name__ == "__main__":
