@@ -25,19 +25,26 @@ def _least_squares(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-@pytest.mark.parametrize("fit, stat", [("moe_fit", "median_us"), ("moe_fit_min", "min_us")])
-def test_the_fits_are_the_least_squares_of_the_rows(fit, stat):
-    moe = [row for row in TABLE["rows"] if row["layer"] == "moe"]
+@pytest.mark.parametrize("rows, fit, stat, experts", [
+    ("rows", "moe_fit", "median_us", "experts"), ("rows", "moe_fit_min", "min_us", "experts"),
+    ("ep_rows", "moe_ep_fit", "median_us", "local_experts"), ("ep_rows", "moe_ep_fit_min", "min_us", "local_experts")])
+def test_the_fits_are_the_least_squares_of_the_rows(rows, fit, stat, experts):
+    moe = [row for row in TABLE[rows] if row["layer"] == "moe"]
     assert len(moe) >= 3
-    experts = [float(row["experts"]) for row in moe]
+    counts = [float(row[experts]) for row in moe]
     for segment in SEGMENTS:
-        fixed, per = _least_squares(experts, [row[segment][stat] for row in moe])
+        fixed, per = _least_squares(counts, [row[segment][stat] for row in moe])
         assert TABLE[fit][segment]["fixed_us"] == pytest.approx(fixed, abs=0.06)
         assert TABLE[fit][segment]["per_expert_us"] == pytest.approx(per, abs=0.006)
 
 
+def test_ep_rows_split_the_same_experts_over_their_ranks():
+    for row in TABLE["ep_rows"]:
+        assert row["local_experts"] * row["ep"] == row["experts"]
+
+
 def test_every_row_counts_fewer_kernels_than_operations():
-    for row in TABLE["rows"]:
+    for row in TABLE["rows"] + TABLE["ep_rows"]:
         for segment, count in row["kernel_ops"].items():
             assert 0 < count <= row["ops"][segment]
 
