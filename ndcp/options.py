@@ -21,8 +21,8 @@ from .schedules import SCHEDULES
 from .space import DEFAULT_SCHEDULES
 from .specs.device import PRESETS
 from .specs.fields import SpecError, field_docs
-from .specs.run import (ATTENTION_KERNELS, FP8_RECIPES, GRAD_SYNCS, MAX_LOAD_IMBALANCE, MFU_CONVENTIONS,
-                        MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec)
+from .specs.run import (ATTENTION_KERNELS, FP8_RECIPES, FSDP_VERSIONS, GRAD_SYNCS, MAX_LOAD_IMBALANCE,
+                        MFU_CONVENTIONS, MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec)
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from .specs.units import GIB, parse_length, parse_size
 
@@ -335,6 +335,7 @@ RUN_OPTIONS = (
                "beside it", choices=TRAINERS + ("any",), default=None),
     run_option("grad_sync", "--grad-sync", choices=GRAD_SYNCS),
     run_option("param_gather", "--param-gather", choices=PARAM_GATHERS, metavar="WHEN"),  # the help lists them
+    run_option("fsdp_version", "--fsdp-version", choices=FSDP_VERSIONS),
     run_option("overlap", "--overlap", " (left out with --strategy-from: the file's)", metavar="WHAT",
                default=None),
     run_option("mfu_convention", "--mfu-convention", choices=MFU_CONVENTIONS),

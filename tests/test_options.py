@@ -57,8 +57,8 @@ def test_each_run_option_reaches_its_field():
         "headroom": 0.1, "precision": "fp8", "fp8_recipe": "blockwise", "optimizer_state_dtype": "bf16",
         "activation_func_fp8_input_store": True, "grad_dtype": "bf16", "no_flash_attention": True,
         "attention_kernel": "triton", "torch_compile": True, "compile_loss": True, "trainer": "torchtitan",
-        "grad_sync": "step", "param_gather": "step", "overlap": " TP ", "mfu_convention": "full",
-        "images_per_sample": 2, "image_size": 336,
+        "grad_sync": "step", "param_gather": "step", "fsdp_version": "fsdp2", "overlap": " TP ",
+        "mfu_convention": "full", "images_per_sample": 2, "image_size": 336,
         "moe_dispatcher": "flex", "moe_load_imbalance": "1.25", "confidence": "0.5"})
     values.model = "tiny"
     run = build_run(values)
@@ -66,7 +66,8 @@ def test_each_run_option_reaches_its_field():
                           headroom_fraction=0.1, precision="fp8", fp8_recipe="blockwise", optimizer_state_dtype="bf16",
                           activation_func_fp8_input_store=True, grad_dtype="bf16", flash_attention=False,
                           attention_kernel="triton", torch_compile=True, compile_loss=True, trainer="torchtitan",
-                          grad_sync="step", param_gather="step", overlap="tp", mfu_convention="full",
+                          grad_sync="step", param_gather="step", fsdp_version="fsdp2", overlap="tp",
+                          mfu_convention="full",
                           images_per_sample=2, image_size=336,
                           moe_dispatcher="flex", moe_load_imbalance=1.25, confidence=0.5)
     changed = {f for f in FIELDS if getattr(run, f) != getattr(RunSpec(32, 4096), f)}
@@ -93,6 +94,20 @@ def test_the_megatron_memory_options_reach_their_fields():
 def test_the_megatron_memory_options_are_refused_for_other_trainers(field, value):
     with pytest.raises(SpecError, match=f"{field}=.* valid with trainer megatron only"):
         RunSpec(64, 4096, trainer="torchtitan", **{field: value})
+
+
+def test_fsdp1_reaches_its_field_and_is_refused_where_the_trainer_cannot_run_it():
+    values = keyword_values(SEARCH_KEYWORDS, {"device": "h100", "gpus": 8, "global_batch": 64, "seq_len": 4096,
+                                              "fsdp_version": "fsdp1"})
+    values.model = "tiny"
+    assert build_run(values).fsdp_version == "fsdp1"  # megatron's memory behaviour, FSDP1's gradient passes
+    with pytest.raises(SpecError, match="fsdp_version='fsdp1' is not valid; valid with trainer torchtitan: "
+                                        "trainer, fsdp2"):
+        RunSpec(64, 4096, trainer="torchtitan", fsdp_version="fsdp1")
+    with pytest.raises(SpecError, match="valid with trainer mindformers: trainer$"):
+        RunSpec(64, 4096, trainer="mindformers", fsdp_version="fsdp2")
+    with pytest.raises(SpecError, match="argument --fsdp-version: invalid choice: 'fsdp3'"):
+        keyword_values(SEARCH_KEYWORDS, {"fsdp_version": "fsdp3"})
 
 
 def test_a_negative_wgrad_deferral_limit_is_refused():

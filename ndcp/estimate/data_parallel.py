@@ -21,7 +21,7 @@ from .host_link import host_copy_bandwidth
 from .keys import PlacementKey
 from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
 from .step_costs import step_cost_seconds
-from .trainers import data_parallel_sync
+from .trainers import data_parallel_sync, trainer_behaviour
 
 # A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the
 # device's one link, so their sum hides behind it (docs/formulas.md §7). Gradient syncs and ZeRO-3's backward
@@ -69,6 +69,18 @@ class DataParallelTerms:
     step_costs: float = 0.0  # the share of `optimizer` that is the step's fixed costs (estimate/step_costs.py)
     sm_share: float = 0.0  # the device's SMs NCCL's kernels hold while a collective runs (NCCL_SMS / sm_count)
     hbm_share: float = 0.0  # the HBM bandwidth a collective's traffic takes (NCCL_HBM_PASSES x its ring's / HBM)
+    microbatch_passes: float = 0.0  # FSDP's passes over the stage's gradients every micro-batch (gradient_pass_bytes)
+    sync_passes: float = 0.0  # FSDP's passes over the stage's gradients before every gradient sync
+
+    def gradient_passes(self, mbn: int) -> float:
+        """FSDP's passes over the gradients in a step of `mbn` micro-batches, seconds: never hidden (they take the
+        HBM bandwidth the backward beside them needs; gradient_pass_bytes)."""
+        return mbn * self.microbatch_passes + (mbn if self.grads_per_microbatch else 1) * self.sync_passes
+
+    def per_step(self, mbn: int) -> float:
+        """What the stage adds to a step of `mbn` micro-batches besides its exposed collectives: the optimizer step,
+        the step's fixed costs and FSDP's gradient passes (the plan model's `optimizer` term prices the same)."""
+        return self.optimizer + self.gradient_passes(mbn)
 
     @property
     def unhidden(self) -> float:
@@ -219,6 +231,9 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
         gradients, gather = dense[0] + expert[0], dense[1] + expert[1]
         sharded = optimizer_shard(sharding, params)
         fixed = step_cost_seconds(run, cluster, params.dense + params.expert, place.devices)
+        reduced = (params.dense if place.dense.ranks * place.replicas.ranks > 1 else 0) + (
+            params.expert if place.expert.ranks > 1 else 0)
+        every_microbatch, every_sync = gradient_pass_bytes(run, zero)
         update = (host_optimizer_seconds(run, cluster, sharded) if optimizer_offload
                   else memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device))
         out.append(DataParallelTerms(
@@ -227,17 +242,45 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
             gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
             last_bucket=1.0 / max(params.layers, 1), sm_share=min(1.0, NCCL_SMS / cluster.device.sm_count),
             hbm_share=_hbm_share(cluster, place, params),
-            optimizer=update + fixed, step_costs=fixed))
+            optimizer=update + fixed, step_costs=fixed,
+            microbatch_passes=memory_seconds(reduced * every_microbatch, cluster.device),
+            sync_passes=memory_seconds(reduced * every_sync, cluster.device)))
     return tuple(out)
 
 
+def gradient_pass_bytes(run: RunSpec, zero: int) -> tuple[int, int]:
+    """HBM bytes per local parameter that the run's FSDP (RunSpec.fsdp_version, "trainer": TrainerBehaviour.fsdp)
+    moves over the unsharded gradients under ZeRO-2/3, in the parameter dtype p and the reduce dtype g: (every
+    micro-batch, before every reduce-scatter); docs/formulas.md §7.3.
+    fsdp1, torch 2.0-2.1 torch/distributed/fsdp: the unit's parameters are views of one flat parameter
+    (flat_param.py FlatParamHandle._get_unflat_views: torch.split), so autograd concatenates their gradients into the
+    flat gradient every micro-batch (read and write, 2p, on the compute stream); before each reduction
+    _runtime_utils.py _post_backward_hook casts it to the reduce dtype when that differs (flat_param.grad.to
+    (handle._reduce_dtype): p + g) and _reduce_grad divides it in place by the pre-divide factor (_div_if_needed; the
+    default hook's _pre_divide in 2.0: 2g), on the post-backward stream beside the next layers' backward.
+    fsdp2, torch 2.4+ _fully_shard/_fsdp_collectives.py foreach_reduce: the per-parameter gradients are copied into
+    the reduce-scatter input in the reduce dtype (foreach_reduce_scatter_copy_in, torch._chunk_cat: p + g); no
+    divide pass for fp32 or bf16 (ReduceOp.AVG: pytorch/pytorch #120919, #123362, before FSDP2's first release).
+    Megatron's own (fsdp "none"): the weight-gradient GEMMs accumulate into the main-grad buffer it reduces: none.
+    The passes over the 1/n shard after the reduction (post-divide, accumulation) are left out."""
+    version = trainer_behaviour(run).fsdp if run.fsdp_version == "trainer" else run.fsdp_version
+    p, g = run.param_bytes, run.grad_bytes
+    if zero < 2 or version == "none":
+        return 0, 0
+    if version == "fsdp1":
+        return 2 * p, (p + g if g != p else 0) + 2 * g
+    return 0, p + g
+
+
 class DataParallelTime(NamedTuple):
-    """A step's data-parallel and optimizer time, seconds, each of its worst device stage; the three add up to
-    what they add to the step."""
+    """A step's data-parallel and optimizer time, seconds: the exposed collectives of the worst device stage, and
+    the rest of the stage with the dearest DataParallelTerms.per_step; the four add up to what they add to the
+    step."""
 
     communication: float  # exposed DP/ZeRO communication
     optimizer: float  # the optimizer's update of the local shard (on the device or the host)
     step_costs: float  # the step's fixed costs (estimate/step_costs.py) on the stage with the dearest optimizer
+    gradient_passes: float  # FSDP's passes over the gradients (gradient_pass_bytes) on that stage
 
 
 def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy,
@@ -246,9 +289,10 @@ def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, 
     that stage (one Windows: the same for every stage)."""
     terms = data_parallel_terms(model, cluster, run, strategy)
     windows = [overlap_windows] * len(terms) if isinstance(overlap_windows, Windows) else overlap_windows
-    dearest = max(terms, key=lambda t: t.optimizer)
-    return DataParallelTime(max(t.exposed(w, strategy.mbn) for t, w in zip(terms, windows)),
-                            dearest.optimizer - dearest.step_costs, dearest.step_costs)
+    mbn = strategy.mbn
+    dearest = max(terms, key=lambda t: t.per_step(mbn))
+    return DataParallelTime(max(t.exposed(w, mbn) for t, w in zip(terms, windows)),
+                            dearest.optimizer - dearest.step_costs, dearest.step_costs, dearest.gradient_passes(mbn))
 
 
 def _hbm_share(cluster: ClusterSpec, place: _Placement, params) -> float:
@@ -266,4 +310,5 @@ def _exposed(seconds: float, window: float, unhidden: float) -> float:
     return max(seconds - window, seconds * unhidden)
 
 
-__all__ = ["DataParallelTerms", "DataParallelTime", "Windows", "data_parallel_terms", "data_parallel_seconds"]
+__all__ = ["DataParallelTerms", "DataParallelTime", "Windows", "data_parallel_terms", "data_parallel_seconds",
+           "gradient_pass_bytes"]

@@ -172,7 +172,7 @@ def stage_fill(schedule: str, time: LayerTime, p2p: float) -> float:
 
 # -- composition --------------------------------------------------------------------------------------------------
 PART_KEYS = ("compute_forward", "compute_backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
-             "pp_comm", "bubble", "optimizer", "step_costs")
+             "pp_comm", "bubble", "optimizer", "step_costs", "grad_passes")
 
 
 @dataclass(frozen=True)
@@ -255,8 +255,8 @@ def overlap_windows(stages: list[LayerTime]) -> list[Windows]:
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
     """Step time = pipeline(slowest per-micro-batch stage time, sum of the stages' fills) + exposed DP sync +
-    optimizer step + the step's fixed costs; the communication overlapped with compute reported apart
-    (TimeEstimate.hidden)."""
+    optimizer step + the step's fixed costs + FSDP's gradient passes; the communication overlapped with compute
+    reported apart (TimeEstimate.hidden)."""
     s = strategy
     stages = stage_times(model, cluster, run, s)
     p2p = p2p_per_microbatch(model, cluster, run, s)
@@ -266,13 +266,15 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
     pipeline = pipeline_seconds(s.schedule, sum(stage_fill(s.schedule, t, p2p) for t in stages), stage_max, s.mbn,
                                 s.vpp, s.pp)
     worst = stages[slowest]
-    dp_comm, optimizer, step_costs = data_parallel_seconds(model, cluster, run, s, overlap_windows(stages))
-    step = pipeline + dp_comm + optimizer + step_costs
+    dp_comm, optimizer, step_costs, grad_passes = data_parallel_seconds(model, cluster, run, s,
+                                                                        overlap_windows(stages))
+    step = pipeline + dp_comm + optimizer + step_costs + grad_passes
 
     parts = {"compute_forward": s.mbn * worst.forward, "compute_backward": s.mbn * worst.backward,
              "recompute": s.mbn * worst.recompute, "tp_comm": s.mbn * worst.tp_comm, "cp_comm": s.mbn * worst.cp_comm,
              "ep_comm": s.mbn * worst.ep_comm, "dp_comm": dp_comm, "pp_comm": s.mbn * p2p,
-             "bubble": pipeline - s.mbn * stage_max, "optimizer": optimizer, "step_costs": step_costs}
+             "bubble": pipeline - s.mbn * stage_max, "optimizer": optimizer, "step_costs": step_costs,
+             "grad_passes": grad_passes}
 
     model_flops = model_flops_per_step(model, run.seq_len, s.global_batch, run.mfu_convention, run.images_per_sample,
                                        image_side(model.encoder, run) if model.encoder else 0)

@@ -22,7 +22,7 @@ MISSING = "plotting needs matplotlib: pip install 'ndcp[plot]'"
 TIME_COLOURS = {
     "compute_forward": "#4c72b0", "compute_backward": "#55a868", "recompute": "#8172b3", "tp_comm": "#c44e52",
     "cp_comm": "#dd8452", "ep_comm": "#da8bc3", "dp_comm": "#937860", "pp_comm": "#8c8c8c", "bubble": "#ccb974",
-    "optimizer": "#64b5cd", "step_costs": "#a6a6a6",
+    "optimizer": "#64b5cd", "step_costs": "#a6a6a6", "grad_passes": "#b07aa1",
 }
 MEMORY_COLOURS = {"parameters": "#17becf", "gradients": "#e377c2", "optimizer": "#bcbd22", "activations": "#2ca02c",
                   "other": "#7f7f7f"}

@@ -54,6 +54,7 @@ TIME_PART_LABELS = {
     "bubble": "pipeline bubble",
     "optimizer": "optimizer step",
     "step_costs": "per-step costs",
+    "grad_passes": "FSDP gradient passes",
 }
 
 

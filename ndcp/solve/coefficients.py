@@ -278,11 +278,10 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: BoundMemo | N
     per_zero = memo.end_stage_terms.get(layout)
     if per_zero is None:
         per_zero = memo.end_stage_terms[layout] = [
-            (terms, max(t.optimizer for t in terms))
-            for terms in (data_parallel_terms(model, cluster, run, layout.strategy(1, 1, z, False, NO_RECOMPUTE),
-                                              tuple(ends)) for z in zeros)]
-    return min(max(t.exposed(windows[s], mbn) for s, t in zip(ends, terms)) + optimizer
-               for terms, optimizer in per_zero)
+            data_parallel_terms(model, cluster, run, layout.strategy(1, 1, z, False, NO_RECOMPUTE), tuple(ends))
+            for z in zeros]
+    return min(max(t.exposed(windows[s], mbn) for s, t in zip(ends, terms)) + max(t.per_step(mbn) for t in terms)
+               for terms in per_zero)
 
 
 @lru_cache(maxsize=16384)

@@ -261,7 +261,7 @@ def zero_plan_lower_bounds(space: SearchSpace, item: Item, sp: bool, least_only:
         if not offsets and bound < found:
             terms = data_parallel_terms(model, cluster, run, base.with_zero(zero))
             stretch = _Stretch(layout, mbn, plain, [plain[s] + extras.get(s, 0.0) for s in range(layout.pp)],
-                               terms, max(t.optimizer for t in terms))
+                               terms, max(t.per_step(mbn) for t in terms))
             for s in shed:
                 if s not in growth:
                     growth[s] = _growth(model, cluster, run, modes, key, tuple(constrained[s].counts.items()))
@@ -342,7 +342,7 @@ class _Stretch:
     plain: list  # per stage: a micro-batch's seconds with no recompute
     least: list  # per stage: plain plus the least recompute time its memory needs
     terms: tuple  # per stage: DataParallelTerms of the ZeRO stage
-    optimizer: float
+    optimizer: float  # the dearest stage's DataParallelTerms.per_step: optimizer step and FSDP's gradient passes
 
     def bound(self, s: int, extra: float, plain_time, growth: _Growth, known: float) -> float:
         """The larger of `known` (a bound found otherwise) and this one through stage s; stops as soon as this one

@@ -50,9 +50,10 @@ class DataParallelForm:
     windows: tuple[tuple[float, int, str], ...]  # (seconds at the fewest layers, count, pass): DataParallelTerms
     unhidden: float  # the share of a window's collective that never hides (DataParallelTerms.unhidden), at the
     # most layers
-    optimizer: float  # the optimizer step's seconds at the fewest layers
+    optimizer: float  # the optimizer step's seconds at the fewest layers, FSDP's gradient passes with it
+    # (DataParallelTerms.per_step)
     window_slopes: tuple[float, ...]  # each window's seconds per layer above the fewest
-    optimizer_slope: float  # the optimizer step's seconds per layer above the fewest
+    optimizer_slope: float  # the optimizer step's (and gradient passes') seconds per layer above the fewest
 
 
 @dataclass(frozen=True)
@@ -204,9 +205,9 @@ def _data_parallel_form(fewest, most, lo: int, hi: int, mbn: int) -> DataParalle
     """One stage's DataParallelForm from its DataParallelTerms at its fewest (`lo`) and most (`hi`) layers."""
     windows = fewest.windows(mbn)
     return DataParallelForm(
-        windows=windows, unhidden=most.unhidden, optimizer=fewest.optimizer,
+        windows=windows, unhidden=most.unhidden, optimizer=fewest.per_step(mbn),
         window_slopes=tuple(_slope(a, b, lo, hi) for (a, _, _), (b, _, _) in zip(windows, most.windows(mbn))),
-        optimizer_slope=_slope(fewest.optimizer, most.optimizer, lo, hi))
+        optimizer_slope=_slope(fewest.per_step(mbn), most.per_step(mbn), lo, hi))
 
 
 def _host_optimizer_forms(space: SearchSpace, bounds: _StageBounds, zeros: tuple[int, ...], layouts

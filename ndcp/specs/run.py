@@ -23,6 +23,9 @@ TRAINERS = tuple(BEHAVIOURS)  # the names of specs/trainer_behaviour.py BEHAVIOU
 # the trainer's own default for the strategy's ZeRO stage and pipeline.
 GRAD_SYNCS = ("trainer", "microbatch", "step")
 PARAM_GATHERS = ("trainer", "forward-backward", "microbatch", "step")
+# Which PyTorch FSDP runs the ZeRO-2/3 gradient reduction (estimate/data_parallel.py gradient_pass_bytes;
+# docs/formulas.md §7.3): "trainer" takes the trainer's own (specs/trainer_behaviour.py TrainerBehaviour.fsdp).
+FSDP_VERSIONS = ("trainer", "fsdp1", "fsdp2")
 # fp8: the FP8 GEMMs' operand bytes; parameters, master weights and the activations between layers stay BF16 under
 # FP8 (Transformer Engine keeps BF16 parameters and casts per GEMM), so param_bytes/activation_bytes are 2 for it.
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
@@ -101,6 +104,13 @@ class RunSpec:
     """ZeRO-3 parameter all-gathers: forward-backward (for every micro-batch's forward and again for its backward),
     microbatch (kept gathered from forward to backward), step (kept gathered over the step; the last two hold the
     stage's parameters unsharded) or trainer (default: forward-backward; torchtitan with PP: step)"""
+    fsdp_version: str = "trainer"
+    """which FSDP reduces the gradients under ZeRO-2/3, for the passes it makes over them every reduction
+    (docs/formulas.md §7.3): fsdp1 (PyTorch FullyShardedDataParallel's flat parameters, as Composer / llm-foundry and
+    fms-fsdp run it: the flat gradient concatenated every micro-batch, cast to the reduce dtype and pre-divided
+    before each reduce-scatter), fsdp2 (fully_shard: the gradients copied into the reduce-scatter input in the
+    reduce dtype) or trainer (default: its own: megatron's and mindformers' reduce from their main-grad buffer, no
+    pass; torchtitan's is FSDP2); torchtitan takes fsdp2 only, mindformers neither"""
     mfu_convention: str = "causal"
     """how MFU counts causal attention (default causal: the unmasked half, as Megatron-LM since core_r0.12; full: the
     whole score matrix, as PaLM and torchtitan). HFU always counts what runs; reporting only"""
@@ -173,6 +183,10 @@ class RunSpec:
                     "a Megatron setting (--wgrad-deferral-limit): valid with trainer megatron only")
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
         one_of("param_gather", self.param_gather, PARAM_GATHERS)
+        one_of("fsdp_version", self.fsdp_version, FSDP_VERSIONS)
+        fsdps = ("trainer",) + BEHAVIOURS[self.trainer].fsdp_versions
+        require(self.fsdp_version in fsdps, "fsdp_version", self.fsdp_version,
+                f"valid with trainer {self.trainer}: {', '.join(fsdps)}")
         one_of("mfu_convention", self.mfu_convention, MFU_CONVENTIONS)
         one_of("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         finite_number("moe_load_imbalance", self.moe_load_imbalance, 1.0, MAX_LOAD_IMBALANCE)

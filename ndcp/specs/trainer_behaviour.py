@@ -58,6 +58,11 @@ class TrainerBehaviour:
     # reduce-scatters run in autograd order, waited on by the next op, and the gathered input is saved (none
     # re-gathered).
     sp_backward_async: bool
+    # The FSDP its ZeRO-2/3 runs (specs.run.FSDP_VERSIONS; RunSpec.fsdp_version "trainer"): "fsdp2" (PyTorch
+    # fully_shard), else "none" (its own, with no pass over the gradients before the reduce-scatter); and the
+    # PyTorch FSDPs a run under it may name instead (estimate/data_parallel.py gradient_pass_bytes).
+    fsdp: str = "none"
+    fsdp_versions: tuple[str, ...] = ()
 
 
 MEGATRON = TrainerBehaviour(
@@ -79,6 +84,10 @@ MEGATRON = TrainerBehaviour(
     # (transformer_engine/pytorch/module/layernorm_linear.py @d0067d0 L787-791 gather_along_first_dim async_op=True
     # before the dgrad GEMM, L904-908 reduce_scatter_along_first_dim async_op=True before wgrad; layernorm_mlp.py L1191)
     sp_backward_async=True,
+    # Megatron-Core: the weight-gradient GEMMs accumulate into the fp32 main-grad buffer (gradient_accumulation_fusion)
+    # that DDP, the distributed optimizer and Megatron FSDP reduce from: no pass. Its rows that another PyTorch trainer
+    # ran name that trainer's FSDP (llm-foundry and fms-fsdp: fsdp1)
+    fsdp="none", fsdp_versions=("fsdp1", "fsdp2"),
 )
 TORCHTITAN = TrainerBehaviour(
     name="torchtitan",
@@ -106,6 +115,7 @@ TORCHTITAN = TrainerBehaviour(
     # backward redistributes each gradient in autograd order after the node's dgrad and wgrad GEMMs, the next op
     # waits on it; the linear saves its gathered (Replicate) input, so nothing is re-gathered
     sp_backward_async=False,
+    fsdp="fsdp2", fsdp_versions=("fsdp2",),  # parallelize.py apply_fsdp: fully_shard per block
 )
 # MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or
 # MindSpore source or measured; each is Megatron's, not verified, so its memory and time estimates are Megatron's

@@ -18,7 +18,8 @@ from ndcp.estimate.trainers import data_parallel_sync
 from ndcp.rules import strategy_refusal
 from ndcp.specs import ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, SpecError, Strategy, device_preset
 from ndcp.specs.library import load_model
-from ndcp.specs.run import GRAD_SYNCS, PARAM_GATHERS
+from ndcp.specs.trainer_behaviour import BEHAVIOURS
+from ndcp.specs.run import FSDP_VERSIONS, GRAD_SYNCS, PARAM_GATHERS
 
 from ..cli_helpers import assert_one_line_error, run as run_cli
 from ..solve.test_bounds import test_item_bounds_never_exceed_the_full_estimators as bounds_hold
@@ -164,6 +165,55 @@ def test_the_terms_of_chosen_stages_are_those_stages_terms():
     assert data_parallel_terms(model, cluster, run, s, (7,)) == (every[7],)
 
 
+# -- FSDP's passes over the gradients (docs/formulas.md §7.3) -----------------------------------------------------
+def test_fsdp1_moves_18_bytes_a_parameter_every_microbatch_before_an_fp32_reduction():
+    # torch 2.1 FSDP1, bf16 parameters: autograd concatenates the views' gradients into the flat gradient (read 2 B,
+    # write 2 B), _post_backward_hook casts it to the fp32 reduce dtype (read 2, write 4) and _reduce_grad divides
+    # it in place (read 4, write 4): 18 B a local parameter, at HBM speed, every micro-batch it reduce-scatters.
+    # With a bf16 reduction no cast: 2 + 2 + 2 + 2 = 8 B. Megatron's own reduces from its main-grad buffer: none.
+    s = Strategy(dp=64, mbs=1, mbn=4, zero=3)
+    (params,) = stage_parameters(LLAMA_8B, s)
+    local = params.dense + params.expert
+    hbm = H100_64.device.hbm_bandwidth
+    for grad_dtype, per_parameter in (("fp32", 18), ("bf16", 8)):
+        run = RunSpec(global_batch=256, seq_len=4096, grad_dtype=grad_dtype, fsdp_version="fsdp1")
+        (terms,) = data_parallel_terms(LLAMA_8B, H100_64, run, s)
+        assert terms.gradient_passes(4) == pytest.approx(4 * per_parameter * local / hbm)
+        (megatron,) = data_parallel_terms(LLAMA_8B, H100_64, replace(run, fsdp_version="trainer"), s)
+        assert megatron.gradient_passes(4) == 0
+        # the step pays them whole, on top of what it paid before: they hide behind nothing
+        assert estimate_time(LLAMA_8B, H100_64, run, s).step_seconds == pytest.approx(
+            estimate_time(LLAMA_8B, H100_64, replace(run, fsdp_version="trainer"), s).step_seconds
+            + 4 * per_parameter * local / hbm)
+    # no sharded data parallelism, no FSDP: ZeRO-0/1 pay nothing
+    run = RunSpec(global_batch=256, seq_len=4096, fsdp_version="fsdp1")
+    assert all(data_parallel_terms(LLAMA_8B, H100_64, run, s.with_zero(z))[0].gradient_passes(4) == 0
+               for z in (0, 1))
+
+
+def test_fsdp1_concatenates_every_microbatch_and_casts_and_divides_once_per_reduction():
+    # under no_sync (grad_sync step) the flat gradient still forms every micro-batch (4 B), the fp32 cast and the
+    # divide (14 B) run once, before the one reduce-scatter
+    s = Strategy(dp=64, mbs=1, mbn=4, zero=3)
+    (params,) = stage_parameters(LLAMA_8B, s)
+    run = RunSpec(global_batch=256, seq_len=4096, fsdp_version="fsdp1", grad_sync="step")
+    (terms,) = data_parallel_terms(LLAMA_8B, H100_64, run, s)
+    assert terms.gradient_passes(4) == pytest.approx((4 * 4 + 14) * (params.dense + params.expert)
+                                                     / H100_64.device.hbm_bandwidth)
+
+
+def test_fsdp2_copies_the_gradients_into_the_reduce_scatter_input_in_the_reduce_dtype():
+    # torch 2.4+ foreach_reduce: _chunk_cat of the bf16 gradients into the fp32 reduce-scatter input (read 2 B,
+    # write 4 B); NCCL's ReduceOp.AVG divides, no pass of its own. torchtitan's FSDP is FSDP2.
+    s = Strategy(dp=64, mbs=1, mbn=4, zero=3)
+    (params,) = stage_parameters(LLAMA_8B, s)
+    for run in (RunSpec(global_batch=256, seq_len=4096, trainer="torchtitan"),
+                RunSpec(global_batch=256, seq_len=4096, fsdp_version="fsdp2")):
+        (terms,) = data_parallel_terms(LLAMA_8B, H100_64, run, s)
+        assert terms.gradient_passes(4) == pytest.approx(4 * 6 * (params.dense + params.expert)
+                                                         / H100_64.device.hbm_bandwidth)
+
+
 # -- what each setting costs -------------------------------------------------------------------------------------
 LLAMA_8B, H100_64 = load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 64)
 
@@ -260,8 +310,9 @@ def dp_problems(draw):
     cluster = ClusterSpec(device, dp * tp * pp * cp).with_overrides(
         devices_per_node=draw(st.sampled_from([1, 2, 8])))  # 1 and 2: DP across nodes
     run = RunSpec(global_batch=dp * mbs * mbn, seq_len=draw(st.sampled_from([1024, 4096])),
-                  trainer=draw(st.sampled_from(["megatron", "torchtitan"])),
-                  grad_sync=draw(st.sampled_from(GRAD_SYNCS)), param_gather=draw(st.sampled_from(PARAM_GATHERS)))
+                  trainer=(trainer := draw(st.sampled_from(["megatron", "torchtitan"]))),
+                  grad_sync=draw(st.sampled_from(GRAD_SYNCS)), param_gather=draw(st.sampled_from(PARAM_GATHERS)),
+                  fsdp_version=draw(st.sampled_from(("trainer",) + BEHAVIOURS[trainer].fsdp_versions)))
     return model, cluster, run, strategy
 
 
@@ -285,9 +336,11 @@ def test_more_sharding_is_never_faster(problem):
 SYNC_RUNS = st.fixed_dictionaries({"trainer": st.sampled_from(["megatron", "torchtitan"]),
                                    "grad_sync": st.sampled_from(GRAD_SYNCS),
                                    "param_gather": st.sampled_from(PARAM_GATHERS),
+                                   "fsdp_version": st.sampled_from(FSDP_VERSIONS),
                                    # nodes of 1 or 2 devices on a slow network: DP sync that shows
                                    "devices_per_node": st.sampled_from([1, 2, 8]),
-                                   "inter_node_bandwidth": st.sampled_from([1e9, 25e9])})
+                                   "inter_node_bandwidth": st.sampled_from([1e9, 25e9])}).filter(
+    lambda fields: fields["fsdp_version"] != "fsdp1" or fields["trainer"] == "megatron")
 
 
 def _with_sync(space, fields):
