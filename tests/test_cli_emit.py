@@ -194,3 +194,14 @@ def test_strategy_from_takes_the_files_overlaps_and_refuses_a_contradicting_over
     code = main(["estimate", *MOE, "--strategy-from", str(path), "--overlap", "none"])
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "--overlap none contradicts --strategy-from" in err
+
+
+def test_a_pytorch_fsdp_megatron_does_not_run_is_said_when_emitting_megatron_fsdp(capsys):
+    """--fsdp-version prices a PyTorch FSDP's gradient copies; the Megatron file runs Megatron FSDP, which makes none:
+    the emitted configuration says so instead of claiming to be the plan's FSDP."""
+    argv = ["estimate", *TINY, "--strategy", "zero=3", "-q", "--emit", "megatron"]
+    _, plain = run(capsys, *argv)
+    out, err = run(capsys, *argv, "--fsdp-version", "fsdp1")
+    assert "--use-megatron-fsdp" in out
+    assert "--fsdp-version fsdp1 is not what --use-megatron-fsdp runs" in err
+    assert "fsdp-version" not in plain

@@ -261,8 +261,12 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int =
     out += ["--moe-token-dispatcher-type", run.moe_dispatcher] if model.moe is not None else []
     out += _overlap_flags(runs) + [x for p in PLACEHOLDERS for x in (p.option, p.value)]
     text = fill_in_comment(PLACEHOLDERS) + _environment_lines(environment(s)) + option_lines(out)
-    return Emitted(text, notes, None if s == strategy else s,
-                   dataclasses.replace(run, overlap=overlap_value(runs, MEGATRON.default_overlaps)) if changed else None)
+    emitted_run = dataclasses.replace(run, overlap=overlap_value(runs, MEGATRON.default_overlaps)) if changed else None
+    if run.fsdp_version != "trainer" and s.zero >= 2:  # what --use-megatron-fsdp runs instead (RunSpec.fsdp_version)
+        notes.append(f"--fsdp-version {run.fsdp_version} is not what --use-megatron-fsdp runs: Megatron FSDP reduces "
+                     "from its main-grad buffer with no pass over the gradients (plan with trainer)")
+        emitted_run = dataclasses.replace(emitted_run or run, fsdp_version="trainer")
+    return Emitted(text, notes, None if s == strategy else s, emitted_run)
 
 
 # -- reading (--strategy-from) -----------------------------------------------------------------------------------
