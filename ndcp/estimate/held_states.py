@@ -57,7 +57,7 @@ def unheld_state_bytes(strategy: Strategy, layout: StageLayout, per_micro_batch:
     least, over the step order, of what is not held at each point. `per_micro_batch`: the stage's activations per
     in-flight micro-batch (all its chunks); `parameters`, `gradients`: partly_held_bytes. 0 when nothing is partly
     held or the schedule states no order."""
-    if not parameters and not gradients:
+    if (not parameters and not gradients) or not layout.layers:
         return 0.0
     shares = tuple(n / layout.layers for _, n in layout.chunks)
     points = _order_points(strategy.schedule, layout.stage, strategy.pp, strategy.vpp, strategy.mbn, shares,

@@ -355,9 +355,9 @@ def unheld_state_bound(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     bound = unheld_state_bytes(heaviest, layout, per_micro_batch, parameters, gradients)
     if not extra_layers:
         return bound
-    per_layer = (_in_flight(strategy, layout) * max(layer_activation_bytes(model, run, kind, NO_RECOMPUTE,
-                                                                           Degrees.of_strategy(strategy))
-                                                    for kind, _ in kinds) + (parameters + gradients) / layout.layers)
+    heaviest_layer = max((layer_activation_bytes(model, run, kind, NO_RECOMPUTE, Degrees.of_strategy(strategy))
+                          for kind, _ in kinds), default=0.0)
+    per_layer = _in_flight(strategy, layout) * heaviest_layer + (parameters + gradients) / max(1, layout.layers)
     return bound + extra_layers * per_layer
 
 
