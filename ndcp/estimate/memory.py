@@ -31,6 +31,7 @@ from .fp8 import uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per
 from .keys import Degrees
 from .parameters import StageParameters, dense_shard_ranks, expert_data_parallel, optimizer_shard, stage_parameters
 from .pipeline_buffers import pipeline_buffer_bytes
+from .held_states import partly_held_bytes, releases_states, unheld_state_bytes
 
 
 def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, float]:
@@ -305,9 +306,67 @@ def host_offload_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
                for (kind, mode), n in counts.items())
 
 
+def _per_micro_batch_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                           counts: dict[tuple[str, str], int]) -> float:
+    """The stage's activations per in-flight micro-batch (those stage_dynamic_bytes multiplies by the in-flight
+    count: its body layers, and the embedding's and the vision encoder's on the first stage)."""
+    degrees = Degrees.of_strategy(strategy)
+    body = sum(n * layer_activation_bytes(model, run, kind, mode, degrees) for (kind, mode), n in counts.items())
+    if not layout.is_first:
+        return body
+    head = head_activation_bytes(model, run, degrees.tp, degrees.cp, degrees.mbs, degrees.sp)
+    return body + head["embedding"] + (head["encoder"] if model.encoder else 0.0)
+
+
+def unheld_states(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                  counts: dict[tuple[str, str], int] | None = None) -> float:
+    """Bytes of gathered parameters and unsharded gradients that the stage does not hold at its peak though
+    model_state_bytes counts them for the whole step (estimate/held_states.py: torchtitan with PP); 0 otherwise."""
+    if not releases_states(run, strategy):
+        return 0.0
+    params = stage_parameters(model, strategy)[layout.stage]
+    parameters, gradients = partly_held_bytes(run, strategy, params.dense + params.expert)
+    if not parameters and not gradients:
+        return 0.0
+    if counts is None:
+        counts = dict(stage_mode_counts(model, strategy)[layout.stage])
+    return unheld_state_bytes(strategy, layout, _per_micro_batch_bytes(model, run, strategy, layout, counts),
+                              parameters, gradients)
+
+
+def unheld_state_bound(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
+                       extra_layers: int = 0) -> float:
+    """An upper bound of unheld_states over every recompute plan and ZeRO stage of the strategy's degrees and
+    micro-batches, and up to `extra_layers` more layers on the stage, for the solver, whose memory is linear in the
+    plan and must stay a relaxation: the states not held grow with the activations and the states (each point of
+    the order is a sum of them), so the bound takes every layer without recompute, the states of ZeRO-3, and per
+    extra layer its in-flight activations and states."""
+    heaviest = strategy.with_zero(3)
+    if not releases_states(run, heaviest):
+        return 0.0
+    params = stage_parameters(model, heaviest)[layout.stage]
+    parameters, gradients = partly_held_bytes(run, heaviest, params.dense + params.expert)
+    if not parameters and not gradients:
+        return 0.0
+    kinds: dict[tuple[str, str], int] = {}
+    for (kind, _), n in stage_mode_counts(model, strategy)[layout.stage]:
+        kinds[(kind, NO_RECOMPUTE)] = kinds.get((kind, NO_RECOMPUTE), 0) + n
+    per_micro_batch = _per_micro_batch_bytes(model, run, strategy, layout, kinds)
+    bound = unheld_state_bytes(heaviest, layout, per_micro_batch, parameters, gradients)
+    if not extra_layers:
+        return bound
+    heaviest_layer = max((layer_activation_bytes(model, run, kind, NO_RECOMPUTE, Degrees.of_strategy(strategy))
+                          for kind, _ in kinds), default=0.0)
+    per_layer = _in_flight(strategy, layout) * heaviest_layer + (parameters + gradients) / max(1, layout.layers)
+    return bound + extra_layers * per_layer
+
+
 def stage_memory(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> StageMemory:
     """All parts of one device stage's peak, and the host memory its offloaded activations and optimizer take."""
     parts = {**stage_static_bytes(model, run, strategy, layout), **stage_dynamic_bytes(model, run, strategy, layout)}
+    unheld = unheld_states(model, run, strategy, layout)
+    if unheld:  # states released part of the step (held_states.py), a negative part
+        parts["unheld_states"] = -unheld
     host = host_offload_bytes(model, run, strategy, layout) + host_optimizer_bytes(model, run, strategy, layout)
     return StageMemory(layout.stage, layout.layers, _in_flight(strategy, layout),
                        {k: int(v) for k, v in parts.items()}, int(host))
@@ -364,4 +423,4 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strate
 __all__ = ["estimate_memory", "MemoryEstimate", "StageMemory", "state_bytes_per_param", "model_state_bytes",
            "host_optimizer_bytes",
            "stage_static_bytes", "stage_dynamic_bytes", "resident_layer_bytes", "resident_layer_table",
-           "host_offload_table", "parts_total", "stage_layer_workspace"]
+           "host_offload_table", "parts_total", "stage_layer_workspace", "unheld_states", "unheld_state_bound"]

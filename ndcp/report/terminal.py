@@ -30,7 +30,9 @@ from .notation import Breakable, plan_legend
 # Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
 MEMORY_GROUPS: dict[str, tuple[str, ...]] = {
     "parameters": ("parameters",),
-    "gradients": ("gradients",),
+    # a torchtitan pipeline stage's states not yet (or no longer) held at its peak, negative: mostly the unsharded
+    # gradient buffer (estimate/held_states.py)
+    "gradients": ("gradients", "unheld_states"),
     "optimizer": ("optimizer_states",),
     "activations": ("activations",),
 }

@@ -34,6 +34,20 @@ class LinearPipeline:
     divisor: int
 
 
+def warmup_order(chunks: tuple[int, ...], vpp: int, warmup: int) -> tuple[tuple[str, int], ...]:
+    """The order of a one-forward-one-backward schedule: `warmup` forwards, then one forward and one backward, then
+    the cool-down backwards; forwards run the local chunks in the order `chunks` (one entry per micro-batch chunk),
+    backwards the same order with the chunks reversed (the last chunk's backward comes first: Megatron-Core
+    schedules.py get_model_chunk_id(forward=False); torch.distributed.pipelining schedules.py
+    ScheduleInterleaved1F1B backward_stage_index)."""
+    forwards = [("F", c) for c in chunks]
+    backwards = [("B", vpp - 1 - c) for c in chunks]
+    order = forwards[:warmup]
+    for i in range(len(chunks) - warmup):
+        order += [forwards[warmup + i], backwards[i]]
+    return tuple(order + backwards[len(chunks) - warmup:])
+
+
 class Schedule:
     """One pipeline schedule. Subclasses set the class attributes and implement the methods."""
 
@@ -63,6 +77,12 @@ class Schedule:
     def in_flight(self, stage: int, pp: int, vpp: int, mbn: int) -> float:
         """Micro-batch chunks whose activations device stage `stage` holds at its peak (units of one chunk)."""
         raise NotImplementedError
+
+    def step_order(self, stage: int, pp: int, vpp: int, mbn: int) -> tuple[tuple[str, int], ...] | None:
+        """Device stage `stage`'s compute in run order, ("F" or "B", local model chunk) per micro-batch chunk, for
+        what lives only part of the step (estimate/held_states.py); None where the schedule does not state it (its
+        stages are then priced as holding everything for the whole step)."""
+        return None
 
     def extra_roles(self, stage: int, pp: int) -> tuple[tuple[str, float], ...]:
         """The work outside the body layers one micro-batch costs device stage `stage`, as (role, share) pairs over

@@ -2,7 +2,7 @@
 fill/drain bubble by vpp (Narayanan et al. 2021 §2.2.2; Megatron-LM schedules.py; docs/formulas.md §4)."""
 from __future__ import annotations
 
-from .base import LinearPipeline, Refusal, Schedule
+from .base import LinearPipeline, Refusal, Schedule, warmup_order
 
 
 class Interleaved(Schedule):
@@ -43,6 +43,15 @@ class Interleaved(Schedule):
         stage 0 holds pp x vpp x (1 + (pp - 1) / (pp x vpp)) chunks, Korthikanti et al. 2022's interleaving factor."""
         warmup = min((pp - stage - 1) * 2 + (vpp - 1) * self.group_size(pp, mbn), mbn * vpp)
         return min(warmup + 1, mbn * vpp)
+
+    def step_order(self, stage: int, pp: int, vpp: int, mbn: int) -> tuple[tuple[str, int], ...]:
+        """The warm-up of in_flight, then one forward one backward, then the cool-down; forwards run g = group_size
+        micro-batches per chunk, chunk by chunk (Megatron-Core schedules.py; torch.distributed.pipelining
+        ScheduleInterleaved1F1B, torch 2.13, the same with g = its microbatches_per_round, pp when pp divides mbn)."""
+        g, total = self.group_size(pp, mbn), mbn * vpp
+        chunks = tuple(c for first in range(0, mbn, g) for c in range(vpp) for _ in range(first, min(first + g, mbn)))
+        peak = self.in_flight(stage, pp, vpp, mbn)
+        return warmup_order(chunks, vpp, total if peak >= total else int(peak) - 1)
 
     def pipeline_seconds(self, fill_sum, stage_max, mbn: int, vpp: int, pp: int):
         """1F1B's path with the fill/drain bubble divided by vpp (Narayanan §2.2.2). Also exact for mbn not a

@@ -2,7 +2,7 @@
 docs/formulas.md §4)."""
 from __future__ import annotations
 
-from .base import LinearPipeline, Refusal, Schedule
+from .base import LinearPipeline, Refusal, Schedule, warmup_order
 
 
 class OneFOneB(Schedule):
@@ -21,6 +21,13 @@ class OneFOneB(Schedule):
         """pp - stage - 1 warm-up forwards, then one more forward before the first backward (Megatron-LM
         schedules.py, forward_backward_pipelining_without_interleaving): min(pp - stage, mbn) micro-batches live."""
         return min(pp - stage, mbn)
+
+    def step_order(self, stage: int, pp: int, vpp: int, mbn: int) -> tuple[tuple[str, int], ...]:
+        """pp - stage - 1 warm-up forwards, then one forward one backward, then the cool-down backwards (all
+        forwards first when mbn <= pp - stage); torch.distributed.pipelining's Schedule1F1B runs the same sequence
+        as pp - stage warm-up forwards, then one backward one forward (schedules.py, torch 2.13)."""
+        warmup = mbn if mbn <= pp - stage else pp - stage - 1
+        return warmup_order((0,) * mbn, 1, warmup)
 
     def pipeline_seconds(self, fill_sum, stage_max, mbn: int, vpp: int, pp: int):
         """One micro-batch through every stage plus (mbn - 1) x the slowest stage (Narayanan §2.2.1); a stage's

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from ..estimate.layout import chunks_kind_counts, stage_chunks, stage_kind_counts, stage_layouts
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
-                               stage_dynamic_bytes, stage_static_bytes)
+                               stage_dynamic_bytes, stage_static_bytes, unheld_state_bound)
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
 from ..estimate.overlap import LAYER_OVERLAPS, hidden_comms
@@ -352,13 +352,17 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
         dynamic = min(parts_total(stage_dynamic_bytes(model, run, layout.strategy(mbs, mbn, zeros[0], sp, mode),
                                                       layouts[stage], {(k, mode): n for k, n in least.items()}))
                       for sp in sps for mode in lightest)
-        worst = max(worst, static + dynamic)
+        # states a torchtitan pipeline stage releases part of the step, at most (estimate/held_states.py)
+        unheld = max((unheld_state_bound(model, run, layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE),
+                                         layouts[stage]) for sp in sps), default=0.0)
+        worst = max(worst, static + dynamic - unheld)
     return worst
 
 
 def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     """Exact per-(j, z) coefficients of one item from the full estimators' stage functions: step time exactly,
-    memory exactly on the constrained stages, and each point's confidence margin (margins.point_margin)."""
+    memory exactly on the constrained stages (less memory.unheld_state_bound where a torchtitan pipeline stage
+    releases states part of the step: a relaxation there), and each point's confidence margin (margins.point_margin)."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
@@ -385,7 +389,9 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
         windows = overlap_windows(stages)
         times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_zero(z), windows))
                            for z in zeros))
-        dynamic.append(tuple(parts_total(stage_dynamic_bytes(model, run, strategy, r)) for r in roles))
+        # less the most a torchtitan pipeline stage's states released part of the step can save: a relaxation there
+        dynamic.append(tuple(parts_total(stage_dynamic_bytes(model, run, strategy, r))
+                             - unheld_state_bound(model, run, strategy, r) for r in roles))
     static = [tuple(parts_total(stage_static_bytes(model, run, reference.with_zero(z), r)) for r in roles)
               for z in zeros]
     # an offloaded optimizer must fit the host memory on every stage (the offloaded activations beside it are left

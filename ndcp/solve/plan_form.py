@@ -26,7 +26,7 @@ from ..estimate.keys import Degrees, StageKey
 from ..estimate.layer_time import layer_time
 from ..estimate.layout import stage_layouts, stage_mode_counts
 from ..estimate.memory import (host_offload_table, host_optimizer_bytes, parts_total, resident_layer_table,
-                               stage_dynamic_bytes, stage_layer_workspace, stage_static_bytes)
+                               stage_dynamic_bytes, stage_layer_workspace, stage_static_bytes, unheld_state_bound)
 from ..estimate.overlap import hidden_comms
 from ..estimate.time import p2p_per_microbatch, stage_extra, stage_fill
 from ..schedules import schedule_named
@@ -152,7 +152,7 @@ def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple
     optimizer = _host_optimizer_forms(space, bounds, zeros, layouts)
     static = [[parts_total(stage_static_bytes(model, run, base.with_zero(z), layouts[s])) for s in range(pp)]
               for z in zeros]
-    memory = [stage_memory(space, base, stage, keys, keys) for stage in layouts]
+    memory = [stage_memory(space, base, stage, keys, keys, offset) for stage in layouts]
     return tuple(StageForm(
         default_layers=default[s], fewest=low[s], most=high[s], kinds=kinds[s],
         static=tuple(static[k][s] for k in range(len(zeros))),
@@ -232,17 +232,20 @@ class StageMemory(NamedTuple):
 
 
 def stage_memory(space: SearchSpace, base: Strategy, stage, keys: tuple[KindOption, ...],
-                 host_keys: tuple[KindOption, ...]) -> StageMemory:
+                 host_keys: tuple[KindOption, ...], extra_layers: int = 0) -> StageMemory:
     """The memory terms of device stage `stage` (a StageLayout) under `base`, for the (kind, option) pairs `keys`
     (their host bytes for `host_keys`): the one place the plan model (PlanForm) and the level-3 bounds
-    (plan_bounds._bytes_to_shed) take them from."""
+    (plan_bounds._bytes_to_shed) take them from. The fixed part is less the most that the states a torchtitan
+    pipeline stage releases part of the step can save with up to `extra_layers` more layers (memory
+    .unheld_state_bound), so the plan model stays a relaxation there."""
     model, run = space.model, space.run
     fixed = stage_dynamic_bytes(model, run, base, stage, counts={})
     degrees = Degrees.of_strategy(base)
     hidden = {key: layer_workspace_bytes(model, run, *key, degrees)
               - sum(stage_layer_workspace(model, run, base, stage, *key, fixed["logits"])) for key in keys}
     return StageMemory(resident_layer_table(model, run, base, stage, keys),
-                       host_offload_table(model, run, base, stage, host_keys), parts_total(fixed), hidden)
+                       host_offload_table(model, run, base, stage, host_keys),
+                       parts_total(fixed) - unheld_state_bound(model, run, base, stage, extra_layers), hidden)
 
 
 def host_room(space: SearchSpace, base: Strategy, stage, zeros) -> float:
