@@ -410,7 +410,7 @@ def test_uneven_partitions_price_the_last_bucket_of_the_layers_a_stage_holds():
                                 host_memory=2**30)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(space=problems(), fields=SYNC_RUNS)
 def test_bounds_stay_below_the_estimators_for_every_sync_setting(space, fields):
     bounds_hold.hypothesis.inner_test(space=_with_sync(space, fields))
