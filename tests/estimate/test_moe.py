@@ -250,3 +250,30 @@ def test_an_ep64_all_to_all_inside_an_nvl72_rack_runs_on_nvlink_alone():
     trays = ClusterSpec(replace(GB200, devices_per_domain=0), 2048)
     assert ep_placement(trays, 64, 1) == (16, 4.0)
     assert dispatch_seconds(DSV3, trays, run, TOKENS, 1, 64, 1) > 10 * nvlink  # 60 of 63 shares at 50 GB/s
+
+
+def test_an_intra_node_nccl_all_to_all_on_h100_is_charged_within_the_published_bus_bandwidths():
+    """docs/formulas.md §7.2, "checked against published all-to-all bandwidths": NCCL's alltoall on 4 H100 of one
+    node moves 500 MB per rank at 335 GB/s of bus bandwidth (busbw = algbw x 3/4; NVIDIA/nccl #2169, NCCL 2.30.4),
+    and NCCL's collectives other than all-reduce reach ~370 GB/s on NVLink4 at large sizes (S. Jeaugey,
+    NVIDIA/nccl-tests #212). The alltoall dispatcher of the same 500 MB (DeepSeek-V3's top-8 copies of 4,571 tokens
+    of 7,168 BF16 values) is charged between the two."""
+    size = 524_288_000
+    tokens = size / (DSV3.hidden * 2 * DSV3.moe.top_k)
+    seconds = dispatch_seconds(DSV3, cluster(), replace(RUN, moe_dispatcher="alltoall"), tokens, 1, 4, 1)
+    assert seconds == pytest.approx(0.75 * size / H100_NVLINK + 3 * H100.intra_node_latency, rel=1e-12)
+    assert 335e9 <= 0.75 * size / seconds <= 370e9  # ndcp: 355 GB/s
+
+
+def test_full_and_moe_recompute_re_run_the_forward_dispatch_and_combine_and_moe_act_does_not():
+    """Four all-to-alls per MoE layer and micro-batch (dispatch and combine forward, their gradients backward), and
+    two more when full recompute re-runs the layer's forward or Megatron's moe module re-runs the MoE block
+    (docs/formulas.md §7.2); re-running only the experts' activation (moe_act) re-sends nothing."""
+    model, clus = load_model("mixtral-8x7b"), ClusterSpec(H100, 8)
+    degrees = Degrees(tp=1, cp=1, ep=8, etp=1, mbs=1, sp=False)
+    layer = {mode: layer_time(model, clus, RUN, LayerKey("moe", mode, degrees, "p2p", frozenset()))
+             for mode in ("none", "full", "moe", "moe_act")}
+    a2a = dispatch_seconds(model, clus, RUN, TOKENS, 1, 8, 1)
+    assert layer["none"].ep_comm == pytest.approx(4 * a2a, rel=1e-12)
+    assert layer["full"].recompute == pytest.approx(layer["none"].forward + 2 * a2a, rel=1e-12)
+    assert layer["full"].recompute > layer["moe"].recompute > 2 * a2a > layer["moe_act"].recompute
