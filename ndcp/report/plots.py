@@ -79,8 +79,13 @@ def plot_search(result, path, top: int = 10, title: str | None = None) -> Path:
     figure = Figure(figsize=(14, max(4.0, 0.45 * len(ranked) + 2.0)), layout="constrained")
     left, right = figure.subplots(1, 2, width_ratios=(3, 2))
     figure.suptitle(title)
+    _step_time_panel(left, ranked, result.lower_bound_seconds)
+    _memory_panel(right, ranked[0])
+    return _save(matplotlib, figure, path, title)
 
-    # top-K step time, stacked by part
+
+def _step_time_panel(left, ranked: list, lower_bound_seconds: float) -> None:
+    """The ranked strategies' step time, stacked by part (horizontal bars, rank 1 on top), with the proven bound."""
     parts = [p for p in TIME_PART_LABELS if any(e.time.parts.get(p, 0) > 0 for e in ranked)]
     parts += sorted({p for e in ranked for p, v in e.time.parts.items() if v > 0} - set(parts))
     rows = list(range(len(ranked)))[::-1]  # rank 1 at the top
@@ -95,14 +100,14 @@ def plot_search(result, path, top: int = 10, title: str | None = None) -> Path:
     left.set_yticks(rows, [f"#{i + 1} {strategy_label(e.strategy)}" for i, e in enumerate(ranked)], fontsize=8)
     left.set_xlabel("step time (s)")
     left.set_title("step time by part")
-    if math.isfinite(result.lower_bound_seconds) and result.lower_bound_seconds > 0:
-        left.axvline(result.lower_bound_seconds, color="black", linestyle=":", linewidth=1,
-                         label="proven lower bound")
+    if math.isfinite(lower_bound_seconds) and lower_bound_seconds > 0:
+        left.axvline(lower_bound_seconds, color="black", linestyle=":", linewidth=1, label="proven lower bound")
     left.set_xlim(0, max(e.step_seconds for e in ranked) * 1.18)
     left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4, frameon=False)
 
-    # the best strategy's memory per stage
-    best = ranked[0]
+
+def _memory_panel(right, best) -> None:
+    """The best strategy's memory per pipeline stage, stacked by part group, with the capacity line."""
     stages = best.memory.stages
     grouped = [group_parts(s.parts) for s in stages]
     bottom = [0.0] * len(stages)
@@ -124,7 +129,6 @@ def plot_search(result, path, top: int = 10, title: str | None = None) -> Path:
         right.set_xticks(xs)
     right.set_ylim(0, max(capacity, max(bottom)) * 1.1)
     right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
-    return _save(matplotlib, figure, path, title)
 
 
 def plot_frontier(points: Sequence[tuple[int, int, float]], path, title: str = "ndcp: step time vs memory cap"
