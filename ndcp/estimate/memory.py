@@ -318,14 +318,20 @@ def _per_micro_batch_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, l
     return body + head["embedding"] + (head["encoder"] if model.encoder else 0.0)
 
 
+def _partly_held(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout) -> tuple[float, float]:
+    """The stage's gathered-parameter and unsharded-gradient bytes held only part of the step (0, 0 where the
+    trainer holds them all step: estimate/held_states.py)."""
+    if not releases_states(run, strategy):
+        return 0.0, 0.0
+    params = stage_parameters(model, strategy)[layout.stage]
+    return partly_held_bytes(run, strategy, params.dense + params.expert)
+
+
 def unheld_states(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,
                   counts: dict[tuple[str, str], int] | None = None) -> float:
     """Bytes of gathered parameters and unsharded gradients that the stage does not hold at its peak though
     model_state_bytes counts them for the whole step (estimate/held_states.py: torchtitan with PP); 0 otherwise."""
-    if not releases_states(run, strategy):
-        return 0.0
-    params = stage_parameters(model, strategy)[layout.stage]
-    parameters, gradients = partly_held_bytes(run, strategy, params.dense + params.expert)
+    parameters, gradients = _partly_held(model, run, strategy, layout)
     if not parameters and not gradients:
         return 0.0
     if counts is None:
@@ -342,10 +348,7 @@ def unheld_state_bound(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     the order is a sum of them), so the bound takes every layer without recompute, the states of ZeRO-3, and per
     extra layer its in-flight activations and states."""
     heaviest = strategy.with_zero(3)
-    if not releases_states(run, heaviest):
-        return 0.0
-    params = stage_parameters(model, heaviest)[layout.stage]
-    parameters, gradients = partly_held_bytes(run, heaviest, params.dense + params.expert)
+    parameters, gradients = _partly_held(model, run, heaviest, layout)
     if not parameters and not gradients:
         return 0.0
     kinds: dict[tuple[str, str], int] = {}
