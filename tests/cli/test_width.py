@@ -4,6 +4,7 @@ name, a degree, a plan's piece) broken across lines, in a table cell or anywhere
 import io
 import re
 import sys
+from pathlib import Path
 
 import pytest
 import rich._wrap
@@ -97,9 +98,10 @@ def test_plans_without_room_in_the_ranking_go_under_it(capsys, broken_words, tmp
     assert "ln layernorm" in legend and "mla mla_up_proj" in legend and "+ joins the Megatron" in legend
 
 
-def test_calibrate_reads_at_80_columns(capsys, broken_words, tmp_path):
-    code, out, err = run(capsys, "calibrate", "examples/published_runs.yaml", "--device", "h100", "--output",
-                         tmp_path / "fitted.yaml")
+def test_calibrate_reads_at_80_columns(capsys, broken_words, tmp_path, monkeypatch):
+    runs = Path("examples/published_runs.yaml").resolve()
+    monkeypatch.chdir(tmp_path)  # the file it writes named as a user would name it, not by a temporary path
+    code, out, err = run(capsys, "calibrate", str(runs), "--device", "h100", "--output", "fitted.yaml")
     assert code == 0, err
     assert_readable(out, broken_words)
 
