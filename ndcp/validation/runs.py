@@ -21,7 +21,8 @@ use is recorded in the row's `assumptions`):
 - torch.compile: a stated `training.torch_compile` (true/false; torchtitan only, RunSpec.torch_compile), else eager;
   the loss compiled too where `training.compile_loss` says so (RunSpec.compile_loss), else an eager loss;
 - FSDP: a stated `training.fsdp_version` (RunSpec.fsdp_version: fsdp1 for PyTorch FullyShardedDataParallel, as
-  Composer / llm-foundry and fms-fsdp run it), else the trainer's own;
+  Composer / llm-foundry and fms-fsdp run it; fsdp2 for fully_shard, as NeMo AutoModel runs it), else the trainer's
+  own;
 - overlaps: a stated `training.overlap` (RunSpec.overlap's syntax, e.g. "tp+p2p": what the row's recipe turns on,
   estimate/overlap.py), else the trainer's defaults;
 - sequence length: `training.seq_len`, else the model mapping's `seq_len` (published rows);
