@@ -21,8 +21,9 @@ use is recorded in the row's `assumptions`):
 - torch.compile: a stated `training.torch_compile` (true/false; torchtitan only, RunSpec.torch_compile), else eager;
   the loss compiled too where `training.compile_loss` says so (RunSpec.compile_loss), else an eager loss;
 - FSDP: a stated `training.fsdp_version` (RunSpec.fsdp_version: fsdp1 for PyTorch FullyShardedDataParallel, as
-  Composer / llm-foundry and fms-fsdp run it; fsdp2 for fully_shard, as NeMo AutoModel runs it), else the trainer's
-  own;
+  Composer / llm-foundry and fms-fsdp run it; fsdp2 for fully_shard, as NeMo AutoModel runs it), and its
+  `training.grad_sync` / `training.param_gather` (RunSpec's: e.g. FSDP2 with reshard_after_forward False gathers
+  once per micro-batch, `microbatch`), else the trainer's own;
 - overlaps: a stated `training.overlap` (RunSpec.overlap's syntax, e.g. "tp+p2p": what the row's recipe turns on,
   estimate/overlap.py), else the trainer's defaults;
 - sequence length: `training.seq_len`, else the model mapping's `seq_len` (published rows);
@@ -228,7 +229,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
                   **{k: bool(as_bool(training.get(k))) for k in COMPILE_SWITCHES},
                   **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype", "overlap",
-                                       "fsdp_version")),
+                                       "fsdp_version", "grad_sync", "param_gather")),
                   **{k: training[k] for k in MEGATRON_MEMORY if not is_null(training.get(k))})
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)

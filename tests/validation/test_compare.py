@@ -75,3 +75,15 @@ def test_a_wrong_megatron_memory_setting_is_the_rows_error(tmp_path):
                        "global_batch: 32, precision: bf16, seq_len: 4096, wgrad_deferral_limit: -2")
     with pytest.raises(SpecError, match="wgrad_deferral_limit=-2 is not valid; expected an integer >= 0"):
         read_rows(path)[0][1]()
+
+
+def test_the_data_parallel_settings_a_row_states_are_read(tmp_path):
+    """An FSDP row names which FSDP reduced its gradients, when it synced and when it gathered its parameters (the
+    NeMo AutoModel rows: FSDP2 with reshard_after_forward False); unstated, the trainer's own."""
+    path = _memory_row(tmp_path, "{memory_gib_per_gpu: 40.0}",
+                       "global_batch: 32, precision: bf16, seq_len: 4096, fsdp_version: fsdp2, "
+                       "grad_sync: microbatch, param_gather: microbatch")
+    run = read_rows(path)[0][1]().run
+    assert (run.fsdp_version, run.grad_sync, run.param_gather) == ("fsdp2", "microbatch", "microbatch")
+    unstated = read_rows(_memory_row(tmp_path, "{memory_gib_per_gpu: 40.0}"))[0][1]().run
+    assert (unstated.fsdp_version, unstated.grad_sync, unstated.param_gather) == ("trainer", "trainer", "trainer")
