@@ -122,6 +122,7 @@ def read_back(text: str, values: argparse.Namespace, trainer: str) -> ReadBack:
         given = copy.copy(values)
         given.strategy_from, given.strategy, given.strategy_file, given.trainer = str(path), "", None, trainer
         given.overlap = None  # the file's overlaps, as `--strategy-from` reads them without --overlap
+        given.fsdp_version = "trainer"  # the trainer's own FSDP: what every emitted file runs (RunSpec.fsdp_version)
         model, cluster, run = build_problem(given)
         strategy = build_strategy(model, cluster, run, strategy_values(given, model, run))
     memory, time = estimate_memory(model, cluster, run, strategy), estimate_time(model, cluster, run, strategy)

@@ -198,10 +198,13 @@ def test_strategy_from_takes_the_files_overlaps_and_refuses_a_contradicting_over
 
 def test_a_pytorch_fsdp_megatron_does_not_run_is_said_when_emitting_megatron_fsdp(capsys):
     """--fsdp-version prices a PyTorch FSDP's gradient copies; the Megatron file runs Megatron FSDP, which makes none:
-    the emitted configuration says so instead of claiming to be the plan's FSDP."""
+    the file read back is its own step, not the plan's, so it is no answer (written only with --emit-anyway)."""
     argv = ["estimate", *TINY, "--strategy", "zero=3", "-q", "--emit", "megatron"]
     _, plain = run(capsys, *argv)
-    out, err = run(capsys, *argv, "--fsdp-version", "fsdp1")
-    assert "--use-megatron-fsdp" in out
+    assert main([*argv, "--fsdp-version", "fsdp1"]) == 1
+    _, err = capsys.readouterr()
     assert "--fsdp-version fsdp1 is not what --use-megatron-fsdp runs" in err
-    assert "fsdp-version" not in plain
+    assert "the file runs a" in err and "not an answer" in err
+    out, _ = run(capsys, *argv, "--fsdp-version", "fsdp1", "--emit-anyway")
+    assert "--use-megatron-fsdp" in out
+    assert "fsdp-version" not in plain and "not an answer" not in plain
