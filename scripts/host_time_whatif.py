@@ -36,7 +36,7 @@ from ndcp.estimate.layout import stage_mode_counts
 from ndcp.estimate.overlap import strategy_overlaps
 from ndcp.estimate.time import estimate_time, p2p_per_microbatch, stage_times
 from ndcp.specs.recompute import LAYER_FORWARD, recompute_option
-from ndcp.validation.compare import _compare, _measured
+from ndcp.validation.compare import compare_row, measured_row
 from ndcp.validation.runs import SkipRun, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def _rows():
     for name in FILES:
         for _, build in read_rows(ROOT / name):
             try:
-                row = _measured(build)
+                row = measured_row(build)
             except SkipRun:
                 continue
             yield row
@@ -130,7 +130,7 @@ def main() -> None:
           "measured s | ndcp | +H fwd (low) | +H fwd | +H fwd+bwd |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in _rows():
-        cmp = _compare(row)
+        cmp = compare_row(row)
         measured, step = cmp.measured_step, cmp.estimated_step
         if not measured:
             continue

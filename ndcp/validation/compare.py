@@ -99,7 +99,7 @@ class ValidationResult:
                 "notes": list(self.notes)}
 
 
-def _compare(row: MeasuredRun) -> RunComparison:
+def compare_row(row: MeasuredRun) -> RunComparison:
     """Estimate one row and set measured and estimated figures on the same basis."""
     model, cluster, run, strategy = row.model, row.cluster, row.run, row.strategy
     estimate = estimate_time(model, cluster, run, strategy)
@@ -147,7 +147,7 @@ def validate_file(path, time_limit: float | None = None) -> ValidationResult:
             skipped.append(SkippedRun(run_id, f"not reached: the time limit of {time_limit:g} s ran out", False))
             continue
         try:
-            compared.append(_compare(_measured(build)))
+            compared.append(compare_row(measured_row(build)))
         except SkipRun as reason:
             skipped.append(SkippedRun(run_id, str(reason)))
         except (SpecError, ValueError, TypeError, KeyError) as error:
@@ -159,7 +159,7 @@ def validate_file(path, time_limit: float | None = None) -> ValidationResult:
     return ValidationResult(str(path), runs, tuple(skipped), summarise(runs), notes)
 
 
-def _measured(build) -> MeasuredRun:
+def measured_row(build) -> MeasuredRun:
     """A row's MeasuredRun from its builder (runs.read_rows); SkipRun when it states nothing to compare."""
     row = build()
     if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
@@ -168,4 +168,5 @@ def _measured(build) -> MeasuredRun:
     return row
 
 
-__all__ = ["validate_file", "ValidationResult", "RunComparison", "SkippedRun", "NARAYANAN_BASIS", "MODEL_BASIS"]
+__all__ = ["validate_file", "compare_row", "measured_row", "ValidationResult", "RunComparison", "SkippedRun",
+           "NARAYANAN_BASIS", "MODEL_BASIS"]

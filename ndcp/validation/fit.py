@@ -27,7 +27,7 @@ import numpy as np
 
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
-from .compare import RunComparison, _compare
+from .compare import RunComparison, compare_row
 from .fittable import DEFAULT_PARAMETERS, FITTABLE, Parameter
 from .runs import MeasuredRun, SkipRun, read_rows
 
@@ -47,7 +47,7 @@ def compared_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: 
             row = build()
         except (SkipRun, SpecError, ValueError, TypeError, KeyError):
             continue
-        compared = _compare(row) if keep(row) else None
+        compared = compare_row(row) if keep(row) else None
         if compared is not None and (compared.mfu_error_points is not None or compared.measured_step):
             rows.append(row)
     return rows
@@ -57,7 +57,7 @@ def fitted(row: MeasuredRun, fp8: bool = False) -> bool:
     """Whether a compared run may fit device parameters: a run with a measured MFU, 16-bit unless `fp8`. FP8 runs
     fit only the FP8 GEMM ceiling `fp8_compute_efficiency` (docs/formulas.md §3.1): scripts/calibrate.py per GPU
     generation, `ndcp calibrate` when that parameter is asked for."""
-    return (fp8 or not row.run.fp8) and _compare(row).mfu_error_points is not None
+    return (fp8 or not row.run.fp8) and compare_row(row).mfu_error_points is not None
 
 
 def load_runs(path: Path, keep: Callable[[MeasuredRun], bool] = lambda row: True, fp8: bool = False
@@ -79,7 +79,7 @@ class Errors:
         if key not in self.cache:
             row = self.rows[i]
             device = replace(row.cluster.device, **values)
-            self.cache[key] = _compare(replace(row, cluster=ClusterSpec(device, row.cluster.count)))
+            self.cache[key] = compare_row(replace(row, cluster=ClusterSpec(device, row.cluster.count)))
         return self.cache[key]
 
     def __call__(self, i: int, values: dict[str, float]) -> float:
