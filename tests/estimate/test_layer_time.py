@@ -2,14 +2,20 @@
 trainer runs it. Without sequence parallelism the input-gradient all-reduces hide behind the weight-gradient GEMMs;
 with it Megatron all-gathers the output gradients synchronously (exposed), re-gathers the column-parallel inputs
 behind their input-gradient GEMMs and reduce-scatters the input gradients behind their weight-gradient GEMMs;
-torchtitan's DTensor leaves all of it exposed; userbuffers price their own."""
+torchtitan's DTensor leaves all of it exposed; userbuffers price their own. A published profile of a MoE row
+(docs/formulas.md §3.2, "Published component timings") bounds the compute and the all-to-alls the layers charge."""
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import _ub_gemms, layer_time, tp_all_reduce_seconds
 from ndcp.estimate.overlap import sp_backward_exposed, tp_overlapped
+from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
+from ndcp.validation.runs import read_rows
 
 LLAMA = load_model("llama3-70b")
 MIXTRAL = load_model("mixtral-8x7b")
@@ -105,3 +111,31 @@ def test_a_moe_layers_mixer_pairs_are_priced_as_sequence_parallel():
 
 def _tp_backward(t) -> float:
     return t.backward_comm - t.ep_comm / 2  # backward_comm holds half of the EP all-to-alls too (no overlap asked)
+
+# Megatron-Bridge skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md @067f987d, "HybridEP production-shape
+# validation" (docs/formulas.md §3.2, "Published component timings"): Qwen3-30B-A3B on 16 H100, flex + HybridEP, one
+# step's rank-0 Nsight capture. EP overlap off: step 24.714 s, GPU-active union 22.821 s, 9.079 ms of communication
+# concurrent with GEMM/attention = 0.11 % of the communication time; on: union 21.221 s, 3,958.997 ms = 36.55 %.
+MEASURED_2 = Path(__file__).resolve().parents[2] / "examples" / "measured_runs_2.yaml"
+HYBRIDEP_PROFILE = {"none": (24.714, 22.821, 9.079e-3, (0.00105, 0.00115)),
+                    "ep": (20.992, 21.221, 3.958997, (0.36545, 0.36555))}
+
+
+@pytest.mark.parametrize("overlap", sorted(HYBRIDEP_PROFILE))
+def test_a_published_moe_profile_bounds_the_compute_and_the_all_to_alls(overlap):
+    """What the GPU ran besides communication (the union less the communication, their quotient giving the latter)
+    is at least ndcp's compute of the same step, which prices ideal kernels, and ndcp's is within 20 % of it; the
+    all-to-alls ndcp charges are no longer than the communication kernels measured without the overlap (with it
+    they share SMs and bandwidth with the compute and run 1.25-1.37 times longer) and within 30 % of them."""
+    step, union, concurrent, shares = HYBRIDEP_PROFILE[overlap]
+    row = dict(read_rows(MEASURED_2))["mbr_qwen3_30b_h100_bf16_16_epoverlap"]()
+    estimate = estimate_time(row.model, row.cluster, replace(row.run, overlap=overlap), row.strategy)
+    communication = [concurrent / share for share in reversed(shares)]  # low, high
+    other = [union - c + concurrent for c in reversed(communication)]
+    compute = estimate.parts["compute_forward"] + estimate.parts["compute_backward"]
+    assert 0.8 * other[0] <= compute <= other[1]
+    all_to_alls = estimate.parts.get("ep_comm", 0.0) + (estimate.hidden or {}).get("ep_comm", 0.0)
+    assert all_to_alls <= communication[1]
+    if overlap == "none":
+        assert 0.7 * communication[0] <= all_to_alls
+    assert estimate.step_seconds <= step
