@@ -8,7 +8,8 @@ GEMMs, and the FP8 copies it keeps.
   only te.Linear-family GEMMs run in FP8; Micikevicius et al. 2022 §4 keep the first/last layers in higher
   precision as well; those are not modelled: every body layer runs FP8).
 - Each FP8 GEMM first casts its operands (memory-bound, at HBM bandwidth): the forward casts its input and its
-  weight, the backward casts the output gradient. CAST_BYTES: HBM bytes per cast element for each recipe.
+  weight, the backward casts the output gradient. CAST_BYTES: HBM bytes per cast element for each recipe. A trainer
+  whose casts are torchao's (TrainerBehaviour.fp8_casts, torchtitan) moves what torchao_cast_bytes counts instead.
 - Memory: FP8 weight copies of the linear weights next to the BF16 parameters (in their place under
   `--fp8-param-gather`, ZeRO >= 1), one per micro-batch in flight when Megatron does not cache them
   (`disable_parameter_transpose_cache`, BF16 weights), and the linear-layer inputs saved for the backward in FP8
@@ -19,6 +20,8 @@ from __future__ import annotations
 from ..specs.device import DeviceSpec
 from ..specs.fields import SpecError
 from ..specs.run import RunSpec
+from ..specs.trainer_behaviour import FP8_CASTS
+from .compute import Gemm
 from .trainers import trainer_behaviour
 
 # HBM bytes per element of one cast to FP8 (read BF16: 2, write FP8: 1), by recipe (docs/formulas.md §3.1):
@@ -51,6 +54,67 @@ def cast_bytes_per_element(run: RunSpec, device: DeviceSpec) -> float:
         return 0.0
     per_tensor = run.fp8_recipe in PER_TENSOR_RECIPES
     return CAST_BYTES[run.fp8_recipe] + (TRANSPOSE_BYTES if per_tensor and not device.mxfp8 else 0.0)
+
+
+FP32_BYTES = 4
+LAYOUT_COPY_BYTES = 2.0  # an FP8 tensor copied into the other major order: read 1, write 1
+
+
+def torchao_step_bytes(activation_bytes: int, compiled: bool) -> tuple[float, float]:
+    """HBM bytes per element of torchao's tensorwise amax and cast of one 16-bit tensor (pytorch/ao @0afa4c1, the
+    Trainy rows' torchao): amax = max(abs(x)) (float8/float8_utils.py tensor_to_amax); cast = x.to(float32) * scale,
+    clamp, .to(float8) (float8_tensor.py _ToFloat8ConstrFunc.forward, float8_utils.py to_fp8_saturated). Eager, op
+    by op: abs (read a, write a) and max (read a): 3a; .to(float32) (read a, write 4), the product and the clamp
+    (read 4, write 4 each), .to(float8) (read 4, write 1): a + 25. Under torch.compile Inductor fuses the abs into
+    the reduction and the cast's four ops into one kernel (fusion.py: Ansel et al. 2024 §4): a, and a + 1."""
+    a = activation_bytes
+    if compiled:
+        return float(a), a + 1.0
+    return 3.0 * a, (a + FP32_BYTES if a != FP32_BYTES else 0.0) + 2 * 2 * FP32_BYTES + FP32_BYTES + 1.0
+
+
+def torchao_cast_bytes(mk: float, nk: float, mn: float, activation_bytes: int,
+                       compiled: bool) -> tuple[float, float]:
+    """HBM bytes (forward, backward) of torchao's tensorwise casts around FP8 GEMMs with mk input, nk weight and mn
+    output elements in all, read from pytorch/ao @0afa4c1 float8/float8_linear.py (matmul_with_hp_or_float8_args,
+    Float8Linear.forward) and float8_ops.py (preprocess_addmm: torch._scaled_mm takes A row-major and B
+    column-major, so a row-major B is copied with .t().contiguous().t() and a transposed A with .contiguous()):
+    - forward: the input (amax, cast) and the weight (amax, cast: the whole weight, an upper bound: with torchtitan's
+      enable_fsdp_float8_all_gather the 1/dp fp32 shard is cast before each all-gather, eagerly in FSDP's hook,
+      21 bytes per shard element twice a micro-batch under reshard-after-forward, 42/dp bytes per weight element, no
+      more than 5 for dp >= 9; precompute_float8_dynamic_scale_for_fsdp takes the weights' amaxes once a step in
+      one all-reduce, fsdp_utils.py, not priced);
+    - backward: the output gradient (amax, cast) for the input gradient; the FP8 weight saved from the forward copied
+      column-major (layout copy); the output gradient cast again for the weight gradient (eager; compiled, the same
+      ops on the same tensor in one graph are one: AOTAutograd's CSE pass over the joint graph, torch 2.13
+      _functorch/partitioners.py min_cut_rematerialization_partition, config.cse) and its transpose made
+      contiguous (layout copy); the 16-bit input cast again (eager: amax and cast; compiled: the cast, its amax the
+      forward's, one node after CSE and saved: torchtitan's op-level AC keeps aten.max, parallelize_llama.py
+      _save_list @e7c0cae) and copied column-major (layout copy).
+    Compiled, 16-bit: forward 5 mk + 5 nk, backward 7 mn + 5 mk + 2 nk; eager: 33 (mk + nk), 68 mn + 35 mk + 2 nk.
+    torchao before v0.9 (#1480, 2025-01-13; the Dec 2024 H100 rows ran eab345c) saved the forward's FP8 input and
+    cast the output gradient once: its backward moved 3 mk less (compiled); the newer inventory is charged."""
+    amax, cast = torchao_step_bytes(activation_bytes, compiled)
+    forward = (amax + cast) * (mk + nk)
+    grad_output = (amax + cast) * (1 if compiled else 2) + LAYOUT_COPY_BYTES
+    grad_input = (cast if compiled else amax + cast) + LAYOUT_COPY_BYTES
+    return forward, grad_output * mn + grad_input * mk + LAYOUT_COPY_BYTES * nk
+
+
+def layer_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]") -> tuple[float, float]:
+    """HBM bytes (forward, backward) of the FP8 casts around a layer's FP8 GEMMs `gemms` (compute.fp8_gemms) as the
+    run's trainer casts (TrainerBehaviour.fp8_casts): Transformer Engine's one cast per operand
+    (cast_bytes_per_element: input and weight forward, output gradient backward), or torchao's tensorwise inventory
+    (torchao_cast_bytes; torchao's other recipes were not read and are priced as Transformer Engine's)."""
+    if not run.fp8:
+        return 0.0, 0.0
+    mk = sum(g.m * g.k * g.count for g in gemms)
+    nk = sum(g.n * g.k * g.count for g in gemms)
+    mn = sum(g.m * g.n * g.count for g in gemms)
+    if trainer_behaviour(run).fp8_casts == "torchao" and run.fp8_recipe == "tensorwise":
+        return torchao_cast_bytes(mk, nk, mn, run.activation_bytes, run.torch_compile)
+    per_element = cast_bytes_per_element(run, device)
+    return per_element * (mk + nk), per_element * mn
 
 
 def weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
@@ -90,5 +154,6 @@ def linear_input_bytes(run: RunSpec) -> int:
     return 1 if run.fp8 and trainer_behaviour(run).fp8_saves_cast_inputs else run.activation_bytes
 
 
-__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "check_fp8", "cast_bytes_per_element", "weight_copy_bytes_per_parameter",
+__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "FP8_CASTS", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element",
+           "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "weight_copy_bytes_per_parameter",
            "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]

@@ -28,7 +28,8 @@ AOTAutograd's min-cut partitioner recomputes the SwiGLU product in the backward 
 
 The backward of either is priced, as all element-wise work (layer_time.py), at twice its forward's bytes. Per-op
 overheads (kernel launches, Python dispatch) are priced nowhere in ndcp, eager or compiled: compile's launch savings
-stay unpriced, and so does its fusion of torchao's FP8 casts (estimate/fp8.py prices the casts alike both ways).
+stay unpriced. torchao's FP8 casts are priced eager op by op or fused under compile in estimate/fp8.py
+(torchao_cast_bytes).
 Layers torchtitan does not build as a dense Llama block (MoE, MLA, hybrid and scan mixers) keep Megatron's fused
 count, eager and compiled alike: no compile gain is priced for them (unvalidated, conservative).
 """

@@ -16,7 +16,7 @@ from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, fp8_gemms, layer_gemms,
                       memory_seconds, mixer_gemms, total_flops)
 from .fusion import layer_elementwise_bytes
-from .fp8 import cast_bytes_per_element
+from .fp8 import layer_cast_bytes
 from .gemm import attention_core_seconds, training_gemm_seconds, weight_gemm_seconds
 from .keys import Degrees, LayerKey
 from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
@@ -109,11 +109,10 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp, imbalance=run.moe_load_imbalance)
     linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
     cast_forward = cast_backward = 0.0
-    if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth
-        low = fp8_gemms(model, kind, gemms, tokens)
-        per_element = cast_bytes_per_element(run, device)
-        cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k * g.count for g in low), device)
-        cast_backward = memory_seconds(per_element * sum(g.m * g.n * g.count for g in low), device)
+    if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth, as the
+        # trainer casts (estimate/fp8.py layer_cast_bytes)
+        forward_bytes, backward_bytes = layer_cast_bytes(run, device, fp8_gemms(model, kind, gemms, tokens))
+        cast_forward, cast_backward = memory_seconds(forward_bytes, device), memory_seconds(backward_bytes, device)
     share = model.mixer_shares(kind).attention
     attention = share * attention_core_flops(model, tokens, run.seq_len, tp, causal=run.flash_attention)
     core, core_backward = attention_core_seconds(attention, device, run.flash_attention, run.attention_kernel)

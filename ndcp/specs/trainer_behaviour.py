@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Whose code casts the FP8 GEMMs' operands (TrainerBehaviour.fp8_casts; estimate/fp8.py layer_cast_bytes prices each)
+FP8_CASTS = ("transformer_engine", "torchao")
+
 
 @dataclass(frozen=True)
 class TrainerBehaviour:
@@ -49,6 +52,10 @@ class TrainerBehaviour:
     # FP8 training saves the FP8-cast input of each linear layer for its weight gradient (estimate/fp8.py
     # linear_input_bytes); False: the 16-bit input, as in BF16.
     fp8_saves_cast_inputs: bool
+    # Which code casts the FP8 GEMMs' operands, one of FP8_CASTS, and so what the casts move (estimate/fp8.py
+    # layer_cast_bytes): "transformer_engine" (fused cast kernels, one cast per operand) or "torchao" (torchao
+    # Float8Linear, tensorwise: amax and cast per operand in both passes, layout copies for torch._scaled_mm).
+    fp8_casts: str
     # The overlaps (specs.run.OVERLAPS) it runs by default: what RunSpec.overlap "trainer" asks for
     # (estimate/overlap.py requested; docs/formulas.md §7.1).
     default_overlaps: frozenset[str]
@@ -76,6 +83,7 @@ MEGATRON = TrainerBehaviour(
     fp32_logit_copies=1,  # vocab-parallel cross entropy casts the logits to fp32 once, softmax in place
     fp8_weight_copies=True,  # Transformer Engine keeps FP8 weight copies (estimate/fp8.py)
     fp8_saves_cast_inputs=True,  # Transformer Engine's linear layers save the FP8 input (docs/formulas.md §3.1)
+    fp8_casts="transformer_engine",
     # Megatron-LM arguments.py: --overlap-p2p-communication defaults on (it takes effect when interleaving);
     # --tp-comm-overlap and --overlap-moe-expert-parallel-comm default off
     default_overlaps=frozenset({"p2p"}),
@@ -109,6 +117,9 @@ TORCHTITAN = TrainerBehaviour(
     # torchao float8_linear.py save_for_backward(input_hp, weight_hp_t): the 16-bit input; measured on torchtitan
     # 0.3.0 with torchao 0.18.0 (docs/saved_tensors.yaml: FP8 keeps the BF16 activations)
     fp8_saves_cast_inputs=False,
+    # torchtitan's float8 converter swaps nn.Linear for torchao Float8Linear (components/quantization/float8.py
+    # @e7c0cae, the Trainy rows' torchtitan; torchao @0afa4c1 float8_linear.py, float8_ops.py: estimate/fp8.py)
+    fp8_casts="torchao",
     default_overlaps=frozenset(),  # torch.distributed.pipelining runs its sends blocking
     # DTensor (torch/distributed/tensor/_redistribute.py Redistribute.backward, parallel/style.py ColwiseParallel,
     # RowwiseParallel, PrepareModuleInput; read at torch main, 2025, not pinned to the rows' torch version): the
@@ -138,9 +149,10 @@ MINDFORMERS = TrainerBehaviour(
     fp32_logit_copies=1,  # as Megatron's, not verified
     fp8_weight_copies=True,  # as Megatron's, not verified
     fp8_saves_cast_inputs=True,  # as Megatron's, not verified
+    fp8_casts="transformer_engine",  # as Megatron's, not verified
     default_overlaps=frozenset({"p2p"}),  # as Megatron's, not verified
     sp_backward_async=True,  # as Megatron's, not verified (MindSpore's sequence-parallel backward was not read)
 )
 BEHAVIOURS: dict[str, TrainerBehaviour] = {b.name: b for b in (MEGATRON, TORCHTITAN, MINDFORMERS)}
 
-__all__ = ["TrainerBehaviour", "BEHAVIOURS", "MEGATRON", "TORCHTITAN", "MINDFORMERS"]
+__all__ = ["TrainerBehaviour", "BEHAVIOURS", "FP8_CASTS", "MEGATRON", "TORCHTITAN", "MINDFORMERS"]

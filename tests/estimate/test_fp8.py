@@ -9,8 +9,8 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate import communication as comm
 from ndcp.estimate.compute import Gemm, layer_gemms, memory_seconds
 from ndcp.estimate.data_parallel import Group, _collectives
-from ndcp.estimate.fp8 import (cast_bytes_per_element, check_fp8, uncached_weight_copy_bytes_per_parameter,
-                              weight_copy_bytes_per_parameter)
+from ndcp.estimate.fp8 import (cast_bytes_per_element, check_fp8, layer_cast_bytes, torchao_step_bytes,
+                              uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per_parameter)
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
 from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.memory import estimate_memory, model_state_bytes
@@ -125,6 +125,59 @@ def test_recipe_cast_costs_order_and_blackwell_needs_no_transpose():
     assert costs["delayed"] < costs["blockwise"] < costs["tensorwise"]
     assert cast_bytes_per_element(FP8, B200) == 3.0
     assert cast_bytes_per_element(BF16, H100) == 0.0
+
+
+def test_torchao_amax_and_cast_bytes_eager_op_by_op_and_fused_when_compiled():
+    # eager: abs (read 2, write 2) + max (read 2); .to(float32) (2 + 4), * scale (4 + 4), clamp (4 + 4), .to(fp8) (4 + 1)
+    assert torchao_step_bytes(2, compiled=False) == (6.0, 27.0)
+    # fp32 input: .to(float32) is no copy; abs 4 + 4, max 4
+    assert torchao_step_bytes(4, compiled=False) == (12.0, 21.0)
+    # torch.compile: one reduction kernel reads the tensor once; one cast kernel reads it and writes FP8
+    assert torchao_step_bytes(2, compiled=True) == (2.0, 3.0)
+
+
+def _torchtitan_fp8(compiled: bool, recipe: str = "tensorwise") -> RunSpec:
+    return RunSpec(16, 8192, precision="fp8", fp8_recipe=recipe, trainer="torchtitan", torch_compile=compiled)
+
+
+def test_torchtitan_casts_are_torchaos_hand_counted_per_gemm():
+    """torchao Float8Linear, tensorwise (pytorch/ao @0afa4c1): forward amax + cast of input and weight; backward amax
+    + cast of the output gradient (twice eager, once compiled), the saved FP8 weight and the output gradient's
+    transpose copied for torch._scaled_mm's layouts, the 16-bit input cast again (its amax the forward's when
+    compiled) and copied column-major."""
+    tokens = 8192
+    gemms = layer_gemms(LLAMA, "dense", tokens, 1)
+    mk, nk, mn = (sum(a * b for a, b in pairs) for pairs in (
+        [(g.m, g.k) for g in gemms], [(g.n, g.k) for g in gemms], [(g.m, g.n) for g in gemms]))
+    h, f, q = LLAMA.hidden, LLAMA.ffn_hidden, (LLAMA.heads + 2 * LLAMA.num_kv_heads) * LLAMA.dim_per_head
+    assert mk == tokens * (h + h + h + f)  # QKV, output projection, gate+up (one input), down projection
+    assert mn == tokens * (q + h + 2 * f + h)
+    compiled = layer_cast_bytes(_torchtitan_fp8(True), H100, gemms)
+    eager = layer_cast_bytes(_torchtitan_fp8(False), H100, gemms)
+    assert compiled == pytest.approx((5 * (mk + nk), 7 * mn + 5 * mk + 2 * nk))
+    assert eager == pytest.approx((33 * (mk + nk), 68 * mn + 35 * mk + 2 * nk))
+    # Transformer Engine (Megatron): one cast per operand, 6 bytes each for tensorwise on Hopper (amax, cast, transpose)
+    megatron = layer_cast_bytes(replace(_torchtitan_fp8(False), trainer="megatron"), H100, gemms)
+    assert megatron == pytest.approx((6 * (mk + nk), 6 * mn))
+    # torchao's other recipes were not read: Transformer Engine's count stands in
+    assert layer_cast_bytes(_torchtitan_fp8(True, "delayed"), H100, gemms) == pytest.approx((4 * (mk + nk), 4 * mn))
+    assert layer_cast_bytes(replace(_torchtitan_fp8(True), precision="bf16"), H100, gemms) == (0.0, 0.0)
+
+
+def test_a_torchtitan_fp8_layer_adds_its_gemms_and_torchaos_casts_to_the_bf16_layer():
+    tokens = 8192
+    gemms = layer_gemms(LLAMA, "dense", tokens, 1)
+    key = LayerKey("dense", "none", Degrees(1, 1, 1, 1, 1, False))
+    fp8_run = _torchtitan_fp8(True)
+    bf16, fp8 = (layer_time(LLAMA, ClusterSpec(H100, 8), r, key) for r in (replace(fp8_run, precision="bf16"), fp8_run))
+    linear = gemm_seconds(gemms, H100, 2, fp8=True) - gemm_seconds(gemms, H100, 2)
+    forward, backward = (memory_seconds(b, H100) for b in layer_cast_bytes(fp8_run, H100, gemms))
+    assert fp8.forward - bf16.forward == pytest.approx(linear + forward)
+    assert fp8.backward - bf16.backward == pytest.approx(2 * linear + backward)
+    # uncompiled, torchao's op-by-op casts cost more than the FP8 GEMMs save on this layer
+    eager = replace(fp8_run, torch_compile=False)
+    assert (layer_time(LLAMA, ClusterSpec(H100, 8), eager, key).backward
+            > layer_time(LLAMA, ClusterSpec(H100, 8), replace(eager, precision="bf16"), key).backward)
 
 
 def test_fp8_weight_copies_and_fp8_linear_inputs():
