@@ -10,6 +10,8 @@ GEMMs, and the FP8 copies it keeps.
 - Each FP8 GEMM first casts its operands (memory-bound, at HBM bandwidth): the forward casts its input and its
   weight, the backward casts the output gradient. CAST_BYTES: HBM bytes per cast element for each recipe. A trainer
   whose casts are torchao's (TrainerBehaviour.fp8_casts, torchtitan) moves what torchao_cast_bytes counts instead.
+- Current scaling under sequence parallelism all-reduces amaxes over the TP group: one tiny, latency-bound
+  collective per sequence-parallel cast (amax_reduction_seconds), on the compute stream's path.
 - Memory: FP8 weight copies of the linear weights next to the BF16 parameters (in their place under
   `--fp8-param-gather`, ZeRO >= 1), one per micro-batch in flight when Megatron does not cache them
   (`disable_parameter_transpose_cache`, BF16 weights), and the linear-layer inputs saved for the backward in FP8
@@ -17,10 +19,11 @@ GEMMs, and the FP8 copies it keeps.
 """
 from __future__ import annotations
 
-from ..specs.device import DeviceSpec
+from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
 from ..specs.run import RunSpec
 from ..specs.trainer_behaviour import FP8_CASTS
+from . import communication as comm
 from .compute import Gemm
 from .trainers import trainer_behaviour
 
@@ -115,6 +118,31 @@ def layer_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]"
         return torchao_cast_bytes(mk, nk, mn, run.activation_bytes, run.torch_compile)
     per_element = cast_bytes_per_element(run, device)
     return per_element * (mk + nk), per_element * mn
+# NCCL's own cost model of a latency-bound all-reduce (src/graph/tuning.cc @b6475625, ncclTopoTuneModel): the LL
+# protocol's ring on one NVLink domain costs baseLat[Ring][LL] = 6.6 us plus hwLat[NVLink][Ring][LL] = 0.6 us for each
+# of its 2(n - 1) steps (the tree's LL, 6.8 + 2(n - 1) x 0.6 us, is never cheaper); a few bytes add nothing to it
+AMAX_BASE_LATENCY = 6.6e-6
+AMAX_STEP_LATENCY = 0.6e-6
+AMAX_BYTES = 4.0  # one FP32 amax per tensor
+
+
+def amax_reduction_seconds(run: RunSpec, cluster: ClusterSpec, tp: int, sp: bool) -> float:
+    """Seconds of one amax all-reduce over the TP group that FP8 current scaling runs before a sequence-parallel
+    cast (0 where none runs). Transformer Engine's Float8CurrentScaling recipe gives the input quantizer of each
+    column-parallel linear layer, and the output-gradient quantizer of each row-parallel one, `with_amax_reduction`
+    over the TP group when the layer is sequence-parallel (TE v2.12 pytorch/module/linear.py, layernorm_linear.py,
+    layernorm_mlp.py @5671fd3 `_customize_quantizers_float8_current_scaling`), so the shards cast to FP8 with one
+    scale before they are all-gathered; the quantizer all-reduces the amax and waits on it before it casts
+    (csrc/quantizer.cpp, Float8CurrentScalingQuantizer::quantize_impl: `allreduce(...)->wait()`), and the GEMM waits on
+    the cast: exposed. Inside a scale-up domain it costs NCCL's LL ring latency (AMAX_*); across domains the
+    alpha-beta ring of communication.py. Delayed scaling reduces its amax history once per step, block and MX
+    recipes scale locally: neither pays this per cast. Checked in TE only; torchao's tensorwise Float8Linear under
+    DTensor sequence parallelism is priced the same, unread."""
+    if not (run.fp8 and run.fp8_recipe == "tensorwise" and sp and tp > 1):
+        return 0.0
+    if comm.in_domain(cluster, tp):
+        return AMAX_BASE_LATENCY + 2 * (tp - 1) * AMAX_STEP_LATENCY
+    return comm.all_reduce_seconds(AMAX_BYTES, tp, *comm.tp_link(cluster, tp))
 
 
 def weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
@@ -154,6 +182,7 @@ def linear_input_bytes(run: RunSpec) -> int:
     return 1 if run.fp8 and trainer_behaviour(run).fp8_saves_cast_inputs else run.activation_bytes
 
 
-__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "FP8_CASTS", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element",
-           "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "weight_copy_bytes_per_parameter",
+__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "FP8_CASTS", "LAYOUT_COPY_BYTES", "AMAX_BASE_LATENCY", "AMAX_STEP_LATENCY",
+           "check_fp8", "cast_bytes_per_element", "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes",
+           "amax_reduction_seconds", "weight_copy_bytes_per_parameter",
            "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]

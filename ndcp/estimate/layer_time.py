@@ -16,12 +16,12 @@ from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, fp8_gemms, layer_gemms,
                       memory_seconds, mixer_gemms, total_flops)
 from .fusion import layer_elementwise_bytes
-from .fp8 import layer_cast_bytes
+from .fp8 import amax_reduction_seconds, layer_cast_bytes
 from .gemm import attention_core_seconds, training_gemm_seconds, weight_gemm_seconds
 from .keys import Degrees, LayerKey
 from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
-from .overlap import (PIPELINE, UB_COMPUTE_STREAMS, MoEPasses, ep_overlapped, layer_overlaps,
+from .overlap import (PIPELINE, UB_COMPUTE_STREAMS, MoEPasses, UbBlock, ep_overlapped, layer_overlaps,
                       sp_backward_exposed, tp_overlapped)
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
 from .trainers import trainer_behaviour
@@ -213,6 +213,10 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tp_total = tp_forward + tp_backward
     if "tp" in hidden:
         tp_forward, tp_backward = _tp_userbuffers(model, cluster, run, kind, tp, tokens, tp_forward, linear)
+    # FP8 current scaling: each pair's sequence-parallel input cast (forward) and output-gradient cast (backward)
+    # all-reduces its amax over the TP group first, exposed (estimate/fp8.py amax_reduction_seconds)
+    amax = collectives * amax_reduction_seconds(run, cluster, tp, sp)
+    tp_forward, tp_backward, tp_total = tp_forward + amax, tp_backward + amax, tp_total + 2 * amax
     cp_forward, cp_backward = mixer_cp_seconds(model, cluster, run, kind, degrees, cp_comm, attention,
                                                attention_backward)
     a2a = dispatch_seconds(model, cluster, run, tokens, tp, ep, etp) if kind == "moe" else 0.0
@@ -300,8 +304,8 @@ def _tp_userbuffers(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: 
     TP traffic goes through the token dispatcher, and TE's grouped linear has no userbuffers), whose collective is
     one of the layer's two (none in a hybrid model's MoE block); the rest stays as without overlap."""
     paired, rest, covered = _ub_split(model, cluster, run, kind, tp, tokens, tp_forward)
-    _, slowdown = _ub_gemms(model, cluster, run, kind, tp, tokens) if paired else (0.0, (1.0, 1.0))
-    forward, backward = tp_overlapped(paired, covered, slowdown, cluster.device.sm_count, tp)
+    blocks = _ub_blocks(model, cluster, run, kind, tp, tokens) if paired else ()
+    forward, backward = tp_overlapped(blocks, cluster.device.sm_count, tp)
     return forward + rest, backward + _behind_weight_gradients(rest, linear - covered)
 
 
@@ -316,27 +320,48 @@ def _ub_linear(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, 
     return weight_gemm_seconds(model, kind, _ub_gemms_of(model, kind, tokens, tp), tokens, cluster.device, run)
 
 
+def _ub_block_gemms(model: ModelSpec, kind: str, tokens: float, tp: int) -> tuple[tuple, ...]:
+    """_ub_gemms_of per collective pair: the mixer's and the MLP's on a dense layer (one pair each), the mixer's on a
+    MoE layer; a hybrid model's block (one pair, a mixer or an MLP: the average layer's shares) as one."""
+    mixer = mixer_gemms(model, kind, tokens, tp)
+    if kind == "moe":
+        return (mixer,)
+    mlp = layer_gemms(model, kind, tokens, tp)[len(mixer):]
+    return (mixer + mlp,) if model.hybrid_blocks else (mixer, mlp)
+
+
 @lru_cache(maxsize=65536)
-def _ub_gemms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int,
-              tokens: float) -> tuple[float, tuple[float, float]]:
-    """The GEMMs userbuffers pairs with collectives (a dense layer's all, a MoE layer's mixer projections): their
-    seconds, one pass, and how much slower their forward and input-gradient GEMMs run split into tp and into 4
-    token chunks, UB_COMPUTE_STREAMS chunks at a time sharing the waves (the tile model, estimate/gemm.py; the
-    weight-gradient GEMMs are never split)."""
+def _ub_blocks(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int,
+               tokens: float) -> tuple[UbBlock, ...]:
+    """The layer's userbuffers blocks (estimate/overlap.py UbBlock): per collective pair its all-gather and
+    reduce-scatter and its own GEMMs, the row-parallel ones those that write the hidden size (their output is
+    reduce-scattered), the others column-parallel (their input is all-gathered). Under fp8 the all-gathers move FP8:
+    Megatron creates the userbuffers with UserBufferQuantizationMode.FP8 (Megatron-Bridge
+    src/megatron/bridge/training/initialize.py @39b4a5b4 _initialize_tp_communicators) and TE gives every all-gather
+    overlap an FP8 buffer (`fp8_buf`: qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad and the dgrad re-gathers; TE
+    v2.12 pytorch/module/base.py @5671fd3 initialize_ub), into which it casts the input or output gradient before the
+    exchange (fill_userbuffers_buffer_for_all_gather); the reduce-scatters move the GEMM's BF16 output. The split
+    GEMMs are priced by the tile model (estimate/gemm.py), `tokens / splits` rows each, UB_COMPUTE_STREAMS chunks at a
+    time sharing the waves; the weight-gradient GEMMs are never split."""
     device, dtype = cluster.device, run.activation_bytes
-    gemms = _ub_gemms_of(model, kind, tokens, tp)
-    low = set(fp8_gemms(model, kind, gemms, tokens)) if run.fp8 else set()
+    bandwidth, latency = comm.tp_link(cluster, tp)
+    gather = comm.all_gather_seconds(tokens * model.hidden * (1 if run.fp8 else dtype), tp, bandwidth, latency)
+    scatter = comm.reduce_scatter_seconds(tokens * model.hidden * dtype, tp, bandwidth, latency)
+    low = set(fp8_gemms(model, kind, _ub_gemms_of(model, kind, tokens, tp), tokens)) if run.fp8 else set()
 
-    def split(splits: int) -> float:
+    def passes(gemms: tuple, which: int, splits: int = 1) -> float:
         streams = min(UB_COMPUTE_STREAMS, splits)
-        whole = chunked = 0.0
-        for g in gemms:
-            whole += sum(training_gemm_seconds(g, device, dtype, g in low)[:2])
-            part = g._replace(m=g.m / splits, count=g.count * streams)
-            chunked += splits / streams * sum(training_gemm_seconds(part, device, dtype, g in low)[:2])
-        return chunked / whole if whole else 1.0
+        return sum(splits / streams * training_gemm_seconds(g._replace(m=g.m / splits, count=g.count * streams),
+                                                           device, dtype, g in low)[which] for g in gemms)
 
-    return _ub_linear(model, cluster, run, kind, tp, tokens), (split(tp), split(PIPELINE.num_splits))
+    blocks = []
+    for gemms in _ub_block_gemms(model, kind, tokens, tp):
+        row = tuple(g for g in gemms if g.n == model.hidden)
+        column = tuple(g for g in gemms if g.n != model.hidden)
+        blocks.append(UbBlock(gather, scatter, tuple(passes(column, i) for i in range(3)),
+                              tuple(passes(row, i) for i in range(3)), passes(column, 0, tp),
+                              passes(row, 0, PIPELINE.num_splits), passes(row, 1, tp)))
+    return tuple(blocks)
 
 
 def _unfused_core_elementwise(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str,

@@ -121,25 +121,48 @@ def ub_pair_seconds(comm: float, gemm: float, chunked: float, method: UbMethod, 
     return wall + (min(comm, g) / splits if splits > 1 else 0.0)
 
 
-def tp_overlapped(tp_forward: float, linear: float, slowdown: tuple[float, float], sms: int,
-                  tp: int) -> tuple[float, float]:
+class UbBlock(NamedTuple):
+    """One tensor-parallel block of a layer (its mixer, or its MLP) as userbuffers pairs it, seconds on one device:
+    `gather`, one all-gather of its sequence-parallel input (the output gradient's in the backward moves the same
+    bytes); `scatter`, one reduce-scatter of its output (the input gradient's likewise); its column-parallel and its
+    row-parallel GEMMs' (forward, input gradient, weight gradient) seconds; and those that userbuffers splits, as
+    split: the column-parallel forward into tp chunks (ring exchange), the row-parallel forward into 4 (pipeline),
+    the row-parallel input gradient into tp (ring exchange)."""
+
+    gather: float
+    scatter: float
+    column: tuple[float, float, float]
+    row: tuple[float, float, float]
+    column_forward_split: float
+    row_forward_split: float
+    row_backward_split: float
+
+
+def _exposed(comm: float, gemm: float, split: float, method: UbMethod, sms: int, tp: int) -> float:
+    """What one pair takes beyond its GEMM alone."""
+    return max(0.0, ub_pair_seconds(comm, gemm, split, method, sms, tp) - gemm)
+
+
+def tp_overlapped(blocks: tuple[UbBlock, ...], sms: int, tp: int) -> tuple[float, float]:
     """Exposed (forward, backward) TP seconds of a layer under userbuffers (TE defaults above): what its overlapped
-    GEMM pairs take beyond the GEMMs alone. `tp_forward`: the layer's all-gathers and reduce-scatters (half each),
-    `linear`: its weight GEMMs one pass, `slowdown`: how much slower they run split into tp and into 4 token chunks
-    (the tile model, estimate/layer_time.py _ub_gemms). Forward: the all-gathers with the column-parallel GEMMs
-    (ring exchange), the reduce-scatters with the row-parallel ones (pipeline); backward: the output-gradient
-    all-gathers with the row-parallel input gradients (ring exchange), the input-gradient reduce-scatters with the
-    column-parallel weight gradients (bulk). Each GEMM group is taken as half the layer's GEMM time. Overlap can cost
-    more than the collectives it hides (split GEMMs, SMs held): with little to hide a layer is slower than with its
-    collectives exposed."""
-    half, g = tp_forward / 2, linear / 2
-    by_tp, by_four = g * slowdown[0], g * slowdown[1]
-
-    def exposed(method: UbMethod, split: float) -> float:
-        return max(0.0, ub_pair_seconds(half, g, split, method, sms, tp) - g)
-
-    forward = exposed(RING_EXCHANGE, by_tp) + exposed(PIPELINE, by_four)
-    return forward, exposed(RING_EXCHANGE, by_tp) + exposed(BULK, g)
+    GEMM pairs take beyond the GEMMs alone, each collective beside the GEMM of its own block that TE pairs it with
+    (initialize_ub's layer names, TE v2.12 pytorch/module/base.py @5671fd3: qkv_fprop, proj_fprop, ...). Forward:
+    the input all-gather with the column-parallel GEMMs (ring exchange), the output reduce-scatter with the
+    row-parallel ones (pipeline); backward: the output-gradient all-gather with the row-parallel input gradients
+    (ring exchange), the re-gather of the saved input with the column-parallel input gradients (`qkv_dgrad` /
+    `fc1_dgrad`, bulk) and the input-gradient reduce-scatter with their weight gradients (`*_wgrad`, bulk).
+    A block whose GEMMs are shorter than its collectives (the attention block at tp 8: hidden 8,192 over 8 ranks)
+    leaves the difference exposed, whatever the other block could have hidden. Overlap can cost more than the
+    collectives it hides (split GEMMs, SMs held): with little to hide a layer is slower than with its collectives
+    exposed."""
+    forward = backward = 0.0
+    for b in blocks:
+        forward += (_exposed(b.gather, b.column[0], b.column_forward_split, RING_EXCHANGE, sms, tp)
+                    + _exposed(b.scatter, b.row[0], b.row_forward_split, PIPELINE, sms, tp))
+        backward += (_exposed(b.gather, b.row[1], b.row_backward_split, RING_EXCHANGE, sms, tp)
+                     + _exposed(b.gather, b.column[1], b.column[1], BULK, sms, tp)
+                     + _exposed(b.scatter, b.column[2], b.column[2], BULK, sms, tp))
+    return forward, backward
 
 
 def sp_backward_exposed(pairs: float, linear: float, asynchronous: bool) -> float:
@@ -192,4 +215,4 @@ def ep_overlapped(all_to_all: float, passes: MoEPasses) -> tuple[float, float]:
 
 __all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "asked_overlaps", "hidden_comms", "strategy_overlaps",
            "layer_overlaps", "UbMethod", "UB_COMPUTE_STREAMS", "RING_EXCHANGE", "PIPELINE", "BULK", "ub_pair_seconds",
-           "tp_overlapped", "sp_backward_exposed", "MoEPasses", "ep_overlapped"]
+           "UbBlock", "tp_overlapped", "sp_backward_exposed", "MoEPasses", "ep_overlapped"]

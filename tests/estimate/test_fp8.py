@@ -9,8 +9,9 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate import communication as comm
 from ndcp.estimate.compute import Gemm, layer_gemms, memory_seconds
 from ndcp.estimate.data_parallel import Group, _collectives
-from ndcp.estimate.fp8 import (cast_bytes_per_element, check_fp8, layer_cast_bytes, torchao_step_bytes,
-                              uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per_parameter)
+from ndcp.estimate.fp8 import (amax_reduction_seconds, cast_bytes_per_element, check_fp8, layer_cast_bytes,
+                               torchao_step_bytes,
+                               uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per_parameter)
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
 from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.memory import estimate_memory, model_state_bytes
@@ -178,6 +179,35 @@ def test_a_torchtitan_fp8_layer_adds_its_gemms_and_torchaos_casts_to_the_bf16_la
     eager = replace(fp8_run, torch_compile=False)
     assert (layer_time(LLAMA, ClusterSpec(H100, 8), eager, key).backward
             > layer_time(LLAMA, ClusterSpec(H100, 8), replace(eager, precision="bf16"), key).backward)
+def test_current_scaling_all_reduces_each_sequence_parallel_amax_at_nccls_latency():
+    """TE's Float8CurrentScaling reduces the amax of every sequence-parallel cast over the TP group (one FP32 per
+    tensor, NCCL's LL ring: 6.6 us + 2(n - 1) x 0.6 us inside the NVLink domain); delayed scaling reduces its
+    history once per step and block recipes scale locally; without SP there is nothing to agree on."""
+    node = ClusterSpec(H100, 8)
+    tensorwise = RunSpec(16, 8192, precision="fp8", fp8_recipe="tensorwise")
+    assert amax_reduction_seconds(tensorwise, node, 8, True) == pytest.approx(6.6e-6 + 14 * 0.6e-6)  # 15.0 us
+    assert amax_reduction_seconds(tensorwise, node, 4, True) == pytest.approx(6.6e-6 + 6 * 0.6e-6)  # 10.2 us
+    assert amax_reduction_seconds(tensorwise, node, 8, False) == 0.0
+    assert amax_reduction_seconds(tensorwise, node, 1, True) == 0.0
+    for recipe in ("delayed", "blockwise"):
+        assert amax_reduction_seconds(replace(tensorwise, fp8_recipe=recipe), node, 8, True) == 0.0
+    assert amax_reduction_seconds(BF16, node, 8, True) == 0.0
+    # a TP group across nodes pays the network's alpha-beta ring (communication.py)
+    two_nodes = ClusterSpec(replace(H100, devices_per_node=4), 8)
+    assert amax_reduction_seconds(tensorwise, two_nodes, 8, True) == pytest.approx(
+        comm.all_reduce_seconds(4.0, 8, *comm.tp_link(two_nodes, 8)))
+
+
+def test_a_current_scaling_layer_exposes_one_amax_reduction_per_pair_each_way():
+    """A dense layer has two TP pairs (the mixer's, the MLP's): tensorwise exposes 2 x 2 amax all-reduces more
+    TP time than delayed scaling, whatever overlap hides the collectives themselves."""
+    cluster = ClusterSpec(H100, 8)
+    delayed = RunSpec(16, 8192, precision="fp8", fp8_recipe="delayed")
+    tensorwise = replace(delayed, fp8_recipe="tensorwise")
+    for hidden in (frozenset(), frozenset({"tp"})):
+        key = LayerKey("dense", "none", Degrees(8, 1, 1, 1, 1, True), "p2p", hidden)
+        extra = layer_time(LLAMA, cluster, tensorwise, key).tp_comm - layer_time(LLAMA, cluster, delayed, key).tp_comm
+        assert extra == pytest.approx(4 * amax_reduction_seconds(tensorwise, cluster, 8, True))
 
 
 def test_fp8_weight_copies_and_fp8_linear_inputs():

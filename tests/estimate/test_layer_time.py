@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ndcp.estimate.keys import Degrees, LayerKey
-from ndcp.estimate.layer_time import _ub_gemms, layer_time, tp_all_reduce_seconds
+from ndcp.estimate.layer_time import _ub_blocks, layer_time, tp_all_reduce_seconds
 from ndcp.estimate.overlap import sp_backward_exposed, tp_overlapped
 from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
@@ -75,10 +75,8 @@ def test_torchtitan_sequence_parallel_backward_exposes_all_its_traffic():
 def test_userbuffers_price_their_own_backward_whatever_the_trainer_runs_without_them():
     """The userbuffers path (tp_overlapped at TE's defaults) is what the layer exposes under overlap; its hidden
     time is measured against the SP backward without it."""
-    forward_pairs = _forward_tp(_dense(MEGATRON, 8, False))
     tokens = Degrees(8, 1, 1, 1, 1, True).tokens(MEGATRON.seq_len)
-    linear, slowdown = _ub_gemms(LLAMA, H100, MEGATRON, "dense", 8, tokens)
-    expected = tp_overlapped(forward_pairs, linear, slowdown, H100.device.sm_count, 8)
+    expected = tp_overlapped(_ub_blocks(LLAMA, H100, MEGATRON, "dense", 8, tokens), H100.device.sm_count, 8)
     for run in (MEGATRON, TORCHTITAN):
         overlapped = _dense(run, 8, True, hidden=USERBUFFERS)
         assert (_forward_tp(overlapped), overlapped.backward_comm) == pytest.approx(expected)

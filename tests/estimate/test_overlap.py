@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ndcp.estimate.overlap import (BULK, PIPELINE, RING_EXCHANGE, hidden_comms, layer_overlaps, requested,
-                                   tp_overlapped, ub_pair_seconds)
+from ndcp.estimate.overlap import (BULK, PIPELINE, RING_EXCHANGE, UbBlock, hidden_comms, layer_overlaps,
+                                   requested, tp_overlapped, ub_pair_seconds)
 from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.layer_time import layer_time
 from ndcp.estimate.time import estimate_time
@@ -113,14 +113,35 @@ def test_ring_exchange_holds_no_sms_and_pays_the_split_and_one_chunk():
     assert ub_pair_seconds(2e-3, 1e-3, 1e-3, RING_EXCHANGE, SMS, 4) == pytest.approx(2e-3 + 0.25e-3)
 
 
+def _block(collective: float, gemm: float, split: float = 1.0) -> UbBlock:
+    """A block whose all-gather and reduce-scatter take `collective` seconds each and whose column- and row-parallel
+    GEMMs `gemm` seconds a pass, `split` times that split."""
+    return UbBlock(collective, collective, (gemm,) * 3, (gemm,) * 3, gemm * split, gemm * split, gemm * split)
+
+
 def test_userbuffers_hides_most_of_a_large_collective_but_costs_more_than_a_small_one_it_hides():
     """TE's defaults hold 16 of 132 SMs for the pipelined reduce-scatters all through their GEMMs: a layer with
     little TP traffic runs slower overlapped than with it exposed; one with much gains (what TE users see)."""
-    linear = 2e-3
-    small_forward, small_backward = tp_overlapped(0.05e-3, linear, (1.0, 1.0), SMS, 8)
+    small_forward, small_backward = tp_overlapped((_block(0.025e-3, 1e-3),), SMS, 8)
     assert small_forward > 0.05e-3  # 16/116 of the row-parallel GEMMs outweighs 0.05 ms of collectives
-    large_forward, large_backward = tp_overlapped(1.2e-3, linear, (1.03, 1.01), SMS, 8)
-    assert large_forward < 0.6 * 1.2e-3 and large_backward < 0.3 * 1.2e-3
+    large_forward, large_backward = tp_overlapped((_block(0.6e-3, 1e-3, 1.02),), SMS, 8)
+    assert large_forward < 0.6 * 1.2e-3  # forward: one all-gather and one reduce-scatter
+    assert large_backward < 0.3 * 1.8e-3  # backward: two all-gathers (output gradient, input re-gather), one scatter
+
+
+def test_each_collective_hides_only_behind_its_own_blocks_gemms():
+    """TE pairs each collective with the GEMM it feeds or follows (qkv_fprop, proj_fprop, ...): the attention block
+    of Llama-3-70B at tp 8 (GEMMs shorter than its collectives) leaves the difference exposed, however long the MLP's
+    GEMMs are. Hand count, forward, collectives 0.2 ms, GEMMs 0.1 ms (split as fast as whole): the ring exchange
+    takes max(0.2, 0.1) + 0.1 / 8 = 0.2125 ms (0.1125 exposed); the pipeline's GEMM runs on 116 of 132 SMs,
+    0.1 x 132 / 116 = 0.11379 ms, and the pair max(0.2, 0.11379) + 0.11379 / 4 = 0.22845 ms (0.12845 exposed)."""
+    attention, mlp = _block(0.2e-3, 0.1e-3), _block(0.2e-3, 1.0e-3)
+    forward, _ = tp_overlapped((attention,), SMS, 8)
+    assert forward == pytest.approx(0.1125e-3 + (0.2e-3 + 0.1e-3 * 132 / 116 / 4 - 0.1e-3))
+    assert forward == pytest.approx(0.24095e-3, rel=1e-4)
+    both = tp_overlapped((attention, mlp), SMS, 8)
+    alone = tp_overlapped((mlp,), SMS, 8)
+    assert both == pytest.approx((forward + alone[0], tp_overlapped((attention,), SMS, 8)[1] + alone[1]))
 
 
 def _forward_tp(t) -> float:
@@ -144,11 +165,34 @@ def test_a_moe_layer_overlaps_its_mixers_collectives_and_not_its_shared_experts(
 def test_split_gemms_cost_more_the_fewer_tokens_each_chunk_has():
     """userbuffers' chunks are smaller GEMMs (the tile model): Llama-3-70B tp 4 on H100 loses more splitting a
     4,096-token micro-batch than an 8,192-token one, and never runs faster split than whole."""
-    from ndcp.estimate.layer_time import _ub_gemms
+    from ndcp.estimate.layer_time import _ub_blocks
     model, cluster = load_model("llama3-70b"), ClusterSpec(device_preset("h100"), 8)
-    _, (short_tp, short_four) = _ub_gemms(model, cluster, RUN, "dense", 4, 4096.0)
-    _, (long_tp, long_four) = _ub_gemms(model, cluster, RUN, "dense", 4, 8192.0)
-    assert short_tp > long_tp >= 1.0 and short_four > long_four >= 1.0
+
+    def slowdowns(tokens: float) -> tuple[float, float]:
+        blocks = _ub_blocks(model, cluster, RUN, "dense", 4, tokens)
+        return (sum(b.column_forward_split for b in blocks) / sum(b.column[0] for b in blocks),
+                sum(b.row_forward_split for b in blocks) / sum(b.row[0] for b in blocks))
+
+    (short_tp, short_four), (long_tp, long_four) = slowdowns(4096.0), slowdowns(8192.0)
+    assert short_tp > long_tp >= 1.0 and short_four >= long_four >= 1.0
+
+
+def test_userbuffers_gather_fp8_under_fp8_and_reduce_scatter_the_bf16_output():
+    """Megatron creates FP8 userbuffers under fp8 and TE casts before each all-gather overlap (fp8_buf): Llama-3-70B's
+    blocks at tp 8 gather 1 byte an element, scatter 2; BF16 gathers 2. One block per pair: the mixer's
+    (qkv column-parallel, proj row-parallel) and the MLP's (fc1, fc2)."""
+    from dataclasses import replace
+    from ndcp.estimate import communication as comm
+    from ndcp.estimate.layer_time import _ub_blocks
+    model, cluster = load_model("llama3-70b"), ClusterSpec(device_preset("h100"), 8)
+    link = comm.tp_link(cluster, 8)
+    fp8 = replace(RUN, precision="fp8", fp8_recipe="tensorwise")
+    mixer, mlp = _ub_blocks(model, cluster, fp8, "dense", 8, 4096.0)
+    assert mixer.gather == pytest.approx(comm.all_gather_seconds(4096 * 8192 * 1, 8, *link))
+    assert mixer.scatter == pytest.approx(comm.reduce_scatter_seconds(4096 * 8192 * 2, 8, *link))
+    assert _ub_blocks(model, cluster, RUN, "dense", 8, 4096.0)[0].gather == pytest.approx(mixer.scatter)
+    # at tp 8 the output projection is shorter than its reduce-scatter, which fc2 would have covered
+    assert mixer.row[0] < mixer.scatter < mlp.row[0]
 
 
 def test_ep_overlap_runs_megatrons_three_phases():
