@@ -23,13 +23,13 @@ from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
 from .step_costs import step_cost_seconds
 from .trainers import data_parallel_sync, trainer_behaviour
 
-# A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the
-# device's one link, so their sum hides behind it (docs/formulas.md §7); HSDP's all-reduce across replicas under
-# PyTorch FSDP runs on its own stream and link beside the shard group's (DataParallelTerms.sync_window, §7.3).
-# Gradient syncs and ZeRO-3's backward re-gathers overlap a micro-batch's backward (Megatron --overlap-grad-reduce;
-# FSDP2 and ZeRO-3 backward prefetch); parameter gathers for a forward (ZeRO-3 every micro-batch; ZeRO-1/2 once per step, before the next step's first
-# forward: Megatron --overlap-param-gather) overlap that forward. A window is the wall time of the pass on the
-# stage, its exposed TP/CP/EP communication included (the DP link is idle-free then too), so more compute never
+# A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the device's
+# one link, so their sum hides behind it (docs/formulas.md §7); HSDP's all-reduce across replicas under PyTorch FSDP
+# runs on its own stream and link beside the shard group's (DataParallelTerms.sync_window, §7.3). Gradient syncs and
+# ZeRO-3's backward re-gathers overlap a micro-batch's backward (Megatron --overlap-grad-reduce; FSDP2 and ZeRO-3
+# backward prefetch); parameter gathers for a forward (ZeRO-3 every micro-batch; ZeRO-1/2 once per step, before the next
+# step's first forward: Megatron --overlap-param-gather) overlap that forward. A window is the wall time of the pass on
+# the stage, its exposed TP/CP/EP communication included (the DP link is idle-free then too), so more compute never
 # hides more than it adds: a step never gets shorter when work is added.
 # Hiding is not free: NCCL runs one CTA per channel, each holding a whole SM that compute kernels cannot share
 # ("NCCL CTAs won't share an SM with compute kernels"), and uses the fewest SMs that reach the platform's bandwidth,
