@@ -23,12 +23,13 @@ from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
 from .step_costs import step_cost_seconds
 from .trainers import data_parallel_sync, trainer_behaviour
 
-# A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the
-# device's one link, so their sum hides behind it (docs/formulas.md §7). Gradient syncs and ZeRO-3's backward
-# re-gathers overlap a micro-batch's backward (Megatron --overlap-grad-reduce; FSDP2 and ZeRO-3 backward prefetch);
-# parameter gathers for a forward (ZeRO-3 every micro-batch; ZeRO-1/2 once per step, before the next step's first
-# forward: Megatron --overlap-param-gather) overlap that forward. A window is the wall time of the pass on the
-# stage, its exposed TP/CP/EP communication included (the DP link is idle-free then too), so more compute never
+# A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the device's
+# one link, so their sum hides behind it (docs/formulas.md §7); HSDP's all-reduce across replicas under PyTorch FSDP
+# runs on its own stream and link beside the shard group's (DataParallelTerms.sync_window, §7.3). Gradient syncs and
+# ZeRO-3's backward re-gathers overlap a micro-batch's backward (Megatron --overlap-grad-reduce; FSDP2 and ZeRO-3
+# backward prefetch); parameter gathers for a forward (ZeRO-3 every micro-batch; ZeRO-1/2 once per step, before the next
+# step's first forward: Megatron --overlap-param-gather) overlap that forward. A window is the wall time of the pass on
+# the stage, its exposed TP/CP/EP communication included (the DP link is idle-free then too), so more compute never
 # hides more than it adds: a step never gets shorter when work is added.
 # Hiding is not free: NCCL runs one CTA per channel, each holding a whole SM that compute kernels cannot share
 # ("NCCL CTAs won't share an SM with compute kernels"), and uses the fewest SMs that reach the platform's bandwidth,
@@ -71,6 +72,8 @@ class DataParallelTerms:
     hbm_share: float = 0.0  # the HBM bandwidth a collective's traffic takes (NCCL_HBM_PASSES x its ring's / HBM)
     microbatch_passes: float = 0.0  # FSDP's passes over the stage's gradients every micro-batch (gradient_pass_bytes)
     sync_passes: float = 0.0  # FSDP's passes over the stage's gradients before every gradient sync
+    across: float = 0.0  # HSDP: the replicas' all-reduce of one sync on its own link beside `gradients`, else 0
+    across_share: float = 0.0  # the SMs or HBM bandwidth that all-reduce takes from the compute beside it
 
     def gradient_passes(self, mbn: int) -> float:
         """FSDP's passes over the gradients in a step of `mbn` micro-batches, seconds: never hidden (they take the
@@ -97,9 +100,27 @@ class DataParallelTerms:
         "forward"): backward windows carrying a gradient sync (and ZeRO-3's backward gather), backward windows
         carrying only that gather, forward windows carrying a parameter gather."""
         syncs = mbn if self.grads_per_microbatch else 1
-        return ((self.gradients + self.backward_gather, syncs, "backward"),
+        return ((self.sync_window(), syncs, "backward"),
                 (self.backward_gather, mbn - syncs, "backward"),
                 (self.forward_gather, mbn if self.gathers_per_microbatch else 1, "forward"))
+
+    def sync_window(self) -> float:
+        """Seconds of communication in a backward window that carries a gradient sync. On one link (the usual case,
+        and HSDP under Megatron FSDP or with the shard group across domains) the sum of the window's collectives.
+        HSDP under PyTorch FSDP (`across` > 0) runs the replicas' all-reduce on its own stream and process group, on
+        the NICs, beside the shard group's reduce-scatter and re-gather on the scale-up link (FSDP1
+        `_runtime_utils.py` `_reduce_grad`: `state._all_reduce_stream`, `state._inter_node_pg`, pytorch/pytorch
+        #106080, in the nightlies after torch 2.2 that fms-fsdp ran and in torch 2.13; FSDP2 `foreach_reduce`'s
+        `all_reduce_stream`): two queues, each behind the backward. Where the all-reduce's queue A is the longer by
+        enough that its share of the compute covers what the shard group's S takes beside it, A (c - c_A) >= S c
+        (c, c_A: the two rings' SM or HBM shares), the window holds A plus the last layer's S (that all-reduce waits
+        for its reduce-scatter): A + b S; else, conservatively, the sum. Chosen per layout, not per layer count, so
+        the window stays affine in the stage's layers as the plan model prices it. docs/formulas.md §7.3."""
+        shard = self.gradients + self.backward_gather
+        share = max(self.sm_share, self.hbm_share)
+        if self.across <= 0 or self.across * (share - self.across_share) < shard * share:
+            return shard + self.across
+        return self.across + self.last_bucket * shard
 
     def exposed(self, windows: Windows, mbn: int) -> float:
         """Communication per step left after overlap, when a micro-batch's passes on this stage take `windows`
@@ -153,21 +174,22 @@ NO_GROUP = Group(1, (1.0, 0.0))
 
 
 def _collectives(run: RunSpec, zero: int, params: float, units: int, group: Group,
-                 replicas: Group = NO_GROUP) -> tuple[float, float]:
-    """(gradient sync, parameter gather) of `params` local parameters in `units` collectives each over a data-parallel
-    `group`, seconds (ZeRO §7.2 volumes: all-reduce 2 Psi; reduce-scatter and all-gather Psi each; each collective
-    pays its ring's latency); none without parameters (a dense model's expert group). HSDP (`replicas` > 1,
-    docs/formulas.md §7.3): the sharded gradients are then all-reduced over the replicas, the rank's shard of them
-    (FSDP2 HSDP: reduce-scatter, then all-reduce across the replicate dimension)."""
+                 replicas: Group = NO_GROUP) -> tuple[float, float, float]:
+    """(gradient sync over `group`, all-reduce across `replicas`, parameter gather) of `params` local parameters in
+    `units` collectives each over a data-parallel `group`, seconds (ZeRO §7.2 volumes: all-reduce 2 Psi;
+    reduce-scatter and all-gather Psi each; each collective pays its ring's latency); none without parameters (a
+    dense model's expert group). HSDP (`replicas` > 1, docs/formulas.md §7.3): the sharded gradients are then
+    all-reduced over the replicas, the rank's shard of them (FSDP1 HYBRID_SHARD and FSDP2 HSDP: reduce-scatter,
+    then all-reduce across the replicate dimension)."""
     if group.ranks * replicas.ranks <= 1 or params <= 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     n, (bandwidth, latency) = group
     # fp8: the parameters are gathered in FP8 (Megatron --fp8-param-gather; docs/formulas.md §3.1), half the volume
     grads, weights = params * run.grad_bytes / units, params * run.param_gather_bytes / units
-    across = comm.all_reduce_seconds(grads / n, replicas.ranks, *replicas.link)
+    across = units * comm.all_reduce_seconds(grads / n, replicas.ranks, *replicas.link)
     if zero == 0:
-        return units * (comm.all_reduce_seconds(grads, n, bandwidth, latency) + across), 0.0
-    return (units * (comm.reduce_scatter_seconds(grads, n, bandwidth, latency) + across),
+        return units * comm.all_reduce_seconds(grads, n, bandwidth, latency), across, 0.0
+    return (units * comm.reduce_scatter_seconds(grads, n, bandwidth, latency), across,
             units * comm.all_gather_seconds(weights, n, bandwidth, latency))
 
 
@@ -191,6 +213,7 @@ class _Placement(NamedTuple):
     replicas: Group
     expert: Group
     devices: int  # of the whole job
+    separate_links: bool  # HSDP with the shard group inside a scale-up domain and the replicas across domains
 
 
 @lru_cache(maxsize=16384)
@@ -208,7 +231,9 @@ def _placement(model: ModelSpec, cluster: ClusterSpec, key: PlacementKey) -> _Pl
     dense = Group(shard * cp, comm.ring_link(cluster, ("cp", "dp"), degrees, HSDP_RANK_ORDER))
     across = Group(replicas, comm.ring_link(cluster, ("replicas",), degrees, HSDP_RANK_ORDER))
     expert = Group(edp, comm.ring_link(cluster, ("edp",), {"etp": etp, "ep": ep, "edp": edp}, comm.EXPERT_RANK_ORDER))
-    return _Placement(s, stage_parameters(model, s), dense, across, expert, s.devices)
+    separate = replicas > 1 and comm.in_domain(cluster, comm.group_span(("cp", "dp"), degrees, HSDP_RANK_ORDER)) \
+        and not comm.in_domain(cluster, comm.group_span(("replicas",), degrees, HSDP_RANK_ORDER))
+    return _Placement(s, stage_parameters(model, s), dense, across, expert, s.devices, separate)
 
 
 # the data-parallel ranks split into HSDP's shard group (inner) and its replicas (outer); without HSDP one replica
@@ -228,7 +253,10 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
         units = max(params.layers, 1) if zero >= 3 else 1
         dense = _collectives(run, zero, params.dense, units, place.dense, place.replicas)
         expert = _collectives(run, zero, params.expert, units, place.expert)
-        gradients, gather = dense[0] + expert[0], dense[1] + expert[1]
+        # HSDP's all-reduce beside the shard group's collectives where it runs on its own stream and link
+        # (DataParallelTerms.sync_window), else in their sum
+        across = dense[1] if place.separate_links and _pytorch_fsdp(run) else 0.0
+        gradients, gather = dense[0] + dense[1] - across + expert[0], dense[2] + expert[2]
         sharded = optimizer_shard(sharding, params)
         fixed = step_cost_seconds(run, cluster, params.dense + params.expert, place.devices)
         reduced = (params.dense if place.dense.ranks * place.replicas.ranks > 1 else 0) + (
@@ -244,8 +272,22 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
             hbm_share=_hbm_share(cluster, place, params),
             optimizer=update + fixed, step_costs=fixed,
             microbatch_passes=memory_seconds(reduced * every_microbatch, cluster.device),
-            sync_passes=memory_seconds(reduced * every_sync, cluster.device)))
+            sync_passes=memory_seconds(reduced * every_sync, cluster.device), across=across,
+            across_share=_across_share(cluster, place) if across else 0.0))
     return tuple(out)
+
+
+def _pytorch_fsdp(run: RunSpec) -> bool:
+    """Whether the run's FSDP is PyTorch's (fsdp1 or fsdp2: the HSDP all-reduce on its own stream), not Megatron's."""
+    version = trainer_behaviour(run).fsdp if run.fsdp_version == "trainer" else run.fsdp_version
+    return version in ("fsdp1", "fsdp2")
+
+
+def _across_share(cluster: ClusterSpec, place: "_Placement") -> float:
+    """What HSDP's all-reduce across the replicas takes from the compute beside it while it runs: its NCCL SMs or
+    NCCL_HBM_PASSES x its own ring's bandwidth of HBM, whichever is more (docs/formulas.md §7)."""
+    hbm = NCCL_HBM_PASSES * place.replicas.link[0] / cluster.device.hbm_bandwidth
+    return min(1.0, max(NCCL_SMS / cluster.device.sm_count, hbm))
 
 
 def gradient_pass_bytes(run: RunSpec, zero: int) -> tuple[int, int]:

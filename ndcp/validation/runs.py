@@ -26,6 +26,9 @@ use is recorded in the row's `assumptions`):
   once per micro-batch, `microbatch`), else the trainer's own;
 - overlaps: a stated `training.overlap` (RunSpec.overlap's syntax, e.g. "tp+p2p": what the row's recipe turns on,
   estimate/overlap.py), else the trainer's defaults;
+- scale-out network: a stated `cluster.scale_out_gbps_per_node` (Gb/s one way over a node's NICs, as sources
+  state it) replaces the preset's per-device `inter_node_bandwidth` by the node's figure over its devices, else the
+  preset's (one NIC per GPU: HDR 200 Gb/s on A100, NDR 400 Gb/s on H100);
 - sequence length: `training.seq_len`, else the model mapping's `seq_len` (published rows);
 - peak-memory basis: `outcome.memory_basis`, `reserved` (torch.cuda.max_memory_reserved: the allocator's segments,
   what torchtitan and NeMo log) or `allocated` (torch.cuda.max_memory_allocated: the live tensors); unstated ->
@@ -73,7 +76,7 @@ GPU_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 # -- building specs from a row ---------------------------------------------------------------------------------------
-def _cluster(gpu_id: str, gpus: int, per_node: Any) -> ClusterSpec:
+def _cluster(gpu_id: str, gpus: int, per_node: Any, scale_out_gbps: Any = None) -> ClusterSpec:
     if gpu_id in GPU_PRESETS:
         preset, overrides = GPU_PRESETS[gpu_id]
     elif gpu_id.strip().lower() in PRESETS:
@@ -82,7 +85,24 @@ def _cluster(gpu_id: str, gpus: int, per_node: Any) -> ClusterSpec:
         raise SkipRun(f"device {gpu_id!r} has no ndcp preset")
     if not is_null(per_node):
         overrides = {**overrides, "devices_per_node": int(per_node)}
-    return ClusterSpec(device_preset(preset), int(gpus)).with_overrides(**overrides)
+    cluster = ClusterSpec(device_preset(preset), int(gpus)).with_overrides(**overrides)
+    if is_null(scale_out_gbps):
+        return cluster
+    return cluster.with_overrides(inter_node_bandwidth=_node_scale_out(scale_out_gbps, cluster.device.devices_per_node))
+
+
+def _node_scale_out(gbps: Any, per_node: int) -> float:
+    """`cluster.scale_out_gbps_per_node`: a node's scale-out network as a source states it, Gb/s one way over all its
+    NICs (the fms-fsdp A100 rows: "400Gbps inter-node interconnect"), as ndcp's per-device share of it, bytes/s:
+    gbps x 1e9 / 8 / the node's devices (DeviceSpec.inter_node_bandwidth: one NIC's worth per device)."""
+    try:
+        value = float(str(gbps).strip())
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise SpecError(f"cluster.scale_out_gbps_per_node: {gbps!r} is not a positive number of Gb/s (e.g. 400 for "
+                        "a node with 400 Gb/s of NICs)")
+    return value * 1e9 / 8 / per_node
 
 
 def _precision(value: Any, notes: list[str]) -> str:
@@ -222,7 +242,8 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
     gpus = int(cluster_fields.get("num_gpus") or 0)
     if gpus <= 0:
         raise SkipRun("cluster.num_gpus is not published")
-    cluster = _cluster(str(cluster_fields.get("gpu")), gpus, cluster_fields.get("gpus_per_node"))
+    cluster = _cluster(str(cluster_fields.get("gpu")), gpus, cluster_fields.get("gpus_per_node"),
+                       cluster_fields.get("scale_out_gbps_per_node"))
     run = RunSpec(int(training["global_batch"]), seq, precision=_precision(training.get("precision"), notes),
                   flash_attention=_flash_attention(entry, training, notes),
                   grad_dtype=_grad_dtype(entry, training, notes), trainer=_trainer(entry, training, notes),

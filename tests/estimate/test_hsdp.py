@@ -5,11 +5,13 @@ Where it sits between plain ZeRO-3 and ZeRO-1 is not a law: it holds at least Ze
 fewer ranks) and at most ZeRO-1's model states once the shard group is large enough, and its parameter gathers are
 never slower than ZeRO-3's; its step is faster than ZeRO-3's only where ZeRO-3's rings are latency-bound (the
 1,024-rank example), since it adds an all-reduce across replicas and steps a larger optimizer shard."""
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate import communication as comm
-from ndcp.estimate.data_parallel import data_parallel_terms
+from ndcp.estimate.data_parallel import DataParallelTerms, Windows, data_parallel_terms
 from ndcp.estimate.memory import estimate_memory, model_state_bytes
 from ndcp.estimate.trainers import data_parallel_sync
 from ndcp.estimate.parameters import stage_parameters
@@ -155,3 +157,53 @@ def test_the_rule_names_what_hsdp_needs(strategy, model, says):
 def test_a_negative_dp_shard_is_refused():
     with pytest.raises(SpecError, match="dp_shard"):
         Strategy(dp=8, dp_shard=-1)
+
+
+# -- PyTorch FSDP's all-reduce across replicas runs on its own stream and link (docs/formulas.md §7.3) --------------
+def test_pytorch_fsdp_all_reduces_across_replicas_beside_the_shard_groups_collectives():
+    """FSDP1 HYBRID_SHARD (`_reduce_grad`: `_all_reduce_stream`, `_inter_node_pg`, pytorch/pytorch #106080) and FSDP2
+    HSDP (`foreach_reduce`'s `all_reduce_stream`) all-reduce on another stream and process group, on the NICs, while
+    the shard group's reduce-scatter and re-gather run on NVLink: the all-reduce is `across`, out of the window's sum.
+    Megatron FSDP keeps it in the sum; a shard group across nodes shares the NICs with it, so does a replica group
+    inside one scale-up domain: the sum again."""
+    cluster = ClusterSpec(H100, 64)
+    s = Strategy(dp=64, dp_shard=8, mbs=1, mbn=2, zero=3)
+    (params,) = stage_parameters(LLAMA_8B, s)
+    layers, nic = params.layers, (H100_NIC, H100.inter_node_latency)
+    all_reduce = layers * comm.all_reduce_seconds(4 * params.dense / layers / 8, 8, *nic)
+    (megatron,) = data_parallel_terms(LLAMA_8B, cluster, RunSpec(global_batch=128, seq_len=4096), s)
+    for fsdp in ("fsdp1", "fsdp2"):
+        (torch,) = data_parallel_terms(LLAMA_8B, cluster, RunSpec(global_batch=128, seq_len=4096, fsdp_version=fsdp),
+                                       s)
+        assert torch.across == pytest.approx(all_reduce) and megatron.across == 0.0
+        assert torch.gradients + torch.across == pytest.approx(megatron.gradients)
+        assert torch.across_share == pytest.approx(max(16 / 132, 2 * H100_NIC / H100.hbm_bandwidth))
+    run = RunSpec(global_batch=128, seq_len=4096, fsdp_version="fsdp1")
+    (nodes,) = data_parallel_terms(LLAMA_8B, cluster, run, s.with_(dp_shard=16))  # the shard group spans 2 nodes
+    (domain,) = data_parallel_terms(LLAMA_8B, cluster.with_overrides(devices_per_node=64), run, s)  # all on NVLink
+    assert nodes.across == domain.across == 0.0
+
+
+def test_two_queues_show_the_longer_and_the_last_layers_share_of_the_shorter():
+    """By hand, 13B-like (fms-fsdp on 128 A100 at 400 Gb/s a node): 0.2 s of reduce-scatter and re-gather on NVLink
+    (HBM share c = 0.235) and 1.0 s of all-reduce across 16 nodes (its share c_A = 0.148, NCCL's SMs) in a 1.1 s
+    backward, 40 layers (b = 0.025). On one link the window held 1.2 s: max(1.2 - 1.1, 1.2 u) = 0.305 s with
+    u = 0.025 + 0.975 x 0.235 = 0.254125. On two, the all-reduce's queue is the longer by enough,
+    1.0 x (0.235 - 0.148) = 0.087 >= 0.2 x 0.235 = 0.047: the window holds it and the last layer's reduce-scatter
+    ahead of its all-reduce, 1.0 + 0.025 x 0.2 = 1.005 s, and 1.005 u = 0.2554 s shows."""
+    one_link = DataParallelTerms(gradients=0.1, grads_per_microbatch=True, backward_gather=0.1, forward_gather=0.0,
+                                 gathers_per_microbatch=True, last_bucket=0.025, optimizer=0.0, sm_share=0.148,
+                                 hbm_share=0.235)
+    assert one_link.unhidden == pytest.approx(0.254125)
+    summed = replace(one_link, gradients=1.1)
+    assert summed.exposed(Windows(forward=0.5, backward=1.1), 1) == pytest.approx(1.2 * 0.254125)
+    two = replace(one_link, across=1.0, across_share=0.148)
+    assert two.sync_window() == pytest.approx(1.005)
+    assert two.exposed(Windows(forward=0.5, backward=1.1), 1) == pytest.approx(1.005 * 0.254125)
+    assert two.exposed(Windows(forward=0.5, backward=0.5), 1) == pytest.approx(1.005 - 0.5)  # the NICs' queue shows
+    # what the window shows is never below what both queues take from the compute together (S u + A u_A)
+    assert two.exposed(Windows(forward=0.5, backward=10.0), 1) >= 0.2 * 0.254125 + 1.0 * (0.025 + 0.975 * 0.148)
+    # alike queues (0.5 s each): both hold SMs at once, more than the longer's share shows; priced as the sum
+    alike = replace(two, gradients=0.25, backward_gather=0.25, across=0.5)
+    assert alike.sync_window() == pytest.approx(1.0)
+    assert alike.exposed(Windows(forward=0.5, backward=10.0), 1) == pytest.approx(1.0 * 0.254125)
