@@ -193,26 +193,68 @@ class MoEPasses(NamedTuple):
     mlp_backward: float
 
 
-def ep_overlapped(all_to_all: float, passes: MoEPasses) -> tuple[float, float]:
+# SMs the EP all-to-all kernels hold while they run: the flex dispatcher's HybridEP dispatch and combine kernels
+# take 32 blocks, one per SM, when the EP group sits in one NVLink domain (8 across domains; DeepEP
+# deep_ep/hybrid_ep_buffer.py @098da2a HybridEPBuffer.__init__, num_sms_dispatch_api / num_sms_combine_api, which
+# Megatron-Core leaves at None: moe_flex_dispatcher_num_sms, transformer_config.py @d98e8a6); its DeepEP backend's
+# normal kernels 20 (token_dispatcher.py @d98e8a6 _DeepepManager, Buffer.set_num_sms); the alltoall dispatcher's NCCL
+# send/receive kernels one CTA per p2p channel, min(nChannels, NCCL_MAX_P2P_NCHANNELS) (NCCL src/graph/paths.cc
+# ncclTopoComputeP2pChannels; nChannels is the topology search's). Megatron-Bridge's Qwen3-30B-A3B 16-H100 recipe sets
+# moe_hybridep_num_sms = 32 (recipes/qwen/h100/qwen3_moe.py @04eb4f8d). ndcp does not tell the flex backends apart: 32
+# for every dispatcher, the largest (conservative for DeepEP; unvalidated for NCCL).
+EP_COMM_SMS = 32
+
+
+def ep_comm_held(sms: int) -> float:
+    """The share of a device's `sms` SMs the EP all-to-all kernels hold while they run (EP_COMM_SMS)."""
+    return min(1.0, EP_COMM_SMS / sms) if sms > 0 else 1.0
+
+
+def _beside(compute: float, comm: float, held: float) -> float:
+    """When `compute` seconds of kernels end that start with `comm` seconds of communication beside them on the
+    other stream, the communication holding `held` of the SMs: at 1 - held of their throughput while it runs, at
+    full throughput after it (ub_pair_seconds' sharing)."""
+    if held >= 1.0:
+        return compute + comm
+    return min(compute / (1.0 - held), compute + held * comm)
+
+
+def ep_overlapped(all_to_all: float, passes: MoEPasses, held: float = 0.0) -> tuple[float, float]:
     """Exposed (forward, backward) seconds of a MoE layer's four all-to-alls of `all_to_all` seconds each (dispatch
     and combine, each way) when one micro-batch's forward of the layer runs with another's backward of it, as
     Megatron-Core schedules them (--overlap-moe-expert-parallel-comm; model_chunk_schedule_plan.py @d98e8a6
     TransformerLayerSchedulePlan.run), in three phases of two streams:
 
-        communication: combine backward   | dispatch forward, dispatch backward           | combine forward
-        computation:   attention forward  | MLP backward (input, weight gradient), forward | attention backward
+        communication: combine backward   | dispatch forward, dispatch backward | combine forward
+        computation:   attention forward  | MLP backward, MLP forward           | attention backward
 
-    each phase as long as its longer stream, the dispatch's backward after the MLP's input gradient and the MLP's
-    forward after the dispatch's forward. What the phases take beyond the compute they hold is exposed, split evenly
-    between the passes: a combine outlasting the attention beside it stays exposed (a hybrid model's MoE block has
-    no attention beside its combines: both exposed). Never more exposed than the four all-to-alls without it."""
-    c, p = all_to_all, passes
-    middle = max(max(c, p.mlp_backward / 2) + c, max(p.mlp_backward, c) + p.mlp_forward)
-    paired = max(c, p.attention_forward) + middle + max(c, p.attention_backward)
-    exposed = paired - (p.attention_forward + p.attention_backward + p.mlp_forward + p.mlp_backward)
+    What orders them (pipeline_parallel/utils.py @d98e8a6): each node waits on its micro-batch's one CUDA event,
+    recorded when its previous node ends (ScheduleNode.stream_acquire_context), and each stream runs in issue order.
+    So a phase starts when both streams finished the last; the dispatch backward waits for the MLP's whole backward
+    (the node records its event after the autograd backward, weight gradients included: TransformerLayerNode.
+    backward_dw runs them apart only under delay_wgrad_compute, off by default and in the one profiled row) and
+    starts with the MLP forward, which waits for the dispatch forward. Where the host blocks it only delays work
+    issued after the dispatch forward that waits for it anyway, so it costs nothing here: HybridEP's dropless
+    dispatch (num_permuted_tokens None: non_blocking False, transformer/moe/fused_a2a.py @d98e8a6 HybridEPDispatch)
+    copies tokens_per_expert to the host after its dispatch kernel (DeepEP csrc/hybrid_ep/executor/executor.cu
+    @0237ba6 dispatch_postprocess), DeepEP's normal dispatch waits for its receive counts (FusedDispatch), the
+    alltoall dispatcher syncs its split sizes after the attention's preprocessing (token_dispatcher.py @d98e8a6
+    _maybe_dtoh_and_synchronize); the MLP backward was issued before all of them.
+    The communication kernels hold `held` of the SMs while they run (ep_comm_held): the compute beside them runs at
+    1 - held of its throughput meanwhile (_beside). What the phases take beyond the compute they hold is exposed,
+    split evenly between the passes: a combine outlasting the attention beside it stays exposed (a hybrid model's
+    MoE block has no attention beside its combines: both exposed). Never less than what outlasts all the compute,
+    never more than the four all-to-alls without the overlap."""
+    c, p, h = all_to_all, passes, held
+    first = max(c, _beside(p.attention_forward, c, h))
+    mlp_backward = _beside(p.mlp_backward, c, h)
+    middle = max(c, mlp_backward) + max(c, _beside(p.mlp_forward, c, h))
+    last = max(c, _beside(p.attention_backward, c, h))
+    exposed = min(4 * c, max(0.0, first + middle + last - sum(p)))
     return exposed / 2, exposed / 2
 
 
 __all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "asked_overlaps", "hidden_comms", "strategy_overlaps",
            "layer_overlaps", "UbMethod", "UB_COMPUTE_STREAMS", "RING_EXCHANGE", "PIPELINE", "BULK", "ub_pair_seconds",
-           "UbBlock", "tp_overlapped", "sp_backward_exposed", "MoEPasses", "ep_overlapped"]
+           "UbBlock", "tp_overlapped", "sp_backward_exposed", "MoEPasses", "EP_COMM_SMS", "ep_comm_held",
+           "ep_overlapped"]

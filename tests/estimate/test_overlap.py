@@ -210,12 +210,46 @@ def test_ep_overlap_runs_megatrons_three_phases():
     assert sum(ep_overlapped(1.0, hybrid)) == pytest.approx(2.0)
 
 
+def test_the_dispatch_backward_waits_for_the_mlps_whole_backward():
+    """Without delay_wgrad_compute (Megatron's default) the MLP node records its CUDA event after its autograd
+    backward, weight gradients included (pipeline_parallel/utils.py @d98e8a6 ScheduleNode._backward): the dispatch
+    backward starts with the MLP forward, and outlasts a shorter one. Attention 2 each way, MLP forward 1, backward
+    4, all-to-alls 1.5: phases 2 | 4 + max(1.5, 1) | 2, 0.5 beyond the compute's 9."""
+    from ndcp.estimate.overlap import MoEPasses, ep_overlapped
+    passes = MoEPasses(attention_forward=2.0, attention_backward=2.0, mlp_forward=1.0, mlp_backward=4.0)
+    assert ep_overlapped(1.5, passes) == pytest.approx((0.25, 0.25))
+
+
+def test_communication_beside_compute_takes_its_share_of_the_sms():
+    """The all-to-all kernels hold `held` of the SMs while they run; the compute beside them runs at 1 - held
+    meanwhile. Compute 1, 2, 3, 6 outlasting every 0.5-second all-to-all, a quarter of the SMs held: each phase ends
+    0.25 x 0.5 after its compute, 0.5 in all. Compute shorter than the all-to-all beside it ends inside it
+    (0.3 s at half throughput: 0.6 s of the 1 s combine), which stays exposed by what outlasts its partner."""
+    from ndcp.estimate.overlap import MoEPasses, ep_overlapped
+    passes = MoEPasses(attention_forward=1.0, attention_backward=2.0, mlp_forward=3.0, mlp_backward=6.0)
+    assert sum(ep_overlapped(0.5, passes, held=0.25)) == pytest.approx(4 * 0.5 * 0.25)
+    short = MoEPasses(attention_forward=0.3, attention_backward=3.0, mlp_forward=3.0, mlp_backward=6.0)
+    # phases: max(1, 0.6) | 6.5 + 3.5 | 3.5, less the compute's 12.3
+    assert sum(ep_overlapped(1.0, short, held=0.5)) == pytest.approx(1.0 + 10.0 + 3.5 - 12.3)
+
+
+def test_the_ep_kernels_hold_32_sms():
+    """HybridEP's dispatch and combine within one NVLink domain, the largest of the dispatchers' defaults
+    (overlap.EP_COMM_SMS): 32 of an H100's 132 SMs; a device with fewer never gives more than all of them."""
+    from ndcp.estimate.overlap import ep_comm_held
+    assert ep_comm_held(132) == pytest.approx(32 / 132)
+    assert ep_comm_held(16) == 1.0
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10))
+@given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 1))
 def test_ep_overlap_exposes_between_full_hiding_and_none(c, attention_forward, attention_backward, mlp_forward,
-                                                         mlp_backward):
-    """Never more than the four all-to-alls unoverlapped, never less than what outlasts all the compute."""
+                                                         mlp_backward, held):
+    """Never more than the four all-to-alls unoverlapped, never less than what outlasts all the compute nor than the
+    SMs' share of each all-to-all (each costs the compute beside it held x its time, or runs past it); the more SMs
+    the communication holds, the less it hides."""
     from ndcp.estimate.overlap import MoEPasses, ep_overlapped
     passes = MoEPasses(attention_forward, attention_backward, mlp_forward, mlp_backward)
-    exposed = sum(ep_overlapped(c, passes))
-    assert max(0.0, 4 * c - sum(passes)) - 1e-9 <= exposed <= 4 * c + 1e-9
+    exposed = sum(ep_overlapped(c, passes, held))
+    assert max(0.0, 4 * c - sum(passes), 4 * c * held) - 1e-9 <= exposed <= 4 * c + 1e-9
+    assert sum(ep_overlapped(c, passes, held / 2)) <= exposed + 1e-9
