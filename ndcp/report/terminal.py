@@ -16,7 +16,7 @@ from rich.text import Text
 from ..estimate.attention_kernels import kernel_basis
 from ..estimate.host_link import offload_copy_bandwidth
 from ..estimate.reserve import FRAGMENTATION_FRACTION
-from ..specs.device import PRESETS, ClusterSpec
+from ..specs.device import PRESETS, ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
 from ..specs.pipeline_layout import megatron_layout
@@ -168,8 +168,9 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
     table.add_row("memory", f"device {format_bytes(d.memory_bytes)}, {cap} -> capacity {format_bytes(capacity)} "
                             f"per device; {reserve}")
     table.add_row("host", host_assumption(cluster))
-    if not d.calibrated:
-        table.add_row("calibration", f"{d.name}: compute efficiency not calibrated on measured runs (default "
+    if not d.calibrated:  # the default ceiling, or one a source states (Blackwell: a published GEMM benchmark)
+        basis = ("default" if d.compute_efficiency == DeviceSpec.compute_efficiency else "from the device's source")
+        table.add_row("calibration", f"{d.name}: compute efficiency not calibrated on measured runs ({basis} "
                                      f"{d.compute_efficiency:g})")
     ceiling = (f"FP8 ceiling {d.fp8_ceiling:g}, fitted" if d.fp8_calibrated
                else f"FP8 ceiling assumed = BF16 {d.fp8_ceiling:g}, no FP8 run fitted")

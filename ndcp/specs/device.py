@@ -20,8 +20,8 @@ import yaml
 from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, one_of,
                      positive_int, require, state_without_hash)
 from .files import parse_yaml, read_text
-from .links import (AMPERE_SCALE_OUT_EFFICIENCY, HOPPER_SCALE_OUT_EFFICIENCY, INTER_NODE_LATENCY,
-                    INTRA_NODE_LATENCY, NVLINK_EFFICIENCY, SCALE_OUT_EFFICIENCY)
+from .links import (AMPERE_SCALE_OUT_EFFICIENCY, BLACKWELL_NVLINK_EFFICIENCY, HOPPER_SCALE_OUT_EFFICIENCY,
+                    INTER_NODE_LATENCY, INTRA_NODE_LATENCY, NVLINK_EFFICIENCY, SCALE_OUT_EFFICIENCY)
 from .units import GB, MIB, lookup
 
 
@@ -231,6 +231,10 @@ HOPPER_GEMM_EFFICIENCY = 0.68  # fitted: H100/H200/H800 GEMM ceiling, fraction o
 # publication (Megatron-Bridge's performance summary), below the two sources a fit needs (MIN_FP8_SOURCES).
 HOPPER_FP8_GEMM_EFFICIENCY = 0.0  # H100/H200/H800 FP8 GEMM ceiling (0: compute_efficiency)
 BLACKWELL_FP8_GEMM_EFFICIENCY = 0.0  # B200 FP8 GEMM ceiling (0: compute_efficiency)
+# B200/GB200 GEMM ceiling, published, not fitted (docs/formulas.md §9): Azure AI-benchmarking-guide ND_GB200_v6
+# cuBLASLt FP8 16384^3, 2906.9 of 5000 TFLOP/s; the same harness gives Hopper 0.69-0.70, its fitted ceiling 0.68.
+# Taken for BF16 and B200 too; Blackwell Ultra (B300, GB300) has no published figure and keeps the default.
+BLACKWELL_GEMM_EFFICIENCY = 2906.9 / 5000
 # A100: 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper); FlashAttention-2 (Dao 2023) §4.1 on A100:
 # forward up to 73 %, backward up to 63 % of peak; not fitted (no A100 run in the set uses flash attention). Unfused
 # core: Korthikanti 2022 Table 4, the selective-recompute rerun less its score-matrix passes (docs/formulas.md §3);
@@ -257,6 +261,11 @@ HOPPER = dict(sm_count=132, compute_efficiency=HOPPER_GEMM_EFFICIENCY,
               scale_out_efficiency=HOPPER_SCALE_OUT_EFFICIENCY,
               fp8_peak_flops=1978.9e12)  # H100 SXM datasheet: 1,978.9 TFLOP/s FP8 dense (3,957.8 with sparsity)
 
+# Blackwell (Ultra): NVLink5 as measured on GB200 (links.py); B200/GB200 the GEMM ceiling above and their ConnectX-7
+# NDR NICs' figure (the Hopper presets' NIC); B300/GB300 (ConnectX-8) the default scale-out fraction, unvalidated.
+BLACKWELL_ULTRA = dict(scale_up_efficiency=BLACKWELL_NVLINK_EFFICIENCY, mxfp8=True, architecture="blackwell")
+BLACKWELL = dict(BLACKWELL_ULTRA, compute_efficiency=BLACKWELL_GEMM_EFFICIENCY,
+                 scale_out_efficiency=HOPPER_SCALE_OUT_EFFICIENCY)
 # Host side of a Grace-Blackwell tray (GB200/GB300 NVL72: 4 GPUs and 2 Grace CPUs; docs/formulas.md §9): each
 # Grace reaches its 2 GPUs over NVLink-C2C, 900 GB/s bidirectional per Grace (450 one way, 225 per GPU), and holds
 # 480 GB of LPDDR5X at up to 512 GB/s (NVIDIA Grace CPU datasheet); one ConnectX NIC per GPU. Not confirmed in stored
@@ -288,30 +297,33 @@ PRESETS: dict[str, DeviceSpec] = {
                 **{**HOPPER, "scale_up_efficiency": 1.0}),  # 160 GB/s is already achieved: 80 % of 200 one way
         _preset("b200", 183359, 2250, 8000, 900, 50,
                 "NVIDIA dgxc-benchmarking: 2250 TFLOP/s BF16 dense; 192 GB HBM3e 8 TB/s, NVLink5 1.8 TB/s (spec pages, "
-                "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (Blackwell spec pages, unconfirmed); "
-                "FP8 4500 TFLOP/s dense (DGX B200 datasheet 72 PFLOPS FP8 training per 8 GPUs, with sparsity, halved)",
+                "not confirmed in stored material); 400 Gb/s per GPU; 148 SMs (FlashAttention-4, Zadouri et al. 2026, "
+                "arXiv 2603.05451; Chips and Cheese: 74 per die); FP8 4500 TFLOP/s dense (DGX B200 datasheet "
+                "72 PFLOPS FP8 training per 8 GPUs, with sparsity, halved); GEMM ceiling 0.581 (Azure ND GB200 v6 "
+                "cuBLASLt FP8 16384^3, not fitted); NVLink5 0.755 of line rate (Azure ND GB200 v6 nccl-tests ring)",
                 sm_count=148, fp8_peak_flops=4500e12, fp8_compute_efficiency=BLACKWELL_FP8_GEMM_EFFICIENCY,
-                mxfp8=True, architecture="blackwell"),
+                **BLACKWELL),
         _preset("b300", 288e9 / MIB, 2250, 8000, 900, 100,
                 "NOT CALIBRATED. HGX B300 (Blackwell Ultra), per GPU of 8: 2250 TFLOP/s BF16, 4500 FP8, 13,500 FP4 "
                 "dense (NVIDIA HGX page: 36 / 72 / 144 PFLOPS per 8 GPUs with sparsity, FP4 108 dense); 2.3 TB HBM3e "
                 "per 8 GPUs (288 GB nominal) 8 TB/s; NVLink5 1.8 TB/s; ConnectX-8 800 Gb/s per GPU; 160 SMs "
                 "(third-party spec pages, unconfirmed)",
-                sm_count=160, fp8_peak_flops=4500e12, fp4_peak_flops=13500e12, mxfp8=True, architecture="blackwell"),
+                sm_count=160, fp8_peak_flops=4500e12, fp4_peak_flops=13500e12, **BLACKWELL_ULTRA),
         _preset("gb200-nvl72", 13.4e12 / 72 / MIB, 2500, 8000, 900, 50,
                 "NOT CALIBRATED. GB200 NVL72 rack / 72 GPUs: 2500 TFLOP/s BF16, 5000 FP8, 10,000 FP4 dense (NVIDIA "
                 "GB200 NVL72 page: 360 / 720 / 1,440 PFLOPS per rack with sparsity); 13.4 TB HBM3e 576 TB/s per rack "
                 "(186 GB, 8 TB/s per GPU); one NVLink5 domain of 72 (130 TB/s: 1.8 TB/s per GPU), 18 trays of 4 GPUs "
-                "and 2 Grace CPUs; ConnectX-7 400 Gb/s per GPU; 148 SMs as b200 (unconfirmed)",
+                "and 2 Grace CPUs; ConnectX-7 400 Gb/s per GPU; 148 SMs as b200 (unconfirmed for GB200); GEMM ceiling "
+                "0.581 and NVLink5 0.755 of line rate from Azure ND GB200 v6 microbenchmarks (not fitted)",
                 per_node=4, devices_per_domain=72, **GRACE_BLACKWELL,
-                sm_count=148, fp8_peak_flops=5000e12, fp4_peak_flops=10000e12, mxfp8=True, architecture="blackwell"),
+                sm_count=148, fp8_peak_flops=5000e12, fp4_peak_flops=10000e12, **BLACKWELL),
         _preset("gb300-nvl72", 20e12 / 72 / MIB, 2500, 8000, 900, 100,
                 "NOT CALIBRATED. GB300 NVL72 rack / 72 GPUs (Blackwell Ultra): 2500 TFLOP/s BF16, 5000 FP8 (NVIDIA "
                 "GB300 NVL72 page: 360 / 720 PFLOPS per rack with sparsity), 15,000 FP4 dense (1,080 PFLOPS per rack "
                 "dense); 20 TB HBM3e 576 TB/s per rack (278 GB, 8 TB/s per GPU); one NVLink5 domain of 72 (1.8 TB/s "
                 "per GPU), trays of 4 GPUs and 2 Grace CPUs; ConnectX-8 800 Gb/s per GPU; 160 SMs (unconfirmed)",
                 per_node=4, devices_per_domain=72, **GRACE_BLACKWELL,
-                sm_count=160, fp8_peak_flops=5000e12, fp4_peak_flops=15000e12, mxfp8=True, architecture="blackwell"),
+                sm_count=160, fp8_peak_flops=5000e12, fp4_peak_flops=15000e12, **BLACKWELL_ULTRA),
         _preset("h20", 96e9 / MIB, 148, 4000, 450, 50,
                 "NOT CALIBRATED. NVIDIA H20 (Hopper, export part): 148 TFLOP/s BF16 and 296 FP8 dense, 96 GB HBM3 "
                 "4.0 TB/s, NVLink 900 GB/s; 400 Gb/s per GPU assumed (HGX board); 78 SMs (Geekbench report, "

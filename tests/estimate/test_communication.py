@@ -50,7 +50,8 @@ def test_group_in_a_node_uses_nvlink_else_the_nic():
     ("h100", 360e9, 47e9),  # NVLink's 80 % (~370 GB/s of 450 measured, nccl-tests #212); 46-48 GB/s per NDR NIC
     ("a100-80g", 240e9, 24e9),  # 80 % (~230 GB/s of 300 measured, nccl-tests #149); 192 GB/s over 8 HDR NICs
     ("h800", 160e9, 47e9),  # DeepSeek-V3's 160 GB/s is already the usable figure: not reduced again
-    ("b200", 720e9, 47e9),  # no published figure: NVLink's 80 %, the lower NIC fraction (unvalidated)
+    ("b200", 679.61e9, 47e9),  # NVLink5 ring busbw on GB200 (Azure ND GB200 v6, 8 GB); NDR NIC as on H100
+    ("b300", 679.61e9, 94e9),  # the same NVLink5; ConnectX-8 800 Gb/s: no published figure, the lower fraction
 ])
 def test_links_run_at_the_bus_bandwidth_nccl_reaches_not_the_datasheet(device, nvlink, nic):
     cluster = ClusterSpec(device_preset(device), 1024)
