@@ -22,7 +22,8 @@ from .rules import (Problem, check_given_degrees, check_images, check_positions,
 from .schedules import default_schedule
 from .space import DEFAULT_SCHEDULES, DIMENSIONS, SearchSpace, SpaceOptions
 from .specs import strategy_input
-from .specs.device import ClusterSpec, load_device
+from .specs.device import ClusterSpec
+from .specs.device_file import load_device
 from .specs.fields import SpecError
 from .specs.library import load_model
 from .specs.model import ModelSpec

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..report.output import write_output
-from ..specs.device import device_yaml, load_device
+from ..specs.device_file import device_yaml, load_device
 from ..specs.fields import SpecError
 from ..validation.fittable import DEFAULT_PARAMETERS, FITTABLE
 from .common import EXIT_OK, console, subparser

@@ -5,7 +5,8 @@ import argparse
 
 from ..report.jsonout import device_document, model_document
 from ..report.listings import print_devices, print_models
-from ..specs.device import PRESETS, device_preset, device_yaml
+from ..specs.device import PRESETS, device_preset
+from ..specs.device_file import device_yaml
 from ..specs.library import list_models
 from .common import EXIT_OK, add_quiet_argument, console, subparser
 from .outputs import add_json_argument, emit_json

@@ -1,4 +1,4 @@
-"""Accelerator presets, device YAML files and clusters (device x count with optional overrides). Bandwidths are per
+"""Accelerator presets and clusters (device x count with optional overrides; device YAML files: device_file.py). Bandwidths are per
 device, one way.
 
 Two links (docs/formulas.md §7.4): the scale-up fabric (NVLink/xGMI/HCCS) joins the devices of one scale-up domain,
@@ -11,15 +11,9 @@ devices) and tapered by `oversubscription` between pods. A job's consecutive ran
 (ClusterSpec.domain_ranks)."""
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
-import yaml
-
-from .fields import (SpecError, cached_hash, field_docs, finite_number, from_mapping, non_negative_int, one_of,
-                     positive_int, require, state_without_hash)
-from .files import parse_yaml, read_text
+from .fields import cached_hash, finite_number, non_negative_int, one_of, positive_int, require, state_without_hash
 from .links import (AMPERE_SCALE_OUT_EFFICIENCY, BLACKWELL_NVLINK_EFFICIENCY, HOPPER_SCALE_OUT_EFFICIENCY,
                     INTER_NODE_LATENCY, INTRA_NODE_LATENCY, NVLINK_EFFICIENCY, SCALE_OUT_EFFICIENCY)
 from .units import GB, MIB, lookup
@@ -355,68 +349,6 @@ PRESETS: dict[str, DeviceSpec] = {
 def device_preset(name: str) -> DeviceSpec:
     """A preset by name, case-insensitive (SpecError with a did-you-mean otherwise)."""
     return lookup(name, PRESETS, "device")
-
-
-# -- device YAML files (docs/sweep.md "Device files") --------------------------------------------------------------
-# One key per DeviceSpec field, in its units, plus `base: PRESET` (start from that preset; the keys given override
-# it). `name` defaults to the file's stem. `ndcp devices --show NAME` prints a complete file to start from.
-DEVICE_FILE_SUFFIXES = (".yaml", ".yml")
-
-
-def is_device_file(text: str) -> bool:
-    """Whether `--device TEXT` names a file (a YAML suffix, a path separator, or an existing file) or a preset."""
-    text = str(text)
-    if Path(text).suffix.lower() in DEVICE_FILE_SUFFIXES or os.sep in text or "/" in text:
-        return True
-    try:
-        return Path(text).expanduser().is_file()
-    except OSError:  # a name the file system cannot take (too long): not a file, so a preset name
-        return False
-
-
-def load_device(text: str) -> DeviceSpec:
-    """`--device`: a preset name (case-insensitive) or the path of a device YAML file."""
-    if not isinstance(text, str) or not text.strip():
-        raise SpecError(f"device={text!r} is not valid; expected a preset ({', '.join(PRESETS)}) or a device YAML file")
-    return read_device_file(Path(text).expanduser()) if is_device_file(text) else device_preset(text)
-
-
-def read_device_file(path: Path) -> DeviceSpec:
-    where = str(path)
-    return device_from_mapping(parse_yaml(read_text(path, where, "device file"), where), where, path.stem)
-
-
-def device_from_mapping(data, where: str, default_name: str) -> DeviceSpec:
-    """A DeviceSpec from a device file's mapping (`base` and `name` as in the format above), validated."""
-    if not isinstance(data, dict):
-        kind = "empty file" if data is None else type(data).__name__
-        raise SpecError(f"{where}: expected a mapping of device fields at the top level, got {kind}")
-    data = dict(data)
-    merged = {}
-    if "base" in data:
-        try:
-            base = device_preset(str(data.pop("base")))
-        except SpecError as error:
-            raise SpecError(f"{where}: base: {error}") from None
-        merged = {f.name: getattr(base, f.name) for f in fields(DeviceSpec) if f.init and f.name != "name"}
-    merged.update(data)
-    merged.setdefault("name", default_name)
-    return from_mapping(DeviceSpec, merged, f"{where}: ")
-
-
-def device_yaml(device: DeviceSpec, header: str = "") -> str:
-    """A complete device file for `device` (read back by read_device_file to an equal DeviceSpec)."""
-    lines = [f"# {line}" for line in header.splitlines()]
-    lines.append("# ndcp device file: every key is a DeviceSpec field (ndcp/specs/device.py); `base: PRESET` may "
-                 "replace the keys left out")
-    docs = field_docs(DeviceSpec)
-    for f in fields(DeviceSpec):
-        if not f.init:
-            continue
-        value = yaml.safe_dump(getattr(device, f.name), default_flow_style=True, width=1 << 16).strip()
-        value = value.removesuffix("\n...").strip()
-        lines.append(f"{f.name}: {value}  # {docs[f.name].split('. ')[0]}")
-    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import pytest
 
 from ndcp.cli import main
 from ndcp.specs import SpecError
-from ndcp.specs.device import PRESETS, device_preset, device_yaml, load_device, read_device_file
+from ndcp.specs.device import PRESETS, device_preset
+from ndcp.specs.device_file import device_yaml, load_device, read_device_file
 
 
 def test_preset_names_are_case_insensitive_with_a_did_you_mean():

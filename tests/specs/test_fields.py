@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from ndcp.specs.device import PRESETS, ClusterSpec, DeviceSpec, device_yaml
+from ndcp.specs.device import PRESETS, ClusterSpec, DeviceSpec
+from ndcp.specs.device_file import device_yaml
 from ndcp.specs.fields import field_docs
 from ndcp.specs.model import MLASpec, ModelSpec, MoESpec
 from ndcp.specs.run import RunSpec

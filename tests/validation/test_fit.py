@@ -8,7 +8,8 @@ import pytest
 
 from ndcp.cli import main
 from ndcp.specs import SpecError
-from ndcp.specs.device import PRESETS, load_device
+from ndcp.specs.device import PRESETS
+from ndcp.specs.device_file import load_device
 from ndcp.validation.fit import FITTABLE, bounded_least_squares, calibrate_device, grid_minimum
 
 RUNS = Path(__file__).resolve().parents[2] / "examples" / "published_runs.yaml"
