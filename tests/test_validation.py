@@ -310,3 +310,35 @@ def test_a_row_states_the_overlaps_its_recipe_ran(tmp_path):
     measured = {run_id: build for run_id, build in read_rows(PUBLISHED.parent / "measured_runs_2.yaml")
                 if run_id.startswith("mbr26041_llama31_405b_h100")}
     assert requested(measured["mbr26041_llama31_405b_h100_fp8_1024_gbs1536"]().run) == {"tp", "p2p"}
+
+
+MCORE_WEAK = ("1.7b", "7.1b", "16b", "32b", "70b", "119b", "177b", "314b", "462b")
+
+
+def test_the_megatron_core_r080_weak_scaling_rows_read_as_their_source_implies(published):
+    """The nine rows of NVIDIA/Megatron-LM's model table (images/model_table.png, core_r0.8.0; issue 34 audit):
+    the table's columns agree (TFLOP/s x GPUs = aggregate PFLOP/s; MFU = TFLOP/s over the H100 dense BF16 peak,
+    989, rounded to the whole per cent), the size label is the untied count (the row's model, read untied, is
+    within 3.5 % of it and nearer than the tied count), and the pipelined rows' interleaving depth is searched
+    (the README overlaps the pipeline sends, which core_r0.8.0 runs only with interleaving)."""
+    from dataclasses import replace
+
+    from ndcp.specs.library import parse_yaml
+    from ndcp.validation.runs import read_rows
+
+    entries = {e["id"]: e for e in parse_yaml(PUBLISHED.read_text(), str(PUBLISHED))["runs"]}
+    builds = dict(read_rows(PUBLISHED))
+    compared = {r.id: r for r in published.runs}
+    for size in MCORE_WEAK:
+        run_id = f"mcore_r080_h100_{size}"
+        entry, row = entries[run_id], builds[run_id]()
+        outcome, gpus = entry["outcome"], entry["cluster"]["num_gpus"]
+        assert outcome["tflops_per_gpu"] * gpus / 1000 == pytest.approx(outcome["aggregate_pflops"], abs=0.06)
+        assert round(outcome["tflops_per_gpu"] / 989, 2) == outcome["mfu"], run_id
+        label = entry["model"]["params_b"] * 1e9
+        untied = row.model.parameters
+        tied = replace(row.model, tied_embeddings=True).parameters
+        assert not row.model.tied_embeddings and abs(untied / label - 1) <= 0.035, run_id
+        assert abs(untied - label) < abs(tied - label), run_id
+        searched = compared[run_id].searched
+        assert ("vpp" in searched) == (row.strategy.pp > 1), (run_id, searched)
