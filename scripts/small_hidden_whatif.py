@@ -21,7 +21,14 @@ terms per process):
 - fp8: the FP8 GEMM ceiling alone (DeviceSpec.fp8_compute_efficiency, unfitted: the BF16 one) times the ratio of
   the published maximum achievable matmul rates, FP8 over BF16, on Hopper: 73.4 % (H200 SXM, float8_e4m3fn) over
   80.3 % (H100 SXM, BF16) = 0.914 (stas00/ml-engineering @744d01e, compute/accelerator/README.md, "Maximum
-  Achievable Matmul FLOPS comparison table").
+  Achievable Matmul FLOPS comparison table");
+- grads: Megatron-Core's gradient bytes that no term prices, every micro-batch: each weight-gradient GEMM accumulates
+  into the fp32 main-grad buffer (gradient_accumulation_fusion: fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32,
+  megatron/core/tensor_parallel/layers.py @core_r0.8.0; Transformer Engine's fuse_wgrad_accumulation the same),
+  reading and writing 4 bytes per weight where the GEMM model writes the 2-byte result (6 bytes more per weight on
+  the device, the output layer's included); the vocab-parallel embedding's F.embedding backward fills a dense
+  vocab x hidden / tp gradient (zeroed, 2 bytes) that DDP's hook adds into main_grad (read 2 + 4, write 4:
+  distributed_data_parallel.py @core_r0.8.0, main_grad.add_): 12 bytes per embedding element; `value` scales both.
 "To close" is linear in the candidate's time: value = base + (variant - base) x (measured - estimated) / (variant's
 estimate - estimated), in the candidate's own units (a fraction of HBM bandwidth, passes, microseconds, a ceiling).
 """
@@ -41,7 +48,8 @@ DENSE_KERNELS = (34, 81)  # docs/host_time.yaml: kernel_ops of the dense layer, 
 # name: (what the value is, the base value, the published or trial value)
 VARIANTS = {"hbm": ("achievable HBM fraction", 1.0, 0.867), "loss": ("fp32 passes over the logits", 5.0, 13.0),
             "gap": ("GPU gap per kernel, us", 0.0, 1.0), "gemm": ("GEMM ceiling scale", 1.0, 0.9),
-            "fp8": ("FP8 GEMM ceiling scale", 1.0, 0.914)}
+            "fp8": ("FP8 GEMM ceiling scale", 1.0, 0.914), "grads": ("gradient bytes scale", 0.0, 1.0)}
+GRAD_BYTES = (6, 12)  # per weight element (fp32 accumulate less the 2-byte write), per embedding element
 ROWS = ("mcore_r080_h100_1.7b", "mcore_r080_h100_7.1b", "mcore_r080_h100_16b", "mcore_r080_h100_70b",
         "nemo2407_gpt3_5b_h100_fp8_64", "nemo2407_llama3_8b_h100_fp8_8", "nemo2407_llama2_7b_h100_fp8_8",
         "nemo2407_gpt3_20b_h100_fp8_64", "nemo2407_llama2_70b_h100_fp8_64", "mpt_h100_1b_s2048_64",
@@ -81,8 +89,36 @@ def apply(variant: str, value: float) -> None:
         for name, spec in device.PRESETS.items():
             if spec.fp8_peak_flops:
                 device.PRESETS[name] = replace(spec, fp8_compute_efficiency=spec.fp8_ceiling * value)
+    elif variant == "grads":
+        _gradient_bytes(value)
     elif variant != "base":
         raise ValueError(f"variant {variant!r}: expected base or one of {', '.join(VARIANTS)}")
+
+
+def _gradient_bytes(value: float) -> None:
+    """The grads variant: GRAD_BYTES x `value` added to the backward of each body layer, the output layer and the
+    embedding, at HBM speed."""
+    import ndcp.estimate.layer_time as layer_time
+    import ndcp.estimate.time as time
+    from ndcp.estimate.compute import layer_gemms, memory_seconds, output_layer_gemm
+    per_weight, per_embedding = (b * value for b in GRAD_BYTES)
+    passes, head, embedding = layer_time._layer_passes, time._output_head_time, time._embedding_time
+
+    def body(model, cluster, run, kind, degrees, *rest):
+        p = passes(model, cluster, run, kind, degrees, *rest)
+        gemms = layer_gemms(model, kind, 1.0, degrees.tp, degrees.ep, degrees.etp)
+        weights = sum(g.k * g.n * g.count for g in gemms)
+        return p._replace(backward=p.backward + memory_seconds(per_weight * weights, cluster.device))
+
+    def output(model, cluster, run, tokens, tp, sp):
+        t, g = head(model, cluster, run, tokens, tp, sp), output_layer_gemm(model, 1.0, tp)
+        return t._replace(backward=t.backward + memory_seconds(per_weight * g.k * g.n, cluster.device))
+
+    def embed(model, cluster, run, tokens, tp, sp):
+        t = embedding(model, cluster, run, tokens, tp, sp)
+        extra = memory_seconds(per_embedding * model.vocab * model.hidden / tp, cluster.device)
+        return t._replace(backward=t.backward + extra)
+    layer_time._layer_passes, time._output_head_time, time._embedding_time = body, output, embed
 
 
 def steps(files, ids=None) -> dict:

@@ -27,7 +27,7 @@ def test_to_close_is_linear_in_the_candidates_time():
 
 
 def test_an_unknown_variant_is_refused_with_the_valid_ones():
-    with pytest.raises(ValueError, match="hbm, loss, gap, gemm, fp8"):
+    with pytest.raises(ValueError, match="hbm, loss, gap, gemm, fp8, grads"):
         whatif.apply("kernels", 1.0)
 
 
