@@ -4,6 +4,10 @@ A check, not a model: nothing here is fitted to the rows and nothing in ndcp use
 "Small hidden sizes: candidates checked").
 
     PYTHONPATH=$PWD .venv/bin/python scripts/small_hidden_whatif.py > /tmp/small_hidden.md
+    PYTHONPATH=$PWD .venv/bin/python scripts/small_hidden_whatif.py --calibrate   # the ceilings refitted
+
+`--calibrate` refits the GEMM ceilings with each candidate priced (scripts/calibrate.py, nothing written) and prints
+the fitted ceilings and the leave-one-source-out figures: does the candidate help once the ceilings take it in?
 
 Candidates (VARIANTS), each a patch of one ndcp function, applied in a fresh process per variant (ndcp caches its
 terms per process):
@@ -158,6 +162,37 @@ def _worker(variant: str, value: float, ids) -> dict:
         check=True, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout)
 
 
+def _calibrated(variant: str, value: float) -> dict:
+    """scripts/calibrate.py's JSON with `variant` at `value` priced (in this process: call it in a worker)."""
+    import contextlib
+    import io
+    import runpy
+    apply(variant, value)
+    calibrate, out = runpy.run_path(str(ROOT / "scripts" / "calibrate.py"), run_name="calibrate"), io.StringIO()
+    with contextlib.redirect_stdout(out):
+        calibrate["main"](["--json"])
+    return json.loads(out.getvalue())
+
+
+def calibration_report() -> str:
+    """Markdown: per variant, the refitted ceilings and the held-out figures of all runs (step %, MFU points)."""
+    lines = ["| variant (value) | ceilings refitted (Ampere, Hopper, Hopper FP8) | held out, all runs: step % / MFU "
+             "points | leave-one-source-out MFU points, mean / max |", "|---|---|---|---|"]
+    for v in ("base", *VARIANTS):
+        if v in ("gemm", "fp8"):  # the ceilings are what calibrate fits
+            continue
+        value = VARIANTS[v][2] if v in VARIANTS else 0.0
+        d = json.loads(subprocess.run([sys.executable, __file__, "--calibrate-worker", v, "--value", str(value)],
+                                      check=True, capture_output=True, text=True, cwd=ROOT,
+                                      env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout)
+        p, every = d["parameters"], next(s for s in d["sources"] if s["source"] == "all")["held_out"]
+        loso = d["leave_one_source_out"]
+        lines.append(f"| {v}" + (f" ({value:g})" if v in VARIANTS else "") + f" | {p['ampere_compute_efficiency']:g}, "
+                     f"{p['hopper_compute_efficiency']:g}, {p['hopper_fp8_compute_efficiency']:g} | "
+                     f"{every['step_pct']:.1f} / {every['mfu_points']:.2f} | {loso['mean']:.2f} / {loso['max']:.2f} |")
+    return "\n".join(lines)
+
+
 def _mean(errors) -> str:
     return f"{100 * sum(abs(e) for e in errors) / len(errors):.2f}" if errors else "-"
 
@@ -197,7 +232,15 @@ def main(argv=None) -> None:
     parser.add_argument("--worker", choices=("base", *VARIANTS), help="(internal) one variant's steps as JSON")
     parser.add_argument("--value", type=float, default=0.0)
     parser.add_argument("--rows", nargs="*", default=None)
+    parser.add_argument("--calibrate", action="store_true", help="refit the ceilings with each candidate priced")
+    parser.add_argument("--calibrate-worker", choices=("base", *VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.calibrate_worker:
+        print(json.dumps(_calibrated(args.calibrate_worker, args.value)))
+        return
+    if args.calibrate:
+        print(calibration_report())
+        return
     if args.worker:
         apply(args.worker, args.value)
         print(json.dumps(steps(FILES, set(args.rows) if args.rows else None)))
