@@ -146,9 +146,10 @@ def flex_kernel_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, ep
     - unpermute (unpermute_kernel, Executor::combine_preprocess before the combine kernel): reads R, writes the D
       per-rank sums: R + D, in the combine forward and the dispatch backward (combine_with_unpermute);
     - metadata, dispatch forward only (Executor::metadata_preprocess_core; the backward reuses the handle): the
-      scan kernel reads the EP group's all-gathered routing map (ep X rows of E bools) and writes the local-expert
-      map (ep X x L bools) and the sparse-to-dense map (ep X int32); permute_preprocessing's cooperative scan reads
-      D x L bools and writes its row map (D x L int32), then reads and rewrites it (pass 3).
+      scan kernel (backend/hybrid_ep_backend.cuh `scan`) reads the EP group's all-gathered routing map (ep X rows;
+      its own NVLink domain's E / domains columns of bools, charged all E: an upper bound, microseconds) and writes
+      the local-expert map (ep X x L bools) and the sparse-to-dense map (ep X int32); permute_preprocessing's
+      cooperative scan reads D x L bools and writes its row map (D x L int32), then reads and rewrites it (pass 3).
 
     Grids (config.cuh @34152ae Configurer): permute and unpermute 16 blocks per SM, the scans 108 blocks
     (num_sms_preprocessing_api; Megatron-Core moe_hybridep_num_sms_preprocessing = 108): each takes the whole
