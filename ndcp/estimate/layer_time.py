@@ -202,6 +202,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     routing, routing_backward, around = ((memory_seconds(routed.forward, device),
                                           memory_seconds(routed.backward, device),
                                           memory_seconds(routed.around_dispatch, device)) if routed else (0.0,) * 3)
+    serial = tuple(memory_seconds(b, device) for b in routed.comm_stream) if routed else (0.0, 0.0)
     forward = linear + core + elementwise + cast_forward + routing
     backward = (2.0 * (linear + elementwise) + core_backward + cast_backward  # dgrad + wgrad (Narayanan §5.1)
                 + routing_backward)
@@ -223,19 +224,24 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
     if "ep" in hidden:
         ep_forward, ep_backward = ep_overlapped(a2a, _moe_passes(model, cluster, run, kind, tp, tokens, forward,
-                                                                 backward, core, core_backward, around),
+                                                                 backward, core, core_backward, around, serial),
                                                 ep_comm_held(device.sm_count))
     return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
 
 
 def _moe_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,
-                forward: float, backward: float, core: float, core_backward: float, routing: float) -> MoEPasses:
+                forward: float, backward: float, core: float, core_backward: float, routing: float,
+                serial: tuple[float, float] = (0.0, 0.0)) -> MoEPasses:
     """A MoE layer's compute split as the EP overlap schedules it (overlap.ep_overlapped): before the dispatch its
     mixer's GEMMs and core and the router (`routing`: its passes with the permute and unpermute,
     moe.RoutingBytes.around_dispatch); the rest (experts, element-wise work, casts, the dispatcher's other copies)
-    the MLP's."""
+    the MLP's. `serial` (forward, backward) is left out of both: the flex dispatcher's permute, unpermute and
+    metadata scans (moe.flex_kernel_bytes), which HybridEP runs on the communication stream with grids that fill
+    the device, so nothing runs beside them and they hide no all-to-all. They stay in the layer's forward and
+    backward, so the phases add them whole (ep_overlapped's exposed = phases less the passes)."""
     mixer = _ub_linear(model, cluster, run, kind, tp, tokens)  # the mixer's weight GEMMs, one pass
+    forward, backward = max(0.0, forward - serial[0]), max(0.0, backward - serial[1])
     attention_forward = min(forward, mixer + core + routing)
     attention_backward = min(backward, 2.0 * mixer + core_backward + routing)
     return MoEPasses(attention_forward, attention_backward, forward - attention_forward,

@@ -124,8 +124,47 @@ class RoutingBytes(NamedTuple):
 
     forward: float
     backward: float
-    around_dispatch: float  # the router's passes and the permute / unpermute, one pass (what ndcp priced alone
-    # before the inventory: the part estimate/layer_time.py's EP-overlap split schedules with the attention)
+    around_dispatch: float  # the router's passes and (but with flex) the permute / unpermute, one pass: the part
+    # estimate/layer_time.py's EP-overlap split schedules with the attention on the computation stream
+    comm_stream: tuple[float, float] = (0.0, 0.0)  # of forward / backward, the flex dispatcher's whole-device
+    # kernels on the communication stream (flex_kernel_bytes): serial with the compute, they hide no all-to-all
+
+
+def flex_kernel_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, ep: int,
+                      etp: int) -> tuple[float, float]:
+    """HBM bytes of the flex dispatcher's permute, unpermute and metadata kernels of one MoE layer and micro-batch
+    on one device, (forward, backward), as HybridEP runs them (deepseek-ai/DeepEP hybrid-ep @34152ae, the commit
+    Megatron-LM's LTS image pins, docker/Dockerfile.ci.lts @d98e8a6; Megatron-Core fused_a2a.py @d98e8a6
+    HybridEPDispatch / HybridEPCombine, unfused: moe_permute_fusion_into_hybridep False by default). With
+    X = the rank's tokens x etp / tp rows, D = the rows its dispatch receives, one per token and destination rank
+    (X x distinct_hits(reachable ranks, top_k), the busiest rank's), R = their top_k copies, each row of hidden at
+    the activation dtype, E experts, L local ones:
+
+    - permute (extension/permute.cu permute_kernel, after the dispatch kernel in Executor::dispatch_postprocess):
+      reads the D received rows from the NVLink buffer, writes R expert-major rows (padding rows zeroed): D + R,
+      in the dispatch forward and again in the combine backward (dispatch_with_permute with the handle);
+    - unpermute (unpermute_kernel, Executor::combine_preprocess before the combine kernel): reads R, writes the D
+      per-rank sums: R + D, in the combine forward and the dispatch backward (combine_with_unpermute);
+    - metadata, dispatch forward only (Executor::metadata_preprocess_core; the backward reuses the handle): the
+      scan kernel (backend/hybrid_ep_backend.cuh `scan`) reads the EP group's all-gathered routing map (ep X rows;
+      its own NVLink domain's E / domains columns of bools, charged all E: an upper bound, microseconds) and writes
+      the local-expert map (ep X x L bools) and the sparse-to-dense map (ep X int32); permute_preprocessing's
+      cooperative scan reads D x L bools and writes its row map (D x L int32), then reads and rewrites it (pass 3).
+
+    Grids (config.cuh @34152ae Configurer): permute and unpermute 16 blocks per SM, the scans 108 blocks
+    (num_sms_preprocessing_api; Megatron-Core moe_hybridep_num_sms_preprocessing = 108): each takes the whole
+    device, on the communication stream. The row maps the permute kernels read (4 B per received row and local
+    expert) are not counted. DeepEP's normal kernels, the other flex backend, receive the same D rows and
+    Megatron-Core permutes them on the computation stream (token_dispatcher.py @d98e8a6 _DeepepManager
+    get_permuted_hidden_states_by_experts): the same bytes, without the metadata scans."""
+    moe = model.moe
+    local = tokens * etp / tp
+    received = local * distinct_hits(reachable_ranks(moe, ep), moe.top_k) * run.moe_load_imbalance
+    rows = received + local * moe.top_k * run.moe_load_imbalance  # D + R
+    permutes = 2 * rows * model.hidden * run.activation_bytes  # permute + unpermute, each way
+    local_experts = moe.experts / ep
+    scans = ep * local * (moe.experts + local_experts + 4) + received * local_experts * (1 + 3 * 4)
+    return permutes + scans, permutes
 
 
 def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, ep: int, etp: int) -> RoutingBytes:
@@ -137,7 +176,9 @@ def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, ep: in
     - the router (router.py TopKRouter.routing, moe_utils.topk_routing_with_score_function): ROUTER_PASSES x S
       each way;
     - permute and unpermute (moe_utils.permute / unpermute, Transformer Engine's fused kernels): X + R each, and in
-      the backward each is the other's kernel on the gradients, X + R again;
+      the backward each is the other's kernel on the gradients, X + R again; flex permutes the rows its dispatch
+      received, D + R each, and HybridEP runs them and its metadata scans on the communication stream
+      (flex_kernel_bytes: `comm_stream`, not in `around_dispatch`);
     - alltoall with more than one local expert: the received rows sorted by local expert and back
       (token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_postprocess and combine_preprocess,
       moe_utils.sort_chunks_by_idxs: a gather of whole rows, read R and write R), 2 x 2R each way (the backward of
@@ -159,7 +200,9 @@ def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, ep: in
     row_bytes = model.hidden * run.activation_bytes
     x = local * row_bytes
     r = local * moe.top_k * run.moe_load_imbalance * row_bytes
-    around = tokens * moe.experts * ROUTER_BYTES * ROUTER_PASSES + 2 * (x + r)
+    router = tokens * moe.experts * ROUTER_BYTES * ROUTER_PASSES
+    flex = flex_kernel_bytes(model, run, tokens, tp, ep, etp) if run.moe_dispatcher == "flex" else (0.0, 0.0)
+    around = router + (0.0 if run.moe_dispatcher == "flex" else 2 * (x + r))
     sorts = 2 if run.moe_dispatcher == "alltoall" and moe.experts > ep else 0  # by local expert, and back
     paddings = 2 if run.fp8 and run.moe_dispatcher != "flex" else 0  # pad fc1's input, unpad fc2's output
     copies = sorts + paddings
@@ -167,8 +210,8 @@ def routing_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int, ep: in
     shared = 3 * x if moe.shared_experts else 0.0
     cast = local * model.hidden * (ROUTER_BYTES + run.activation_bytes) if run.activation_bytes < ROUTER_BYTES else 0.0
     input_gradient = cast + 3 * x
-    return RoutingBytes(around + moved + shared, around + moved + input_gradient, around)
+    return RoutingBytes(around + flex[0] + moved + shared, around + flex[1] + moved + input_gradient, around, flex)
 
 
 __all__ = ["EPPlacement", "ep_placement", "distinct_hits", "reachable_nodes", "reachable_ranks", "dispatch_seconds",
-           "routing_bytes", "RoutingBytes", "ROUTER_PASSES", "ROUTER_BYTES"]
+           "routing_bytes", "RoutingBytes", "flex_kernel_bytes", "ROUTER_PASSES", "ROUTER_BYTES"]

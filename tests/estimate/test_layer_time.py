@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ndcp.estimate.keys import Degrees, LayerKey
-from ndcp.estimate.layer_time import _ub_blocks, layer_time, tp_all_reduce_seconds
+from ndcp.estimate.layer_time import _moe_passes, _ub_blocks, _ub_linear, layer_time, tp_all_reduce_seconds
 from ndcp.estimate.overlap import sp_backward_exposed, tp_overlapped
 from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
@@ -105,6 +105,22 @@ def test_a_moe_layers_mixer_pairs_are_priced_as_sequence_parallel():
     sp, plain = _moe_layer(MIXTRAL, True), _moe_layer(MIXTRAL, False)
     assert _tp_backward(sp) >= (sp.tp_comm - _tp_backward(sp)) / 2 - 1e-12 > 0
     assert _tp_backward(sp) >= _tp_backward(plain)
+
+
+def test_the_ep_overlap_leaves_hybrideps_kernels_out_of_the_compute_that_hides_the_all_to_alls():
+    """HybridEP's permute, unpermute and metadata scans (moe.flex_kernel_bytes) run on the communication stream with
+    grids that fill the device: nothing computes beside them, so the passes the all-to-alls hide behind are the
+    layer's forward and backward less their seconds, the mixer's share unchanged and the MLP's the rest."""
+    run = replace(MEGATRON, moe_dispatcher="flex")
+    tokens = 8192.0
+    mixer = _ub_linear(MIXTRAL, H100, run, "moe", 1, tokens)
+    plain = _moe_passes(MIXTRAL, H100, run, "moe", 1, tokens, 10.0, 20.0, 1.0, 2.0, 0.5)
+    passes = _moe_passes(MIXTRAL, H100, run, "moe", 1, tokens, 10.0, 20.0, 1.0, 2.0, 0.5, (3.0, 2.0))
+    assert sum(plain) == pytest.approx(30.0)
+    assert sum(passes) == pytest.approx(30.0 - 5.0)
+    assert passes.attention_forward == plain.attention_forward == pytest.approx(mixer + 1.0 + 0.5)
+    assert passes.mlp_forward == pytest.approx(plain.mlp_forward - 3.0)
+    assert passes.mlp_backward == pytest.approx(plain.mlp_backward - 2.0)
 
 
 def _tp_backward(t) -> float:

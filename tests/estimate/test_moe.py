@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from ndcp.estimate.communication import all_gather_seconds, all_to_all_seconds
 from ndcp.estimate.layer_time import layer_time
 from ndcp.estimate.time import estimate_time
-from ndcp.estimate.moe import (dispatch_seconds, distinct_hits, ep_placement, reachable_nodes, reachable_ranks,
-                               routing_bytes)
+from ndcp.estimate.moe import (dispatch_seconds, distinct_hits, ep_placement, flex_kernel_bytes, reachable_nodes,
+                               reachable_ranks, routing_bytes)
 from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.specs import device_preset
 from ndcp.specs.device import ClusterSpec
@@ -160,14 +160,42 @@ def test_routing_bytes_hand_counted_for_a_small_model_with_the_alltoall_dispatch
     around = 4 * s + 2 * (x + r)  # router passes; permute (read X, write R) and unpermute (read R, write X)
     sorts = 2 * 2 * r  # the received rows sorted by local expert and back, each read and written
     gradient = TOKENS * 256 * (4 + 2) + 3 * x  # the router's FP32 input gradient cast, added to the permute's
-    assert routed(RUN, 4) == pytest.approx((around + sorts, around + sorts + gradient, around))
+    assert routed(RUN, 4)[:3] == pytest.approx((around + sorts, around + sorts + gradient, around))
+    assert routed(RUN, 4).comm_stream == (0.0, 0.0)  # no kernel of this dispatcher's on the communication stream
 
 
 def test_one_local_expert_needs_no_sort_and_flex_sorts_in_its_own_dispatch():
     one_each, flex = routed(RUN, 8), routed(replace(RUN, moe_dispatcher="flex"), 4)
     assert one_each.forward == one_each.around_dispatch  # EP 8 of 8 experts: nothing to sort
-    assert flex.forward == flex.around_dispatch
+    assert one_each.comm_stream == (0.0, 0.0)
+    assert flex.forward == pytest.approx(flex.around_dispatch + flex.comm_stream[0])  # no sort beside its kernels
     assert routed(RUN, 4).forward - one_each.forward == pytest.approx(4 * 2 * TOKENS * 256 * 2)
+
+
+def test_hybridep_kernels_hand_counted_for_a_small_model():
+    """tiny-moe (hidden 256, 8 experts, top-2), 4,096 tokens, BF16, EP 4 (2 local experts): a token reaches
+    4 (1 - (3/4)^2) = 1.75 ranks, so the dispatch delivers D = 1.75 rows a token; the permute reads them and writes
+    the R = 2 expert-major copies, the unpermute the reverse, each way; the forward dispatch also scans the
+    all-gathered routing map (4 ranks' tokens x 8 experts, bools), writes the local-expert map (x 2, bools) and the
+    sparse-to-dense map (int32), and builds its row map (D x 2: bools read, int32 written, read and rewritten)."""
+    flex = replace(RUN, moe_dispatcher="flex")
+    d, r = 1.75 * TOKENS, 2 * TOKENS
+    permutes = 2 * (d + r) * 256 * 2
+    scans = 4 * TOKENS * (8 + 2 + 4) + d * 2 * (1 + 12)
+    assert flex_kernel_bytes(TINY, flex, TOKENS, 1, 4, 1) == pytest.approx((permutes + scans, permutes))
+    bytes_ = routed(flex, 4)
+    assert bytes_.comm_stream == pytest.approx((permutes + scans, permutes))
+    assert bytes_.around_dispatch == pytest.approx(4 * TOKENS * 8 * 4)  # the router's passes only
+
+
+def test_flex_charges_its_permutes_once_in_place_of_the_source_side_ones():
+    """With top-1 routing a token reaches one rank (D = X), so flex's permutes move what alltoall's do: at one local
+    expert (no sorts) its backward equals alltoall's, and its forward exceeds it by the metadata scans alone."""
+    top1 = replace(TINY, moe=replace(TINY.moe, top_k=1))
+    flex, alltoall = routed(replace(RUN, moe_dispatcher="flex"), 8, top1), routed(RUN, 8, top1)
+    assert flex.backward == pytest.approx(alltoall.backward)
+    assert flex.forward - alltoall.forward == pytest.approx(flex.comm_stream[0] - flex.comm_stream[1])
+    assert flex.around_dispatch + flex.comm_stream[1] == pytest.approx(alltoall.around_dispatch)
 
 
 def test_fp8_pads_each_experts_rows_unless_hybridep_did():
