@@ -341,6 +341,7 @@ RUN_OPTIONS = (
     run_option("mfu_convention", "--mfu-convention", choices=MFU_CONVENTIONS),
     run_option("moe_dispatcher", "--moe-dispatcher", choices=MOE_DISPATCHERS),
     run_option("moe_load_imbalance", "--moe-load-imbalance", parse=load_imbalance, metavar="FACTOR"),
+    run_option("delay_wgrad_compute", "--delay-wgrad-compute", switch=True),
     run_option("images_per_sample", "--images-per-sample", parse=positive_int, metavar="N"),
     run_option("image_size", "--image-size", parse=positive_int, metavar="PIXELS"),
 )

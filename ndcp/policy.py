@@ -79,7 +79,9 @@ def build_run(values: argparse.Namespace) -> RunSpec:
     fields = {option.field: getattr(values, option.name) for option in RUN_OPTIONS}
     fields.update(memory_cap_bytes=values.memory_cap or 0, trainer=priced_trainer(values),
                   fp8_recipe=values.fp8_recipe or "delayed", overlap=run_overlap(values))
-    return RunSpec(**fields)
+    run = RunSpec(**fields)
+    run.check_delay_wgrad()
+    return run
 
 
 def run_overlap(values: argparse.Namespace) -> str:
@@ -143,6 +145,9 @@ def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, valu
         stated = "not deferred" if run.wgrad_deferral_limit is None else run.wgrad_deferral_limit
         raise SpecError(f"the file's --wgrad-deferral-limit {deferral} does not match the run's ({stated}); set "
                         f"--wgrad-deferral-limit {deferral}")
+    if v.pop("delay_wgrad_compute", False) and not run.delay_wgrad_compute:  # a run setting: must match the run
+        raise SpecError("the file's --delay-wgrad-compute does not match the run's (not delayed); set "
+                        "--delay-wgrad-compute")
     precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
     if precision is not None and precision != run.precision:
         raise SpecError(f"strategy precision={precision} does not match the run's --precision {run.precision}; "

@@ -75,7 +75,7 @@ def test_each_run_option_reaches_its_field():
     assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE) - set(MEGATRON_ONLY)
 
 
-MEGATRON_ONLY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit")
+MEGATRON_ONLY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute")
 
 
 def test_the_megatron_memory_options_reach_their_fields():
@@ -108,6 +108,23 @@ def test_fsdp1_reaches_its_field_and_is_refused_where_the_trainer_cannot_run_it(
         RunSpec(64, 4096, trainer="mindformers", fsdp_version="fsdp2")
     with pytest.raises(SpecError, match="argument --fsdp-version: invalid choice: 'fsdp3'"):
         keyword_values(SEARCH_KEYWORDS, {"fsdp_version": "fsdp3"})
+
+
+def test_delayed_weight_gradients_reach_their_field_under_the_expert_overlap_only():
+    """--delay-wgrad-compute: Megatron only, and with an --overlap that names ep, as Megatron-Core's
+    TransformerConfig.__post_init__ requires overlap_moe_expert_parallel_comm with it."""
+    given = {"device": "h100", "gpus": 8, "global_batch": 64, "seq_len": 4096, "delay_wgrad_compute": True}
+    values = keyword_values(SEARCH_KEYWORDS, {**given, "overlap": "ep+p2p"})
+    values.model = "tiny"
+    assert build_run(values).delay_wgrad_compute is True
+    alone = keyword_values(SEARCH_KEYWORDS, given)
+    alone.model = "tiny"
+    with pytest.raises(SpecError, match=r"delay_wgrad_compute=True is not valid; Megatron delays the weight "
+                                        r"gradients only under the expert all-to-all overlap: valid with an overlap "
+                                        r"that names ep \(overlap is trainer\)"):
+        build_run(alone)
+    with pytest.raises(SpecError, match="delay_wgrad_compute=.* valid with trainer megatron only"):
+        RunSpec(64, 4096, trainer="torchtitan", overlap="ep", delay_wgrad_compute=True)
 
 
 def test_a_negative_wgrad_deferral_limit_is_refused():

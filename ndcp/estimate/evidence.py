@@ -150,6 +150,8 @@ def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_nam
         features.add(f"{run.optimizer_state_dtype} optimizer states")
     if run.activation_func_fp8_input_store:
         features.add("fp8 activation input store")
+    if run.delay_wgrad_compute and "ep" in strategy_overlaps(run, strategy):  # priced where the overlap runs
+        features.add("wgrad delayed")
     if run.wgrad_deferral_limit is not None and strategy.pp > 1:  # what each prices (memory.py), where it does
         features.add("output wgrad deferred")
     if uncached_weight_copy_bytes_per_parameter(run, strategy.zero):

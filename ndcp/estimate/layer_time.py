@@ -224,28 +224,32 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     ep_forward = ep_backward = 2 * a2a  # dispatch + combine each way
     if "ep" in hidden:
         ep_forward, ep_backward = ep_overlapped(a2a, _moe_passes(model, cluster, run, kind, tp, tokens, forward,
-                                                                 backward, core, core_backward, around, serial),
-                                                ep_comm_held(device.sm_count))
+                                                                 backward, core, core_backward, around, serial,
+                                                                 linear),
+                                                ep_comm_held(device.sm_count), run.delay_wgrad_compute)
     return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
 
 
 def _moe_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,
                 forward: float, backward: float, core: float, core_backward: float, routing: float,
-                serial: tuple[float, float] = (0.0, 0.0)) -> MoEPasses:
+                serial: tuple[float, float] = (0.0, 0.0), linear: float = 0.0) -> MoEPasses:
     """A MoE layer's compute split as the EP overlap schedules it (overlap.ep_overlapped): before the dispatch its
     mixer's GEMMs and core and the router (`routing`: its passes with the permute and unpermute,
     moe.RoutingBytes.around_dispatch); the rest (experts, element-wise work, casts, the dispatcher's other copies)
     the MLP's. `serial` (forward, backward) is left out of both: the flex dispatcher's permute, unpermute and
     metadata scans (moe.flex_kernel_bytes), which HybridEP runs on the communication stream with grids that fill
     the device, so nothing runs beside them and they hide no all-to-all. They stay in the layer's forward and
-    backward, so the phases add them whole (ep_overlapped's exposed = phases less the passes)."""
+    backward, so the phases add them whole (ep_overlapped's exposed = phases less the passes). The weight gradients
+    (what delay_wgrad_compute runs apart): one pass of each part's weight GEMMs, the mixer's and the rest of the
+    layer's `linear` (shared experts included, which Megatron-Core runs in the pre-dispatch node: an approximation)."""
     mixer = _ub_linear(model, cluster, run, kind, tp, tokens)  # the mixer's weight GEMMs, one pass
     forward, backward = max(0.0, forward - serial[0]), max(0.0, backward - serial[1])
     attention_forward = min(forward, mixer + core + routing)
     attention_backward = min(backward, 2.0 * mixer + core_backward + routing)
-    return MoEPasses(attention_forward, attention_backward, forward - attention_forward,
-                     backward - attention_backward)
+    mlp_backward = backward - attention_backward
+    return MoEPasses(attention_forward, attention_backward, forward - attention_forward, mlp_backward,
+                     min(mixer, attention_backward), min(max(0.0, linear - mixer), mlp_backward))
 
 
 def _tp_backward(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, degrees: Degrees,

@@ -184,13 +184,20 @@ def sp_backward_exposed(pairs: float, linear: float, asynchronous: bool) -> floa
 
 class MoEPasses(NamedTuple):
     """One MoE layer's compute for one micro-batch, seconds, split where Megatron-Core's EP overlap splits it: the
-    pre-dispatch part (attention, norm, router) and the MLP part (the experts), forward and backward (the MLP's
-    backward: its input gradient, then its weight gradient)."""
+    pre-dispatch part (attention, norm, router) and the MLP part (the experts), forward and backward (input and
+    weight gradients); of each backward, its weight gradients (`*_weight_gradient`, part of it: what
+    delay_wgrad_compute runs apart, ep_overlapped)."""
 
     attention_forward: float
     attention_backward: float
     mlp_forward: float
     mlp_backward: float
+    attention_weight_gradient: float = 0.0
+    mlp_weight_gradient: float = 0.0
+
+    def compute(self) -> float:
+        """The four passes' seconds (the weight gradients are inside the backwards)."""
+        return self.attention_forward + self.attention_backward + self.mlp_forward + self.mlp_backward
 
 
 # SMs the EP all-to-all kernels hold while they run: the flex dispatcher's HybridEP dispatch and combine kernels
@@ -219,7 +226,34 @@ def _beside(compute: float, comm: float, held: float) -> float:
     return min(compute / (1.0 - held), compute + held * comm)
 
 
-def ep_overlapped(all_to_all: float, passes: MoEPasses, held: float = 0.0) -> tuple[float, float]:
+def _phase_compute(passes: MoEPasses, delay_wgrad: bool) -> tuple[float, float, float, float]:
+    """The compute beside each all-to-all of ep_overlapped's phases, in order: the combine backward's, the dispatch
+    forward's, the dispatch backward's, the combine forward's. Megatron's default: the attention forward, the MLP's
+    whole backward, the MLP forward, the attention backward.
+    Under delay_wgrad_compute (TransformerConfig; model_chunk_schedule_plan.py @d98e8a6 TransformerLayerSchedulePlan.
+    run issues `b_layer.mlp.backward_dw()` after `f_layer.moe_dispatch.forward` and before `b_layer.moe_dispatch.
+    backward`, and `pre_dispatch_computation.backward_dw()` last) the MLP and the attention record their event after
+    their input gradients: TransformerLayerNode.backward_dw (models/common/utils.py @d98e8a6) runs the weight
+    gradients on the node's stream outside ScheduleNode.stream_acquire_context, recording nothing. So the dispatch
+    backward waits only for the MLP's input gradient; the MLP's weight gradient is issued by the host after the
+    dispatch forward returns, and the flex dispatcher's dispatch forward blocks the host until its kernel ends
+    (HybridEP's dropless tokens_per_expert copy, DeepEP's receive counts: ep_overlapped), so it starts with the
+    dispatch backward and runs before the MLP forward, beside it. The attention's weight gradient follows its input
+    gradient, after the combine forward's event: the next layer's combine backward waits on that event only, so it
+    runs beside the next layer's attention forward (the same average layer: this one's phase). Conservative for the
+    alltoall dispatcher, whose host sync comes before the dispatch forward (its weight gradient could start earlier),
+    and for the attention's weight gradient, taken to start only when the combine forward ends."""
+    p = passes
+    if not delay_wgrad:
+        return p.attention_forward, p.mlp_backward, p.mlp_forward, p.attention_backward
+    mlp_w = min(p.mlp_weight_gradient, p.mlp_backward)
+    attention_w = min(p.attention_weight_gradient, p.attention_backward)
+    return (attention_w + p.attention_forward, p.mlp_backward - mlp_w, mlp_w + p.mlp_forward,
+            p.attention_backward - attention_w)
+
+
+def ep_overlapped(all_to_all: float, passes: MoEPasses, held: float = 0.0,
+                  delay_wgrad: bool = False) -> tuple[float, float]:
     """Exposed (forward, backward) seconds of a MoE layer's four all-to-alls of `all_to_all` seconds each (dispatch
     and combine, each way) when one micro-batch's forward of the layer runs with another's backward of it, as
     Megatron-Core schedules them (--overlap-moe-expert-parallel-comm; model_chunk_schedule_plan.py @d98e8a6
@@ -231,29 +265,29 @@ def ep_overlapped(all_to_all: float, passes: MoEPasses, held: float = 0.0) -> tu
     What orders them (pipeline_parallel/utils.py @d98e8a6): each node waits on its micro-batch's one CUDA event,
     recorded when its previous node ends (ScheduleNode.stream_acquire_context), and each stream runs in issue order.
     So a phase starts when both streams finished the last; the dispatch backward waits for the MLP's whole backward
-    (the node records its event after the autograd backward, weight gradients included: TransformerLayerNode.
-    backward_dw runs them apart only under delay_wgrad_compute, off by default and in the one profiled row) and
-    starts with the MLP forward, which waits for the dispatch forward. Where the host blocks it only delays work
-    issued after the dispatch forward that waits for it anyway, so it costs nothing here: HybridEP's dropless
-    dispatch (num_permuted_tokens None: non_blocking False, transformer/moe/fused_a2a.py @d98e8a6 HybridEPDispatch)
-    copies tokens_per_expert to the host after its dispatch kernel (DeepEP csrc/hybrid_ep/executor/executor.cu
-    @0237ba6 dispatch_postprocess), DeepEP's normal dispatch waits for its receive counts (FusedDispatch), the
-    alltoall dispatcher syncs its split sizes after the attention's preprocessing (token_dispatcher.py @d98e8a6
+    (the node records its event after the autograd backward, weight gradients included) and starts with the MLP
+    forward, which waits for the dispatch forward. Under `delay_wgrad` (RunSpec.delay_wgrad_compute) the weight
+    gradients move (_phase_compute): the MLP's from beside the dispatch forward to beside the dispatch backward, the
+    attention's from beside the combine forward to beside the next combine backward. Where the host blocks without
+    it, it only delays work issued after the dispatch forward that waits for it anyway, so it costs nothing here:
+    HybridEP's dropless dispatch (num_permuted_tokens None: non_blocking False, transformer/moe/fused_a2a.py @d98e8a6
+    HybridEPDispatch) copies tokens_per_expert to the host after its dispatch kernel (DeepEP csrc/hybrid_ep/executor/
+    executor.cu @0237ba6 dispatch_postprocess), DeepEP's normal dispatch waits for its receive counts (FusedDispatch),
+    the alltoall dispatcher syncs its split sizes after the attention's preprocessing (token_dispatcher.py @d98e8a6
     _maybe_dtoh_and_synchronize); the MLP backward was issued before all of them.
     The communication kernels hold `held` of the SMs while they run (ep_comm_held): the compute beside them runs at
     1 - held of its throughput meanwhile (_beside). Kernels on the communication stream that fill the device
     (HybridEP's permute, unpermute and metadata scans: moe.flex_kernel_bytes) are in no pass: nothing runs beside
     them, so they add whole to their phase and to the layer (layer_time._moe_passes leaves them out).
-    What the phases take beyond the compute they hold is exposed,
-    split evenly between the passes: a combine outlasting the attention beside it stays exposed (a hybrid model's
-    MoE block has no attention beside its combines: both exposed). Never less than what outlasts all the compute,
-    never more than the four all-to-alls without the overlap."""
-    c, p, h = all_to_all, passes, held
-    first = max(c, _beside(p.attention_forward, c, h))
-    mlp_backward = _beside(p.mlp_backward, c, h)
-    middle = max(c, mlp_backward) + max(c, _beside(p.mlp_forward, c, h))
-    last = max(c, _beside(p.attention_backward, c, h))
-    exposed = min(4 * c, max(0.0, first + middle + last - sum(p)))
+    What the phases take beyond the compute they hold is exposed, split evenly between the passes: a combine
+    outlasting the attention beside it stays exposed (a hybrid model's MoE block has no attention beside its
+    combines: both exposed). Never less than what outlasts all the compute, never more than the four all-to-alls
+    without the overlap."""
+    c, h = all_to_all, held
+    first, dispatch_forward, dispatch_backward, last = _phase_compute(passes, delay_wgrad)
+    phases = (max(c, _beside(first, c, h)) + max(c, _beside(dispatch_forward, c, h))
+              + max(c, _beside(dispatch_backward, c, h)) + max(c, _beside(last, c, h)))
+    exposed = min(4 * c, max(0.0, phases - passes.compute()))
     return exposed / 2, exposed / 2
 
 

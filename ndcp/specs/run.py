@@ -155,6 +155,11 @@ class RunSpec:
     moe_load_imbalance: float = 1.0
     """routed tokens on the busiest expert-parallel rank over the even share, >= 1 (default 1: balanced, as runs
     that force load balancing are); the layer waits for that rank's experts and dispatch"""
+    delay_wgrad_compute: bool = False
+    """Megatron --delay-wgrad-compute (default off, Megatron's; megatron only, with an overlap that names ep:
+    Megatron-Core requires the expert all-to-all overlap with it): each MoE layer's weight gradients run apart from
+    its input gradients, so the dispatch backward waits for the experts' input gradient only and their weight
+    gradient runs beside it (docs/formulas.md §7.1)"""
 
     def __post_init__(self):
         positive_int("global_batch", self.global_batch)
@@ -194,6 +199,9 @@ class RunSpec:
         require(self.overlap in ("trainer", "none") or (all(p in OVERLAPS for p in parts)
                                                         and len(set(parts)) == len(parts)),
                 "overlap", self.overlap, "valid: trainer, none, or a '+'-joined subset of " + ", ".join(OVERLAPS))
+        one_of("delay_wgrad_compute", self.delay_wgrad_compute, (False, True))
+        require(not self.delay_wgrad_compute or self.trainer == "megatron", "delay_wgrad_compute", True,
+                "a Megatron setting (--delay-wgrad-compute): valid with trainer megatron only")
         non_negative_int("memory_cap_bytes", self.memory_cap_bytes, 1 << 60)
         if self.reserve_bytes is not None:
             non_negative_int("reserve_bytes", self.reserve_bytes, 1 << 60)
@@ -205,6 +213,15 @@ class RunSpec:
                 "expected a fraction >= 0 and < 1 of the capacity to keep free")
         finite_number("confidence", self.confidence, 0.0, 1.0)
         require(self.confidence < 1, "confidence", self.confidence, "expected a confidence >= 0 and < 1, e.g. 0.9")
+
+    def check_delay_wgrad(self) -> None:
+        """Refuse delay_wgrad_compute without the expert all-to-all overlap asked for, as Megatron-Core's
+        TransformerConfig.__post_init__ does (@d98e8a6: 'overlap_moe_expert_parallel_comm must be enabled when
+        enabling delay_wgrad_compute'). Checked where a run is read (the options, a measured row), not on every
+        RunSpec: a run derived with other overlaps (e.g. its trainer's defaults) keeps the setting, inert."""
+        require(not self.delay_wgrad_compute or "ep" in self.overlap.split("+"), "delay_wgrad_compute", True,
+                f"Megatron delays the weight gradients only under the expert all-to-all overlap: valid with an "
+                f"overlap that names ep (overlap is {self.overlap})")
 
     @property
     def fp8(self) -> bool:

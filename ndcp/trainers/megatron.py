@@ -249,6 +249,15 @@ def _deferral(run: RunSpec, s: Strategy, notes: list[str]) -> list[str]:
     return ["--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", str(run.wgrad_deferral_limit)]
 
 
+def _delay_wgrad(run: RunSpec, runs: frozenset, notes: list[str]) -> bool:
+    """Whether the file asks for --delay-wgrad-compute (RunSpec.delay_wgrad_compute): Megatron-Core refuses it without
+    --overlap-moe-expert-parallel-comm (TransformerConfig.__post_init__ @d98e8a6), so not where the plan runs none."""
+    if run.delay_wgrad_compute and "ep" not in runs:
+        notes.append("Megatron delays the weight gradients only with --overlap-moe-expert-parallel-comm, which this "
+                     "plan does not run: emitted without --delay-wgrad-compute")
+    return run.delay_wgrad_compute and "ep" in runs
+
+
 def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int = 8) -> Emitted:
     """The environment and pretrain_gpt.py arguments that run `strategy` (or the nearest plan Megatron runs), the
     user's settings last, as placeholders."""
@@ -259,9 +268,13 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int =
     runs, changed = overlaps(model, run, s, notes)
     # the token dispatcher the plan priced (RunSpec.moe_dispatcher; flex: DeepEP, TransformerConfig's default backend)
     out += ["--moe-token-dispatcher-type", run.moe_dispatcher] if model.moe is not None else []
-    out += _overlap_flags(runs) + [x for p in PLACEHOLDERS for x in (p.option, p.value)]
+    delay = _delay_wgrad(run, runs, notes)
+    changed = changed or delay != run.delay_wgrad_compute
+    out += _overlap_flags(runs) + ["--delay-wgrad-compute"] * delay
+    out += [x for p in PLACEHOLDERS for x in (p.option, p.value)]
     text = fill_in_comment(PLACEHOLDERS) + _environment_lines(environment(s)) + option_lines(out)
-    emitted_run = dataclasses.replace(run, overlap=overlap_value(runs, MEGATRON.default_overlaps)) if changed else None
+    emitted_run = (dataclasses.replace(run, overlap=overlap_value(runs, MEGATRON.default_overlaps),
+                                       delay_wgrad_compute=delay) if changed else None)
     if run.fsdp_version != "trainer" and s.zero >= 2:  # what --use-megatron-fsdp runs instead (RunSpec.fsdp_version)
         notes.append(f"--fsdp-version {run.fsdp_version} is not what --use-megatron-fsdp runs: Megatron FSDP reduces "
                      "from its main-grad buffer with no pass over the gradients (plan with trainer)")
@@ -340,6 +353,8 @@ def read(text: str, model: ModelSpec) -> dict:
     v["overlap"] = read_overlap_args(a)
     v["moe_dispatcher"] = a.moe_token_dispatcher_type if model.moe is not None else None
     v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
+    if a.delay_wgrad_compute:  # a run setting (RunSpec.delay_wgrad_compute): must match the run
+        v["delay_wgrad_compute"] = True
     if a.defer_embedding_wgrad_compute:  # a run setting (RunSpec.wgrad_deferral_limit): must match the run
         v["wgrad_deferral_limit"] = a.wgrad_deferral_limit or 0
     _read_layout(a, v, model)

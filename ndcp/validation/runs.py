@@ -25,7 +25,8 @@ use is recorded in the row's `assumptions`):
   `training.grad_sync` / `training.param_gather` (RunSpec's: e.g. FSDP2 with reshard_after_forward False gathers
   once per micro-batch, `microbatch`), else the trainer's own;
 - overlaps: a stated `training.overlap` (RunSpec.overlap's syntax, e.g. "tp+p2p": what the row's recipe turns on,
-  estimate/overlap.py), else the trainer's defaults;
+  estimate/overlap.py), else the trainer's defaults; with `ep`, a stated `training.delay_wgrad_compute`
+  (RunSpec.delay_wgrad_compute), else Megatron's default, off;
 - scale-out network: a stated `cluster.scale_out_gbps_per_node` (Gb/s one way over a node's NICs, as sources
   state it) replaces the preset's per-device `inter_node_bandwidth` by the node's figure over its devices, else the
   preset's (one NIC per GPU: HDR 200 Gb/s on A100, NDR 400 Gb/s on H100);
@@ -223,6 +224,9 @@ def _row_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, fields: 
 # Megatron memory settings a row states as they are (RunSpec checks them): a bool, and an integer (0: every
 # micro-batch deferred); docs/calibration.md §3
 MEGATRON_MEMORY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit")
+# Megatron run settings a row states as written (RunSpec checks them): its memory settings and
+# training.delay_wgrad_compute (RunSpec.delay_wgrad_compute, under training.overlap ep)
+MEGATRON_SETTINGS = MEGATRON_MEMORY + ("delay_wgrad_compute",)
 
 
 def _stated(fields: dict, keys: tuple[str, ...]) -> dict[str, str]:
@@ -251,7 +255,8 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   **{k: bool(as_bool(training.get(k))) for k in COMPILE_SWITCHES},
                   **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype", "overlap",
                                        "fsdp_version", "grad_sync", "param_gather")),
-                  **{k: training[k] for k in MEGATRON_MEMORY if not is_null(training.get(k))})
+                  **{k: training[k] for k in MEGATRON_SETTINGS if not is_null(training.get(k))})
+    run.check_delay_wgrad()
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))

@@ -120,6 +120,12 @@ def test_plan_features_name_the_megatron_memory_settings_where_they_price_someth
     assert not plan_features(LLAMA, Strategy(dp=8, zero=1), run) & {"output wgrad deferred", "fp8 weights uncached"}
 
 
+def test_plan_features_name_the_weight_gradient_delay_where_the_expert_overlap_runs():
+    run = RunSpec(64, 4096, overlap="ep", delay_wgrad_compute=True)
+    assert "wgrad delayed" in plan_features(MIXTRAL, Strategy(dp=8, ep=8), run)
+    assert "wgrad delayed" not in plan_features(MIXTRAL, Strategy(dp=8, ep=1), run)  # no all-to-all to overlap
+
+
 def test_plan_features_name_the_scan_mixers_of_hybrid_models():
     nano, qwen_next = load_model("nemotron-3-nano"), load_model("qwen3-next-80b-a3b")
     assert plan_features(nano, Strategy(dp=8, ep=8), RUN) >= {"moe", "mamba-2"}

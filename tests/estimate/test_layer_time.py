@@ -116,11 +116,23 @@ def test_the_ep_overlap_leaves_hybrideps_kernels_out_of_the_compute_that_hides_t
     mixer = _ub_linear(MIXTRAL, H100, run, "moe", 1, tokens)
     plain = _moe_passes(MIXTRAL, H100, run, "moe", 1, tokens, 10.0, 20.0, 1.0, 2.0, 0.5)
     passes = _moe_passes(MIXTRAL, H100, run, "moe", 1, tokens, 10.0, 20.0, 1.0, 2.0, 0.5, (3.0, 2.0))
-    assert sum(plain) == pytest.approx(30.0)
-    assert sum(passes) == pytest.approx(30.0 - 5.0)
+    assert plain.compute() == pytest.approx(30.0)
+    assert passes.compute() == pytest.approx(30.0 - 5.0)
     assert passes.attention_forward == plain.attention_forward == pytest.approx(mixer + 1.0 + 0.5)
     assert passes.mlp_forward == pytest.approx(plain.mlp_forward - 3.0)
     assert passes.mlp_backward == pytest.approx(plain.mlp_backward - 2.0)
+
+
+def test_the_ep_overlap_splits_each_backward_into_its_gradients():
+    """What delay_wgrad_compute runs apart (overlap.ep_overlapped): one pass of each part's weight GEMMs, the mixer's
+    and the rest of the layer's (`linear`), never more than the backward it is part of."""
+    tokens = 8192.0
+    mixer = _ub_linear(MIXTRAL, H100, MEGATRON, "moe", 1, tokens)
+    passes = _moe_passes(MIXTRAL, H100, MEGATRON, "moe", 1, tokens, 10.0, 20.0, 1.0, 2.0, 0.5, linear=mixer + 3.0)
+    assert passes.attention_weight_gradient == pytest.approx(mixer)
+    assert passes.mlp_weight_gradient == pytest.approx(3.0)
+    tight = _moe_passes(MIXTRAL, H100, MEGATRON, "moe", 1, tokens, 10.0, 20.0, 1.0, 2.0, 0.5, linear=mixer + 100.0)
+    assert tight.mlp_weight_gradient == pytest.approx(tight.mlp_backward)
 
 
 def _tp_backward(t) -> float:

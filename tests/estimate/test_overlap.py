@@ -220,6 +220,42 @@ def test_the_dispatch_backward_waits_for_the_mlps_whole_backward():
     assert ep_overlapped(1.5, passes) == pytest.approx((0.25, 0.25))
 
 
+def test_delayed_weight_gradients_run_beside_the_dispatch_backward():
+    """Under delay_wgrad_compute the MLP node records its event after its input gradient (TransformerLayerNode.
+    backward_dw runs the weight gradient outside the event, model_chunk_schedule_plan.py @d98e8a6 issues it after the
+    dispatch forward): the dispatch backward waits for the input gradient only, the weight gradient runs beside it
+    before the MLP forward; the attention's weight gradient moves beside the next combine backward. The case above
+    (MLP backward 4 of which 2 weight gradient, attention backward 2 of which 0.5): phases 2.5 | 2 + 3 | 1.5, all
+    hidden where the default exposed 0.5."""
+    from ndcp.estimate.overlap import MoEPasses, ep_overlapped
+    passes = MoEPasses(attention_forward=2.0, attention_backward=2.0, mlp_forward=1.0, mlp_backward=4.0,
+                       attention_weight_gradient=0.5, mlp_weight_gradient=2.0)
+    assert sum(ep_overlapped(1.5, passes)) == pytest.approx(0.5)
+    assert sum(ep_overlapped(1.5, passes, delay_wgrad=True)) == pytest.approx(0.0)
+
+
+def test_a_delayed_weight_gradient_waits_for_the_dispatch_forward():
+    """The host issues the MLP's weight gradient only when the flex dispatcher's dispatch forward returns, which
+    blocks until its kernel ends: an input gradient shorter than the dispatch forward leaves the compute stream idle
+    until then. MLP input gradient 0.5, weight gradient 0.5, forward 1, all-to-alls 1: the default pairs the whole
+    backward (1) with the dispatch forward and hides everything; delayed, 0.5 idles beside the dispatch forward and the
+    weight gradient and MLP forward (1.5) outlast the dispatch backward: 0.5 exposed."""
+    from ndcp.estimate.overlap import MoEPasses, ep_overlapped
+    passes = MoEPasses(attention_forward=2.0, attention_backward=2.0, mlp_forward=1.0, mlp_backward=1.0,
+                       mlp_weight_gradient=0.5)
+    assert sum(ep_overlapped(1.0, passes)) == pytest.approx(0.0)
+    assert sum(ep_overlapped(1.0, passes, delay_wgrad=True)) == pytest.approx(0.5)
+
+
+def test_the_weight_gradients_change_nothing_unless_delayed():
+    """Without delay_wgrad_compute the split of each backward into its gradients does not enter the phases."""
+    from ndcp.estimate.overlap import MoEPasses, ep_overlapped
+    plain = MoEPasses(1.0, 2.0, 3.0, 6.0)
+    split = MoEPasses(1.0, 2.0, 3.0, 6.0, attention_weight_gradient=1.0, mlp_weight_gradient=3.0)
+    for c in (0.5, 1.5, 4.0):
+        assert ep_overlapped(c, plain, 0.2) == ep_overlapped(c, split, 0.2)
+
+
 def test_communication_beside_compute_takes_its_share_of_the_sms():
     """The all-to-all kernels hold `held` of the SMs while they run; the compute beside them runs at 1 - held
     meanwhile. Compute 1, 2, 3, 6 outlasting every 0.5-second all-to-all, a quarter of the SMs held: each phase ends
@@ -242,14 +278,17 @@ def test_the_ep_kernels_hold_32_sms():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 1))
+@given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 1),
+       st.floats(0, 1), st.floats(0, 1), st.booleans())
 def test_ep_overlap_exposes_between_full_hiding_and_none(c, attention_forward, attention_backward, mlp_forward,
-                                                         mlp_backward, held):
+                                                         mlp_backward, held, attention_w, mlp_w, delay):
     """Never more than the four all-to-alls unoverlapped, never less than what outlasts all the compute nor than the
     SMs' share of each all-to-all (each costs the compute beside it held x its time, or runs past it); the more SMs
-    the communication holds, the less it hides."""
+    the communication holds, the less it hides. With the weight gradients delayed or not (any share of each
+    backward)."""
     from ndcp.estimate.overlap import MoEPasses, ep_overlapped
-    passes = MoEPasses(attention_forward, attention_backward, mlp_forward, mlp_backward)
-    exposed = sum(ep_overlapped(c, passes, held))
-    assert max(0.0, 4 * c - sum(passes), 4 * c * held) - 1e-9 <= exposed <= 4 * c + 1e-9
-    assert sum(ep_overlapped(c, passes, held / 2)) <= exposed + 1e-9
+    passes = MoEPasses(attention_forward, attention_backward, mlp_forward, mlp_backward,
+                       attention_w * attention_backward, mlp_w * mlp_backward)
+    exposed = sum(ep_overlapped(c, passes, held, delay))
+    assert max(0.0, 4 * c - passes.compute(), 4 * c * held) - 1e-9 <= exposed <= 4 * c + 1e-9
+    assert sum(ep_overlapped(c, passes, held / 2, delay)) <= exposed + 1e-9

@@ -1,5 +1,6 @@
 """Emit -> --strategy-from -> the same strategy and the same estimate, for every trainer: a launch script ndcp wrote
 reads back as the plan the trainer runs (the nearest it can express), and so estimates exactly as that plan does."""
+import dataclasses
 import shlex
 
 import pytest
@@ -261,3 +262,32 @@ def test_without_pipeline_parallelism_megatron_does_not_defer():
     emitted = emit("megatron", LLAMA70, DEFERRED, Strategy(dp=8, tp=4, mbs=1, mbn=4, sp=True, recompute=SELECTIVE))
     assert "--defer-embedding-wgrad-compute" not in shlex.split(emitted.text.replace("\\\n", " "), comments=True)
     assert any("only with pp > 1" in n for n in emitted.notes)
+
+
+DELAYED = RunSpec(global_batch=256, seq_len=4096, overlap="ep", delay_wgrad_compute=True)
+EP_LAYOUT = Strategy(dp=16, tp=2, ep=8, etp=1, mbs=1, mbn=16, zero=1, sp=True, recompute=SELECTIVE)
+
+
+def test_delayed_weight_gradients_are_emitted_with_the_expert_overlap_and_read_back(tmp_path):
+    """--delay-wgrad-compute (a TransformerConfig field on Megatron-LM d98e8a6's command line) beside
+    --overlap-moe-expert-parallel-comm, which Megatron-Core requires with it; the file reads back as the same plan,
+    and a run that does not delay is told which setting to give."""
+    emitted = emit("megatron", MIXTRAL, DELAYED, EP_LAYOUT)
+    arguments = shlex.split(emitted.text.replace("\\\n", " "), comments=True)
+    assert {"--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"} <= set(arguments)
+    cluster, ran, back = round_trip(tmp_path, "megatron", MIXTRAL, 32, DELAYED, EP_LAYOUT)
+    assert back == ran == EP_LAYOUT
+    same_estimate(MIXTRAL, cluster, DELAYED, EP_LAYOUT, back)
+    run = RunSpec(global_batch=256, seq_len=4096, overlap="ep")
+    with pytest.raises(SpecError, match="set --delay-wgrad-compute"):
+        build_strategy(MIXTRAL, cluster, run, read_values(str(tmp_path / "megatron.txt"), MIXTRAL, run))
+
+
+def test_without_the_expert_overlap_megatron_does_not_delay_the_weight_gradients():
+    """Full recompute turns the expert all-to-all overlap off (Megatron refuses it): the delay goes with it, and the
+    run the file runs says so."""
+    emitted = emit("megatron", MIXTRAL, DELAYED, dataclasses.replace(EP_LAYOUT, recompute=FULL))
+    arguments = shlex.split(emitted.text.replace("\\\n", " "), comments=True)
+    assert "--overlap-moe-expert-parallel-comm" not in arguments and "--delay-wgrad-compute" not in arguments
+    assert any("emitted without --delay-wgrad-compute" in n for n in emitted.notes)
+    assert emitted.run is not None and not emitted.run.delay_wgrad_compute

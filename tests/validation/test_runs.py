@@ -36,3 +36,29 @@ def test_a_stated_node_network_is_shared_by_the_nodes_devices(tmp_path):
 def test_a_node_network_that_is_not_a_positive_rate_is_the_rows_error(tmp_path, value):
     with pytest.raises(SpecError, match="cluster.scale_out_gbps_per_node.*positive number of Gb/s"):
         _row(tmp_path, f", scale_out_gbps_per_node: {value}")
+
+
+def _moe_row(tmp_path, training: str):
+    path = tmp_path / "moe.yaml"
+    path.write_text(
+        "runs:\n"
+        "- id: delayed\n"
+        "  model: mixtral-8x7b\n"
+        "  cluster: {gpu: h100_sxm_80gb, num_gpus: 64, gpus_per_node: 8}\n"
+        f"  training: {{global_batch: 256, precision: bf16, seq_len: 4096{training}}}\n"
+        "  strategy: {tp: 1, pp: 1, dp: 64, ep: 8, micro_batch: 1, zero_stage: 1, sp: null, recompute: none}\n"
+        "  outcome: {tokens_per_s_per_gpu: 3000}\n")
+    return read_rows(path)[0][1]()
+
+
+def test_a_stated_weight_gradient_delay_is_read_under_the_expert_overlap(tmp_path):
+    """training.delay_wgrad_compute (RunSpec.delay_wgrad_compute): what the row's recipe sets, read beside its
+    `overlap: ep`; unstated, Megatron's default (off)."""
+    assert _moe_row(tmp_path, ", overlap: ep, delay_wgrad_compute: true").run.delay_wgrad_compute is True
+    assert _moe_row(tmp_path, ", overlap: ep").run.delay_wgrad_compute is False
+
+
+def test_a_weight_gradient_delay_without_the_expert_overlap_is_the_rows_error(tmp_path):
+    with pytest.raises(SpecError, match="delay_wgrad_compute=True is not valid; Megatron delays the weight gradients "
+                                        "only under the expert all-to-all overlap"):
+        _moe_row(tmp_path, ", delay_wgrad_compute: true")
