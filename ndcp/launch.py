@@ -113,9 +113,11 @@ class LaunchCheck:
                 "launchable": not self.missing, "reasons": list(self.reasons)}
 
 
-def read_back(text: str, values: argparse.Namespace, trainer: str) -> ReadBack:
+def read_back(text: str, values: argparse.Namespace, trainer: str, ran: RunSpec | None = None) -> ReadBack:
     """The configuration `text` as `ndcp estimate --strategy-from FILE --trainer TRAINER` with the run options of
-    `values` reads and estimates it. Raises SpecError when it cannot be read back."""
+    `values` reads and estimates it, with the loss kernel the file runs (`ran`, Emitted.run: e.g. Megatron-LM's
+    native fused loss for a plan on Transformer Engine's) where the emitter changed it. Raises SpecError when it
+    cannot be read back."""
     with tempfile.TemporaryDirectory(prefix="ndcp-emit-") as folder:
         path = Path(folder) / "emitted"
         path.write_text(text, encoding="utf-8")
@@ -123,6 +125,7 @@ def read_back(text: str, values: argparse.Namespace, trainer: str) -> ReadBack:
         given.strategy_from, given.strategy, given.strategy_file, given.trainer = str(path), "", None, trainer
         given.overlap = None  # the file's overlaps, as `--strategy-from` reads them without --overlap
         given.fsdp_version = "trainer"  # the trainer's own FSDP: what every emitted file runs (RunSpec.fsdp_version)
+        given.loss_kernel = ran.loss_kernel if ran is not None else given.loss_kernel
         model, cluster, run = build_problem(given)
         strategy = build_strategy(model, cluster, run, strategy_values(given, model, run))
     memory, time = estimate_memory(model, cluster, run, strategy), estimate_time(model, cluster, run, strategy)
@@ -152,7 +155,7 @@ def check_launch(kind: str, values: argparse.Namespace, problem: tuple[ModelSpec
     if run.trainer != kind:
         reasons.append(f"planned with {run.trainer}'s behaviour, emitted for {kind}: plan with --trainer {kind}")
     try:
-        back = read_back(text, values, kind)
+        back = read_back(text, values, kind, emitted.run)
     except SpecError as error:
         return LaunchCheck(kind, text, tuple(emitted.notes), None, False, emitted.missing,
                            tuple(reasons + [f"ndcp cannot read the {kind} file back: {error}"]) + emitted.missing)

@@ -20,6 +20,7 @@ from .estimate.reserve import (CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES, CUDA_CONT
 from .schedules import SCHEDULES
 from .space import DEFAULT_SCHEDULES
 from .specs.device import PRESETS
+from .specs.trainer_behaviour import LOSS_KERNELS
 from .specs.fields import SpecError, field_docs
 from .specs.run import (ATTENTION_KERNELS, FP8_RECIPES, FSDP_VERSIONS, GRAD_SYNCS, MAX_LOAD_IMBALANCE,
                         MFU_CONVENTIONS, MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec)
@@ -327,6 +328,7 @@ RUN_OPTIONS = (
     run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS, metavar="KERNEL"),
     run_option("torch_compile", "--torch-compile", switch=True),
     run_option("compile_loss", "--compile-loss", switch=True),
+    run_option("loss_kernel", "--loss-kernel", choices=("trainer",) + LOSS_KERNELS, metavar="KERNEL"),
     run_option("disable_parameter_transpose_cache", "--disable-parameter-transpose-cache", switch=True),
     run_option("wgrad_deferral_limit", "--wgrad-deferral-limit", parse=int32, metavar="N"),
     run_option("trainer", "--trainer", ". A search returns only plans this trainer runs exactly as --emit writes "

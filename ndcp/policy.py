@@ -16,6 +16,7 @@ from typing import Any
 
 from .estimate.fp8 import check_fp8
 from .estimate.overlap import asked_overlaps
+from .estimate.trainers import loss_kernel
 from .options import RUN_OPTIONS, cp_comm_types
 from .rules import (Problem, check_given_degrees, check_images, check_positions, check_strategy, first_refusal,
                     hsdp_refusal, recompute_option_refusal, refusal_error)
@@ -148,6 +149,10 @@ def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, valu
     if v.pop("delay_wgrad_compute", False) and not run.delay_wgrad_compute:  # a run setting: must match the run
         raise SpecError("the file's --delay-wgrad-compute does not match the run's (not delayed); set "
                         "--delay-wgrad-compute")
+    kernel = v.pop("loss_kernel", None)  # a run setting (a file's fused loss): must match the run's
+    if kernel is not None and kernel != loss_kernel(run):
+        raise SpecError(f"the file's loss kernel {kernel} does not match the run's ({loss_kernel(run)}); set "
+                        f"--loss-kernel {kernel}")
     precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
     if precision is not None and precision != run.precision:
         raise SpecError(f"strategy precision={precision} does not match the run's --precision {run.precision}; "

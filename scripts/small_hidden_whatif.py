@@ -14,8 +14,9 @@ terms per process):
 - hbm: element-wise work (estimate/compute.py memory_seconds) at a fraction of the datasheet HBM bandwidth instead of
   all of it; the published figure: 2,903 GB/s device-to-device copy on H100 SXM of 3,350 (86.7 %, Voltage Park /
   AI @ Georgia Tech cluster benchmark, github.com/aigatech/vpbenchmarking README);
-- loss: the passes over the fp32 logits of the cross-entropy loss (estimate/time.py LOSS_PASSES_*: 3 forward, 2
-  backward) as Megatron-LM's unfused vocab-parallel cross entropy runs them (its default: --cross-entropy-loss-fusion
+- loss: the passes over the fp32 logits of the eager cross-entropy loss (estimate/time.py EAGER_LOSS_PASSES: 3
+  forward, 2 backward; since RunSpec.loss_kernel, Megatron-LM's kernels are priced per run and this patches only the
+  runs on the eager kernel) as Megatron-LM's unfused vocab-parallel cross entropy runs them (its default: --cross-entropy-loss-fusion
   off), megatron/core/tensor_parallel/cross_entropy.py @core_r0.8.0: forward .float() (read 2 bytes, write 4: 1.5
   passes), max (1), in-place subtract (2), exp in place (2), sum (1), in-place divide (2) = 9.5; backward in-place
   multiply (2) and the bf16 cast of the gradient (1.5) = 3.5;
@@ -74,7 +75,7 @@ def apply(variant: str, value: float) -> None:
                 module.memory_seconds = at_fraction
     elif variant == "loss":
         import ndcp.estimate.time as time
-        time.LOSS_PASSES_FORWARD, time.LOSS_PASSES_BACKWARD = value * 9.5 / 13, value * 3.5 / 13
+        time.EAGER_LOSS_PASSES = (value * 9.5 / 13, value * 3.5 / 13)
     elif variant == "gap":
         import ndcp.estimate.layer_time as layer_time
         passes, (forward, backward) = layer_time._layer_passes, DENSE_KERNELS

@@ -75,22 +75,24 @@ def test_each_run_option_reaches_its_field():
     assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE) - set(MEGATRON_ONLY)
 
 
-MEGATRON_ONLY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute")
+MEGATRON_ONLY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute", "loss_kernel")
 
 
 def test_the_megatron_memory_options_reach_their_fields():
     values = keyword_values(SEARCH_KEYWORDS, {"device": "h100", "gpus": 8, "global_batch": 64, "seq_len": 4096,
-                                              "disable_parameter_transpose_cache": True, "wgrad_deferral_limit": 22})
+                                              "disable_parameter_transpose_cache": True, "wgrad_deferral_limit": 22,
+                                              "loss_kernel": "native"})
     values.model = "tiny"
     run = build_run(values)
-    assert (run.disable_parameter_transpose_cache, run.wgrad_deferral_limit) == (True, 22)
+    assert (run.disable_parameter_transpose_cache, run.wgrad_deferral_limit, run.loss_kernel) == (True, 22, "native")
     every = keyword_values(SEARCH_KEYWORDS, {"device": "h100", "gpus": 8, "global_batch": 64, "seq_len": 4096,
                                              "wgrad_deferral_limit": 0})
     every.model = "tiny"
     assert build_run(every).wgrad_deferral_limit == 0  # Megatron's 0: every micro-batch deferred
 
 
-@pytest.mark.parametrize("field,value", [("disable_parameter_transpose_cache", True), ("wgrad_deferral_limit", 4)])
+@pytest.mark.parametrize("field,value", [("disable_parameter_transpose_cache", True), ("wgrad_deferral_limit", 4),
+                                         ("loss_kernel", "te")])
 def test_the_megatron_memory_options_are_refused_for_other_trainers(field, value):
     with pytest.raises(SpecError, match=f"{field}=.* valid with trainer megatron only"):
         RunSpec(64, 4096, trainer="torchtitan", **{field: value})

@@ -28,7 +28,7 @@ from ..specs.encoder import encoder_run, image_side
 from ..specs.model import ModelSpec
 from ..specs.recompute import HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 from ..specs.run import RunSpec
-from .trainers import trainer_behaviour
+from .trainers import loss_kernel, trainer_behaviour
 from .fp8 import linear_input_bytes
 from .keys import Degrees
 from .mixers import scan_saved
@@ -357,9 +357,16 @@ def logit_bytes_per_logit(run: RunSpec) -> float:
     recomputing the fp32 cast, shift and exp in backward, and Inductor's one backward kernel reads those logits and
     writes the 16-bit logit gradient, the only logit-sized buffer it allocates (checked with torch 2.13 Inductor's
     generated code: docs/formulas.md §5.6). So the saved logits (kept alive though train.py deletes `pred`) and
-    their gradient: 2 x 2 bytes per logit, against the eager 3 x 4 (torchtitan)."""
+    their gradient: 2 x 2 bytes per logit, against the eager 3 x 4 (torchtitan). Megatron's kernels (RunSpec.loss_kernel
+    unfused, native, te) each hold one fp32 logit-sized tensor from forward to backward: the softmax, computed in
+    place in the fp32 copy (tensor_parallel/cross_entropy.py, fusions/fused_cross_entropy.py save_for_backward
+    exp_logits), or Transformer Engine's fp32 gradient written in forward (pytorch/cross_entropy.py
+    save_for_backward(grad_input)): the trainer's one copy. flash-attn's (flash) saves the 16-bit logits themselves
+    (flash_attn/ops/triton/cross_entropy.py save_for_backward(logits, lse, labels)): the activation dtype."""
     if run.compile_loss:
         return COMPILED_LOSS_LOGIT_COPIES * run.activation_bytes
+    if loss_kernel(run) == "flash":
+        return run.activation_bytes
     return trainer_behaviour(run).fp32_logit_copies * FP32
 
 

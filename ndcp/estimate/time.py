@@ -25,12 +25,17 @@ from .keys import Degrees, LayerKey, StageKey
 from .layer_time import ZERO_TIME, LayerTime, layer_time, tp_all_reduce_seconds
 from .layout import stage_mode_counts
 from .overlap import HIDDEN_KEYS, NO_OVERLAP, layer_overlaps, strategy_overlaps
+from .trainers import loss_kernel
 
-LOSS_PASSES_FORWARD = 3  # fp32 logits: read for max, read for sum-exp, write softmax (vocab-parallel CE, Megatron)
-LOSS_PASSES_BACKWARD = 2  # read softmax, write the logit gradient
+FP32 = 4
+# The eager PyTorch loss (RunSpec.loss_kernel eager: torchtitan, and the PyTorch trainers' rows) as ndcp has priced it
+# since before the per-kernel counts below (not recounted op by op): 3 forward passes over the fp32 logits (read for
+# the max, read for the sum-exp, write the softmax) and 2 backward (read the softmax, write the logit gradient)
+EAGER_LOSS_PASSES = (3, 2)
 # A compiled loss (RunSpec.compile_loss; Inductor's kernels as checked in docs/formulas.md §5.6) on the 16-bit logits:
-COMPILED_LOSS_PASSES_FORWARD = 2  # one kernel reads the logits for the row max, then for the sum-exp and the target
-COMPILED_LOSS_PASSES_BACKWARD = 2  # one kernel reads the logits and writes their gradient
+# forward one kernel reads them for the row max, then for the sum-exp and the target; backward one reads them and
+# writes their gradient
+COMPILED_LOSS_PASSES = (2, 2)
 LOSS_ALL_REDUCES = 3  # vocab-parallel cross entropy: max, sum-exp and target logit over TP (Megatron cross_entropy.py)
 
 
@@ -61,23 +66,55 @@ def _encoder_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degrees:
                                                            3 * total_flops(gemms), wgrad=linear)
 
 
+def loss_bytes_per_logit(run: RunSpec) -> tuple[float, float]:
+    """HBM bytes per logit (of the vocabulary shard) the loss moves, (forward, backward), by its kernel
+    (RunSpec.loss_kernel, else the trainer's: TrainerBehaviour.loss_kernel; docs/formulas.md §3.5). `a` is the
+    logits' dtype (the output GEMM writes them in the activation dtype); a cast to fp32 reads a and writes 4 bytes,
+    the gradient's cast back reads 4 and writes a (autograd casts a custom Function's fp32 input gradient to its
+    input's dtype). Counted from the code, one pass per op (a kernel of its own) unless fused:
+    - unfused: Megatron-Core tensor_parallel/cross_entropy.py (core_r0.8.0; the same ops at d98e8a6)
+      _VocabParallelCrossEntropy: forward `.float()` (a + 4), max (4), in-place subtract of the max (8), in-place
+      exp (8), sum (4), in-place divide (8): a + 36; backward in-place multiply by the per-token output gradient (8)
+      and the cast of the fp32 gradient (4 + a): 12 + a. 52 bytes in bf16 (13 fp32 passes).
+    - native: Megatron-Core fusions/fused_cross_entropy.py (--cross-entropy-loss-fusion, impl native): the same ops in
+      three `jit_fuser` functions forward, one backward, each one kernel reading its inputs and writing its outputs
+      once: cast and max (a + 4), subtract, exp and sum (8), divide (8); backward the gradient written in bf16 (4 +
+      a): 28 bytes in bf16.
+    - te: Transformer Engine pytorch/triton/cross_entropy.py (@d0067d0; Megatron's --cross-entropy-fusion-impl te):
+      forward online_softmax_kernel reads the logits (a) and cross_entropy_kernel reads them again and writes the
+      fp32 gradient (a + 4); backward element_mul_kernel scales it in place (8; Megatron's per-token output gradient
+      is not the scalar 1 that skips it) and autograd's cast to the input dtype (4 + a): 22 bytes in bf16.
+    - flash: flash-attn's fused cross entropy (flash_attn/ops/triton/cross_entropy.py @058ad35, what
+      flash_attn.losses.cross_entropy.CrossEntropyLoss runs; llm-foundry's MPT loss_fn fused_crossentropy): forward
+      cross_entropy_fwd_kernel reads the 16-bit logits once (online softmax: max and sum-exp together, a); backward
+      cross_entropy_bwd_kernel reads them and writes the gradient in their dtype (2a): 6 bytes in bf16.
+    - eager: EAGER_LOSS_PASSES over fp32 logits, 20 bytes (as priced before, not recounted).
+    - compiled (RunSpec.compile_loss): COMPILED_LOSS_PASSES over the 16-bit logits, 8 bytes in bf16."""
+    a = run.activation_bytes
+    if run.compile_loss:
+        return COMPILED_LOSS_PASSES[0] * a, COMPILED_LOSS_PASSES[1] * a
+    cast, cast_back = a + FP32, FP32 + a  # counted for fp32 logits too, where `.float()` copies nothing (an over-count)
+    return {"unfused": (cast + 4 + 8 + 8 + 4 + 8, 8 + cast_back),
+            "native": (cast + 8 + 8, cast_back),
+            "te": (2 * a + FP32, 8 + cast_back),
+            "flash": (a, 2 * a),
+            "eager": (EAGER_LOSS_PASSES[0] * FP32, EAGER_LOSS_PASSES[1] * FP32)}[loss_kernel(run)]
+
+
 @lru_cache(maxsize=65536)  # shared by the MTP variants (ep, etp, overlaps) of _stage_extra_time
 def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, tokens: float, tp: int,
                       sp: bool) -> LayerTime:
-    """Final norm, vocab-parallel output GEMM and the cross-entropy loss (memory-bound): passes over the fp32
-    logits, or under a compiled loss (RunSpec.compile_loss) fewer passes over the 16-bit ones."""
+    """Final norm, vocab-parallel output GEMM and the cross-entropy loss (memory-bound: loss_bytes_per_logit over
+    the vocabulary shard's logits)."""
     device, dtype = cluster.device, run.activation_bytes
     norm_tokens = tokens / tp if sp else tokens
     norm = memory_seconds(2 * norm_tokens * model.hidden * dtype, device)
     logits_gemm = output_layer_gemm(model, tokens, tp)
     logits = gemm_seconds((logits_gemm,), device, dtype)
-    if run.compile_loss:  # passes over the 16-bit logits
-        forward_passes, backward_passes, width = COMPILED_LOSS_PASSES_FORWARD, COMPILED_LOSS_PASSES_BACKWARD, dtype
-    else:  # over the fp32 ones
-        forward_passes, backward_passes, width = LOSS_PASSES_FORWARD, LOSS_PASSES_BACKWARD, 4
-    loss_bytes = tokens * model.vocab / tp * width
-    forward = norm + logits + memory_seconds(forward_passes * loss_bytes, device)
-    backward = 2 * (norm + logits) + memory_seconds(backward_passes * loss_bytes, device)
+    forward_bytes, backward_bytes = loss_bytes_per_logit(run)
+    shard = tokens * model.vocab / tp
+    forward = norm + logits + memory_seconds(forward_bytes * shard, device)
+    backward = 2 * (norm + logits) + memory_seconds(backward_bytes * shard, device)
     tp_comm = 0.0
     if tp > 1:
         bandwidth, latency = comm.tp_link(cluster, tp)

@@ -19,6 +19,12 @@ def trainer_behaviour(run: RunSpec) -> TrainerBehaviour:
     return BEHAVIOURS[run.trainer]
 
 
+def loss_kernel(run: RunSpec) -> str:
+    """The loss kernel the run prices (specs.trainer_behaviour.LOSS_KERNELS): RunSpec.loss_kernel, or for "trainer"
+    the trainer's (TrainerBehaviour.loss_kernel); a compiled loss (RunSpec.compile_loss) is priced as its own."""
+    return trainer_behaviour(run).loss_kernel if run.loss_kernel == "trainer" else run.loss_kernel
+
+
 @dataclass(frozen=True)
 class DataParallelSync:
     """When one strategy's data-parallel collectives run, and what that holds in memory."""

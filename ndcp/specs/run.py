@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from .fields import (cached_hash, finite_number, non_negative_int, one_of, positive_int, require,
                      state_without_hash)
-from .trainer_behaviour import BEHAVIOURS
+from .trainer_behaviour import BEHAVIOURS, LOSS_KERNELS
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 GRAD_DTYPES = ("bf16", "fp16", "fp32")
@@ -85,6 +85,14 @@ class RunSpec:
     16-bit logits and write their gradient without the eager loss's fp32 copies (docs/formulas.md §5.6); with
     torch_compile, compile.components [model, loss] (torchtitan's default, and what `training.compile` compiled
     from April 2025, e.g. e7c0cae); torchtitan only"""
+    loss_kernel: str = "trainer"
+    """the cross-entropy implementation the output layer's loss runs, priced by the HBM bytes it moves per logit
+    (estimate/time.py loss_bytes_per_logit; docs/formulas.md §3.5): trainer (default: its own, megatron's unfused,
+    torchtitan's eager), unfused (Megatron-Core's vocab-parallel cross entropy, Megatron-LM's default), native
+    (Megatron's fused one, --cross-entropy-loss-fusion), te (Transformer Engine's Triton kernel,
+    --cross-entropy-fusion-impl te), flash (flash-attn's fused cross entropy, llm-foundry's default) or eager
+    (PyTorch's cross entropy on fp32 logits); unfused, native and te with trainer megatron only; under compile_loss:
+    trainer"""
     memory_cap_bytes: int = 0
     """usable memory per device (default: all of it)"""
     reserve_bytes: int | None = None
@@ -179,6 +187,12 @@ class RunSpec:
         one_of("compile_loss", self.compile_loss, (False, True))
         require(not self.compile_loss or self.trainer == "torchtitan", "compile_loss", self.compile_loss,
                 "the compiled loss is modelled for trainer torchtitan only (compile.components loss)")
+        one_of("loss_kernel", self.loss_kernel, ("trainer",) + LOSS_KERNELS)
+        require(self.loss_kernel in ("trainer", "flash", "eager") or self.trainer == "megatron", "loss_kernel",
+                self.loss_kernel, "Megatron-Core's loss kernels: valid with trainer megatron only (else trainer, "
+                "flash, eager)")
+        require(not self.compile_loss or self.loss_kernel == "trainer", "loss_kernel", self.loss_kernel,
+                "the compiled loss (compile_loss) is its own kernel: give loss_kernel trainer")
         one_of("disable_parameter_transpose_cache", self.disable_parameter_transpose_cache, (False, True))
         require(not self.disable_parameter_transpose_cache or self.trainer == "megatron",
                 "disable_parameter_transpose_cache", True, "a Megatron setting: valid with trainer megatron only")

@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 # Whose code casts the FP8 GEMMs' operands (TrainerBehaviour.fp8_casts; estimate/fp8.py layer_cast_bytes prices each)
 FP8_CASTS = ("transformer_engine", "torchao")
+# The cross-entropy implementations the output layer's loss runs (TrainerBehaviour.loss_kernel, RunSpec.loss_kernel;
+# estimate/time.py loss_bytes_per_logit prices each): Megatron-Core's unfused vocab-parallel cross entropy, its fused
+# `native` one (--cross-entropy-loss-fusion), Transformer Engine's Triton one (--cross-entropy-fusion-impl te),
+# flash-attn's fused cross entropy (llm-foundry's default loss_fn fused_crossentropy) and PyTorch's eager cross
+# entropy on fp32 logits (torchtitan and the other PyTorch trainers)
+LOSS_KERNELS = ("unfused", "native", "te", "flash", "eager")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,9 @@ class TrainerBehaviour:
     # estimate/activations.py logit_bytes_per_logit; torchtitan's compiled loss, RunSpec.compile_loss, holds
     # 16-bit ones).
     fp32_logit_copies: int
+    # The loss kernel it runs by default (one of LOSS_KERNELS; RunSpec.loss_kernel "trainer"), priced by
+    # estimate/time.py loss_bytes_per_logit.
+    loss_kernel: str
     # FP8 training keeps FP8 copies of the linear weights next to (or, with --fp8-param-gather, instead of) the
     # 16-bit ones (estimate/fp8.py weight_copy_bytes_per_parameter); False: the weights are cast per GEMM.
     fp8_weight_copies: bool
@@ -81,6 +90,10 @@ MEGATRON = TrainerBehaviour(
     pipeline_keeps_buffers=False,  # core/pipeline_parallel/schedules.py deallocate_output_tensor
     keeps_root_gathered=False, op_level_inventory=False,
     fp32_logit_copies=1,  # vocab-parallel cross entropy casts the logits to fp32 once, softmax in place
+    # Megatron-LM's default: --cross-entropy-loss-fusion off (ModelParallelConfig.cross_entropy_loss_fusion False at
+    # core_r0.8.0 and d98e8a6), so language_module.py compute_language_model_loss runs
+    # tensor_parallel.vocab_parallel_cross_entropy; ndcp's emitter adds the flag only for --loss-kernel native
+    loss_kernel="unfused",
     fp8_weight_copies=True,  # Transformer Engine keeps FP8 weight copies (estimate/fp8.py)
     fp8_saves_cast_inputs=True,  # Transformer Engine's linear layers save the FP8 input (docs/formulas.md §3.1)
     fp8_casts="transformer_engine",
@@ -113,6 +126,7 @@ TORCHTITAN = TrainerBehaviour(
     keeps_root_gathered=True,  # fully_shard: the root's reshard_after_forward is False
     op_level_inventory=True,  # parallelize_llama._apply_ac_to_transformer_block
     fp32_logit_copies=3,  # log_softmax output, nll_loss gradient, log_softmax input gradient
+    loss_kernel="eager",  # cross_entropy(pred.float(), labels) (compiled under RunSpec.compile_loss instead)
     fp8_weight_copies=False,  # torchao Float8Linear casts the weight per GEMM and keeps no copy
     # torchao float8_linear.py save_for_backward(input_hp, weight_hp_t): the 16-bit input; measured on torchtitan
     # 0.3.0 with torchao 0.18.0 (docs/saved_tensors.yaml: FP8 keeps the BF16 activations)
@@ -147,6 +161,7 @@ MINDFORMERS = TrainerBehaviour(
     # without select_comm_recompute the all-gathered norm output under sequence parallelism; both are left out
     op_level_inventory=False,
     fp32_logit_copies=1,  # as Megatron's, not verified
+    loss_kernel="unfused",  # as Megatron's default, not verified (the most bytes of LOSS_KERNELS: conservative)
     fp8_weight_copies=True,  # as Megatron's, not verified
     fp8_saves_cast_inputs=True,  # as Megatron's, not verified
     fp8_casts="transformer_engine",  # as Megatron's, not verified
@@ -155,4 +170,4 @@ MINDFORMERS = TrainerBehaviour(
 )
 BEHAVIOURS: dict[str, TrainerBehaviour] = {b.name: b for b in (MEGATRON, TORCHTITAN, MINDFORMERS)}
 
-__all__ = ["TrainerBehaviour", "BEHAVIOURS", "FP8_CASTS", "MEGATRON", "TORCHTITAN", "MINDFORMERS"]
+__all__ = ["TrainerBehaviour", "BEHAVIOURS", "FP8_CASTS", "LOSS_KERNELS", "MEGATRON", "TORCHTITAN", "MINDFORMERS"]

@@ -24,7 +24,8 @@ from . import checkpoints
 from .base import (Emitted, Trainer, facts, fill_in_comment, nearest_optimizer_offload, nearest_schedule,
                    option_lines, option_words, overlap_value, partition_of, planned_overlaps, read_error, stage_plans,
                    uniform_cover, used_options, with_plan)
-from .megatron_model import PLACEHOLDERS, architecture
+from .megatron_model import (LOSS_KERNEL_FLAGS, PLACEHOLDERS, architecture, loss_kernel_note, loss_kernel_ran,
+                             read_loss_kernel)
 
 # Transformer Engine's FP8 recipes by ndcp's names (Megatron-LM --fp8-recipe choices, facts/megatron.yaml)
 FP8_RECIPE_FLAGS = {"delayed": "delayed", "tensorwise": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
@@ -230,6 +231,7 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int 
     out += ["--micro-batch-size", str(s.mbs), "--global-batch-size", str(s.global_batch),
             "--seq-length", str(run.seq_len)]
     out += _precision(run, s) + _data_parallel(run, s, notes) + _recompute(model, s)
+    out += LOSS_KERNEL_FLAGS[loss_kernel_ran(run)]  # the output layer's loss (RunSpec.loss_kernel)
     for field in ("activation_func_fp8_input_store", "disable_parameter_transpose_cache"):  # TransformerConfig
         if getattr(run, field):  # fields Megatron-LM keeps off its command line (arguments.py `exclude`)
             notes.append(f"--{field.replace('_', '-')} has no Megatron-LM flag: set TransformerConfig.{field}=True "
@@ -279,6 +281,10 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int =
         notes.append(f"--fsdp-version {run.fsdp_version} is not what --use-megatron-fsdp runs: Megatron FSDP reduces "
                      "from its main-grad buffer with no pass over the gradients (plan with trainer)")
         emitted_run = dataclasses.replace(emitted_run or run, fsdp_version="trainer")
+    if loss_kernel_note(run):  # the loss kernel the file runs instead (RunSpec.loss_kernel; unfused: Megatron's own)
+        notes.append(loss_kernel_note(run))
+        ran = loss_kernel_ran(run)
+        emitted_run = dataclasses.replace(emitted_run or run, loss_kernel="trainer" if ran == "unfused" else ran)
     return Emitted(text, notes, None if s == strategy else s, emitted_run)
 
 
@@ -355,6 +361,7 @@ def read(text: str, model: ModelSpec) -> dict:
     v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
     if a.delay_wgrad_compute:  # a run setting (RunSpec.delay_wgrad_compute): must match the run
         v["delay_wgrad_compute"] = True
+    v["loss_kernel"] = read_loss_kernel(a.cross_entropy_loss_fusion, a.cross_entropy_fusion_impl)  # a run setting
     if a.defer_embedding_wgrad_compute:  # a run setting (RunSpec.wgrad_deferral_limit): must match the run
         v["wgrad_deferral_limit"] = a.wgrad_deferral_limit or 0
     _read_layout(a, v, model)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
+from ..specs.trainer_behaviour import MEGATRON
 from .base import Placeholder
 
 # Megatron's Llama-3.x RoPE scaling fixes everything but the factor (core/models/common/embeddings/
@@ -162,3 +163,37 @@ def moe_layer_pattern(pattern: list[int]) -> str:
 
 
 __all__ = ["architecture", "hybrid_note", "moe_layer_pattern", "PLACEHOLDERS", "LLAMA3_FIXED", "MLA_YARN_ORIGINAL"]
+
+
+# -- the output layer's loss kernel (RunSpec.loss_kernel) --------------------------------------------------------
+# What selects each kernel Megatron-LM runs (core/models/common/language_module/language_module.py
+# compute_language_model_loss @d98e8a6): no --cross-entropy-loss-fusion, tensor_parallel.vocab_parallel_cross_entropy
+# (unfused); with it, fused_vocab_parallel_cross_entropy (--cross-entropy-fusion-impl native, its default) or
+# Transformer Engine's parallel cross entropy (te), which training/arguments.py validate_args refuses at d98e8a6
+# ("disabled due to stability issues", since 168cb15d70, 2026-06-03)
+LOSS_KERNEL_FLAGS = {"unfused": [], "native": ["--cross-entropy-loss-fusion"]}
+
+
+def loss_kernel_ran(run: RunSpec) -> str:
+    """The loss kernel the emitted file runs for the plan's (RunSpec.loss_kernel; trainer: Megatron-LM's default,
+    unfused): unfused or native as planned; te as native (refused at the pinned Megatron-LM); eager (PyTorch's loss,
+    no Megatron flag) as Megatron's default."""
+    kernel = MEGATRON.loss_kernel if run.loss_kernel == "trainer" else run.loss_kernel
+    return kernel if kernel in LOSS_KERNEL_FLAGS else "native" if kernel == "te" else "unfused"
+
+
+def loss_kernel_note(run: RunSpec) -> str | None:
+    """Why the file runs another loss kernel than the plan's, or None."""
+    if run.loss_kernel == "te":
+        return ("--loss-kernel te: Megatron-LM (d98e8a6) refuses --cross-entropy-fusion-impl te; the file runs its "
+                "native fused loss (--cross-entropy-loss-fusion), priced as --loss-kernel native")
+    if run.loss_kernel in ("flash", "eager"):
+        return (f"--loss-kernel {run.loss_kernel} is not a Megatron loss: the file runs Megatron-LM's default "
+                "(unfused)")
+    return None
+
+
+def read_loss_kernel(fusion: bool, impl: str | None) -> str | None:
+    """The loss kernel parsed --cross-entropy-loss-fusion / --cross-entropy-fusion-impl run; None without the
+    fusion flag (the run's own kernel is kept)."""
+    return ("te" if impl == "te" else "native") if fusion else None

@@ -20,6 +20,8 @@ use is recorded in the row's `assumptions`):
   pretrain_performance_optimizations, e.g. recipes/gpt3_175b.py), else fp32 main gradients (Megatron's default);
 - torch.compile: a stated `training.torch_compile` (true/false; torchtitan only, RunSpec.torch_compile), else eager;
   the loss compiled too where `training.compile_loss` says so (RunSpec.compile_loss), else an eager loss;
+- loss kernel: a stated `training.loss_kernel` (RunSpec.loss_kernel: unfused, native, te or eager, what the row's
+  recipe runs), else the trainer's (Megatron-LM's default unfused, torchtitan's eager), noted;
 - FSDP: a stated `training.fsdp_version` (RunSpec.fsdp_version: fsdp1 for PyTorch FullyShardedDataParallel, as
   Composer / llm-foundry and fms-fsdp run it; fsdp2 for fully_shard, as NeMo AutoModel runs it), and its
   `training.grad_sync` / `training.param_gather` (RunSpec's: e.g. FSDP2 with reshard_after_forward False gathers
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..estimate.fp8 import check_fp8
+from ..estimate.trainers import loss_kernel
 from ..specs.device import PRESETS, ClusterSpec, device_preset
 from ..specs.fields import SpecError
 from ..specs.library import parse_yaml
@@ -254,10 +257,11 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
                   **{k: bool(as_bool(training.get(k))) for k in COMPILE_SWITCHES},
                   **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype", "overlap",
-                                       "fsdp_version", "grad_sync", "param_gather")),
+                                       "fsdp_version", "grad_sync", "param_gather", "loss_kernel")),
                   **{k: training[k] for k in MEGATRON_SETTINGS if not is_null(training.get(k))})
     run.check_delay_wgrad()
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
+    _note_loss_kernel(run, training, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
@@ -269,6 +273,13 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                        as_number(outcome.get("tflops_per_gpu")), as_number(outcome.get("tokens_per_s_per_gpu")), memory,
                        tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks, _publication(entry),
                        searched, basis)
+
+
+def _note_loss_kernel(run: RunSpec, training: dict, notes: list[str]) -> None:
+    """An unstated `training.loss_kernel` runs the trainer's (RunSpec.loss_kernel "trainer"): said in the notes, with
+    the kernel that prices it (none under a compiled loss, its own kernel)."""
+    if is_null(training.get("loss_kernel")) and not run.compile_loss:
+        notes.append(f"loss kernel {loss_kernel(run)} (the trainer's; unstated)")
 
 
 def _publication(entry: dict) -> str:
@@ -340,8 +351,9 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     run = RunSpec(global_batch, seq, precision=_precision(record.get("precision"), notes),
                   flash_attention=True if flash is None else flash,
                   mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
-                  **_stated(record, ("grad_dtype", "trainer")))
+                  **_stated(record, ("grad_dtype", "trainer", "loss_kernel")))
     run = _fp8_run(run, record.get("fp8_recipe"), cluster, notes)
+    _note_loss_kernel(run, record, notes)
     fields = {k: v for k, v in record.items() if k in CSV_STRATEGY_COLUMNS}
     strategy, searched = _row_strategy(model, cluster, run, fields, False, notes)
     memory = as_number(record.get("memory_gib"))

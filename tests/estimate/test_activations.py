@@ -1,6 +1,7 @@
 """The loss path's logits (estimate/activations.py head_activation_bytes, logit_bytes_per_logit): eager torchtitan
 holds three fp32 copies of the logits at the start of the loss's backward, Megatron's vocab-parallel cross entropy
-one; torchtitan's compiled loss (RunSpec.compile_loss) the 16-bit logits it saved and their 16-bit gradient."""
+one whichever kernel runs it (RunSpec.loss_kernel), flash-attn's the 16-bit logits; torchtitan's compiled loss
+(RunSpec.compile_loss) the 16-bit logits it saved and their 16-bit gradient."""
 import dataclasses
 
 import pytest
@@ -46,6 +47,33 @@ def test_megatron_keeps_its_one_fp32_copy():
     megatron = RunSpec(global_batch=64, seq_len=8192)
     assert logit_bytes_per_logit(megatron) == 4
     assert logits(megatron) == 2 * 8192 * 128_256 * 4
+
+
+@pytest.mark.parametrize("kernel", ["unfused", "native", "te"])
+def test_megatrons_loss_kernels_each_hold_one_fp32_logit_tensor(kernel):
+    """The unfused and native losses save the fp32 softmax they computed in place, Transformer Engine's the fp32
+    gradient it wrote in forward: one fp32 copy whichever runs (RunSpec.loss_kernel changes the time only)."""
+    assert logit_bytes_per_logit(RunSpec(global_batch=64, seq_len=8192, loss_kernel=kernel)) == 4
+
+
+def test_flash_attns_loss_saves_the_bf16_logits():
+    """flash-attn's fused cross entropy saves the logits it was given (bf16) and the per-token log-sum-exp: 2 bytes
+    per logit, half Megatron's."""
+    flash = RunSpec(global_batch=64, seq_len=8192, loss_kernel="flash")
+    assert logits(flash) == 2 * 8192 * 128_256 * 2
+
+
+def test_the_loss_kernel_is_validated_against_the_trainer_and_the_compiled_loss():
+    """One of trainer, unfused, native, te, flash, eager; Megatron's three with trainer megatron only; a compiled loss
+    is its own kernel. Each message names the field, the value and what is valid."""
+    with pytest.raises(SpecError, match="loss_kernel='fused' is not valid; valid: trainer, unfused, native, te, "
+                                        "flash, eager"):
+        RunSpec(global_batch=8, seq_len=128, loss_kernel="fused")
+    with pytest.raises(SpecError, match="loss_kernel='te'.*trainer megatron only"):
+        RunSpec(global_batch=8, seq_len=128, trainer="torchtitan", loss_kernel="te")
+    with pytest.raises(SpecError, match="loss_kernel='eager'.*give loss_kernel trainer"):
+        RunSpec(global_batch=8, seq_len=128, trainer="torchtitan", compile_loss=True, loss_kernel="eager")
+    assert RunSpec(global_batch=8, seq_len=128, trainer="torchtitan", loss_kernel="flash").loss_kernel == "flash"
 
 
 def test_a_compiled_loss_is_torchtitans_and_a_boolean():

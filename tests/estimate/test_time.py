@@ -10,7 +10,7 @@ from ndcp.estimate.compute import attention_core_flops
 from ndcp.estimate.gemm import attention_core_seconds
 from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.layer_time import LayerTime, layer_time
-from ndcp.estimate.time import PART_KEYS, estimate_time, stage_extra_time
+from ndcp.estimate.time import PART_KEYS, estimate_time, loss_bytes_per_logit, stage_extra_time
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs.library import load_model
 from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
@@ -209,3 +209,53 @@ def test_a_compiled_loss_reads_the_bf16_logits_in_fewer_passes():
     assert e.forward - k.forward == pytest.approx((3 * 4 - 2 * 2) * logits / hbm)
     assert e.backward - k.backward == pytest.approx((2 * 4 - 2 * 2) * logits / hbm)
     assert (e.flops, e.tp_comm) == (k.flops, k.tp_comm)
+
+
+# Bytes per logit each loss kernel moves, counted by hand from its code (docs/formulas.md §3.5), bf16 logits:
+# (forward, backward)
+HAND_COUNTED_LOSS_BYTES = {
+    # .float() reads 2 writes 4; max reads 4; in-place subtract, exp and divide read and write 4 each; sum reads 4 |
+    # in-place multiply by the output gradient reads and writes 4; autograd's cast to bf16 reads 4 writes 2
+    "unfused": (6 + 4 + 8 + 8 + 4 + 8, 8 + 6),
+    # three fused kernels: cast and max (2 + 4), subtract-exp-sum (4 + 4), divide (4 + 4) | one: read 4, write 2
+    "native": (6 + 8 + 8, 6),
+    # online softmax reads 2; the loss kernel reads 2 and writes the fp32 gradient 4 | scale in place 8; cast 6
+    "te": (2 + 2 + 4, 8 + 6),
+    # one online-softmax read | read the logits, write their bf16 gradient
+    "flash": (2, 2 + 2),
+    # 3 forward and 2 backward passes over fp32 logits (the eager PyTorch loss as priced before)
+    "eager": (3 * 4, 2 * 4),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(HAND_COUNTED_LOSS_BYTES))
+def test_each_loss_kernel_moves_its_hand_counted_bytes_per_logit(kernel):
+    """RunSpec.loss_kernel prices the loss by the bytes its kernels move: Megatron-LM's default unfused loss 52 bytes
+    per bf16 logit (13 fp32 passes), its native fused one 28, Transformer Engine's 22, flash-attn's 6, the eager
+    PyTorch loss 20."""
+    assert loss_bytes_per_logit(RunSpec(8, 4096, loss_kernel=kernel)) == HAND_COUNTED_LOSS_BYTES[kernel]
+    assert sum(HAND_COUNTED_LOSS_BYTES["unfused"]) == 52 and sum(HAND_COUNTED_LOSS_BYTES["native"]) == 28
+
+
+def test_the_trainer_default_loss_kernel_is_megatrons_unfused_and_torchtitans_eager():
+    """loss_kernel "trainer" is the trainer's own: Megatron-LM runs the unfused loss unless
+    --cross-entropy-loss-fusion is given; torchtitan the eager loss, or under compile_loss its compiled one (2 + 2
+    passes over the bf16 logits)."""
+    run = RunSpec(8, 4096)
+    assert loss_bytes_per_logit(run) == HAND_COUNTED_LOSS_BYTES["unfused"]
+    assert loss_bytes_per_logit(replace(run, trainer="torchtitan")) == HAND_COUNTED_LOSS_BYTES["eager"]
+    assert loss_bytes_per_logit(replace(run, trainer="torchtitan", compile_loss=True)) == (4, 4)
+
+
+def test_the_loss_kernel_moves_the_output_head_by_its_bytes_at_hbm_speed():
+    """Per micro-batch of 8192 tokens x 128,256 logits on one H100 (TP 1), the unfused loss's last stage is slower
+    than Transformer Engine's by exactly the bytes between them at the device's HBM bandwidth (30 forward, 0
+    backward); the GEMM, norm and collectives are the same."""
+    c = cluster("h100", 8)
+    key = StageKey(Degrees(1, 1, 1, 1, 1, False))
+    unfused, te = (stage_extra_time(LLAMA_8B, c, RunSpec(8, 8192, loss_kernel=k), "last", key)
+                   for k in ("unfused", "te"))
+    logits, hbm = 8192 * 128_256, c.device.hbm_bandwidth
+    assert unfused.forward - te.forward == pytest.approx((38 - 8) * logits / hbm)
+    assert unfused.backward - te.backward == pytest.approx(0.0, abs=1e-12)
+    assert (unfused.flops, unfused.tp_comm) == (te.flops, te.tp_comm)

@@ -14,7 +14,7 @@ FIELDS = [f.name for f in dataclasses.fields(RunSpec)]
 CLUSTER = ClusterSpec(PRESETS["h100"], 8)
 # A value other than the default for each field (optimizer has one: adam).
 OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype": "bf16", "flash_attention": False,
-         "attention_kernel": "triton", "torch_compile": True, "compile_loss": True,
+         "attention_kernel": "triton", "torch_compile": True, "compile_loss": True, "loss_kernel": "te",
          "memory_cap_bytes": 40 * 2**30, "reserve_bytes": 2 * 2**30, "trainer": "torchtitan", "grad_sync": "step",
          "param_gather": "step", "fsdp_version": "fsdp1", "mfu_convention": "full", "headroom_fraction": 0.1,
          "fp8_recipe": "blockwise",

@@ -62,3 +62,46 @@ def test_a_weight_gradient_delay_without_the_expert_overlap_is_the_rows_error(tm
     with pytest.raises(SpecError, match="delay_wgrad_compute=True is not valid; Megatron delays the weight gradients "
                                         "only under the expert all-to-all overlap"):
         _moe_row(tmp_path, ", delay_wgrad_compute: true")
+
+
+def _training_row(tmp_path, training: str):
+    """A Megatron row on 8 H100s stating `training` beside its batch and precision."""
+    path = tmp_path / "runs.yaml"
+    path.write_text(
+        "runs:\n"
+        "- id: stated\n"
+        "  model: {name: llama-like, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn_hidden: 14336,\n"
+        "          vocab: 128256, seq_len: 2048, activation: swiglu}\n"
+        "  cluster: {gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}\n"
+        f"  training: {{global_batch: 8, precision: bf16{training}}}\n"
+        "  strategy: {tp: 4, pp: 1, dp: 2, micro_batch: 1, zero_stage: 1, sp: true, recompute: none}\n"
+        "  outcome: {tflops_per_gpu: 400}\n")
+    return read_rows(path)[0][1]()
+
+
+def test_a_row_states_the_loss_kernel_its_recipe_ran(tmp_path):
+    """training.loss_kernel (RunSpec.loss_kernel): what the row's recipe runs (Megatron-Bridge's performance recipes:
+    Transformer Engine's); unstated, the trainer's (Megatron-LM's default, unfused), said in the row's assumptions;
+    an unknown kernel is the row's error, naming the field and the valid kernels."""
+    stated, unstated = _training_row(tmp_path, ", loss_kernel: te"), _training_row(tmp_path, "")
+    assert stated.run.loss_kernel == "te" and not any("loss kernel" in a for a in stated.assumptions)
+    assert unstated.run.loss_kernel == "trainer"
+    assert "loss kernel unfused (the trainer's; unstated)" in unstated.assumptions
+    with pytest.raises(SpecError, match="loss_kernel='fused'.*valid: trainer, unfused, native, te, flash, eager"):
+        _training_row(tmp_path, ", loss_kernel: fused")
+
+
+def test_the_measured_rows_state_the_loss_their_stack_runs():
+    """The rows whose source or recipe tells the loss state it (examples/*.yaml, each with the file and line it read):
+    Megatron-Bridge Transformer Engine's, NeMo 2 (dgxc-benchmarking Llama 3.1) Megatron-Core's native fused one,
+    Megatron-LM's own rows and its functional tests the unfused default, llm-foundry flash-attn's, AutoModel and
+    fms-fsdp PyTorch's eager loss; the Megatron-Core r0.8.0 and NeMo 24.07 rows cannot tell and keep the default."""
+    from pathlib import Path
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    rows = dict(read_rows(examples / "published_runs.yaml")) | dict(read_rows(examples / "measured_runs_2.yaml"))
+    expect = {"mbr2511_llama3_8b_h100_fp8cs_8": "te", "dgxc_llama31_8b_h100_bf16_8": "native",
+              "narayanan2021_t1_1.7b": "unfused", "mlmft_gpt7b_h100_bf16_8_tp4pp1": "unfused",
+              "mpt_h100_1b_s2048_64": "flash", "automodel_llama3_70b_h100_bf16_64": "eager",
+              "fmsfsdp_llama2_7b_a100_128": "eager", "mcore_r080_h100_1.7b": "trainer",
+              "nemo2407_gpt3_5b_h100_fp8_64": "trainer"}
+    assert {run_id: rows[run_id]().run.loss_kernel for run_id in expect} == expect
