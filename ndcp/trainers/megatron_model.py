@@ -12,6 +12,8 @@ from ..specs.run import RunSpec
 from ..specs.trainer_behaviour import MEGATRON
 from .base import Placeholder
 
+OFFLOAD = "offload"  # the activation-offload option (specs/recompute.py): Megatron's --fine-grained-activation-offloading
+
 # Megatron's Llama-3.x RoPE scaling fixes everything but the factor (core/models/common/embeddings/
 # rotary_pos_embedding.py RotaryEmbedding._apply_scaling: low_freq_factor 1, high_freq_factor 4, original 8192)
 LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_positions": 8192}
@@ -162,7 +164,7 @@ def moe_layer_pattern(pattern: list[int]) -> str:
     return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
 
 
-__all__ = ["architecture", "hybrid_note", "moe_layer_pattern", "PLACEHOLDERS", "LLAMA3_FIXED", "MLA_YARN_ORIGINAL"]
+__all__ = ["OFFLOAD", "architecture", "hybrid_note", "moe_layer_pattern", "PLACEHOLDERS", "LLAMA3_FIXED", "MLA_YARN_ORIGINAL"]
 
 
 # -- the output layer's loss kernel (RunSpec.loss_kernel) --------------------------------------------------------
