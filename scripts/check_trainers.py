@@ -148,7 +148,10 @@ CASES += [Case("Llama-3 8B search, torch.compile with compiled loss, torchtitan"
                "--strategy tp=2,mbs=1,zero=1,sp=on"),
           Case("8B tp2, Transformer Engine's loss (--loss-kernel te: emitted as native)", "megatron",
                "estimate llama3-8b --device h100 --gpus 8 --global-batch 32 --seq-len 8192 --loss-kernel te "
-               "--strategy tp=2,mbs=1,zero=1,sp=on")]
+               "--strategy tp=2,mbs=1,zero=1,sp=on"),
+          Case("Mixtral tp2 ep8, expert overlap with delayed wgrad (--delay-wgrad-compute)", "megatron",
+               "estimate mixtral-8x7b --device h100 --gpus 64 --global-batch 256 --seq-len 4096 --overlap ep "
+               "--delay-wgrad-compute --strategy tp=2,dp=32,ep=8,mbs=1,zero=1,sp=on,recompute=selective")]
 # ndcp options a case's own command may carry that the checker sets itself (option -> how many values follow)
 OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, "--emit-file": 1, "--trainer": 1,
                "--emit-anyway": 0}

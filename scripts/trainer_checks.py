@@ -16,6 +16,7 @@ when NAME says DIR or FOLDER, else an empty file (both in a temporary directory)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
@@ -27,6 +28,11 @@ from pathlib import Path
 
 PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
 DUMMY_INT, DUMMY_FLOAT = "100", "0.0001"
+# What Megatron-LM's Transformer Engine version checks (megatron.core.utils.is_te_min_version) answer when the scratch
+# environment has no Transformer Engine (it needs CUDA to build): the version of the NeMo Framework 26.04 container,
+# TE 2.14 (Megatron-Bridge docs/releases/software-versions.md; docs/formulas.md §3.2), the release ndcp's Megatron
+# pricing reads. Without it every check answers False, as no container ndcp targets would.
+TE_VERSION = "2.14.0"
 HOPPER = (9, 0)  # what device queries answer without a GPU: the compute capability of the cases' H100s and H800s
 
 
@@ -67,7 +73,7 @@ def fill_placeholders(tokens: list[str], kind_of: typing.Callable[[str], object]
 MEGATRON_FEATURES = ("use_distributed_optimizer", "use_megatron_fsdp", "optimizer_cpu_offload",
                      "fine_grained_activation_offloading", "cpu_offloading", "overlap_grad_reduce",
                      "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm",
-                     "defer_embedding_wgrad_compute")
+                     "defer_embedding_wgrad_compute", "delay_wgrad_compute", "cross_entropy_loss_fusion")
 
 
 def megatron_arguments() -> types.ModuleType:
@@ -81,6 +87,14 @@ def megatron_arguments() -> types.ModuleType:
     return arguments
 
 
+def te_min_version(version: str, check_equality: bool = True) -> bool:
+    """megatron.core.utils.is_te_min_version's answer for Transformer Engine TE_VERSION."""
+    from packaging.version import Version
+
+    have, need = Version(TE_VERSION), Version(version)
+    return have >= need if check_equality else have > need
+
+
 def megatron(tokens: list[str], world: int, scratch: Path) -> dict:
     """Megatron-LM's parse_args + validate_args (megatron/training/arguments.py) on the emitted arguments, as
     pretrain_gpt.py runs them on rank 0 of `world` (WORLD_SIZE and RANK come from the environment)."""
@@ -90,6 +104,8 @@ def megatron(tokens: list[str], world: int, scratch: Path) -> dict:
     if not torch.cuda.is_available():  # validate_args' two device queries answer Hopper
         arguments.get_device_arch_version = lambda: HOPPER[0]
         torch.cuda.get_device_capability = lambda *a, **k: HOPPER
+    if importlib.util.find_spec("transformer_engine") is None:  # its version checks answer TE_VERSION
+        arguments.is_te_min_version = te_min_version
     parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     actions = {o: a for a in parser._actions for o in a.option_strings}
 
