@@ -10,6 +10,7 @@ launch a kernel on a GPU. Run on the Megatron-LM revision of the Moonlight study
 skill `nemo-mbridge-perf-activation-recompute`), whose `megatron.core` imports a Triton kernel module at import time
 (`transformer/moe/ops/paged_stash.py`, not run by a training layer): an empty module stands in for it.
 
+    git -C /tmp/megatron-lm checkout 24bad8e6   # the environment of scripts/measure_host_time.py
     MEGATRON_LM=/tmp/megatron-lm /tmp/trainers-venv/bin/python scripts/measure_host_time_mla.py > docs/host_time_mla.yaml
 
 Moonlight's layer, as Megatron-Bridge's DeepSeek-V3 bridge builds it from the model's configuration
@@ -18,14 +19,15 @@ Moonlight: no q LoRA, kv LoRA, top 6 of 64 experts, 2 shared experts) and the re
 (`recipes/moonlight/h100/moonlight_16b.py` @600d069b: alltoall dispatcher, EP 8), at tiny sizes: 64 experts over a
 fake EP 8 (8 local experts, `SequentialMLP`'s per-expert loop standing in for `TEGroupedMLP`, as in
 scripts/measure_host_time.py), kv rank 32, q/k head dims 16 + 8 (RoPE), v head dim 16, shared experts 2 x the
-expert width. Not measured: tensor parallelism (the recipe's TP 2 with sequence parallelism adds the
-all-gathers and reduce-scatters around attention and the shared experts), Transformer Engine's modules, the fused
-permutation (`moe_permute_fusion`), the shared-expert stream overlap, and CUDA's launch (module docstring there).
+expert width. The last row runs the recipe's TP 2 with sequence parallelism (`_setup_tp`: the all-gathers and
+reduce-scatters around attention and the shared experts issued, each one copy). Not measured: Transformer
+Engine's modules, the fused permutation (`moe_permute_fusion`), the shared-expert stream overlap, and CUDA's launch
+(module docstring there).
 A selective-recompute row sets `recompute_granularity = "selective"` and one module list; the checkpoints save and
 restore the CPU and CUDA generators' states (CUDA's a few bytes on a GPU: the CPU generator's state stands in for
 it, its restore does nothing; Transformer Engine's FP8 state, which `CheckpointWithoutOutput` reads, is off).
 `moe_act` applies to `TEGroupedMLP` only (`experts.py`), so it is not measured.
-RECOMPUTE (semicolon-separated module lists, "" = none) and ITERATIONS override the defaults.
+RECOMPUTE (semicolon-separated module lists, "" = none), ITERATIONS and ROUNDS override the defaults.
 """
 from __future__ import annotations
 
@@ -54,12 +56,14 @@ class _Core(base._FusedCore):
         super().__init__()
 
 
-def _moonlight_layer(experts: int, recompute: tuple[str, ...] = ()):
+def _moonlight_layer(experts: int, recompute: tuple[str, ...] = (), tp: int = 1):
     """Megatron-Core's local-spec MLA + MoE TransformerLayer of Moonlight's structure, float32 on the CPU."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.spec_utils import build_module
     from megatron.core.transformer.transformer_config import MLATransformerConfig
     selective = dict(recompute_granularity="selective", recompute_modules=list(recompute)) if recompute else {}
+    if tp > 1:
+        selective.update(tensor_model_parallel_size=tp, sequence_parallel=True, expert_tensor_parallel_size=1)
     config = MLATransformerConfig(
         num_layers=1, hidden_size=base.HIDDEN, num_attention_heads=base.HEADS, ffn_hidden_size=base.FFN_DENSE,
         q_lora_rank=None, kv_lora_rank=32, qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=16, rope_type="rope",
@@ -83,11 +87,41 @@ def _stand_ins() -> None:
     sys.modules[stash.__name__] = stash
 
 
-def _measure(kind: str, recompute: tuple[str, ...]) -> dict:
+def _setup_tp(tp: int) -> None:
+    """Rank 0 of a fake world of EP ranks holding TP `tp` x DP (EP over all of them, ETP 1, as the recipe), the
+    sequence-parallel shard of the tokens: base._setup's stand-ins plus the reduce-scatter (one copy of this rank's
+    slice) and the norms (torch's RMSNorm, which the local spec refuses under sequence parallelism only because
+    Megatron-Core marks the norm's weights for a gradient all-reduce across TP, once per step)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import mappings
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+    from megatron.core.transformer import torch_norm
+    torch.set_num_threads(1)
+    base._NoCuda.install()
+    dist.init_process_group("fake", rank=0, world_size=EP, store=FakeStore())
+    parallel_state.initialize_model_parallel(tp, 1, expert_model_parallel_size=EP, expert_tensor_parallel_size=1,
+                                             create_gloo_process_groups=False)
+    base._ep_stand_ins()
+    mappings.dist_reduce_scatter_func = lambda out, inp, group=None, async_op=False: out.copy_(
+        inp.view(-1, *out.shape)[0])
+    torch_norm.WrappedTorchNorm.__new__ = lambda cls, config, hidden_size, eps=1e-5, **kwargs: torch.nn.RMSNorm(
+        hidden_size, eps=eps)
+    get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+    base.CLOCK.install()
+    base.TOKENS //= tp
+
+
+def _measure(kind: str, recompute: tuple[str, ...], tp: int = 1) -> dict:
     """One row, in this (fresh) process: `kind` "moonlight" or "qwen3" (scripts/measure_host_time.py's layer)."""
     _stand_ins()
     base.MEGATRON_SOURCE = os.environ["MEGATRON_LM"]
-    base._setup(EP)
+    sys.path.insert(0, base.MEGATRON_SOURCE)
+    if tp > 1:
+        _setup_tp(tp)
+    else:
+        base._setup(EP)
     from megatron.core.tensor_parallel import random as rng
     torch.cuda.random.get_rng_state = torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
     rng._set_cuda_rng_state = lambda new_state, device=-1, graph_safe=False: None
@@ -95,13 +129,13 @@ def _measure(kind: str, recompute: tuple[str, ...]) -> dict:
     rng.FP8GlobalStateManager = types.SimpleNamespace(is_fp8_enabled=lambda: False, get_fp8_recipe=lambda: None)
     rng.activation_recompute_forward = rng.fp8_autocast = lambda *a, **k: contextlib.nullcontext()
     if kind == "moonlight":
-        base._layer = lambda experts: _moonlight_layer(experts, recompute)
-    return {**base.measure(EXPERTS), "model": kind, "ep": EP, "recompute": list(recompute)}
+        base._layer = lambda experts: _moonlight_layer(experts, recompute, tp)
+    return {**base.measure(EXPERTS), "model": kind, "ep": EP, "tp": tp, "recompute": list(recompute)}
 
 
-def _row(kind: str, recompute: str) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--row", kind, recompute], capture_output=True, text=True,
-                          check=True)
+def _row(kind: str, recompute: str, tp: int) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--row", kind, recompute, str(tp)], capture_output=True,
+                          text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -117,12 +151,12 @@ def _merged(runs: list[dict]) -> dict:
 def main() -> None:
     if not os.environ.get("MEGATRON_LM"):
         sys.exit("MEGATRON_LM must name a Megatron-LM checkout (module docstring)")
-    if len(sys.argv) == 4 and sys.argv[1] == "--row":
-        print(json.dumps(_measure(sys.argv[2], tuple(m for m in sys.argv[3].split(",") if m))))
+    if len(sys.argv) == 5 and sys.argv[1] == "--row":
+        print(json.dumps(_measure(sys.argv[2], tuple(m for m in sys.argv[3].split(",") if m), int(sys.argv[4]))))
         return
     load = base._load()
-    plan = [("qwen3", "")] + [("moonlight", r) for r in RECOMPUTES]
-    runs = [[_row(kind, r) for kind, r in plan] for _ in range(ROUNDS)]
+    plan = [("qwen3", "", 1)] + [("moonlight", r, 1) for r in RECOMPUTES] + [("moonlight", "", 2)]
+    runs = [[_row(kind, r, tp) for kind, r, tp in plan] for _ in range(ROUNDS)]
     rows = [_merged([round_[i] for round_ in runs]) for i in range(len(plan))]
     print("# Written by scripts/measure_host_time_mla.py; do not edit by hand (module docstring: method).")
     print(f"versions: torch {torch.__version__}, Megatron-LM {os.environ.get('MEGATRON_COMMIT', '24bad8e6')} "
@@ -133,7 +167,7 @@ def main() -> None:
           f"rounds: {ROUNDS}  # min_us: the least over the rounds; median_us: the median of the rounds' medians")
     print("rows:")
     for row in rows:
-        print(f"- model: {row['model']}\n  recompute: {row['recompute']}".replace("'", ""))
+        print(f"- model: {row['model']}\n  tp: {row['tp']}\n  recompute: {row['recompute']}".replace("'", ""))
         print(f"  kernel_ops: {row['kernel_ops']}".replace("'", ""))
         for key in SEGMENTS:
             print(f"  {key}: {row[key]}".replace("'", ""))
