@@ -282,36 +282,6 @@ def test_a_stated_compiled_loss_reads_as_one_and_lowers_only_the_logits():
     assert saved == (3 * 4 - 2 * 2) * 2 * 8192 * 128_256  # 15.66 GiB: the logits are the peak's, exactly
 
 
-def test_a_row_states_the_overlaps_its_recipe_ran(tmp_path):
-    """training.overlap (runs.py): RunSpec.overlap's syntax, what the row's recipe turns on (the Megatron-Bridge
-    Llama rows: tp_comm_overlap with the pipeline sends); unstated, the trainer's defaults; an unknown one is the
-    row's error, naming the field."""
-    from ndcp.estimate.overlap import requested
-    from ndcp.specs.fields import SpecError
-    from ndcp.validation.runs import read_rows
-
-    def row(training: str):
-        path = tmp_path / "runs.yaml"
-        path.write_text(
-            "runs:\n"
-            "- id: stated\n"
-            "  model: {name: llama-like, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn_hidden: 14336,\n"
-            "          vocab: 128256, seq_len: 2048, activation: swiglu}\n"
-            "  cluster: {gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}\n"
-            f"  training: {{global_batch: 8, precision: bf16{training}}}\n"
-            "  strategy: {tp: 4, pp: 1, dp: 2, micro_batch: 1, zero_stage: 1, sp: true, recompute: none}\n"
-            "  outcome: {tflops_per_gpu: 400}\n")
-        return read_rows(path)[0][1]()
-
-    assert requested(row(", overlap: tp+p2p").run) == {"tp", "p2p"}
-    assert requested(row("").run) == {"p2p"}  # Megatron's default
-    with pytest.raises(SpecError, match="overlap"):
-        row(", overlap: userbuffers")
-    measured = {run_id: build for run_id, build in read_rows(PUBLISHED.parent / "measured_runs_2.yaml")
-                if run_id.startswith("mbr26041_llama31_405b_h100")}
-    assert requested(measured["mbr26041_llama31_405b_h100_fp8_1024_gbs1536"]().run) == {"tp", "p2p"}
-
-
 MCORE_WEAK = ("1.7b", "7.1b", "16b", "32b", "70b", "119b", "177b", "314b", "462b")
 
 

@@ -1,9 +1,14 @@
 """Reading a measured run's cluster (ndcp/validation/runs.py): the preset, and the network a source states."""
+from pathlib import Path
+
 import pytest
 
+from ndcp.estimate.overlap import requested
 from ndcp.specs.device import device_preset
 from ndcp.specs.fields import SpecError
 from ndcp.validation.runs import read_rows
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _row(tmp_path, cluster: str):
@@ -79,6 +84,18 @@ def _training_row(tmp_path, training: str):
     return read_rows(path)[0][1]()
 
 
+def test_a_row_states_the_overlaps_its_recipe_ran(tmp_path):
+    """training.overlap (runs.py): RunSpec.overlap's syntax, what the row's recipe turns on (the Megatron-Bridge
+    Llama rows: tp_comm_overlap with the pipeline sends); unstated, the trainer's defaults; an unknown one is the
+    row's error, naming the field."""
+    assert requested(_training_row(tmp_path, ", overlap: tp+p2p").run) == {"tp", "p2p"}
+    assert requested(_training_row(tmp_path, "").run) == {"p2p"}  # Megatron's default
+    with pytest.raises(SpecError, match="overlap"):
+        _training_row(tmp_path, ", overlap: userbuffers")
+    measured = dict(read_rows(EXAMPLES / "measured_runs_2.yaml"))
+    assert requested(measured["mbr26041_llama31_405b_h100_fp8_1024_gbs1536"]().run) == {"tp", "p2p"}
+
+
 def test_a_row_states_the_loss_kernel_its_recipe_ran(tmp_path):
     """training.loss_kernel (RunSpec.loss_kernel): what the row's recipe runs (Megatron-Bridge's performance recipes:
     Transformer Engine's); unstated, the trainer's (Megatron-LM's default, unfused), said in the row's assumptions;
@@ -97,8 +114,7 @@ def test_the_measured_rows_state_the_loss_their_stack_runs():
     Megatron-LM's own rows and its functional tests the unfused default, llm-foundry flash-attn's, AutoModel and
     fms-fsdp PyTorch's eager loss; the Megatron-Core r0.8.0 and NeMo 24.07 rows cannot tell and keep the default."""
     from pathlib import Path
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    rows = dict(read_rows(examples / "published_runs.yaml")) | dict(read_rows(examples / "measured_runs_2.yaml"))
+    rows = dict(read_rows(EXAMPLES / "published_runs.yaml")) | dict(read_rows(EXAMPLES / "measured_runs_2.yaml"))
     expect = {"mbr2511_llama3_8b_h100_fp8cs_8": "te", "dgxc_llama31_8b_h100_bf16_8": "native",
               "narayanan2021_t1_1.7b": "unfused", "mlmft_gpt7b_h100_bf16_8_tp4pp1": "unfused",
               "mpt_h100_1b_s2048_64": "flash", "automodel_llama3_70b_h100_bf16_64": "eager",
