@@ -113,7 +113,6 @@ def test_the_measured_rows_state_the_loss_their_stack_runs():
     Megatron-Bridge Transformer Engine's, NeMo 2 (dgxc-benchmarking Llama 3.1) Megatron-Core's native fused one,
     Megatron-LM's own rows and its functional tests the unfused default, llm-foundry flash-attn's, AutoModel and
     fms-fsdp PyTorch's eager loss; the Megatron-Core r0.8.0 and NeMo 24.07 rows cannot tell and keep the default."""
-    from pathlib import Path
     rows = dict(read_rows(EXAMPLES / "published_runs.yaml")) | dict(read_rows(EXAMPLES / "measured_runs_2.yaml"))
     expect = {"mbr2511_llama3_8b_h100_fp8cs_8": "te", "dgxc_llama31_8b_h100_bf16_8": "native",
               "narayanan2021_t1_1.7b": "unfused", "mlmft_gpt7b_h100_bf16_8_tp4pp1": "unfused",
