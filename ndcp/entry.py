@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 EXIT_UNKNOWN = 4  # a search stopped before any strategy was verified (status `unknown`)
 EXIT_INTERRUPTED = 130  # Ctrl-C where no search answer is at stake (128 + SIGINT, the shells' convention)
 SEARCH_COMMANDS = ("search", "sweep", "recompute", "replan")
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REDELIVERY_DELAY = 0.001  # seconds before a signal lost in code whose exceptions Python ignores is sent again
 
 
 class Signals:
@@ -27,14 +29,28 @@ class Signals:
     def __init__(self):
         self.count = 0
         self.answered: int | None = None  # the command's exit code once it has answered
+        self.last = signal.SIGINT  # the last signal received
 
     def __call__(self, signum, frame) -> None:
         self.note(signum)
         raise KeyboardInterrupt
 
+    def unraisable(self, report) -> None:
+        """sys.unraisablehook: the first signal's KeyboardInterrupt raised where Python ignores exceptions (a weakref
+        callback of the import machinery, importlib._bootstrap `_get_module_lock`'s `cb`; a __del__) would be printed
+        as "Exception ignored" with its traceback and lost; it is sent again instead, the same signal a millisecond
+        later from a timer thread (raised here, in the hook, Python would ignore it as well), until it lands where it
+        can interrupt. Anything else is reported as Python reports it."""
+        if report.exc_type is not None and issubclass(report.exc_type, KeyboardInterrupt) and self.count == 1:
+            self.count = 0  # not taken: the signal again, from another thread, after the ignoring code returns
+            threading.Timer(REDELIVERY_DELAY, os.kill, (os.getpid(), self.last)).start()
+            return
+        sys.__unraisablehook__(report)
+
     def note(self, signum: int) -> None:
         """Count one signal; exit at once if the command has answered or this is not the first."""
         self.count += 1
+        self.last = signum
         if self.answered is not None:
             os._exit(self.answered)
         if self.count > 1:
@@ -68,6 +84,7 @@ def console() -> int:
     _handler = Signals()
     for signum in SIGNALS:
         signal.signal(signum, _handler)
+    sys.unraisablehook = _handler.unraisable
     try:
         from .cli import console as command_line
         code = command_line()

@@ -55,6 +55,40 @@ def test_ctrl_c_while_the_program_imports_is_one_line(after):
         assert done.stderr.strip() == "ndcp: unknown: interrupted before any strategy was verified"
 
 
+def test_an_interrupt_raised_where_python_ignores_exceptions_is_delivered_again_after_it():
+    """A weakref callback's exceptions are "ignored" by Python (printed with a traceback, then lost): the first
+    signal landing in one (importlib's module-lock callback, while the command line imports) is delivered again once
+    the callback has returned (Signals.unraisable, the program's sys.unraisablehook), so it interrupts as any other."""
+    script = textwrap.dedent("""
+        import os, signal, sys, weakref
+        from ndcp import entry
+        handler = entry.Signals()
+        signal.signal(signal.SIGINT, handler)
+        sys.unraisablehook = handler.unraisable
+
+        class Thing:
+            pass
+
+        def callback(_):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100000):  # the handler runs here, inside the callback
+                pass
+
+        try:
+            thing = Thing()
+            ref = weakref.ref(thing, callback)
+            del thing
+            for _ in range(10 ** 7):
+                pass
+            print("lost")
+        except KeyboardInterrupt:
+            print("interrupted", handler.count)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+    assert (done.stdout.strip(), done.stderr) == ("interrupted 1", "")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_exhaustive_search_answers_the_signal_with_its_best_so_far(tmp_path, signum):
     out_json = tmp_path / "out.json"
