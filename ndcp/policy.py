@@ -34,6 +34,7 @@ from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, Strategy
 from .specs.strategy_input import OFF_WORDS, ON_WORDS
 from .specs.units import GIB
 from .trainers import file_overlap, file_trainer, read_values, trainer_named
+from .trainers.megatron_model import LOSS_KERNEL_STATED
 
 SEARCH_KEYS = DIMENSIONS + ("sp",)
 WALKED = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "mbs", "mbn")  # the degrees the space walk chooses
@@ -149,10 +150,10 @@ def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, valu
     if v.pop("delay_wgrad_compute", False) and not run.delay_wgrad_compute:  # a run setting: must match the run
         raise SpecError("the file's --delay-wgrad-compute does not match the run's (not delayed); set "
                         "--delay-wgrad-compute")
-    kernel = v.pop("loss_kernel", None)  # a run setting (a file's fused loss): must match the run's
+    kernel = v.pop("loss_kernel", None)  # a run setting (a Megatron file's loss): must match the run's
     if kernel is not None and kernel != loss_kernel(run):
-        raise SpecError(f"the file's loss kernel {kernel} does not match the run's ({loss_kernel(run)}); set "
-                        f"--loss-kernel {kernel}")
+        raise SpecError(f"the file's loss kernel {kernel} ({LOSS_KERNEL_STATED[kernel]}) does not match the run's "
+                        f"({loss_kernel(run)}); set --loss-kernel {kernel}")
     precision, recipe = v.pop("precision", None), v.pop("fp8_recipe", None)  # run settings: must match the run
     if precision is not None and precision != run.precision:
         raise SpecError(f"strategy precision={precision} does not match the run's --precision {run.precision}; "

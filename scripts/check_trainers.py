@@ -143,8 +143,9 @@ CASES += [Case("Llama-3 8B search, torch.compile with compiled loss, torchtitan"
           Case("70B pp4, deferred embedding wgrad (limit 4)", "megatron",
                "estimate llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --wgrad-deferral-limit 4 "
                "--strategy tp=8,pp=4,mbs=1,zero=1,sp=on,recompute=selective"),
-          Case("8B tp2, Megatron's fused loss (--loss-kernel native)", "megatron",
-               "estimate llama3-8b --device h100 --gpus 8 --global-batch 32 --seq-len 8192 --loss-kernel native "
+          Case("8B tp2, Megatron-LM's own unfused loss (--loss-kernel unfused: no --cross-entropy-loss-fusion)",
+               "megatron",
+               "estimate llama3-8b --device h100 --gpus 8 --global-batch 32 --seq-len 8192 --loss-kernel unfused "
                "--strategy tp=2,mbs=1,zero=1,sp=on"),
           Case("8B tp2, Transformer Engine's loss (--loss-kernel te: emitted as native)", "megatron",
                "estimate llama3-8b --device h100 --gpus 8 --global-batch 32 --seq-len 8192 --loss-kernel te "

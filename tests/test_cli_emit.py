@@ -63,10 +63,12 @@ def point_time(document: str) -> dict:
 
 
 def test_estimate_strategy_from_each_trainer_gives_the_same_estimate(capsys, tmp_path):
+    """A file read back is priced as its trainer runs it: the plan under that trainer (its loss kernel included:
+    Megatron's files run the fused loss, MindFormers' Megatron-LM's default)."""
     base = ["estimate", *TINY, "--strategy", "tp=2,mbs=1,zero=3,sp=on,recompute=full", "--json", "-"]  # FSDP: pp 1
-    expected, _ = run(capsys, *base)
     for kind in KINDS:
         path = tmp_path / kind
+        expected, _ = run(capsys, *base, "--trainer", kind)
         run(capsys, *base[:-2], "--emit", kind, "--emit-file", str(path), "-q", "--emit-anyway")
         if kind == "torchtitan":  # tiny has no torchtitan registry config: the user names theirs
             path.write_text(path.read_text().replace("MODULE", "llama3").replace("CONFIG", "llama3_8b"))

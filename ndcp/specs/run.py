@@ -87,12 +87,13 @@ class RunSpec:
     from April 2025, e.g. e7c0cae); torchtitan only"""
     loss_kernel: str = "trainer"
     """the cross-entropy implementation the output layer's loss runs, priced by the HBM bytes it moves per logit
-    (estimate/time.py loss_bytes_per_logit; docs/formulas.md §3.5): trainer (default: its own, megatron's unfused,
-    torchtitan's eager), unfused (Megatron-Core's vocab-parallel cross entropy, Megatron-LM's default), native
-    (Megatron's fused one, --cross-entropy-loss-fusion), te (Transformer Engine's Triton kernel,
-    --cross-entropy-fusion-impl te), flash (flash-attn's fused cross entropy, llm-foundry's default) or eager
-    (PyTorch's cross entropy on fp32 logits); unfused, native and te with trainer megatron only; under compile_loss:
-    trainer"""
+    (estimate/time.py loss_bytes_per_logit; docs/formulas.md §3.5): trainer (default: the one its files run,
+    megatron's native, mindformers' unfused, torchtitan's eager), unfused (Megatron-Core's vocab-parallel cross
+    entropy, Megatron-LM's own default: --emit megatron then writes no --cross-entropy-loss-fusion), native
+    (Megatron's fused one, --cross-entropy-loss-fusion, which --emit megatron writes otherwise), te (Transformer
+    Engine's Triton kernel, --cross-entropy-fusion-impl te), flash (flash-attn's fused cross entropy, llm-foundry's
+    default) or eager (PyTorch's cross entropy on fp32 logits); unfused, native and te with trainer megatron only;
+    under compile_loss: trainer"""
     memory_cap_bytes: int = 0
     """usable memory per device (default: all of it)"""
     reserve_bytes: int | None = None

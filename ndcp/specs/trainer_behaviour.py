@@ -19,6 +19,11 @@ FP8_CASTS = ("transformer_engine", "torchao")
 # flash-attn's fused cross entropy (llm-foundry's default loss_fn fused_crossentropy) and PyTorch's eager cross
 # entropy on fp32 logits (torchtitan and the other PyTorch trainers)
 LOSS_KERNELS = ("unfused", "native", "te", "flash", "eager")
+# Megatron-LM's own default loss kernel: --cross-entropy-loss-fusion off (ModelParallelConfig.cross_entropy_loss_fusion
+# False at core_r0.8.0 and d98e8a6), so language_module.py compute_language_model_loss runs
+# tensor_parallel.vocab_parallel_cross_entropy. What a Megatron run that does not state its loss ran (a measured row
+# without training.loss_kernel, a --strategy-from file without the flag); ndcp's own files run MEGATRON.loss_kernel
+MEGATRON_LM_LOSS_KERNEL = "unfused"
 
 
 @dataclass(frozen=True)
@@ -90,10 +95,12 @@ MEGATRON = TrainerBehaviour(
     pipeline_keeps_buffers=False,  # core/pipeline_parallel/schedules.py deallocate_output_tensor
     keeps_root_gathered=False, op_level_inventory=False,
     fp32_logit_copies=1,  # vocab-parallel cross entropy casts the logits to fp32 once, softmax in place
-    # Megatron-LM's default: --cross-entropy-loss-fusion off (ModelParallelConfig.cross_entropy_loss_fusion False at
-    # core_r0.8.0 and d98e8a6), so language_module.py compute_language_model_loss runs
-    # tensor_parallel.vocab_parallel_cross_entropy; ndcp's emitter adds the flag only for --loss-kernel native
-    loss_kernel="unfused",
+    # the fused native loss its files run: ndcp's Megatron emitter writes --cross-entropy-loss-fusion (impl native, its
+    # default at d98e8a6: fusions/fused_cross_entropy.py) unless the run asks for --loss-kernel unfused, as NVIDIA's
+    # recipes run a fused loss (NeMo 2 GPTConfig cross_entropy_loss_fusion True, nemo/collections/llm/gpt/model/
+    # base.py @0175f4c6; Megatron-Bridge's performance recipes, scripts/performance/utils/overrides.py @067f987d).
+    # Megatron-LM's own default is MEGATRON_LM_LOSS_KERNEL (unfused): what a run that states no loss is priced with
+    loss_kernel="native",
     fp8_weight_copies=True,  # Transformer Engine keeps FP8 weight copies (estimate/fp8.py)
     fp8_saves_cast_inputs=True,  # Transformer Engine's linear layers save the FP8 input (docs/formulas.md §3.1)
     fp8_casts="transformer_engine",
@@ -161,7 +168,8 @@ MINDFORMERS = TrainerBehaviour(
     # without select_comm_recompute the all-gathered norm output under sequence parallelism; both are left out
     op_level_inventory=False,
     fp32_logit_copies=1,  # as Megatron's, not verified
-    loss_kernel="unfused",  # as Megatron's default, not verified (the most bytes of LOSS_KERNELS: conservative)
+    # as Megatron-LM's default, not verified (the most bytes of LOSS_KERNELS: conservative); its emitter states no loss
+    loss_kernel=MEGATRON_LM_LOSS_KERNEL,
     fp8_weight_copies=True,  # as Megatron's, not verified
     fp8_saves_cast_inputs=True,  # as Megatron's, not verified
     fp8_casts="transformer_engine",  # as Megatron's, not verified
@@ -170,4 +178,5 @@ MINDFORMERS = TrainerBehaviour(
 )
 BEHAVIOURS: dict[str, TrainerBehaviour] = {b.name: b for b in (MEGATRON, TORCHTITAN, MINDFORMERS)}
 
-__all__ = ["TrainerBehaviour", "BEHAVIOURS", "FP8_CASTS", "LOSS_KERNELS", "MEGATRON", "TORCHTITAN", "MINDFORMERS"]
+__all__ = ["TrainerBehaviour", "BEHAVIOURS", "FP8_CASTS", "LOSS_KERNELS", "MEGATRON_LM_LOSS_KERNEL", "MEGATRON",
+           "TORCHTITAN", "MINDFORMERS"]

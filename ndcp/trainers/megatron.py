@@ -228,7 +228,7 @@ def flags(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int 
     out += ["--micro-batch-size", str(s.mbs), "--global-batch-size", str(s.global_batch),
             "--seq-length", str(run.seq_len)]
     out += _precision(run, s) + _data_parallel(run, s, notes) + _recompute(model, s)
-    out += LOSS_KERNEL_FLAGS[loss_kernel_ran(run)]  # the output layer's loss (RunSpec.loss_kernel)
+    out += LOSS_KERNEL_FLAGS[loss_kernel_ran(run)]  # the output layer's loss: fused unless the run asks for unfused
     for field in ("activation_func_fp8_input_store", "disable_parameter_transpose_cache"):  # TransformerConfig
         if getattr(run, field):  # fields Megatron-LM keeps off its command line (arguments.py `exclude`)
             notes.append(f"--{field.replace('_', '-')} has no Megatron-LM flag: set TransformerConfig.{field}=True "
@@ -278,10 +278,10 @@ def emit(model: ModelSpec, run: RunSpec, strategy: Strategy, domain_ranks: int =
         notes.append(f"--fsdp-version {run.fsdp_version} is not what --use-megatron-fsdp runs: Megatron FSDP reduces "
                      "from its main-grad buffer with no pass over the gradients (plan with trainer)")
         emitted_run = dataclasses.replace(emitted_run or run, fsdp_version="trainer")
-    if loss_kernel_note(run):  # the loss kernel the file runs instead (RunSpec.loss_kernel; unfused: Megatron's own)
-        notes.append(loss_kernel_note(run))
-        ran = loss_kernel_ran(run)
-        emitted_run = dataclasses.replace(emitted_run or run, loss_kernel="trainer" if ran == "unfused" else ran)
+    if loss_kernel_note(run):  # the loss kernel the file runs instead (RunSpec.loss_kernel): Megatron's native one,
+        notes.append(loss_kernel_note(run))  # stated for a Megatron plan; else the trainer's (read back as Megatron)
+        kernel = loss_kernel_ran(run) if run.trainer == MEGATRON.name else "trainer"
+        emitted_run = dataclasses.replace(emitted_run or run, loss_kernel=kernel)
     return Emitted(text, notes, None if s == strategy else s, emitted_run)
 
 

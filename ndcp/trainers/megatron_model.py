@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..specs.model import ModelSpec
 from ..specs.run import RunSpec
-from ..specs.trainer_behaviour import MEGATRON
+from ..specs.trainer_behaviour import MEGATRON, MEGATRON_LM_LOSS_KERNEL
 from .base import Placeholder
 
 OFFLOAD = "offload"  # the activation-offload option (specs/recompute.py): Megatron's --fine-grained-activation-offloading
@@ -169,19 +169,25 @@ __all__ = ["OFFLOAD", "architecture", "hybrid_note", "moe_layer_pattern", "PLACE
 
 # -- the output layer's loss kernel (RunSpec.loss_kernel) --------------------------------------------------------
 # What selects each kernel Megatron-LM runs (core/models/common/language_module/language_module.py
-# compute_language_model_loss @d98e8a6): no --cross-entropy-loss-fusion, tensor_parallel.vocab_parallel_cross_entropy
-# (unfused); with it, fused_vocab_parallel_cross_entropy (--cross-entropy-fusion-impl native, its default) or
-# Transformer Engine's parallel cross entropy (te), which training/arguments.py validate_args refuses at d98e8a6
-# ("disabled due to stability issues", since 168cb15d70, 2026-06-03)
+# compute_language_model_loss @d98e8a6, the main loss and MTP's, multi_token_prediction.py): no
+# --cross-entropy-loss-fusion, tensor_parallel.vocab_parallel_cross_entropy (unfused, Megatron-LM's default); with it,
+# fused_vocab_parallel_cross_entropy (--cross-entropy-fusion-impl native, its default) or Transformer Engine's
+# parallel cross entropy (te), which training/arguments.py validate_args refuses at d98e8a6 ("disabled due to
+# stability issues", since 168cb15d70, 2026-06-03). The native kernel takes the TP group (vocabulary-parallel
+# logits) and nothing else: validate_args and ModelParallelConfig.__post_init__ @d98e8a6 tie the flag to no
+# precision, FP8 recipe, context parallelism, MTP or tensor parallelism; only --deterministic-mode
+# (training/determinism.py ARG_VALUES_REQUIRED_FOR_DETERMINISM) requires it off, and ndcp never writes that flag
 LOSS_KERNEL_FLAGS = {"unfused": [], "native": ["--cross-entropy-loss-fusion"]}
+# How a file states each kernel read_loss_kernel reads, for a refusal to name
+LOSS_KERNEL_STATED = {"unfused": "no --cross-entropy-loss-fusion", "native": "--cross-entropy-loss-fusion",
+                      "te": "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"}
 
 
 def loss_kernel_ran(run: RunSpec) -> str:
-    """The loss kernel the emitted file runs for the plan's (RunSpec.loss_kernel; trainer: Megatron-LM's default,
-    unfused): unfused or native as planned; te as native (refused at the pinned Megatron-LM); eager (PyTorch's loss,
-    no Megatron flag) as Megatron's default."""
-    kernel = MEGATRON.loss_kernel if run.loss_kernel == "trainer" else run.loss_kernel
-    return kernel if kernel in LOSS_KERNEL_FLAGS else "native" if kernel == "te" else "unfused"
+    """The loss kernel the emitted file runs for the plan's (RunSpec.loss_kernel): unfused (no flag) when the run
+    asks for it; else Megatron's fused native loss (trainer: MEGATRON.loss_kernel; te, refused at the pinned
+    Megatron-LM, and flash or eager, not Megatron's losses, as native)."""
+    return "unfused" if run.loss_kernel == "unfused" else MEGATRON.loss_kernel
 
 
 def loss_kernel_note(run: RunSpec) -> str | None:
@@ -190,12 +196,12 @@ def loss_kernel_note(run: RunSpec) -> str | None:
         return ("--loss-kernel te: Megatron-LM (d98e8a6) refuses --cross-entropy-fusion-impl te; the file runs its "
                 "native fused loss (--cross-entropy-loss-fusion), priced as --loss-kernel native")
     if run.loss_kernel in ("flash", "eager"):
-        return (f"--loss-kernel {run.loss_kernel} is not a Megatron loss: the file runs Megatron-LM's default "
-                "(unfused)")
+        return (f"--loss-kernel {run.loss_kernel} is not a Megatron loss: the file runs Megatron's native fused loss "
+                "(--cross-entropy-loss-fusion), priced as --loss-kernel native")
     return None
 
 
-def read_loss_kernel(fusion: bool, impl: str | None) -> str | None:
-    """The loss kernel parsed --cross-entropy-loss-fusion / --cross-entropy-fusion-impl run; None without the
-    fusion flag (the run's own kernel is kept)."""
-    return ("te" if impl == "te" else "native") if fusion else None
+def read_loss_kernel(fusion: bool, impl: str | None) -> str:
+    """The loss kernel parsed --cross-entropy-loss-fusion / --cross-entropy-fusion-impl run: without the fusion
+    flag Megatron-LM's default, unfused (whatever ndcp's own files default to)."""
+    return ("te" if impl == "te" else "native") if fusion else MEGATRON_LM_LOSS_KERNEL

@@ -21,7 +21,8 @@ use is recorded in the row's `assumptions`):
 - torch.compile: a stated `training.torch_compile` (true/false; torchtitan only, RunSpec.torch_compile), else eager;
   the loss compiled too where `training.compile_loss` says so (RunSpec.compile_loss), else an eager loss;
 - loss kernel: a stated `training.loss_kernel` (RunSpec.loss_kernel: unfused, native, te or eager, what the row's
-  recipe runs), else the trainer's (Megatron-LM's default unfused, torchtitan's eager), noted;
+  recipe runs), else what the trainer's own default runs: Megatron-LM's unfused, stated as the row's loss kernel
+  (ndcp's Megatron files run the fused one), torchtitan's eager; noted;
 - FSDP: a stated `training.fsdp_version` (RunSpec.fsdp_version: fsdp1 for PyTorch FullyShardedDataParallel, as
   Composer / llm-foundry and fms-fsdp run it; fsdp2 for fully_shard, as NeMo AutoModel runs it), and its
   `training.grad_sync` / `training.param_gather` (RunSpec's: e.g. FSDP2 with reshard_after_forward False gathers
@@ -53,6 +54,7 @@ from ..specs.model import ModelSpec
 from ..specs.run import MFU_CONVENTIONS, RunSpec
 from ..specs.strategy import Strategy
 from ..specs.strategy_input import STRATEGY_KEYS
+from ..specs.trainer_behaviour import MEGATRON, MEGATRON_LM_LOSS_KERNEL
 from ..specs.units import GIB
 from ..trainers import trainer_named
 from .run_model import read_model, row_seq_len
@@ -261,7 +263,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   **{k: training[k] for k in MEGATRON_SETTINGS if not is_null(training.get(k))})
     run.check_delay_wgrad()
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
-    _note_loss_kernel(run, training, notes)
+    run = _unstated_loss_kernel(run, training, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
@@ -275,11 +277,17 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                        searched, basis)
 
 
-def _note_loss_kernel(run: RunSpec, training: dict, notes: list[str]) -> None:
-    """An unstated `training.loss_kernel` runs the trainer's (RunSpec.loss_kernel "trainer"): said in the notes, with
-    the kernel that prices it (none under a compiled loss, its own kernel)."""
-    if is_null(training.get("loss_kernel")) and not run.compile_loss:
-        notes.append(f"loss kernel {loss_kernel(run)} (the trainer's; unstated)")
+def _unstated_loss_kernel(run: RunSpec, training: dict, notes: list[str]) -> RunSpec:
+    """The run with the loss kernel a row that states no `training.loss_kernel` ran, said in the notes (none under a
+    compiled loss, its own kernel): a Megatron row Megatron-LM's own default (MEGATRON_LM_LOSS_KERNEL, unfused),
+    stated, since ndcp's Megatron files run the fused loss (TrainerBehaviour.loss_kernel); another the trainer's."""
+    if not is_null(training.get("loss_kernel")) or run.compile_loss:
+        return run
+    if run.trainer == MEGATRON.name:
+        notes.append(f"loss kernel {MEGATRON_LM_LOSS_KERNEL} (Megatron-LM's default; unstated)")
+        return replace(run, loss_kernel=MEGATRON_LM_LOSS_KERNEL)
+    notes.append(f"loss kernel {loss_kernel(run)} (the trainer's; unstated)")
+    return run
 
 
 def _publication(entry: dict) -> str:
@@ -353,7 +361,7 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
                   mfu_convention=_mfu_convention(record.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
                   **_stated(record, ("grad_dtype", "trainer", "loss_kernel")))
     run = _fp8_run(run, record.get("fp8_recipe"), cluster, notes)
-    _note_loss_kernel(run, record, notes)
+    run = _unstated_loss_kernel(run, record, notes)
     fields = {k: v for k, v in record.items() if k in CSV_STRATEGY_COLUMNS}
     strategy, searched = _row_strategy(model, cluster, run, fields, False, notes)
     memory = as_number(record.get("memory_gib"))

@@ -237,12 +237,13 @@ def test_each_loss_kernel_moves_its_hand_counted_bytes_per_logit(kernel):
     assert sum(HAND_COUNTED_LOSS_BYTES["unfused"]) == 52 and sum(HAND_COUNTED_LOSS_BYTES["native"]) == 28
 
 
-def test_the_trainer_default_loss_kernel_is_megatrons_unfused_and_torchtitans_eager():
-    """loss_kernel "trainer" is the trainer's own: Megatron-LM runs the unfused loss unless
-    --cross-entropy-loss-fusion is given; torchtitan the eager loss, or under compile_loss its compiled one (2 + 2
-    passes over the bf16 logits)."""
+def test_the_trainer_default_loss_kernel_is_megatrons_fused_mindformers_unfused_and_torchtitans_eager():
+    """loss_kernel "trainer" is what the trainer's files run: ndcp's Megatron files write --cross-entropy-loss-fusion
+    (the native fused loss); MindFormers runs Megatron-LM's own default (unfused, not verified); torchtitan the eager
+    loss, or under compile_loss its compiled one (2 + 2 passes over the bf16 logits)."""
     run = RunSpec(8, 4096)
-    assert loss_bytes_per_logit(run) == HAND_COUNTED_LOSS_BYTES["unfused"]
+    assert loss_bytes_per_logit(run) == HAND_COUNTED_LOSS_BYTES["native"]
+    assert loss_bytes_per_logit(replace(run, trainer="mindformers")) == HAND_COUNTED_LOSS_BYTES["unfused"]
     assert loss_bytes_per_logit(replace(run, trainer="torchtitan")) == HAND_COUNTED_LOSS_BYTES["eager"]
     assert loss_bytes_per_logit(replace(run, trainer="torchtitan", compile_loss=True)) == (4, 4)
 

@@ -293,7 +293,8 @@ def test_without_the_expert_overlap_megatron_does_not_delay_the_weight_gradients
     assert emitted.run is not None and not emitted.run.delay_wgrad_compute
 
 
-FUSED_LOSS = RunSpec(global_batch=128, seq_len=8192, loss_kernel="native")
+DEFAULT_LOSS = RunSpec(global_batch=128, seq_len=8192)
+UNFUSED_LOSS = RunSpec(global_batch=128, seq_len=8192, loss_kernel="unfused")
 TP8 = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True)
 
 
@@ -301,27 +302,45 @@ def _arguments(emitted) -> list[str]:
     return shlex.split(emitted.text.replace("\\\n", " "), comments=True)
 
 
-def test_megatrons_fused_loss_is_emitted_and_read_back_as_the_runs_loss_kernel(tmp_path):
-    """--loss-kernel native: --cross-entropy-loss-fusion (Megatron-LM d98e8a6, impl native by default), read back as
-    the plan; a run on Megatron-LM's default loss reading that file is refused, naming the option to give."""
-    assert "--cross-entropy-loss-fusion" in _arguments(emit("megatron", LLAMA70, FUSED_LOSS, TP8))
-    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA70, 64, FUSED_LOSS, TP8)
+def test_megatron_files_run_the_fused_loss_by_default_and_read_back_as_the_plan(tmp_path):
+    """ndcp's Megatron files run Megatron's native fused loss (--cross-entropy-loss-fusion, impl native by default at
+    Megatron-LM d98e8a6) for a plan on the trainer's loss (and for --loss-kernel native), read back as the plan; a run
+    asking for Megatron-LM's default (unfused) reading that file is refused, naming the flag and the option to give."""
+    for run in (DEFAULT_LOSS, dataclasses.replace(DEFAULT_LOSS, loss_kernel="native")):
+        emitted = emit("megatron", LLAMA70, run, TP8)
+        assert "--cross-entropy-loss-fusion" in _arguments(emitted) and emitted.run is None
+    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA70, 64, DEFAULT_LOSS, TP8)
     assert back == ran == TP8
-    same_estimate(LLAMA70, cluster, FUSED_LOSS, TP8, back)
-    default = RunSpec(global_batch=128, seq_len=8192)
-    with pytest.raises(SpecError, match="loss kernel native does not match the run's \\(unfused\\); set --loss-kernel"):
-        build_strategy(LLAMA70, cluster, default, read_values(str(tmp_path / "megatron.txt"), LLAMA70, default))
+    same_estimate(LLAMA70, cluster, DEFAULT_LOSS, TP8, back)
+    path = str(tmp_path / "megatron.txt")
+    with pytest.raises(SpecError, match="loss kernel native \\(--cross-entropy-loss-fusion\\) does not match the "
+                                        "run's \\(unfused\\); set --loss-kernel native"):
+        build_strategy(LLAMA70, cluster, UNFUSED_LOSS, read_values(path, LLAMA70, UNFUSED_LOSS))
 
 
-def test_the_default_loss_emits_no_flag_and_the_kernels_megatron_cannot_run_say_what_runs_instead():
-    """Megatron-LM's default (unfused) needs no flag; te (refused by Megatron-LM's validate_args at d98e8a6) is emitted
-    as the native fused loss, flash and eager (not Megatron's) as the default (the trainer's), each with a note and the
-    run the file states (Emitted.run); a torchtitan plan on flash-attn's loss emits for Megatron too."""
-    default = emit("megatron", LLAMA70, RunSpec(global_batch=128, seq_len=8192), TP8)
-    assert "--cross-entropy-loss-fusion" not in _arguments(default) and default.run is None
-    for kernel, ran, flag in (("te", "native", True), ("flash", "trainer", False), ("eager", "trainer", False)):
-        emitted = emit("megatron", LLAMA70, RunSpec(global_batch=128, seq_len=8192, loss_kernel=kernel), TP8)
-        assert ("--cross-entropy-loss-fusion" in _arguments(emitted)) == flag
-        assert emitted.run.loss_kernel == ran and any(f"--loss-kernel {kernel}" in n for n in emitted.notes)
+def test_the_unfused_loss_emits_no_flag_and_a_file_without_it_reads_as_unfused(tmp_path):
+    """--loss-kernel unfused (Megatron-LM's own default) writes no flag and reads back as the plan; a file without the
+    flag runs the unfused loss, so a run on the trainer's (fused) loss reading it is refused, naming the flag."""
+    emitted = emit("megatron", LLAMA70, UNFUSED_LOSS, TP8)
+    assert "--cross-entropy-loss-fusion" not in _arguments(emitted) and emitted.run is None
+    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA70, 64, UNFUSED_LOSS, TP8)
+    assert back == ran == TP8
+    same_estimate(LLAMA70, cluster, UNFUSED_LOSS, TP8, back)
+    path = str(tmp_path / "megatron.txt")
+    with pytest.raises(SpecError, match="loss kernel unfused \\(no --cross-entropy-loss-fusion\\) does not match the "
+                                        "run's \\(native\\); set --loss-kernel unfused"):
+        build_strategy(LLAMA70, cluster, DEFAULT_LOSS, read_values(path, LLAMA70, DEFAULT_LOSS))
+
+
+def test_the_kernels_megatron_cannot_run_are_emitted_as_its_fused_loss_with_a_note():
+    """te (refused by Megatron-LM's validate_args at d98e8a6), flash and eager (not Megatron's losses) are emitted as
+    the native fused loss, each with a note and the run the file states (Emitted.run); a torchtitan plan on
+    flash-attn's loss emits the fused loss too, its run stating the trainer's (read back under --trainer megatron)."""
+    for kernel in ("te", "flash", "eager"):
+        emitted = emit("megatron", LLAMA70, dataclasses.replace(DEFAULT_LOSS, loss_kernel=kernel), TP8)
+        assert "--cross-entropy-loss-fusion" in _arguments(emitted)
+        assert "--cross-entropy-fusion-impl" not in _arguments(emitted)
+        assert emitted.run.loss_kernel == "native" and any(f"--loss-kernel {kernel}" in n for n in emitted.notes)
     titan = RunSpec(global_batch=128, seq_len=8192, trainer="torchtitan", loss_kernel="flash")
-    assert emit("megatron", LLAMA70, titan, TP8).run.loss_kernel == "trainer"
+    emitted = emit("megatron", LLAMA70, titan, TP8)
+    assert "--cross-entropy-loss-fusion" in _arguments(emitted) and emitted.run.loss_kernel == "trainer"

@@ -83,7 +83,8 @@ def test_the_fit_recovers_a_known_gemm_ceiling_from_runs_measured_on_a_slower_de
     from ndcp.specs import ClusterSpec, RunSpec
     from ndcp.specs.library import load_model
 
-    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096)
+    # the rows state no loss kernel: read as Megatron-LM's default, the unfused loss
+    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096, loss_kernel="unfused")
     slow = ClusterSpec(replace(PRESETS["h100"], compute_efficiency=0.60), 8)
     lines = ["id,model,device,gpus,global_batch,seq_len,tp,pp,dp,mbs,zero,sp,recompute,mfu"]
     for tp in (1, 2, 4, 8):
@@ -184,7 +185,8 @@ def test_the_script_fits_the_fp8_ceiling_on_fp8_runs_at_the_16_bit_ceiling(tmp_p
     from ndcp.specs.library import load_model
 
     calibrate = _calibrate_script()
-    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096, precision="fp8")
+    # the rows state no loss kernel: read as Megatron-LM's default, the unfused loss
+    model, run = load_model("llama3-8b"), RunSpec(global_batch=32, seq_len=4096, precision="fp8", loss_kernel="unfused")
     slow = ClusterSpec(replace(PRESETS["h100"], fp8_compute_efficiency=0.55), 8)
     lines = ["id,model,device,gpus,global_batch,seq_len,precision,tp,pp,dp,mbs,zero,sp,recompute,mfu"]
     for tp in (1, 2, 4, 8):

@@ -98,12 +98,15 @@ def test_a_row_states_the_overlaps_its_recipe_ran(tmp_path):
 
 def test_a_row_states_the_loss_kernel_its_recipe_ran(tmp_path):
     """training.loss_kernel (RunSpec.loss_kernel): what the row's recipe runs (Megatron-Bridge's performance recipes:
-    Transformer Engine's); unstated, the trainer's (Megatron-LM's default, unfused), said in the row's assumptions;
+    Transformer Engine's); unstated, a Megatron row ran Megatron-LM's own default, unfused, stated as its kernel (ndcp's
+    Megatron files default to the fused one) and said in the row's assumptions; another trainer's row its trainer's;
     an unknown kernel is the row's error, naming the field and the valid kernels."""
     stated, unstated = _training_row(tmp_path, ", loss_kernel: te"), _training_row(tmp_path, "")
     assert stated.run.loss_kernel == "te" and not any("loss kernel" in a for a in stated.assumptions)
-    assert unstated.run.loss_kernel == "trainer"
-    assert "loss kernel unfused (the trainer's; unstated)" in unstated.assumptions
+    assert unstated.run == _training_row(tmp_path, ", loss_kernel: unfused").run
+    assert "loss kernel unfused (Megatron-LM's default; unstated)" in unstated.assumptions
+    titan = dict(read_rows(EXAMPLES / "published_runs.yaml"))["torchtitan_l31_8b_fsdp8_bf16"]()
+    assert titan.run.loss_kernel == "trainer" and "loss kernel eager (the trainer's; unstated)" in titan.assumptions
     with pytest.raises(SpecError, match="loss_kernel='fused'.*valid: trainer, unfused, native, te, flash, eager"):
         _training_row(tmp_path, ", loss_kernel: fused")
 
@@ -112,11 +115,12 @@ def test_the_measured_rows_state_the_loss_their_stack_runs():
     """The rows whose source or recipe tells the loss state it (examples/*.yaml, each with the file and line it read):
     Megatron-Bridge Transformer Engine's, NeMo 2 (dgxc-benchmarking Llama 3.1) Megatron-Core's native fused one,
     Megatron-LM's own rows and its functional tests the unfused default, llm-foundry flash-attn's, AutoModel and
-    fms-fsdp PyTorch's eager loss; the Megatron-Core r0.8.0 and NeMo 24.07 rows cannot tell and keep the default."""
+    fms-fsdp PyTorch's eager loss; the Megatron-Core r0.8.0 and NeMo 24.07 rows cannot tell and keep Megatron-LM's
+    default, unfused."""
     rows = dict(read_rows(EXAMPLES / "published_runs.yaml")) | dict(read_rows(EXAMPLES / "measured_runs_2.yaml"))
     expect = {"mbr2511_llama3_8b_h100_fp8cs_8": "te", "dgxc_llama31_8b_h100_bf16_8": "native",
               "narayanan2021_t1_1.7b": "unfused", "mlmft_gpt7b_h100_bf16_8_tp4pp1": "unfused",
               "mpt_h100_1b_s2048_64": "flash", "automodel_llama3_70b_h100_bf16_64": "eager",
-              "fmsfsdp_llama2_7b_a100_128": "eager", "mcore_r080_h100_1.7b": "trainer",
-              "nemo2407_gpt3_5b_h100_fp8_64": "trainer"}
+              "fmsfsdp_llama2_7b_a100_128": "eager", "mcore_r080_h100_1.7b": "unfused",
+              "nemo2407_gpt3_5b_h100_fp8_64": "unfused"}
     assert {run_id: rows[run_id]().run.loss_kernel for run_id in expect} == expect
