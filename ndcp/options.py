@@ -328,7 +328,8 @@ RUN_OPTIONS = (
     run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS, metavar="KERNEL"),
     run_option("torch_compile", "--torch-compile", switch=True),
     run_option("compile_loss", "--compile-loss", switch=True),
-    run_option("loss_kernel", "--loss-kernel", choices=("trainer",) + LOSS_KERNELS, metavar="KERNEL"),
+    run_option("loss_kernel", "--loss-kernel", " (left out with --strategy-from: the file's)",
+               choices=("trainer",) + LOSS_KERNELS, metavar="KERNEL"),
     run_option("disable_parameter_transpose_cache", "--disable-parameter-transpose-cache", switch=True),
     run_option("wgrad_deferral_limit", "--wgrad-deferral-limit", parse=int32, metavar="N"),
     run_option("trainer", "--trainer", ". A search returns only plans this trainer runs exactly as --emit writes "

@@ -33,7 +33,7 @@ from .specs.run import RunSpec
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, Strategy
 from .specs.strategy_input import OFF_WORDS, ON_WORDS
 from .specs.units import GIB
-from .trainers import file_overlap, file_trainer, read_values, trainer_named
+from .trainers import file_loss_kernel, file_overlap, file_trainer, read_values, trainer_named
 from .trainers.megatron_model import LOSS_KERNEL_STATED
 
 SEARCH_KEYS = DIMENSIONS + ("sp",)
@@ -80,7 +80,8 @@ def build_run(values: argparse.Namespace) -> RunSpec:
     meaning the field's default (no cap: 0; the trainer: `priced_trainer`; no --fp8-recipe: delayed)."""
     fields = {option.field: getattr(values, option.name) for option in RUN_OPTIONS}
     fields.update(memory_cap_bytes=values.memory_cap or 0, trainer=priced_trainer(values),
-                  fp8_recipe=values.fp8_recipe or "delayed", overlap=run_overlap(values))
+                  fp8_recipe=values.fp8_recipe or "delayed", overlap=run_overlap(values),
+                  loss_kernel=run_loss_kernel(values))
     run = RunSpec(**fields)
     run.check_delay_wgrad()
     return run
@@ -99,6 +100,15 @@ def run_overlap(values: argparse.Namespace) -> str:
         raise SpecError(f"--overlap {given} contradicts --strategy-from {path}, whose flags run --overlap {stated}; "
                         "drop --overlap to take the file's")
     return given
+
+
+def run_loss_kernel(values: argparse.Namespace) -> str:
+    """--loss-kernel; `trainer` (the default: the loss its files run) with a --strategy-from file, the file's (a
+    Megatron script without --cross-entropy-loss-fusion runs Megatron-LM's unfused one). A kernel given that the
+    file does not run is refused where the file is read (pinned_by_file)."""
+    given = getattr(values, "loss_kernel", None) or "trainer"
+    stated = file_loss_kernel(getattr(values, "strategy_from", None)) if given == "trainer" else None
+    return stated or given
 
 
 def check_max_offset(max_offset: int, model: ModelSpec) -> None:

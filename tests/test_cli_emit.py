@@ -198,6 +198,28 @@ def test_strategy_from_takes_the_files_overlaps_and_refuses_a_contradicting_over
     assert code == 2 and err.count("\n") == 1 and "--overlap none contradicts --strategy-from" in err
 
 
+def test_strategy_from_takes_the_files_loss_kernel_and_refuses_a_contradicting_one(capsys, tmp_path):
+    """A Megatron script without --cross-entropy-loss-fusion (Megatron-LM's default, a hand-written one) runs the
+    unfused loss: estimating it without --loss-kernel prices that loss, as --loss-kernel unfused does; ndcp's own
+    file (the fused loss by default) reads back at the plan's; a --loss-kernel the file does not run is one error
+    line naming the setting."""
+    path = tmp_path / "launch.sh"
+    plan = ["estimate", *TINY, "--strategy", "tp=2,pp=2,mbs=1,zero=1,sp=on,recompute=selective", "--json", "-"]
+    fused, _ = run(capsys, *plan)
+    unfused, _ = run(capsys, *plan, "--loss-kernel", "unfused")
+    run(capsys, *plan[:-2], "--emit", "megatron", "--emit-file", str(path), "-q")
+    assert "--cross-entropy-loss-fusion" in path.read_text()
+    got, _ = run(capsys, "estimate", *TINY, "--strategy-from", str(path), "--json", "-")
+    assert point_time(got) == point_time(fused)
+    path.write_text(path.read_text().replace("--cross-entropy-loss-fusion", ""))
+    got, _ = run(capsys, "estimate", *TINY, "--strategy-from", str(path), "--json", "-")
+    assert point_time(got) == point_time(unfused)
+    assert point_time(unfused)["step_seconds"] > point_time(fused)["step_seconds"]
+    code = main(["estimate", *TINY, "--strategy-from", str(path), "--loss-kernel", "native"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "set --loss-kernel unfused" in err
+
+
 def test_a_pytorch_fsdp_megatron_does_not_run_is_said_when_emitting_megatron_fsdp(capsys):
     """--fsdp-version prices a PyTorch FSDP's gradient copies; the Megatron file runs Megatron FSDP, which makes none:
     the file read back is its own step, not the plan's, so it is no answer (written only with --emit-anyway)."""

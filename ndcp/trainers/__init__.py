@@ -72,11 +72,22 @@ def file_trainer(path: str | None) -> str | None:
 def file_overlap(path: str | None) -> str | None:
     """The run's --overlap a --strategy-from file states (Trainer.read_overlap), or None when the file is absent or
     unreadable: read_values reports why."""
+    return _file_states(path, lambda trainer, text: trainer.read_overlap(text))
+
+
+def file_loss_kernel(path: str | None) -> str | None:
+    """The run's --loss-kernel a --strategy-from file states (Trainer.read_loss_kernel), or None when the file is
+    absent or unreadable: read_values reports why."""
+    return _file_states(path, lambda trainer, text: trainer.read_loss_kernel(text))
+
+
+def _file_states(path: str | None, read) -> str | None:
+    """What `read(trainer, text)` finds in a --strategy-from file, or None when the file is absent or unreadable."""
     if not path:
         return None
     try:
         text = read_text(path, f"--strategy-from {path}", "the configuration")
-        return detect(text).read_overlap(text)
+        return read(detect(text), text)
     except (SpecError, SystemExit):
         return None
 

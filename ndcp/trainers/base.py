@@ -147,6 +147,9 @@ class Trainer:
     # The run's overlaps (a RunSpec.overlap value) a configuration's text states, for --strategy-from without
     # --overlap (policy.build_run); `read` gives the same as its "overlap" value
     read_overlap: Callable[[str], str]
+    # The loss kernel (a RunSpec.loss_kernel value) a configuration's text states, for --strategy-from without
+    # --loss-kernel (policy.build_run); "trainer" where its configuration cannot state one
+    read_loss_kernel: Callable[[str], str]
     # -- its checkpoint: whether a dimension's shards load under new degrees (dimension, before, after), checkpoints.py
     reshard: Callable[[str, Strategy, Strategy], Resharding]
 

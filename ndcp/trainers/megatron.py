@@ -21,7 +21,7 @@ from ..specs.trainer_behaviour import MEGATRON
 from . import checkpoints
 from .base import (Emitted, Trainer, fill_in_comment, nearest_optimizer_offload, nearest_schedule, option_lines,
                    option_words, overlap_value, planned_overlaps, stage_plans, uniform_cover, used_options, with_plan)
-from .megatron_read import read, read_overlap, recognises
+from .megatron_read import read, read_loss, read_overlap, recognises
 from .megatron_model import (LOSS_KERNEL_FLAGS, OFFLOAD, PLACEHOLDERS, architecture, loss_kernel_note,
                              loss_kernel_ran)
 
@@ -319,7 +319,7 @@ TRAINER = Trainer(
     # arguments.py validate_args refuses --optimizer-cpu-offload with --fp8-param-gather unless the recipe is delayed
     optimizer_offload_fp8_recipes=("delayed",),
     config_kind="Megatron-LM arguments", recognises=recognises, nearest=nearest, emit=emit, read=read,
-    read_overlap=read_overlap, reshard=checkpoints.megatron,
+    read_overlap=read_overlap, read_loss_kernel=read_loss, reshard=checkpoints.megatron,
 )
 
 __all__ = ["TRAINER", "nearest", "emit", "flags", "environment", "overlaps", "read", "read_overlap", "recognises"]

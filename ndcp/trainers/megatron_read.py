@@ -143,9 +143,15 @@ def read_overlap(text: str) -> str:
     return read_overlap_args(a)
 
 
+def read_loss(text: str) -> str:
+    """The run's --loss-kernel a Megatron configuration states (no --cross-entropy-loss-fusion: unfused)."""
+    a, _ = _parser().parse_known_args(arguments(text))
+    return read_loss_kernel(a.cross_entropy_loss_fusion, a.cross_entropy_fusion_impl)
+
+
 def recognises(text: str) -> bool:
     """Whether a configuration is Megatron-LM's: a list of its --flags naming the model or its parallelism."""
     return "--tensor-model-parallel-size" in text or "--micro-batch-size" in text or "--num-layers" in text
 
 
-__all__ = ["arguments", "read", "read_overlap_args", "read_overlap", "recognises"]
+__all__ = ["arguments", "read", "read_overlap_args", "read_overlap", "read_loss", "recognises"]

@@ -242,6 +242,7 @@ TRAINER = Trainer(
     optimizer_offload_zero=(), optimizer_offload_fp8_recipes=(),  # no optimizer offload modelled
     config_kind="a MindFormers YAML (parallel_config)", recognises=recognises, nearest=nearest, emit=emit, read=read,
     read_overlap=lambda text: "trainer",  # its YAML states no overlaps: it runs its own
+    read_loss_kernel=lambda text: "trainer",  # it states no loss kernel: it runs its own
     reshard=checkpoints.mindformers,
 )
 

@@ -389,6 +389,7 @@ TRAINER = Trainer(
     config_kind="torchtitan arguments (--module/--config)",
     recognises=recognises, nearest=nearest, emit=emit, read=read,
     read_overlap=lambda text: "trainer",  # its arguments state no overlaps: it runs its own (none, eager)
+    read_loss_kernel=lambda text: "trainer",  # it states no loss kernel: it runs its own
     reshard=checkpoints.torchtitan,
 )
 
