@@ -302,34 +302,29 @@ def _arguments(emitted) -> list[str]:
     return shlex.split(emitted.text.replace("\\\n", " "), comments=True)
 
 
-def test_megatron_files_run_the_fused_loss_by_default_and_read_back_as_the_plan(tmp_path):
+@pytest.mark.parametrize("run, other, flagged, message", [
+    (DEFAULT_LOSS, UNFUSED_LOSS, True, "loss kernel native \\(--cross-entropy-loss-fusion\\) does not match the run's "
+                                       "\\(unfused\\); set --loss-kernel native"),
+    (UNFUSED_LOSS, DEFAULT_LOSS, False, "loss kernel unfused \\(no --cross-entropy-loss-fusion\\) does not match the "
+                                        "run's \\(native\\); set --loss-kernel unfused"),
+])
+def test_megatron_files_state_their_loss_and_read_back_as_the_plan(tmp_path, run, other, flagged, message):
     """ndcp's Megatron files run Megatron's native fused loss (--cross-entropy-loss-fusion, impl native by default at
-    Megatron-LM d98e8a6) for a plan on the trainer's loss (and for --loss-kernel native), read back as the plan; a run
-    asking for Megatron-LM's default (unfused) reading that file is refused, naming the flag and the option to give."""
-    for run in (DEFAULT_LOSS, dataclasses.replace(DEFAULT_LOSS, loss_kernel="native")):
-        emitted = emit("megatron", LLAMA70, run, TP8)
-        assert "--cross-entropy-loss-fusion" in _arguments(emitted) and emitted.run is None
-    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA70, 64, DEFAULT_LOSS, TP8)
+    Megatron-LM d98e8a6) for a plan on the trainer's loss, and no flag for --loss-kernel unfused (Megatron-LM's own
+    default); each reads back as the plan, and a run asking for the other loss reading that file is refused, naming
+    the flag and the option to give."""
+    emitted = emit("megatron", LLAMA70, run, TP8)
+    assert ("--cross-entropy-loss-fusion" in _arguments(emitted)) == flagged and emitted.run is None
+    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA70, 64, run, TP8)
     assert back == ran == TP8
-    same_estimate(LLAMA70, cluster, DEFAULT_LOSS, TP8, back)
-    path = str(tmp_path / "megatron.txt")
-    with pytest.raises(SpecError, match="loss kernel native \\(--cross-entropy-loss-fusion\\) does not match the "
-                                        "run's \\(unfused\\); set --loss-kernel native"):
-        build_strategy(LLAMA70, cluster, UNFUSED_LOSS, read_values(path, LLAMA70, UNFUSED_LOSS))
+    same_estimate(LLAMA70, cluster, run, TP8, back)
+    with pytest.raises(SpecError, match=message):
+        build_strategy(LLAMA70, cluster, other, read_values(str(tmp_path / "megatron.txt"), LLAMA70, other))
 
 
-def test_the_unfused_loss_emits_no_flag_and_a_file_without_it_reads_as_unfused(tmp_path):
-    """--loss-kernel unfused (Megatron-LM's own default) writes no flag and reads back as the plan; a file without the
-    flag runs the unfused loss, so a run on the trainer's (fused) loss reading it is refused, naming the flag."""
-    emitted = emit("megatron", LLAMA70, UNFUSED_LOSS, TP8)
-    assert "--cross-entropy-loss-fusion" not in _arguments(emitted) and emitted.run is None
-    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA70, 64, UNFUSED_LOSS, TP8)
-    assert back == ran == TP8
-    same_estimate(LLAMA70, cluster, UNFUSED_LOSS, TP8, back)
-    path = str(tmp_path / "megatron.txt")
-    with pytest.raises(SpecError, match="loss kernel unfused \\(no --cross-entropy-loss-fusion\\) does not match the "
-                                        "run's \\(native\\); set --loss-kernel unfused"):
-        build_strategy(LLAMA70, cluster, DEFAULT_LOSS, read_values(path, LLAMA70, DEFAULT_LOSS))
+def test_loss_kernel_native_emits_the_fused_loss_flag_too():
+    native = dataclasses.replace(DEFAULT_LOSS, loss_kernel="native")
+    assert "--cross-entropy-loss-fusion" in _arguments(emit("megatron", LLAMA70, native, TP8))
 
 
 def test_the_kernels_megatron_cannot_run_are_emitted_as_its_fused_loss_with_a_note():
