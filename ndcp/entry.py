@@ -30,8 +30,12 @@ class Signals:
         self.count = 0
         self.answered: int | None = None  # the command's exit code once it has answered
         self.last = signal.SIGINT  # the last signal received
+        self.resending = False  # a signal lost in code whose exceptions Python ignores is being sent again
 
     def __call__(self, signum, frame) -> None:
+        if _inside(frame, Signals.unraisable.__code__):  # raised in the hook it would be ignored too: sent again
+            self.resend(signum)
+            return
         self.note(signum)
         raise KeyboardInterrupt
 
@@ -39,13 +43,26 @@ class Signals:
         """sys.unraisablehook: the first signal's KeyboardInterrupt raised where Python ignores exceptions (a weakref
         callback of the import machinery, importlib._bootstrap `_get_module_lock`'s `cb`; a __del__) would be printed
         as "Exception ignored" with its traceback and lost; it is sent again instead, the same signal a millisecond
-        later from a timer thread (raised here, in the hook, Python would ignore it as well), until it lands where it
-        can interrupt. Anything else is reported as Python reports it."""
+        later from a timer thread, until it lands where it can interrupt (one arriving while this hook runs is not
+        raised here, where Python would ignore it as well, but sent again too). Anything else is reported as Python
+        reports it."""
         if report.exc_type is not None and issubclass(report.exc_type, KeyboardInterrupt) and self.count == 1:
-            self.count = 0  # not taken: the signal again, from another thread, after the ignoring code returns
-            threading.Timer(REDELIVERY_DELAY, os.kill, (os.getpid(), self.last)).start()
+            self.count = 0  # not taken
+            self.resend(self.last)
             return
         sys.__unraisablehook__(report)
+
+    def resend(self, signum: int) -> None:
+        """Send `signum` to the process again after REDELIVERY_DELAY, from a timer thread; one at a time, so that a
+        re-sent signal is never counted as a second one."""
+        if self.resending:
+            return
+        self.resending = True
+        threading.Timer(REDELIVERY_DELAY, self._deliver, (signum,)).start()
+
+    def _deliver(self, signum: int) -> None:
+        self.resending = False
+        os.kill(os.getpid(), signum)
 
     def note(self, signum: int) -> None:
         """Count one signal; exit at once if the command has answered or this is not the first."""
@@ -56,6 +73,15 @@ class Signals:
         if self.count > 1:
             os.write(2, f"ndcp: {signal.Signals(signum).name} again: stopped at once\n".encode())
             os._exit(EXIT_INTERRUPTED)
+
+
+def _inside(frame, code) -> bool:
+    """Whether `code` runs in `frame` or a frame that called it."""
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 _handler: Signals | None = None  # the program's handler (None: a library caller's process)
