@@ -21,7 +21,7 @@ from .host_link import host_copy_bandwidth
 from .keys import PlacementKey
 from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
 from .step_costs import step_cost_seconds
-from .trainers import data_parallel_sync, trainer_behaviour
+from .trainers import data_parallel_sync, fsdp_version
 
 # A collective hides behind the compute it overlaps, and all data-parallel collectives of one window share the device's
 # one link, so their sum hides behind it (docs/formulas.md §7); HSDP's all-reduce across replicas under PyTorch FSDP
@@ -279,8 +279,7 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
 
 def _pytorch_fsdp(run: RunSpec) -> bool:
     """Whether the run's FSDP is PyTorch's (fsdp1 or fsdp2: the HSDP all-reduce on its own stream), not Megatron's."""
-    version = trainer_behaviour(run).fsdp if run.fsdp_version == "trainer" else run.fsdp_version
-    return version in ("fsdp1", "fsdp2")
+    return fsdp_version(run) in ("fsdp1", "fsdp2")
 
 
 def _across_share(cluster: ClusterSpec, place: "_Placement") -> float:
@@ -305,7 +304,7 @@ def gradient_pass_bytes(run: RunSpec, zero: int) -> tuple[int, int]:
     divide pass for fp32 or bf16 (ReduceOp.AVG: pytorch/pytorch #120919, #123362, before FSDP2's first release).
     Megatron's own (fsdp "none"): the weight-gradient GEMMs accumulate into the main-grad buffer it reduces: none.
     The passes over the 1/n shard after the reduction (post-divide, accumulation) are left out."""
-    version = trainer_behaviour(run).fsdp if run.fsdp_version == "trainer" else run.fsdp_version
+    version = fsdp_version(run)
     p, g = run.param_bytes, run.grad_bytes
     if zero < 2 or version == "none":
         return 0, 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
 from ..specs.run import RunSpec
-from ..specs.trainer_behaviour import FP8_CASTS
 from . import communication as comm
 from .compute import Gemm
 from .trainers import trainer_behaviour
@@ -118,6 +117,8 @@ def layer_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]"
         return torchao_cast_bytes(mk, nk, mn, run.activation_bytes, run.torch_compile)
     per_element = cast_bytes_per_element(run, device)
     return per_element * (mk + nk), per_element * mn
+
+
 # NCCL's own cost model of a latency-bound all-reduce (src/graph/tuning.cc @b6475625, ncclTopoTuneModel): the LL
 # protocol's ring on one NVLink domain costs baseLat[Ring][LL] = 6.6 us plus hwLat[NVLink][Ring][LL] = 0.6 us for each
 # of its 2(n - 1) steps (the tree's LL, 6.8 + 2(n - 1) x 0.6 us, is never cheaper); a few bytes add nothing to it
@@ -182,7 +183,7 @@ def linear_input_bytes(run: RunSpec) -> int:
     return 1 if run.fp8 and trainer_behaviour(run).fp8_saves_cast_inputs else run.activation_bytes
 
 
-__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "FP8_CASTS", "LAYOUT_COPY_BYTES", "AMAX_BASE_LATENCY", "AMAX_STEP_LATENCY",
+__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "AMAX_BASE_LATENCY", "AMAX_STEP_LATENCY",
            "check_fp8", "cast_bytes_per_element", "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes",
            "amax_reduction_seconds", "weight_copy_bytes_per_parameter",
            "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]

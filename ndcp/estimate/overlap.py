@@ -104,6 +104,16 @@ PIPELINE = UbMethod("pipeline", 16, True, 4)
 BULK = UbMethod("bulk", 16, False, 1)
 
 
+def _beside(compute: float, comm: float, held: float) -> float:
+    """When `compute` seconds of kernels end that start with `comm` seconds of communication beside them on the
+    other stream, the communication holding `held` of the SMs: at 1 - held of their throughput while it runs, at
+    full throughput after it (userbuffers' pairs without an SM margin, ub_pair_seconds, and the EP all-to-alls,
+    ep_overlapped)."""
+    if held >= 1.0:
+        return compute + comm
+    return min(compute / (1.0 - held), compute + held * comm)
+
+
 def ub_pair_seconds(comm: float, gemm: float, chunked: float, method: UbMethod, sms: int, tp: int) -> float:
     """Wall seconds of one collective of `comm` seconds overlapped with its GEMM (`gemm` seconds unsplit on all
     `sms` SMs, `chunked` split as `method` splits it): the GEMM runs on the SMs the communication leaves it, at
@@ -117,7 +127,7 @@ def ub_pair_seconds(comm: float, gemm: float, chunked: float, method: UbMethod, 
         g = g / (1.0 - held)
         wall = max(comm, g)
     else:
-        wall = max(comm, g + comm * held)
+        wall = max(comm, _beside(g, comm, held))
     return wall + (min(comm, g) / splits if splits > 1 else 0.0)
 
 
@@ -215,15 +225,6 @@ EP_COMM_SMS = 32
 def ep_comm_held(sms: int) -> float:
     """The share of a device's `sms` SMs the EP all-to-all kernels hold while they run (EP_COMM_SMS)."""
     return min(1.0, EP_COMM_SMS / sms) if sms > 0 else 1.0
-
-
-def _beside(compute: float, comm: float, held: float) -> float:
-    """When `compute` seconds of kernels end that start with `comm` seconds of communication beside them on the
-    other stream, the communication holding `held` of the SMs: at 1 - held of their throughput while it runs, at
-    full throughput after it (ub_pair_seconds' sharing)."""
-    if held >= 1.0:
-        return compute + comm
-    return min(compute / (1.0 - held), compute + held * comm)
 
 
 def _phase_compute(passes: MoEPasses, delay_wgrad: bool) -> tuple[float, float, float, float]:

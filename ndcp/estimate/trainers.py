@@ -19,6 +19,12 @@ def trainer_behaviour(run: RunSpec) -> TrainerBehaviour:
     return BEHAVIOURS[run.trainer]
 
 
+def fsdp_version(run: RunSpec) -> str:
+    """The FSDP that reduces the run's ZeRO-2/3 gradients (specs.run.FSDP_VERSIONS): RunSpec.fsdp_version, or for
+    "trainer" the trainer's own (TrainerBehaviour.fsdp: "none" for its own, fsdp2 for torchtitan)."""
+    return trainer_behaviour(run).fsdp if run.fsdp_version == "trainer" else run.fsdp_version
+
+
 def loss_kernel(run: RunSpec) -> str:
     """The loss kernel the run prices (specs.trainer_behaviour.LOSS_KERNELS): RunSpec.loss_kernel, or for "trainer"
     the trainer's (TrainerBehaviour.loss_kernel); a compiled loss (RunSpec.compile_loss) is priced as its own."""
@@ -51,4 +57,4 @@ def data_parallel_sync(run: RunSpec, zero: int, pp: int) -> DataParallelSync:
                             zero >= 3 and gather != "forward-backward")
 
 
-__all__ = ["trainer_behaviour", "DataParallelSync", "data_parallel_sync"]
+__all__ = ["trainer_behaviour", "fsdp_version", "loss_kernel", "DataParallelSync", "data_parallel_sync"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from functools import lru_cache
 
 from ..specs.model import ModelSpec
 from ..specs.pipeline_layout import parse_layout
@@ -23,8 +24,10 @@ class _ArgumentReader(argparse.ArgumentParser):
         raise read_error("megatron", f"{message}, as Megatron-LM reads it (facts/megatron.yaml)")
 
 
+@lru_cache(maxsize=1)
 def _parser() -> argparse.ArgumentParser:
-    """An argparse for the pinned flags (facts/megatron.yaml), so a launch script reads as Megatron reads it."""
+    """An argparse for the pinned flags (facts/megatron.yaml), so a launch script reads as Megatron reads it (built
+    once: --strategy-from reads a file for its strategy, its overlaps and its loss kernel)."""
     p = _ArgumentReader(add_help=False, allow_abbrev=False)
     types = {"int": int, "float": float, "str": str}
     filled = {p.option for p in PLACEHOLDERS}  # the user's settings: not read
@@ -50,9 +53,14 @@ def arguments(text: str) -> list[str]:
     return tokens[start:]
 
 
+def _parsed(text: str) -> argparse.Namespace:
+    """A launch script's pinned flags as Megatron-LM parses them (the others ignored)."""
+    return _parser().parse_known_args(arguments(text))[0]
+
+
 def read(text: str, model: ModelSpec) -> dict:
     """Strategy values (the --strategy keys, plus run settings) from Megatron arguments."""
-    a, _ = _parser().parse_known_args(arguments(text))
+    a = _parsed(text)
     for flag, value, expected in (("--num-layers", a.num_layers, model.layers), ("--hidden-size", a.hidden_size,
                                   model.hidden), ("--num-attention-heads", a.num_attention_heads, model.heads),
                                   ("--num-experts", a.num_experts, model.moe.experts if model.moe else None)):
@@ -139,13 +147,13 @@ def read_overlap_args(a: argparse.Namespace) -> str:
 
 def read_overlap(text: str) -> str:
     """The run's --overlap a Megatron configuration states."""
-    a, _ = _parser().parse_known_args(arguments(text))
+    a = _parsed(text)
     return read_overlap_args(a)
 
 
 def read_loss(text: str) -> str:
     """The run's --loss-kernel a Megatron configuration states (no --cross-entropy-loss-fusion: unfused)."""
-    a, _ = _parser().parse_known_args(arguments(text))
+    a = _parsed(text)
     return read_loss_kernel(a.cross_entropy_loss_fusion, a.cross_entropy_fusion_impl)
 
 

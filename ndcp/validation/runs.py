@@ -226,12 +226,10 @@ def _row_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, fields: 
     return filled
 
 
-# Megatron memory settings a row states as they are (RunSpec checks them): a bool, and an integer (0: every
-# micro-batch deferred); docs/calibration.md §3
-MEGATRON_MEMORY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit")
-# Megatron run settings a row states as written (RunSpec checks them): its memory settings and
-# training.delay_wgrad_compute (RunSpec.delay_wgrad_compute, under training.overlap ep)
-MEGATRON_SETTINGS = MEGATRON_MEMORY + ("delay_wgrad_compute",)
+# Megatron run settings a row states as written (RunSpec checks them): the memory settings, a bool and an integer
+# (0: every micro-batch deferred; docs/calibration.md §3), and training.delay_wgrad_compute (RunSpec
+# .delay_wgrad_compute, under training.overlap ep)
+MEGATRON_SETTINGS = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute")
 
 
 def _stated(fields: dict, keys: tuple[str, ...]) -> dict[str, str]:
