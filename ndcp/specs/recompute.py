@@ -94,10 +94,10 @@ def _modules_option(names: tuple[str, ...], weight: int, source: str = "") -> Re
 
 # Megatron-Core's module combinations offered (rows; weight = the kind rule's order): the single modules and the
 # combinations published runs use, e.g. DeepSeek-V3 §3.3 (RMSNorm, MLA up-projection and the SwiGLU output
-# recomputed).
+# recomputed) and Megatron-Bridge's DeepSeek-V3 recipes (recompute_modules [mla_up_proj, mlp]).
 MODULE_COMBINATIONS = (("layernorm",), ("mla_up_proj",), ("layernorm", "mla_up_proj"), ("moe_act",),
                        ("layernorm", "moe_act"), ("layernorm", "mla_up_proj", "moe_act"), ("mlp",),
-                       ("layernorm", "mlp"), ("moe",), ("layernorm", "moe"))
+                       ("layernorm", "mlp"), ("mla_up_proj", "mlp"), ("moe",), ("layernorm", "moe"))
 MEGATRON_MODULE_OPTIONS = tuple("+".join(names) for names in MODULE_COMBINATIONS)
 # MindFormers' op-level select sets (recompute_config.select_recompute; docs/formulas.md §5.4). Its
 # select_comm_recompute (`.*\.norm`) is no row: mindformers/models/utils.py LayerSetting.set_pattern_recompute only
