@@ -128,9 +128,10 @@ def amax_reduction_seconds(run: RunSpec, cluster: ClusterSpec, tp: int, sp: bool
     scale before they are all-gathered; the quantizer all-reduces the amax and waits on it before it casts
     (csrc/quantizer.cpp, Float8CurrentScalingQuantizer::quantize_impl: `allreduce(...)->wait()`), and the GEMM waits on
     the cast: exposed. One FP32 amax: a few-byte all-reduce over the TP group, as NCCL prices it
-    (communication.few_byte_all_reduce_seconds: the LL ring in a scale-up domain, 15.0 us at tp = 8). Delayed scaling reduces its amax history once per step, block and MX
-    recipes scale locally: neither pays this per cast. Checked in TE only; torchao's tensorwise Float8Linear under
-    DTensor sequence parallelism is priced the same, unread."""
+    (communication.few_byte_all_reduce_seconds: the LL ring in a scale-up domain, 15.0 us at tp = 8). Delayed
+    scaling reduces its amax history once per step, block and MX recipes scale locally: neither pays this per cast.
+    Checked in TE only; torchao's tensorwise Float8Linear under DTensor sequence parallelism is priced the same,
+    unread."""
     if not (run.fp8 and run.fp8_recipe == "tensorwise" and sp and tp > 1):
         return 0.0
     return comm.few_byte_all_reduce_seconds(cluster, tp)
@@ -173,6 +174,6 @@ def linear_input_bytes(run: RunSpec) -> int:
     return 1 if run.fp8 and trainer_behaviour(run).fp8_saves_cast_inputs else run.activation_bytes
 
 
-__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element", "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes",
-           "amax_reduction_seconds", "weight_copy_bytes_per_parameter",
-           "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]
+__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element",
+           "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "amax_reduction_seconds",
+           "weight_copy_bytes_per_parameter", "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]

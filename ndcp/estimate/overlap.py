@@ -281,9 +281,10 @@ def ep_overlapped(all_to_all: float, passes: MoEPasses, held: float = 0.0,
     the alltoall dispatcher syncs its split sizes after the attention's preprocessing (token_dispatcher.py @d98e8a6
     _maybe_dtoh_and_synchronize); the MLP backward was issued before all of them.
     The communication kernels hold `held` of the SMs while they run (sm_held of EP_COMM_SMS): the compute beside
-    them runs at 1 - held of its throughput meanwhile (beside_seconds). Kernels on the communication stream that fill the device
-    (HybridEP's permute, unpermute and metadata scans: moe.flex_kernel_bytes) are in no pass: nothing runs beside
-    them, so they add whole to their phase and to the layer (layer_time._moe_passes leaves them out).
+    them runs at 1 - held of its throughput meanwhile (beside_seconds). Kernels on the communication stream that
+    fill the device (HybridEP's permute, unpermute and metadata scans: moe.flex_kernel_bytes) are in no pass:
+    nothing runs beside them, so they add whole to their phase and to the layer (layer_time._moe_passes leaves
+    them out).
     What the phases take beyond the compute they hold is exposed, split evenly between the passes: a combine
     outlasting the attention beside it stays exposed (a hybrid model's MoE block has no attention beside its
     combines: both exposed). Never less than what outlasts all the compute, never more than the four all-to-alls
