@@ -13,7 +13,7 @@ from functools import lru_cache
 from ..schedules import default_schedule
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import memory_seconds
@@ -144,8 +144,8 @@ def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
 
 # Host-side optimizer (Megatron HybridDeviceOptimizer, offload fraction 1, param_update_in_fp32): the host keeps FP32
 # master weights, the moments and an FP32 copy of the gradients; it sends FP32 parameters back.
-HOST_GRAD_BYTES = 4
-HOST_PARAM_BYTES = 4
+HOST_GRAD_BYTES = FP32_BYTES
+HOST_PARAM_BYTES = FP32_BYTES
 
 
 def host_optimizer_bytes_per_parameter(run: RunSpec) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from . import communication as comm
 from .compute import Gemm
 from .trainers import trainer_behaviour
@@ -58,7 +58,6 @@ def cast_bytes_per_element(run: RunSpec, device: DeviceSpec) -> float:
     return CAST_BYTES[run.fp8_recipe] + (TRANSPOSE_BYTES if per_tensor and not device.mxfp8 else 0.0)
 
 
-FP32_BYTES = 4
 LAYOUT_COPY_BYTES = 2.0  # an FP8 tensor copied into the other major order: read 1, write 1
 
 
