@@ -27,14 +27,13 @@ from functools import lru_cache
 from ..specs.encoder import encoder_run, image_side
 from ..specs.model import ModelSpec
 from ..specs.recompute import HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from .trainers import loss_kernel, trainer_behaviour
 from .fp8 import linear_input_bytes
 from .keys import Degrees
 from .mixers import scan_saved
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti §4.1)
-FP32 = 4
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ def _attention_inventory(model: ModelSpec, run: RunSpec, tokens: int, seq: int) 
         items.append(Tensor("attention_output", B * tokens * a * v, "core"))
     scores = a * tokens * seq  # local queries x all keys, per micro-batch (tokens already includes mbs)
     if run.flash_attention:
-        items.append(Tensor("softmax_stats", FP32 * a * tokens, "core"))  # logsumexp kept by flash attention
+        items.append(Tensor("softmax_stats", FP32_BYTES * a * tokens, "core"))  # logsumexp kept by flash attention
     else:
         items.append(Tensor("softmax_output", B * scores, "core"))
         if model.attention_dropout > 0:
@@ -108,7 +107,7 @@ def _mlp_block_inventory(model: ModelSpec, run: RunSpec, tokens: int, moe: bool,
         # No expert output is kept: Megatron-Core applies the routing probabilities inside the experts' activation
         # (experts.py, weighted_bias_swiglu_impl with permuted_probs) and unpermutes without them, so the combine
         # saves nothing for backward (docs/formulas.md §5).
-        items += [Tensor("router_logits", FP32 * tokens * m.experts, "seq"),
+        items += [Tensor("router_logits", FP32_BYTES * tokens * m.experts, "seq"),
                   Tensor("expert_input", F8 * routed * etp * h, "expert"),
                   *_mlp_inventory(model, run, routed, m.expert_ffn_hidden, "expert", "expert")]
         if m.shared_experts:
@@ -171,7 +170,7 @@ def _torchtitan_norm(run: RunSpec, tokens: int, h: int, name: str) -> list[Tenso
     Under TP the norm runs sequence-sharded and its output is all-gathered before the column-parallel linears
     (PrepareModuleInput Shard(1) -> Replicate()), so the linear keeps the whole one."""
     B = run.activation_bytes
-    return [Tensor(f"{name}_input", B * tokens * h, "seq"), Tensor(f"{name}_rstd", FP32 * tokens, "seq"),
+    return [Tensor(f"{name}_input", B * tokens * h, "seq"), Tensor(f"{name}_rstd", FP32_BYTES * tokens, "seq"),
             Tensor(f"{name}_output", B * tokens * h, "rep")]
 
 
@@ -191,7 +190,7 @@ def _torchtitan_eager_inventory(model: ModelSpec, run: RunSpec, tokens: int) -> 
     items = _torchtitan_norm(run, tokens, h, "attention_norm")
     items += [Tensor("query", B * tokens * a * d, "tp"), Tensor("key", B * tokens * g * d, "tp"),
               Tensor("value", B * tokens * g * d, "tp"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
-              Tensor("softmax_stats", FP32 * a * tokens, "tp")]
+              Tensor("softmax_stats", FP32_BYTES * a * tokens, "tp")]
     items += _torchtitan_norm(run, tokens, h, "ffn_norm")
     width = (4 if model.gated else 2) - (1 if run.torch_compile else 0)
     items.append(Tensor("mlp_hidden", B * tokens * width * model.ffn_hidden, "tp"))
@@ -214,7 +213,7 @@ def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: i
     mms = [("wqkv", (a + 2 * g) * d, "tp"), ("wo", h, "rep"), ("w1", f, "tp")]
     mms += [("w3", f, "tp"), ("w2", h, "rep")] if model.gated else [("w2", h, "rep")]
     items = [Tensor("block_input", B * tokens * h, "seq"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
-             Tensor("softmax_stats", FP32 * a * tokens, "tp")]
+             Tensor("softmax_stats", FP32_BYTES * a * tokens, "tp")]
     items += [Tensor(f"{name}_output", B * tokens * width, shard) for i, (name, width, shard) in enumerate(mms)
               if i % 2 == 0 and not (run.torch_compile and name == "w2")]
     if tp > 1 and sp:  # wo and w2 outputs reduce-scattered to the sequence shard (c10d reduce_scatter_tensor)
@@ -367,7 +366,7 @@ def logit_bytes_per_logit(run: RunSpec) -> float:
         return COMPILED_LOSS_LOGIT_COPIES * run.activation_bytes
     if loss_kernel(run) == "flash":
         return run.activation_bytes
-    return trainer_behaviour(run).fp32_logit_copies * FP32
+    return trainer_behaviour(run).fp32_logit_copies * FP32_BYTES
 
 
 @lru_cache(maxsize=4096)

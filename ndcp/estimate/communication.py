@@ -142,6 +142,40 @@ def p2p_seconds(nbytes: float, bandwidth: float, latency: float) -> float:
     return nbytes / bandwidth + latency
 
 
+# -- latency-bound all-reduce -------------------------------------------------------------------------------------
+# NCCL's own cost model of an all-reduce (src/graph/tuning.cc ncclTopoTuneModel, v2.30.7-1 @73cf1122; the LL figures
+# and the in-node ring were the same at b6475625, v2.20): latency = base + per-hop latencies, microseconds, by
+# algorithm and protocol. At a few bytes the LL protocol's bandwidth term is nothing, so these are the whole cost.
+LL_RING_BASE = 6.6e-6  # baseLatencies[Ring][LL]
+LL_TREE_BASE = 6.8e-6  # baseLatencies[Tree][LL]
+LL_NVLINK_HOP = 0.6e-6  # hwLatencies[NVLINK][Ring][LL] = hwLatencies[NVLINK][Tree][LL]
+LL_NET_RING_HOP = 2.7e-6  # hwLatencies[NET][Ring][LL]
+LL_NET_TREE_HOP = 5.0e-6  # hwLatencies[NET][Tree][LL], a ring's network hop too when a node holds one rank (ppn == 1)
+NET_OVERHEAD = 1.0e-6  # getNetOverhead: the floor of a ring step once the ring leaves the node (x86 Intel, Arm)
+
+
+def few_byte_all_reduce_seconds(cluster: ClusterSpec, n: int) -> float:
+    """A latency-bound all-reduce of a few bytes (scalars, an FP8 amax) over a group of `n` consecutive ranks, as
+    NCCL prices it (LL_* above) and picks it: the cheaper of the LL ring and the LL tree. The group's scale-up
+    domains are NCCL's nodes (1 when in_domain, else at least 2), p = n / nodes ranks each:
+      ring  6.6 + (2(n-1) - 2(nodes-1)) x max(0.6, overhead) + 2(nodes-1) x net   (overhead 0 and net 0 in one node;
+            net 2.7, or 5.0 when p = 1; overhead 1.0)
+      tree  6.8 + 2 ((p-1) x 0.6 + floor(log2 nodes) x 5.0)                      microseconds.
+    In one domain the ring is always 0.2 us cheaper (8 ranks: 15.0 us); across domains the tree wins but for the
+    smallest groups (16 H100 in 2 nodes: 25.2 us; 1,024 in 128: 85.2 us). NCCL's figures are taken for every device
+    (RCCL's and HCCL's own were not read); an AMD host's 2 us overhead is not modelled, nor NVLink SHARP (NVLS:
+    25 us in one domain, cheaper than the ring above 16 ranks: conservative there). docs/formulas.md §7."""
+    if n <= 1:
+        return 0.0
+    nodes = 1 if in_domain(cluster, n) else max(2, -(-n // cluster.domain_ranks))
+    per_node, steps, across = n // nodes, 2 * (n - 1), 2 * (nodes - 1)
+    hop = LL_NVLINK_HOP if nodes == 1 else max(LL_NVLINK_HOP, NET_OVERHEAD)
+    net = LL_NET_TREE_HOP if per_node == 1 else LL_NET_RING_HOP
+    ring = LL_RING_BASE + (steps - across) * hop + across * net
+    tree = LL_TREE_BASE + 2 * ((per_node - 1) * LL_NVLINK_HOP + (nodes.bit_length() - 1) * LL_NET_TREE_HOP)
+    return min(ring, tree)
+
+
 # -- context parallelism ------------------------------------------------------------------------------------------
 def cp_bytes(model: ModelSpec, run: RunSpec, tokens: float, tp: int) -> tuple[float, float, float]:
     """Bytes per rank of this rank's local K+V, Q and attention output (its tokens, its tp share of the heads); the
@@ -215,4 +249,5 @@ def cp_comm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, degree
 __all__ = ["RANK_ORDER", "EXPERT_RANK_ORDER", "group_span", "Link", "in_domain", "in_pod", "scale_out_bandwidth",
            "scale_up", "link", "ring_link", "tp_link", "cp_link", "ep_link",
            "all_reduce_seconds", "reduce_scatter_seconds", "all_gather_seconds", "all_to_all_seconds", "p2p_seconds",
-           "cp_bytes", "cp_comm_seconds", "CP_COMM_TIME"]
+           "LL_RING_BASE", "LL_TREE_BASE", "LL_NVLINK_HOP", "LL_NET_RING_HOP", "LL_NET_TREE_HOP", "NET_OVERHEAD",
+           "few_byte_all_reduce_seconds", "cp_bytes", "cp_comm_seconds", "CP_COMM_TIME"]

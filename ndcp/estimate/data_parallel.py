@@ -13,12 +13,13 @@ from functools import lru_cache
 from ..schedules import default_schedule
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from ..specs.strategy import RecomputePlan, Strategy
 from . import communication as comm
 from .compute import memory_seconds
 from .host_link import host_copy_bandwidth
 from .keys import PlacementKey
+from .overlap import beside_seconds, sm_held
 from .parameters import expert_data_parallel, optimizer_shard, stage_parameters
 from .step_costs import step_cost_seconds
 from .trainers import data_parallel_sync, fsdp_version
@@ -35,7 +36,8 @@ from .trainers import data_parallel_sync, fsdp_version
 # ("NCCL CTAs won't share an SM with compute kernels"), and uses the fewest SMs that reach the platform's bandwidth,
 # 16 on a DGX with 8 NICs (NVIDIA's S. Jeaugey, NVIDIA/nccl issue #689). While a collective runs the compute beside
 # it gets the other SMs: a window W with C seconds of collectives lasts max(C, W + C x n/S), so at least C x n/S of
-# them shows (as estimate/overlap.py prices TE's userbuffers, docs/formulas.md §7.1); the last bucket, which has no
+# them shows (overlap.sm_held and overlap.beside_seconds, as TE's userbuffers and the EP all-to-alls are priced,
+# docs/formulas.md §7.1); the last bucket, which has no
 # compute beside it, shows whole on top of that (DataParallelTerms.unhidden). Unvalidated as a separate term: no
 # measured pair of runs differs by the overlap alone.
 NCCL_SMS = 16
@@ -68,7 +70,7 @@ class DataParallelTerms:
     last_bucket: float  # share of a window's sync that waits for the stage's last layer and never overlaps
     optimizer: float  # Adam step and gradient clipping over the local (sharded) states, and the step's fixed costs
     step_costs: float = 0.0  # the share of `optimizer` that is the step's fixed costs (estimate/step_costs.py)
-    sm_share: float = 0.0  # the device's SMs NCCL's kernels hold while a collective runs (NCCL_SMS / sm_count)
+    sm_share: float = 0.0  # the device's SMs NCCL's kernels hold while a collective runs (sm_held of NCCL_SMS)
     hbm_share: float = 0.0  # the HBM bandwidth a collective's traffic takes (NCCL_HBM_PASSES x its ring's / HBM)
     microbatch_passes: float = 0.0  # FSDP's passes over the stage's gradients every micro-batch (gradient_pass_bytes)
     sync_passes: float = 0.0  # FSDP's passes over the stage's gradients before every gradient sync
@@ -142,8 +144,8 @@ def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
 
 # Host-side optimizer (Megatron HybridDeviceOptimizer, offload fraction 1, param_update_in_fp32): the host keeps FP32
 # master weights, the moments and an FP32 copy of the gradients; it sends FP32 parameters back.
-HOST_GRAD_BYTES = 4
-HOST_PARAM_BYTES = 4
+HOST_GRAD_BYTES = FP32_BYTES
+HOST_PARAM_BYTES = FP32_BYTES
 
 
 def host_optimizer_bytes_per_parameter(run: RunSpec) -> float:
@@ -268,7 +270,7 @@ def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, p
             gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
             backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
             gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
-            last_bucket=1.0 / max(params.layers, 1), sm_share=min(1.0, NCCL_SMS / cluster.device.sm_count),
+            last_bucket=1.0 / max(params.layers, 1), sm_share=sm_held(NCCL_SMS, cluster.device.sm_count),
             hbm_share=_hbm_share(cluster, place, params),
             optimizer=update + fixed, step_costs=fixed,
             microbatch_passes=memory_seconds(reduced * every_microbatch, cluster.device),
@@ -286,7 +288,7 @@ def _across_share(cluster: ClusterSpec, place: "_Placement") -> float:
     """What HSDP's all-reduce across the replicas takes from the compute beside it while it runs: its NCCL SMs or
     NCCL_HBM_PASSES x its own ring's bandwidth of HBM, whichever is more (docs/formulas.md §7)."""
     hbm = NCCL_HBM_PASSES * place.replicas.link[0] / cluster.device.hbm_bandwidth
-    return min(1.0, max(NCCL_SMS / cluster.device.sm_count, hbm))
+    return min(1.0, max(sm_held(NCCL_SMS, cluster.device.sm_count), hbm))
 
 
 def gradient_pass_bytes(run: RunSpec, zero: int) -> tuple[int, int]:
@@ -347,8 +349,10 @@ def _hbm_share(cluster: ClusterSpec, place: _Placement, params) -> float:
 
 
 def _exposed(seconds: float, window: float, unhidden: float) -> float:
-    """Communication not hidden behind `window` seconds of compute; the `unhidden` share never is."""
-    return max(seconds - window, seconds * unhidden)
+    """Communication not hidden behind `window` seconds of compute; the `unhidden` share never is: what the pair
+    (overlap.beside_seconds, the collectives holding `unhidden` of what the compute needs) takes beyond the window,
+    max(seconds - window, seconds x unhidden)."""
+    return beside_seconds(window, seconds, unhidden) - window
 
 
 __all__ = ["DataParallelTerms", "DataParallelTime", "Windows", "data_parallel_terms", "data_parallel_seconds",

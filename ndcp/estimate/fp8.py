@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from . import communication as comm
 from .compute import Gemm
 from .trainers import trainer_behaviour
@@ -58,7 +58,6 @@ def cast_bytes_per_element(run: RunSpec, device: DeviceSpec) -> float:
     return CAST_BYTES[run.fp8_recipe] + (TRANSPOSE_BYTES if per_tensor and not device.mxfp8 else 0.0)
 
 
-FP32_BYTES = 4
 LAYOUT_COPY_BYTES = 2.0  # an FP8 tensor copied into the other major order: read 1, write 1
 
 
@@ -119,14 +118,6 @@ def layer_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]"
     return per_element * (mk + nk), per_element * mn
 
 
-# NCCL's own cost model of a latency-bound all-reduce (src/graph/tuning.cc @b6475625, ncclTopoTuneModel): the LL
-# protocol's ring on one NVLink domain costs baseLat[Ring][LL] = 6.6 us plus hwLat[NVLink][Ring][LL] = 0.6 us for each
-# of its 2(n - 1) steps (the tree's LL, 6.8 + 2(n - 1) x 0.6 us, is never cheaper); a few bytes add nothing to it
-AMAX_BASE_LATENCY = 6.6e-6
-AMAX_STEP_LATENCY = 0.6e-6
-AMAX_BYTES = 4.0  # one FP32 amax per tensor
-
-
 def amax_reduction_seconds(run: RunSpec, cluster: ClusterSpec, tp: int, sp: bool) -> float:
     """Seconds of one amax all-reduce over the TP group that FP8 current scaling runs before a sequence-parallel
     cast (0 where none runs). Transformer Engine's Float8CurrentScaling recipe gives the input quantizer of each
@@ -135,15 +126,14 @@ def amax_reduction_seconds(run: RunSpec, cluster: ClusterSpec, tp: int, sp: bool
     layernorm_mlp.py @5671fd3 `_customize_quantizers_float8_current_scaling`), so the shards cast to FP8 with one
     scale before they are all-gathered; the quantizer all-reduces the amax and waits on it before it casts
     (csrc/quantizer.cpp, Float8CurrentScalingQuantizer::quantize_impl: `allreduce(...)->wait()`), and the GEMM waits on
-    the cast: exposed. Inside a scale-up domain it costs NCCL's LL ring latency (AMAX_*); across domains the
-    alpha-beta ring of communication.py. Delayed scaling reduces its amax history once per step, block and MX
-    recipes scale locally: neither pays this per cast. Checked in TE only; torchao's tensorwise Float8Linear under
-    DTensor sequence parallelism is priced the same, unread."""
+    the cast: exposed. One FP32 amax: a few-byte all-reduce over the TP group, as NCCL prices it
+    (communication.few_byte_all_reduce_seconds: the LL ring in a scale-up domain, 15.0 us at tp = 8). Delayed
+    scaling reduces its amax history once per step, block and MX recipes scale locally: neither pays this per cast.
+    Checked in TE only; torchao's tensorwise Float8Linear under DTensor sequence parallelism is priced the same,
+    unread."""
     if not (run.fp8 and run.fp8_recipe == "tensorwise" and sp and tp > 1):
         return 0.0
-    if comm.in_domain(cluster, tp):
-        return AMAX_BASE_LATENCY + 2 * (tp - 1) * AMAX_STEP_LATENCY
-    return comm.all_reduce_seconds(AMAX_BYTES, tp, *comm.tp_link(cluster, tp))
+    return comm.few_byte_all_reduce_seconds(cluster, tp)
 
 
 def weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
@@ -183,7 +173,6 @@ def linear_input_bytes(run: RunSpec) -> int:
     return 1 if run.fp8 and trainer_behaviour(run).fp8_saves_cast_inputs else run.activation_bytes
 
 
-__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "AMAX_BASE_LATENCY", "AMAX_STEP_LATENCY",
-           "check_fp8", "cast_bytes_per_element", "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes",
-           "amax_reduction_seconds", "weight_copy_bytes_per_parameter",
-           "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]
+__all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element",
+           "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "amax_reduction_seconds",
+           "weight_copy_bytes_per_parameter", "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]

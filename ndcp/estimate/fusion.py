@@ -38,12 +38,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..specs.model import ModelSpec
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from .activations import torchtitan_modelled
 from .compute import elementwise_bytes
 from .trainers import trainer_behaviour
-
-FP32_BYTES = 4  # RoPE's float() and complex64 intermediates (2 x fp32 per complex pair)
 
 
 class BlockBytes(NamedTuple):
@@ -97,4 +95,4 @@ def layer_elementwise_bytes(model: ModelSpec, run: RunSpec, kind: str, tokens: f
     return tokens * torchtitan_block_bytes(model, tp, sp, dtype, run.torch_compile).total + scores
 
 
-__all__ = ["BlockBytes", "torchtitan_block_bytes", "torchtitan_counted", "layer_elementwise_bytes", "FP32_BYTES"]
+__all__ = ["BlockBytes", "torchtitan_block_bytes", "torchtitan_counted", "layer_elementwise_bytes"]

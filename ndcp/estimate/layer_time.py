@@ -21,8 +21,8 @@ from .gemm import attention_core_seconds, training_gemm_seconds, weight_gemm_sec
 from .keys import Degrees, LayerKey
 from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
-from .overlap import (PIPELINE, UB_COMPUTE_STREAMS, MoEPasses, UbBlock, ep_comm_held, ep_overlapped,
-                      layer_overlaps, sp_backward_exposed, tp_overlapped)
+from .overlap import (EP_COMM_SMS, PIPELINE, UB_COMPUTE_STREAMS, MoEPasses, UbBlock, ep_overlapped, layer_overlaps,
+                      sm_held, sp_backward_exposed, tp_overlapped)
 from .rerun import MODULE_PIECES, LayerShape, rerun_cost
 from .trainers import trainer_behaviour
 
@@ -226,7 +226,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
         ep_forward, ep_backward = ep_overlapped(a2a, _moe_passes(model, cluster, run, kind, tp, tokens, forward,
                                                                  backward, core, core_backward, around, serial,
                                                                  linear),
-                                                ep_comm_held(device.sm_count), run.delay_wgrad_compute)
+                                                sm_held(EP_COMM_SMS, device.sm_count), run.delay_wgrad_compute)
     return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
                    tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
 

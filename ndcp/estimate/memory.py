@@ -17,7 +17,7 @@ from functools import lru_cache
 from ..schedules import schedule_named
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .confidence import plan_margin
@@ -44,7 +44,7 @@ def state_bytes_per_param(run: RunSpec, zero: int, shard: int) -> dict[str, floa
     those fp32 shards, so the states are 4 (params) + grad dtype + 8 (two moments): 16/d with fp32 grads.
     """
     if trainer_behaviour(run).fp32_sharded_parameters:
-        params, states = 4, 8
+        params, states = FP32_BYTES, 2 * FP32_BYTES  # fp32 parameters, two fp32 moments
     else:
         params, states = run.param_bytes, run.optimizer_state_bytes
     return {

@@ -32,12 +32,11 @@ from typing import NamedTuple
 
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.model import ModelSpec
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from .communication import all_to_all_seconds, cp_comm_seconds, cp_link
 from .keys import Degrees
 
 SCAN_BACKWARD_RATIO = 2.5  # as flash attention's (it recomputes the chunk states as flash recomputes the scores)
-FP32 = 4
 # mamba_ssm's Triton SSD kernels' matmul rate, as a fraction of the BF16 peak, over ndcp's whole-chunk FLOP count
 # (ScanKernel.flops): `_chunk_scan_fwd` (mamba-ssm 2.2.6.post3, Triton 3.5.0) on an H800 SXM (989.4 TFLOP/s, the
 # H100 SXM's tensor cores) at batch 8, 80 heads of 64, state 128, 1 group, chunk 256 (tile-ai/tilelang
@@ -130,7 +129,7 @@ def ssd_forward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_copi
     layout_copies: the `rearrange(...).contiguous()` of the input projection's output and of y (l b d <-> b l d)
     copy unless the micro-batch is one sequence."""
     h, p, n, g, q, d, c, s, a = _ssd_shape(model, tp, dtype_bytes)
-    gn, f = g * n, FP32
+    gn, f = g * n, FP32_BYTES
     kernels = [
         ScanKernel("conv1d", 2 * c * a),  # causal-conv1d channel-last fwd: read x B C, write SiLU(conv)
         ScanKernel("chunk_cumsum", h * (a + 2 * f)),  # read dt; write softplus(dt + bias) and dA cumsum, fp32
@@ -158,7 +157,7 @@ def ssd_backward_kernels(model: ModelSpec, tp: int, dtype_bytes: int, layout_cop
     heads per group, as at 8k tokens and up), the fp32 per-head dA gradients' torch adds and reverse cumsum as
     read-write passes."""
     h, p, n, g, q, d, c, s, a = _ssd_shape(model, tp, dtype_bytes)
-    gn, f, hf = g * n, FP32, h * FP32
+    gn, f, hf = g * n, FP32_BYTES, h * FP32_BYTES
     kernels = [
         ScanKernel("rmsnorm_bwd", 3 * d * a),  # read y and dy, write dx
         ScanKernel("conv1d_recompute", 2 * c * a),
@@ -272,7 +271,7 @@ def scan_saved(model: ModelSpec, kind: str, tokens: float, dtype_bytes: int) -> 
             continue
         into, inner = spec.projection_widths()
         heads = spec.state_heads
-        chunk_matrix = spec.chunk * heads * dtype_bytes if name == "gdn" else 2 * FP32 * heads
+        chunk_matrix = spec.chunk * heads * dtype_bytes if name == "gdn" else 2 * FP32_BYTES * heads
         out += [(f"{name}_in_proj_output", share * tokens * into * dtype_bytes),
                 (f"{name}_conv_output", share * tokens * spec.conv_dim * dtype_bytes),
                 (f"{name}_chunk_terms", share * tokens * chunk_matrix),

@@ -29,14 +29,14 @@ from typing import NamedTuple
 
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec, MoESpec
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from .communication import all_gather_seconds, ep_link, in_domain, scale_out_bandwidth, scale_up
 
 # Megatron-Core's router keeps its logits, scores and top-k probabilities in FP32 (--moe-router-dtype fp32, as the
 # recipes set it) and passes over them: logits written, softmax or sigmoid read and written, top-k read, the
 # auxiliary-loss statistics read (router.py, moe_utils.py). Per token and expert, bytes of one forward.
 ROUTER_PASSES = 4
-ROUTER_BYTES = 4
+ROUTER_BYTES = FP32_BYTES
 
 
 class EPPlacement(NamedTuple):

@@ -104,14 +104,22 @@ PIPELINE = UbMethod("pipeline", 16, True, 4)
 BULK = UbMethod("bulk", 16, False, 1)
 
 
-def _beside(compute: float, comm: float, held: float) -> float:
-    """When `compute` seconds of kernels end that start with `comm` seconds of communication beside them on the
-    other stream, the communication holding `held` of the SMs: at 1 - held of their throughput while it runs, at
-    full throughput after it (userbuffers' pairs without an SM margin, ub_pair_seconds, and the EP all-to-alls,
-    ep_overlapped)."""
-    if held >= 1.0:
-        return compute + comm
-    return min(compute / (1.0 - held), compute + held * comm)
+def sm_held(held_sms: int, sms: int) -> float:
+    """The share of a device's `sms` SMs that communication kernels holding `held_sms` of them take from the compute
+    beside them while they run (each of their CTAs holds a whole SM: NCCL's channels, data_parallel.NCCL_SMS;
+    userbuffers' `num_sm`; the EP dispatch kernels' blocks, EP_COMM_SMS), all of them at most."""
+    return min(1.0, held_sms / sms) if sms > 0 else 1.0
+
+
+def beside_seconds(compute: float, comm: float, held: float) -> float:
+    """Wall seconds of `compute` seconds of kernels with `comm` seconds of communication beside them on the other
+    stream, the communication holding `held` of what the compute needs (sm_held; the data-parallel overlap's last
+    bucket and HBM share too, DataParallelTerms.unhidden): the compute runs at 1 - held of its throughput while the
+    communication runs, at full throughput after it, and the pair ends when both have: max(comm, compute + held x
+    comm) (when the compute would end first, at compute / (1 - held) <= comm, the communication's end is the wall).
+    The one statement of SM sharing: userbuffers' pairs without an SM margin (ub_pair_seconds), the EP all-to-alls
+    (ep_overlapped) and the data-parallel collectives (data_parallel._exposed)."""
+    return max(comm, compute + held * comm)
 
 
 def ub_pair_seconds(comm: float, gemm: float, chunked: float, method: UbMethod, sms: int, tp: int) -> float:
@@ -119,15 +127,16 @@ def ub_pair_seconds(comm: float, gemm: float, chunked: float, method: UbMethod, 
     `sms` SMs, `chunked` split as `method` splits it): the GEMM runs on the SMs the communication leaves it, at
     (sms - num_sm) / sms of its throughput for its whole run under set_sm_margin, else only while the collective
     runs; a split pair is a two-stage pipeline of equal chunks, so the first chunk's GEMM or the last chunk's
-    transfer runs alone (max + min / splits). Never less than the collective, nor than the GEMM at the SMs left."""
+    transfer runs alone (max + min / splits). Never less than the collective, nor than the GEMM at the SMs left (a
+    margin of every SM leaves the GEMM none: it runs after the collective)."""
     splits = tp if method.num_splits == 0 else method.num_splits
     g = chunked if splits > 1 else gemm
-    held = method.num_sm / sms
-    if method.set_sm_margin:
+    held = sm_held(method.num_sm, sms)
+    if method.set_sm_margin and held < 1.0:
         g = g / (1.0 - held)
         wall = max(comm, g)
     else:
-        wall = max(comm, _beside(g, comm, held))
+        wall = beside_seconds(g, comm, held)
     return wall + (min(comm, g) / splits if splits > 1 else 0.0)
 
 
@@ -222,11 +231,6 @@ class MoEPasses(NamedTuple):
 EP_COMM_SMS = 32
 
 
-def ep_comm_held(sms: int) -> float:
-    """The share of a device's `sms` SMs the EP all-to-all kernels hold while they run (EP_COMM_SMS)."""
-    return min(1.0, EP_COMM_SMS / sms) if sms > 0 else 1.0
-
-
 def _phase_compute(passes: MoEPasses, delay_wgrad: bool) -> tuple[float, float, float, float]:
     """The compute beside each all-to-all of ep_overlapped's phases, in order: the combine backward's, the dispatch
     forward's, the dispatch backward's, the combine forward's. Megatron's default: the attention forward, the MLP's
@@ -276,23 +280,22 @@ def ep_overlapped(all_to_all: float, passes: MoEPasses, held: float = 0.0,
     executor.cu @0237ba6 dispatch_postprocess), DeepEP's normal dispatch waits for its receive counts (FusedDispatch),
     the alltoall dispatcher syncs its split sizes after the attention's preprocessing (token_dispatcher.py @d98e8a6
     _maybe_dtoh_and_synchronize); the MLP backward was issued before all of them.
-    The communication kernels hold `held` of the SMs while they run (ep_comm_held): the compute beside them runs at
-    1 - held of its throughput meanwhile (_beside). Kernels on the communication stream that fill the device
-    (HybridEP's permute, unpermute and metadata scans: moe.flex_kernel_bytes) are in no pass: nothing runs beside
-    them, so they add whole to their phase and to the layer (layer_time._moe_passes leaves them out).
+    The communication kernels hold `held` of the SMs while they run (sm_held of EP_COMM_SMS): the compute beside
+    them runs at 1 - held of its throughput meanwhile (beside_seconds). Kernels on the communication stream that
+    fill the device (HybridEP's permute, unpermute and metadata scans: moe.flex_kernel_bytes) are in no pass:
+    nothing runs beside them, so they add whole to their phase and to the layer (layer_time._moe_passes leaves
+    them out).
     What the phases take beyond the compute they hold is exposed, split evenly between the passes: a combine
     outlasting the attention beside it stays exposed (a hybrid model's MoE block has no attention beside its
     combines: both exposed). Never less than what outlasts all the compute, never more than the four all-to-alls
     without the overlap."""
     c, h = all_to_all, held
-    first, dispatch_forward, dispatch_backward, last = _phase_compute(passes, delay_wgrad)
-    phases = (max(c, _beside(first, c, h)) + max(c, _beside(dispatch_forward, c, h))
-              + max(c, _beside(dispatch_backward, c, h)) + max(c, _beside(last, c, h)))
+    phases = sum(beside_seconds(compute, c, h) for compute in _phase_compute(passes, delay_wgrad))
     exposed = min(4 * c, max(0.0, phases - passes.compute()))
     return exposed / 2, exposed / 2
 
 
 __all__ = ["NO_OVERLAP", "HIDDEN_KEYS", "requested", "asked_overlaps", "hidden_comms", "strategy_overlaps",
-           "layer_overlaps", "UbMethod", "UB_COMPUTE_STREAMS", "RING_EXCHANGE", "PIPELINE", "BULK", "ub_pair_seconds",
-           "UbBlock", "tp_overlapped", "sp_backward_exposed", "MoEPasses", "EP_COMM_SMS", "ep_comm_held",
-           "ep_overlapped"]
+           "layer_overlaps", "UbMethod", "UB_COMPUTE_STREAMS", "RING_EXCHANGE", "PIPELINE", "BULK", "sm_held",
+           "beside_seconds", "ub_pair_seconds", "UbBlock", "tp_overlapped", "sp_backward_exposed", "MoEPasses",
+           "EP_COMM_SMS", "ep_overlapped"]

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.run import RunSpec
+from ..specs.run import FP32_BYTES, RunSpec
 from ..schedules import schedule_named
 from ..specs.recompute import NO_RECOMPUTE
 from ..specs.strategy import Strategy
@@ -27,7 +27,6 @@ from .layout import stage_mode_counts
 from .overlap import HIDDEN_KEYS, NO_OVERLAP, layer_overlaps, strategy_overlaps
 from .trainers import loss_kernel
 
-FP32 = 4
 # The eager PyTorch loss (RunSpec.loss_kernel eager: torchtitan, and the PyTorch trainers' rows) as ndcp has priced it
 # since before the per-kernel counts below (not recounted op by op): 3 forward passes over the fp32 logits (read for
 # the max, read for the sum-exp, write the softmax) and 2 backward (read the softmax, write the logit gradient)
@@ -93,12 +92,14 @@ def loss_bytes_per_logit(run: RunSpec) -> tuple[float, float]:
     a = run.activation_bytes
     if run.compile_loss:
         return COMPILED_LOSS_PASSES[0] * a, COMPILED_LOSS_PASSES[1] * a
-    cast, cast_back = a + FP32, FP32 + a  # counted for fp32 logits too, where `.float()` copies nothing (an over-count)
-    return {"unfused": (cast + 4 + 8 + 8 + 4 + 8, 8 + cast_back),
-            "native": (cast + 8 + 8, cast_back),
-            "te": (2 * a + FP32, 8 + cast_back),
+    f = FP32_BYTES
+    rw = 2 * f  # an in-place pass over the fp32 logits: read and write
+    cast, cast_back = a + f, f + a  # counted for fp32 logits too, where `.float()` copies nothing (an over-count)
+    return {"unfused": (cast + f + rw + rw + f + rw, rw + cast_back),
+            "native": (cast + rw + rw, cast_back),
+            "te": (2 * a + f, rw + cast_back),
             "flash": (a, 2 * a),
-            "eager": (EAGER_LOSS_PASSES[0] * FP32, EAGER_LOSS_PASSES[1] * FP32)}[loss_kernel(run)]
+            "eager": (EAGER_LOSS_PASSES[0] * f, EAGER_LOSS_PASSES[1] * f)}[loss_kernel(run)]
 
 
 @lru_cache(maxsize=65536)  # shared by the MTP variants (ep, etp, overlaps) of _stage_extra_time
@@ -119,7 +120,7 @@ def _output_head_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, toke
     if tp > 1:
         bandwidth, latency = comm.tp_link(cluster, tp)
         tp_comm = (tp_all_reduce_seconds(cluster, tokens * model.hidden * dtype, tp)
-                   + LOSS_ALL_REDUCES * comm.all_reduce_seconds(tokens * 4, tp, bandwidth, latency))
+                   + LOSS_ALL_REDUCES * comm.all_reduce_seconds(tokens * FP32_BYTES, tp, bandwidth, latency))
     return LayerTime(forward, backward, 0.0, tp_comm, 0.0, 0.0, 3 * logits_gemm.flops, wgrad=logits)
 
 

@@ -28,7 +28,8 @@ PARAM_GATHERS = ("trainer", "forward-backward", "microbatch", "step")
 FSDP_VERSIONS = ("trainer", "fsdp1", "fsdp2")
 # fp8: the FP8 GEMMs' operand bytes; parameters, master weights and the activations between layers stay BF16 under
 # FP8 (Transformer Engine keeps BF16 parameters and casts per GEMM), so param_bytes/activation_bytes are 2 for it.
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+FP32_BYTES = 4  # the one statement of an FP32 element's bytes: master weights, moments, amaxes, fp32 intermediates
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": FP32_BYTES, "fp8": 1}
 # How model FLOPs (the MFU numerator) count the attention core under a causal mask (docs/formulas.md §2.6):
 # "causal" = the unmasked half (Megatron-LM since core_r0.12), "full" = the whole s x s score matrix (PaLM App. B,
 # torchtitan, Megatron before core_r0.12).
@@ -266,7 +267,7 @@ class RunSpec:
     def optimizer_state_bytes(self) -> int:
         """Adam: two fp32 moments, plus an fp32 master copy when parameters are 16-bit (ZeRO's K = 12); bf16 moments
         (optimizer_state_dtype, Megatron's precision-aware optimizer) halve the moments: K = 8."""
-        return 2 * DTYPE_BYTES[self.optimizer_state_dtype] + (4 if self.param_bytes < 4 else 0)
+        return 2 * DTYPE_BYTES[self.optimizer_state_dtype] + (FP32_BYTES if self.param_bytes < FP32_BYTES else 0)
 
     def capacity(self, device_memory: int) -> int:
         """Bytes a stage may use: the cap if one is set (never above the device), else the device memory, less the

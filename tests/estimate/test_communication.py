@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ndcp.estimate.communication import (EXPERT_RANK_ORDER, RANK_ORDER, all_gather_seconds, all_reduce_seconds,
-                                         all_to_all_seconds, ep_link, group_span, in_domain, in_pod, link,
+                                         all_to_all_seconds, ep_link, few_byte_all_reduce_seconds, group_span,
+                                         in_domain, in_pod, link,
                                          p2p_seconds, reduce_scatter_seconds, ring_link, scale_out_bandwidth, scale_up,
                                          tp_link)
 from ndcp.specs import ClusterSpec, device_preset
@@ -25,6 +26,36 @@ def test_latency_per_ring_step_and_single_rank_is_free():
     assert all_reduce_seconds(0, 4, 1e9, 1e-5) == pytest.approx(6e-5)  # 2(n-1) steps
     assert reduce_scatter_seconds(0, 4, 1e9, 1e-5) == pytest.approx(3e-5)
     assert all_reduce_seconds(1e9, 1, 1e9, 1e-5) == 0.0
+
+
+US = 1e-6
+
+
+@pytest.mark.parametrize("per_node, ranks, microseconds", [
+    (8, 8, 6.6 + 14 * 0.6),  # one NVLink domain: the LL ring, 15.0 (the LL tree: 6.8 + 14 x 0.6 = 15.2)
+    (8, 4, 6.6 + 6 * 0.6),  # 10.2
+    (8, 16, 6.8 + 2 * (7 * 0.6 + 1 * 5.0)),  # 2 nodes: the tree, 25.2 (the ring: 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0)
+    (8, 1024, 6.8 + 2 * (7 * 0.6 + 7 * 5.0)),  # 128 nodes: the tree, 85.2
+    (2, 4, 6.6 + 4 * 1.0 + 2 * 2.7),  # 2 nodes of 2: the ring, 16.0 (the tree: 6.8 + 2 x (0.6 + 5.0) = 18.0)
+    (1, 2, 6.6 + 2 * 5.0),  # one rank a node: the ring's network hop is the tree's, 16.6 (the tree: 16.8)
+    (8, 1, 0.0),
+])
+def test_a_few_byte_all_reduce_costs_what_nccls_ll_model_counts(per_node, ranks, microseconds):
+    """NCCL's tuning model of an all-reduce (src/graph/tuning.cc v2.30.7-1, ncclTopoTuneModel), counted by hand in
+    microseconds for n consecutive ranks in `nodes` scale-up domains of p ranks: the LL ring 6.6 + (2(n-1) -
+    2(nodes-1)) x 0.6 (1.0, the network overhead, once the ring leaves a node) + 2(nodes-1) x 2.7 (5.0 at p = 1),
+    or the LL tree 6.8 + 2((p-1) x 0.6 + log2(nodes) x 5.0), whichever is cheaper."""
+    cluster = ClusterSpec(replace(device_preset("h100"), devices_per_node=per_node), max(ranks, per_node))
+    assert few_byte_all_reduce_seconds(cluster, ranks) == pytest.approx(microseconds * US)
+
+
+@given(ranks=st.sampled_from([2, 4, 8, 16, 64, 256, 1024]), per_node=st.sampled_from([1, 2, 4, 8, 72]))
+def test_a_few_byte_all_reduce_grows_with_its_group_and_is_no_cheaper_than_a_step(ranks, per_node):
+    """More ranks never make it cheaper, and it never costs less than NCCL's base latency plus one hop."""
+    cluster = ClusterSpec(replace(device_preset("h100"), devices_per_node=per_node), 2048)
+    seconds = few_byte_all_reduce_seconds(cluster, ranks)
+    assert seconds <= few_byte_all_reduce_seconds(cluster, 2 * ranks)
+    assert seconds >= (6.6 + 2 * 0.6) * US
 
 
 def test_rank_order_is_tp_cp_dp_pp():

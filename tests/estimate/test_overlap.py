@@ -272,9 +272,33 @@ def test_communication_beside_compute_takes_its_share_of_the_sms():
 def test_the_ep_kernels_hold_32_sms():
     """HybridEP's dispatch and combine within one NVLink domain, the largest of the dispatchers' defaults
     (overlap.EP_COMM_SMS): 32 of an H100's 132 SMs; a device with fewer never gives more than all of them."""
-    from ndcp.estimate.overlap import ep_comm_held
-    assert ep_comm_held(132) == pytest.approx(32 / 132)
-    assert ep_comm_held(16) == 1.0
+    from ndcp.estimate.overlap import EP_COMM_SMS, sm_held
+    assert sm_held(EP_COMM_SMS, 132) == pytest.approx(32 / 132)
+    assert sm_held(EP_COMM_SMS, 16) == 1.0
+
+
+def test_compute_beside_a_collective_runs_on_the_sms_it_leaves():
+    """The one statement of SM sharing (overlap.sm_held, beside_seconds), which the userbuffers pairs, the EP
+    all-to-alls and the data-parallel collectives all use: NCCL's 16 SMs of an H100's 132 beside 2 s of compute
+    and a 1 s ring: the compute loses 16/132 of the ring's second; beside 0.5 s the ring is the wall; a collective
+    holding every SM runs before the compute, not beside it."""
+    from ndcp.estimate.overlap import beside_seconds, sm_held
+    held = sm_held(16, 132)
+    assert held == pytest.approx(16 / 132)
+    assert beside_seconds(2.0, 1.0, held) == pytest.approx(2.0 + 16 / 132)
+    assert beside_seconds(0.5, 1.0, held) == 1.0
+    assert beside_seconds(2.0, 1.0, sm_held(200, 132)) == 3.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 0.99))
+def test_beside_is_the_compute_slowed_while_the_communication_runs(compute, comm, held):
+    """Against the two-phase timeline itself: the compute runs at 1 - held until the communication ends, then at full
+    speed; the pair ends when both have."""
+    from ndcp.estimate.overlap import beside_seconds
+    done_during = (1.0 - held) * comm  # compute seconds done while the communication runs
+    end = compute / (1.0 - held) if compute <= done_during else comm + (compute - done_during)
+    assert beside_seconds(compute, comm, held) == pytest.approx(max(comm, end), abs=1e-12)
 
 
 @settings(max_examples=300, deadline=None)

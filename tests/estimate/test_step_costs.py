@@ -4,7 +4,8 @@ whatever the micro-batch count."""
 import pytest
 
 from ndcp.estimate.parameters import stage_parameters
-from ndcp.estimate.step_costs import STEP_SCALAR_SYNCS, step_cost_seconds, tree_all_reduce_latency
+from ndcp.estimate.communication import few_byte_all_reduce_seconds
+from ndcp.estimate.step_costs import STEP_SCALAR_SYNCS, step_cost_seconds
 from ndcp.estimate.time import PART_KEYS, estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, Strategy, device_preset
 from ndcp.specs.library import load_model
@@ -13,12 +14,14 @@ H100 = device_preset("h100")
 LLAMA_405B = load_model("llama3.1-405b")
 
 
-def test_a_scalar_all_reduce_climbs_a_tree_of_nodes_and_of_gpus():
+def test_the_scalar_all_reduces_are_few_byte_all_reduces_over_the_whole_job():
+    """Nothing to zero: the two syncs alone, each NCCL's few-byte all-reduce over every device (communication.py):
+    on 128 nodes its LL tree, 6.8 + 2 x (7 x 0.6 + 7 x 5.0) = 85.2 us; one device syncs with nobody."""
+    run = RunSpec(global_batch=512, seq_len=8192)
     cluster = ClusterSpec(H100, 1024)
-    # 128 nodes: 7 hops across nodes (12 us each) and 3 inside one (5 us), up and back down
-    assert tree_all_reduce_latency(cluster, 1024) == pytest.approx(2 * (7 * 12e-6 + 3 * 5e-6))
-    assert tree_all_reduce_latency(cluster, 8) == pytest.approx(2 * 3 * 5e-6)
-    assert tree_all_reduce_latency(cluster, 1) == 0.0
+    assert step_cost_seconds(run, cluster, 0, 1024) == pytest.approx(STEP_SCALAR_SYNCS * 85.2e-6)
+    assert step_cost_seconds(run, cluster, 0, 1024) == STEP_SCALAR_SYNCS * few_byte_all_reduce_seconds(cluster, 1024)
+    assert step_cost_seconds(run, ClusterSpec(H100, 1), 0, 1) == 0.0
 
 
 def test_the_step_zeroes_the_gradient_buffer_of_every_local_parameter():
@@ -26,7 +29,7 @@ def test_the_step_zeroes_the_gradient_buffer_of_every_local_parameter():
     cluster = ClusterSpec(H100, 1024)
     # 6.3 B local parameters (405B over tp 8 x pp 8), 2-byte gradients at 3.35 TB/s, and two scalar syncs
     seconds = step_cost_seconds(run, cluster, 6.3e9, 1024)
-    assert seconds == pytest.approx(6.3e9 * 2 / 3.35e12 + STEP_SCALAR_SYNCS * tree_all_reduce_latency(cluster, 1024))
+    assert seconds == pytest.approx(6.3e9 * 2 / 3.35e12 + STEP_SCALAR_SYNCS * 85.2e-6)
 
 
 @pytest.mark.parametrize("global_batch", [512, 1536])
