@@ -52,7 +52,7 @@ def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, ro
     return memory_seconds(rows * width * (3 if model.gated else 2) * run.activation_bytes, cluster.device)
 
 
-def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: int) -> float:
+def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: float) -> float:
     degrees = shape.key.degrees
     rows = shape.tokens / degrees.tp if degrees.sp else shape.tokens
     return memory_seconds(norms * 2 * rows * model.hidden * run.activation_bytes, cluster.device)
