@@ -7,7 +7,9 @@ import math
 
 from .schedules import Refusal
 from .specs.fields import divisors
+from .specs.mixers import ATTENTION, MLP_ONLY
 from .specs.model import ModelSpec
+from .specs.recompute import HYBRID_BLOCKS, KEEPS_ALL, MODULES, recompute_option
 
 
 def tp_mixers(p, d: dict) -> Refusal | None:
@@ -63,14 +65,36 @@ def trainer_mixers(p, d: dict) -> Refusal | None:
         "(--trainer megatron)"))
 
 
+def hybrid_block_kinds(model: ModelSpec) -> set[str]:
+    """The kinds of block a hybrid model (hybrid_blocks) has that recompute modules can act on (specs/recompute.py
+    HYBRID_BLOCKS): attention blocks, MoE blocks, dense MLP blocks; its Mamba-2 blocks take none."""
+    mlp = [model.is_moe_layer(i) for i in range(model.layers) if model.mixer(i) == MLP_ONLY]
+    return ({"attention"} if ATTENTION in model.layer_mixers else set()) | ({"moe"} if any(mlp) else set()) \
+        | ({"dense"} if not all(mlp) else set())
+
+
 def recompute_mixers_refusal(model: ModelSpec, mode: str) -> Refusal | None:
-    """Scan layers recompute whole or not at all: Megatron-Core's selective `core_attn` acts on attention cores
-    only, and the module options on layers of attention and MLP."""
+    """Scan layers recompute whole or not at all: Megatron-Core's recompute modules act on attention, MLP and MoE
+    layers only. In a hybrid model of Mamba-2, attention and MLP blocks (Megatron-Core's hybrid stack) a module option
+    runs where each of its modules acts on a block the model has (RecomputeModule.block: core_attn on the attention
+    blocks, layernorm, moe and moe_act on the MoE blocks, mlp on the dense MLP blocks), the Mamba-2 blocks keeping
+    everything (mamba_layer.py honours no module)."""
     scans = scan_mixers(model)
     if not scans or mode in ("none", "full"):
         return None
+    option = recompute_option(mode)
+    if model.hybrid_blocks and model.linear_attention is None and option.modules and option.keeps == KEEPS_ALL:
+        present = hybrid_block_kinds(model)
+        idle = [n for n in option.modules if MODULES[n].block not in present]
+        if not idle:
+            return None
+        return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: " + ", ".join(
+            f"{n} acts on {HYBRID_BLOCKS.get(MODULES[n].block, 'no block of a hybrid model')}" for n in idle)
+            + f" (its blocks: {', '.join(HYBRID_BLOCKS[k] for k in HYBRID_BLOCKS if k in present)} and Mamba-2 "
+            "blocks, which recompute whole or not at all)")
     return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: its "
                    f"{' and '.join(scans)} layers recompute whole (full) or not at all (none)")
 
 
-__all__ = ["tp_mixers", "cp_mixers", "trainer_mixers", "scan_mixers", "mamba_cp_ok", "recompute_mixers_refusal"]
+__all__ = ["tp_mixers", "cp_mixers", "trainer_mixers", "scan_mixers", "mamba_cp_ok", "hybrid_block_kinds",
+           "recompute_mixers_refusal"]

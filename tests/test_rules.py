@@ -1,5 +1,6 @@
 """The rulebook: one set of named rules, so the space walk, a single strategy check and `ndcp estimate` agree."""
 import dataclasses
+import re
 
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
@@ -159,7 +160,7 @@ def test_a_strategy_runs_only_its_trainers_recompute_options(trainer, mode, refu
 def test_hybrid_layers_tp_cp_trainer_and_recompute_rules():
     """Megatron-Core's hybrid layers (docs/models.md §6): TP splits the Gated DeltaNet key/value heads and Mamba-2's
     heads and groups; no context parallelism with Gated DeltaNet, Mamba-2's within its head and group split; only
-    Megatron runs them; whole-layer recompute or none."""
+    Megatron runs them; Gated DeltaNet layers recompute whole or not at all."""
     qwen, nemotron = load_model("qwen3-next-80b-a3b"), load_model("nemotron-h-8b")
     cluster, run_spec = ClusterSpec(H100, 16), RunSpec(global_batch=16, seq_len=4096)
     check_strategy(qwen, cluster, run_spec, Strategy(dp=8, tp=2, mbn=2, ep=8, recompute=RecomputePlan("full")))
@@ -177,11 +178,37 @@ def test_hybrid_layers_tp_cp_trainer_and_recompute_rules():
     with pytest.raises(SpecError, match=r"cp=2 .*24 heads divisible by tp x cp and its 3 groups.*valid cp at tp=1: "
                                         r"1, 3, 6, 12, 24$"):
         check_strategy(odd, cluster, run_spec, Strategy(dp=8, cp=2, mbn=2))
-    with pytest.raises(SpecError, match="recompute.*whole \\(full\\) or not at all"):
-        check_strategy(nemotron, cluster, run_spec, Strategy(dp=16, mbn=1, recompute=RecomputePlan("selective")))
+    with pytest.raises(SpecError, match="recompute.*Gated DeltaNet layers recompute whole \\(full\\) or not at all"):
+        check_strategy(qwen, cluster, run_spec, Strategy(dp=8, tp=2, mbn=2, ep=8,
+                                                         recompute=RecomputePlan("selective")))
     titan = RunSpec(global_batch=16, seq_len=4096, trainer="torchtitan")
     with pytest.raises(SpecError, match="torchtitan does not run Mamba-2, hybrid block layers"):
         check_strategy(nemotron, cluster, titan, Strategy(dp=16, mbn=1))
+
+
+@pytest.mark.parametrize("name,mode,refusal", [
+    # Nemotron-3 Nano: 23 Mamba-2, 6 attention and 23 MoE blocks
+    ("nemotron-3-nano", "core_attn+layernorm+moe", None),  # Megatron-Bridge's H100 FP8 recipe
+    ("nemotron-3-nano", "selective", None), ("nemotron-3-nano", "layernorm+moe_act", None),
+    ("nemotron-3-nano", "mlp", "mlp acts on dense MLP blocks"),  # every MLP block is a MoE block
+    ("nemotron-3-nano", "offload", "Mamba-2 layers recompute whole"),
+    # Nemotron-H 8B: 24 Mamba-2, 4 attention and 24 dense MLP blocks; every norm is fused into a linear
+    ("nemotron-h-8b", "selective", None), ("nemotron-h-8b", "mlp", None),
+    ("nemotron-h-8b", "layernorm", "layernorm acts on MoE blocks \\(its blocks: attention blocks, dense MLP blocks and "
+                                   "Mamba-2 blocks"),
+    ("nemotron-h-8b", "layernorm+mlp", "layernorm acts on MoE blocks"),
+])
+def test_a_hybrid_model_runs_the_module_options_whose_modules_act_on_its_blocks(name, mode, refusal):
+    """Megatron-Core's hybrid stack (mamba_layer_specs.py, core_v0.17.0): core_attn acts on the attention blocks,
+    layernorm on the MoE blocks' pre-MLP norm (the only norm not fused into a linear), moe and moe_act on the MoE
+    blocks, mlp on the dense MLP blocks; the Mamba-2 blocks honour no module."""
+    cluster, run_spec = ClusterSpec(H100, 16), RunSpec(global_batch=16, seq_len=4096)
+    strategy = Strategy(dp=16, mbn=1, ep=8 if name == "nemotron-3-nano" else 1, recompute=RecomputePlan(mode))
+    if refusal is None:
+        check_strategy(load_model(name), cluster, run_spec, strategy)
+        return
+    with pytest.raises(SpecError, match=rf"recompute={re.escape(mode)} is not valid: .*{refusal}"):
+        check_strategy(load_model(name), cluster, run_spec, strategy)
 
 
 @pytest.mark.parametrize("trainer,zero,pp,ok", [

@@ -229,6 +229,10 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
 
     Megatron: selective drops the attention core (Korthikanti §5, "selective activation recomputation"); full keeps
     only the layer input, sequence-sharded when SP is on (Megatron keeps the checkpoint in the SP layout): 2sbh(/t).
+    In a hybrid model's blocks a module drops its tensors in the blocks it acts on (specs/recompute.py
+    RecomputeModule.block): each kind's inventory is its blocks' shares, so core_attn drops the attention blocks'
+    cores, layernorm the MoE blocks' norm outputs only (the other blocks' norms are fused into their first linear),
+    and the Mamba-2 blocks keep everything.
     torchtitan: eager autograd, op-level SAC, and the block input (Shard(1) under SP) respectively.
     """
     option = recompute_option(mode)  # what it keeps (specs/recompute.py)
@@ -242,8 +246,9 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
         items = (_torchtitan_sac_inventory(model, run, tokens, tp, sp) if option.drops
                  else _torchtitan_eager_inventory(model, run, tokens))
         return sum(sharded_bytes(t, tp, sp) for t in items)
+    drops = option.dropped(model.hybrid_blocks)  # a hybrid model's blocks: what the modules drop there
     return sum(b for name, shard, b in _sharded_inventory(model, run, kind == "moe", tp, cp, etp, mbs, sp)
-               if shard not in option.drops and name not in option.drops)
+               if shard not in drops and name not in drops)
 
 
 @lru_cache(maxsize=16384)

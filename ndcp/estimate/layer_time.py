@@ -104,7 +104,7 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
     (one pass), their FLOPs, the FP8 casts forward and backward, the mixer cores' forward and backward seconds (the
     attention core, its queries against the whole sequence's keys, on the kind's attention layers; the chunked
     scans on its linear-attention and Mamba-2 layers), the cores' FLOPs, and the attention core's seconds alone
-    (what context-parallel attention hides its exchange behind)."""
+    (what context-parallel attention hides its exchange behind), and its FLOPs alone (what core_attn re-runs)."""
     device = cluster.device
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp, imbalance=run.moe_load_imbalance)
     linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
@@ -120,7 +120,7 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
     scan_forward, scan_backward = (scan_core_seconds(model, kind, tokens, tp, device, run.activation_bytes,
                                                      layout_copies) if scan else (0.0, 0.0))
     return (linear, total_flops(gemms), cast_forward, cast_backward, core + scan_forward, core_backward + scan_backward,
-            attention + scan, core, core_backward)
+            attention + scan, core, core_backward, attention)
 
 
 class _Passes(NamedTuple):
@@ -130,8 +130,9 @@ class _Passes(NamedTuple):
     backward: float
     linear: float  # the weight GEMMs, one pass
     linear_flops: float
-    core: float  # the attention core, forward
-    core_flops: float
+    core: float  # the attention core, forward (a hybrid kind's attention share: not its scan cores)
+    core_flops: float  # the mixer cores' FLOPs, forward (attention and scans)
+    attention_flops: float  # the attention core's alone
     executed: float  # FLOPs of the forward and backward
     tp_forward: float  # exposed TP communication, forward and backward, and all of it before overlap
     tp_backward: float
@@ -169,8 +170,9 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: Layer
         elif piece == LAYER_FORWARD:
             recompute += p.forward + p.tp_forward + p.cp_forward + p.ep_forward
             executed += p.linear_flops + p.core_flops
-        elif piece == ATTENTION_CORE:  # the core, and without flash attention its score-matrix elementwise passes
-            executed += p.core_flops
+        elif piece == ATTENTION_CORE:  # the attention core (a hybrid kind's attention blocks', not its scans), and
+            # without flash attention its score-matrix elementwise passes
+            executed += p.attention_flops
             recompute += p.core + (0.0 if run.flash_attention else _unfused_core_elementwise(model, cluster, run,
                                                                                              key.kind, key.degrees))
         else:
@@ -191,7 +193,7 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
     tokens, keys = degrees.tokens(run.seq_len), run.seq_len
     flash = run.flash_attention
     (linear, linear_flops, cast_forward, cast_backward, core, core_backward, core_flops, attention,
-     attention_backward) = _layer_compute(model, cluster, run, kind, tp, ep, etp, tokens,
+     attention_backward, attention_flops) = _layer_compute(model, cluster, run, kind, tp, ep, etp, tokens,
                                           model.mamba is not None and degrees.mbs > 1)
     core_backward_flops = core_flops * (FLASH_BACKWARD_RATIO if flash else 2.0)
     executed = 3 * linear_flops + core_flops + core_backward_flops  # dgrad + wgrad per GEMM
@@ -227,8 +229,8 @@ def _layer_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: st
                                                                  backward, core, core_backward, around, serial,
                                                                  linear),
                                                 sm_held(EP_COMM_SMS, device.sm_count), run.delay_wgrad_compute)
-    return _Passes(forward, backward, linear, linear_flops, core, core_flops, executed, tp_forward, tp_backward,
-                   tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
+    return _Passes(forward, backward, linear, linear_flops, attention, core_flops, attention_flops, executed,
+                   tp_forward, tp_backward, tp_total, cp_forward, cp_backward, a2a, ep_forward, ep_backward)
 
 
 def _moe_passes(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, tp: int, tokens: float,

@@ -8,6 +8,12 @@ forward communication), the MoE block (router, routing work, experts and shared 
 combine), the experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The dense
 MLP's pre-norm is fused into fc1 (Transformer Engine LayerNormLinear), so it re-runs with the MLP and once only when
 `norms` also re-runs.
+
+A hybrid model's layer of a kind is its blocks' average (ModelSpec.mixer_shares), and a piece re-runs on the blocks
+its module acts on (specs/recompute.py RecomputeModule.block, from Megatron-Core's hybrid layer specs): the norms on
+the MoE blocks only (one norm each; the Mamba-2, attention and dense MLP blocks fuse theirs into their first
+linear), the dense MLP on the dense MLP blocks' share with their one TP pair, the MoE pieces on the MoE blocks (the
+whole MoE kind); estimate/layer_time.py re-runs the attention blocks' cores, not the Mamba-2 scans.
 """
 from __future__ import annotations
 
@@ -46,7 +52,7 @@ def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, ro
     return memory_seconds(rows * width * (3 if model.gated else 2) * run.activation_bytes, cluster.device)
 
 
-def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: int) -> float:
+def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: float) -> float:
     degrees = shape.key.degrees
     rows = shape.tokens / degrees.tp if degrees.sp else shape.tokens
     return memory_seconds(norms * 2 * rows * model.hidden * run.activation_bytes, cluster.device)
@@ -58,6 +64,9 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
     (0, 0) when the piece does not act on this kind of layer."""
     tokens, tp, kind = shape.tokens, shape.key.degrees.tp, shape.key.kind
     if piece == NORMS:
+        if model.hybrid_blocks:  # the MoE blocks' pre-MLP norm alone: the others are fused into a linear
+            return _norm_seconds(model, cluster, run, shape, model.mixer_shares(kind).mlp if kind == "moe"
+                                 else 0.0), 0.0
         return _norm_seconds(model, cluster, run, shape, 1 if MLP_FORWARD in reruns and kind == "dense"
                              else 2), 0.0
     if piece == MLP_FORWARD:
@@ -66,12 +75,16 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         gemms = mlp_gemms(model, model.ffn_hidden, tokens, tp)
         seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
                    + _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp)
-                   + _norm_seconds(model, cluster, run, shape, 1) + shape.tp_forward / 2)
-        return seconds, total_flops(gemms)
+                   + _norm_seconds(model, cluster, run, shape, 1))
+        if model.hybrid_blocks:  # the dense MLP blocks' share of the kind, each with the block's one TP pair
+            share = model.mixer_shares(kind).mlp
+            return share * (seconds + shape.tp_forward), share * total_flops(gemms)
+        return seconds + shape.tp_forward / 2, total_flops(gemms)
     if piece == MLP_ACTIVATION:  # elementwise, as the experts' activation below: memory-bound, no matmul FLOPs
         if kind != "dense" or MLP_FORWARD in reruns:  # the whole MLP re-runs it already
             return 0.0, 0.0
-        return _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp), 0.0
+        share = model.mixer_shares(kind).mlp if model.hybrid_blocks else 1.0  # a hybrid kind's dense MLP blocks
+        return share * _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp), 0.0
     if kind != "moe" and piece in (MOE_FORWARD, MOE_ACTIVATION):
         return 0.0, 0.0
     if piece == MOE_FORWARD:

@@ -212,7 +212,7 @@ class ModelSpec:
             f"hybrid layers ({len(mixed)} of {self.layers} without softmax attention): Gated DeltaNet's scan core "
             "priced as unfused attention's per-head GEMMs, Mamba-2's mixer kernel by kernel (HBM bytes; matmuls at "
             "the Triton chunk scan's rate measured on Hopper, capped at it elsewhere); Gated DeltaNet unvalidated on "
-            "measured runs, Mamba-2 hybrids measured on Nemotron-3 Nano only (steps estimated 33-41 % short, "
+            "measured runs, Mamba-2 hybrids measured on Nemotron-3 Nano only (steps estimated 24-36 % short, "
             "docs/formulas.md §2.7); each layer priced at its kind's average mixer (exact "
             "for the whole model and for stages holding whole repeats of the layer pattern)",)
 

@@ -39,16 +39,34 @@ class RecomputeModule:
     needs: str  # "" (any layer), "dense" (dense MLP layers), "moe" (MoE layers) or "mla" (MLA attention)
     code: str  # short label in plan summaries
     part_of: str = ""  # a module that drops and re-runs all this one does (and more): it covers this one
+    # In a Megatron-Core hybrid model (ModelSpec.hybrid_blocks): the block it acts on (HYBRID_BLOCKS; "" none) and
+    # what it drops there (None: `drops`)
+    block: str = ""
+    block_drops: tuple[str, ...] | None = None
 
+
+# The blocks of a Megatron-Core hybrid model (one block a layer: ModelSpec.hybrid_blocks) a module can act on. Its
+# layer specs (megatron/core/models/mamba/mamba_layer_specs.py mamba_stack_spec, core_v0.17.0 9539a12e, the 26.04
+# container's; megatron/core/models/hybrid/hybrid_layer_specs.py, d98e8a6): a Mamba-2 block is a MambaLayer, whose
+# forward honours no recompute module (ssm/mamba_layer.py) and whose norm is fused into its in_proj
+# (TELayerNormColumnParallelLinear); an attention block a TransformerLayer with its norm fused into linear_qkv
+# (input_layernorm IdentityOp), so only core_attn acts there (transformer/attention.py checkpoint_core_attention); a
+# dense MLP block an MLPLayer (a TransformerLayer) with its norm fused into fc1: mlp acts (recompute_mlp); a MoE
+# block a MoETransformerLayer with a separate pre_mlp_layernorm (TENorm): layernorm acts on that norm alone
+# (transformer_layer.py recompute_pre_mlp_layernorm: an IdentityOp norm is never recomputed), moe on the MoE layer
+# (moe/moe_layer.py moe_layer_recompute), moe_act on the experts' activation (moe/experts.py).
+HYBRID_BLOCKS = {"attention": "attention blocks", "moe": "MoE blocks", "dense": "dense MLP blocks"}
 
 MODULES: dict[str, RecomputeModule] = {m.name: m for m in (
-    RecomputeModule("core_attn", ("core",), ATTENTION_CORE, "", "s"),
-    RecomputeModule("layernorm", ("attention_input", "mlp_input", "moe_input"), NORMS, "", "ln"),
+    RecomputeModule("core_attn", ("core",), ATTENTION_CORE, "", "s", block="attention"),
+    RecomputeModule("layernorm", ("attention_input", "mlp_input", "moe_input"), NORMS, "", "ln", block="moe",
+                    block_drops=("moe_input",)),
     RecomputeModule("mla_up_proj", ("mla_query", "mla_key", "mla_value"), MLA_UP_PROJECTION, "mla", "mla"),
-    RecomputeModule("mlp", ("mlp_input", "mlp_fc1_output", "mlp_act_output"), MLP_FORWARD, "dense", "mlp"),
-    RecomputeModule("moe_act", ("expert_act_output",), MOE_ACTIVATION, "moe", "act"),
+    RecomputeModule("mlp", ("mlp_input", "mlp_fc1_output", "mlp_act_output"), MLP_FORWARD, "dense", "mlp",
+                    block="dense"),
+    RecomputeModule("moe_act", ("expert_act_output",), MOE_ACTIVATION, "moe", "act", part_of="moe", block="moe"),
     RecomputeModule("moe", ("router_logits", "expert_input", "expert_fc1_output", "expert_act_output",
-                            "shared_fc1_output", "shared_act_output"), MOE_FORWARD, "moe", "moe"),
+                            "shared_fc1_output", "shared_act_output"), MOE_FORWARD, "moe", "moe", block="moe"),
     # MindFormers' select_recompute: mindformers/models/utils.py LayerSetting.__init__ default_patterns
     # (feed_forward\.mul, feed_forward\.w1\.activation\.silu; mindformers 1.6.0 fd4deebc) re-runs the dense SwiGLU's
     # SiLU and its product with the up projection (models/llama/llama_layer.py LlamaFeedForward.construct): the
@@ -83,6 +101,14 @@ class RecomputeOption:
     def label(self) -> str:
         return self.code or self.name
 
+    def dropped(self, hybrid_blocks: bool) -> tuple[str, ...]:
+        """The inventory tensors (names or sharding tags) it does not keep; in a hybrid model's blocks what its
+        modules drop there (RecomputeModule.block_drops: only the MoE block's norm is not fused into a linear)."""
+        if not hybrid_blocks or not self.modules or self.keeps != KEEPS_ALL:
+            return self.drops
+        return tuple(d for n in self.modules for d in (MODULES[n].drops if MODULES[n].block_drops is None
+                                                       else MODULES[n].block_drops))
+
 
 def _modules_option(names: tuple[str, ...], weight: int, source: str = "") -> RecomputeOption:
     modules = [MODULES[n] for n in names]
@@ -94,10 +120,13 @@ def _modules_option(names: tuple[str, ...], weight: int, source: str = "") -> Re
 
 # Megatron-Core's module combinations offered (rows; weight = the kind rule's order): the single modules and the
 # combinations published runs use, e.g. DeepSeek-V3 §3.3 (RMSNorm, MLA up-projection and the SwiGLU output
-# recomputed) and Megatron-Bridge's DeepSeek-V3 recipes (recompute_modules [mla_up_proj, mlp]).
+# recomputed), Megatron-Bridge's DeepSeek-V3 recipes (recompute_modules [mla_up_proj, mlp]) and its Nemotron-3 Nano
+# H100 FP8 recipe (core_attn, layernorm, moe and moe_act, which moe covers:
+# scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py @21d102f5e).
 MODULE_COMBINATIONS = (("layernorm",), ("mla_up_proj",), ("layernorm", "mla_up_proj"), ("moe_act",),
                        ("layernorm", "moe_act"), ("layernorm", "mla_up_proj", "moe_act"), ("mlp",),
-                       ("layernorm", "mlp"), ("mla_up_proj", "mlp"), ("moe",), ("layernorm", "moe"))
+                       ("layernorm", "mlp"), ("mla_up_proj", "mlp"), ("moe",), ("layernorm", "moe"),
+                       ("core_attn", "layernorm", "moe"))
 MEGATRON_MODULE_OPTIONS = tuple("+".join(names) for names in MODULE_COMBINATIONS)
 # MindFormers' op-level select sets (recompute_config.select_recompute; docs/formulas.md §5.4). Its
 # select_comm_recompute (`.*\.norm`) is no row: mindformers/models/utils.py LayerSetting.set_pattern_recompute only
@@ -134,13 +163,13 @@ RECOMPUTING = tuple(m for m in RECOMPUTE_MODES if m != NO_RECOMPUTE)
 
 
 def option_for_modules(text: str) -> str:
-    """The option recomputing exactly these modules ("layernorm+mla_up_proj+moe_act", any order); SpecError listing
-    the offered combinations otherwise."""
+    """The option recomputing exactly these modules ("layernorm+mla_up_proj+moe_act", any order; a module named with
+    the one it is part of adds nothing: moe+moe_act is moe); SpecError listing the offered combinations otherwise."""
     names = [n.strip().lower() for n in str(text).replace(" ", "+").split("+") if n.strip()]
     unknown = [n for n in names if n not in MODULES]
     if unknown:
         raise SpecError(f"recompute_modules={text!r}: unknown module {unknown[0]!r}; modules: {', '.join(MODULES)}")
-    wanted = set(names)
+    wanted = {n for n in names if MODULES[n].part_of not in names}
     for option in OPTIONS:
         if set(option.modules) == wanted and option.keeps == KEEPS_ALL:
             return option.name

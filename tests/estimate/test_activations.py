@@ -1,12 +1,14 @@
 """The loss path's logits (estimate/activations.py head_activation_bytes, logit_bytes_per_logit): eager torchtitan
 holds three fp32 copies of the logits at the start of the loss's backward, Megatron's vocab-parallel cross entropy
 one whichever kernel runs it (RunSpec.loss_kernel), flash-attn's the 16-bit logits; torchtitan's compiled loss
-(RunSpec.compile_loss) the 16-bit logits it saved and their 16-bit gradient."""
+(RunSpec.compile_loss) the 16-bit logits it saved and their 16-bit gradient. A hybrid model's recompute modules drop
+their tensors in the blocks they act on (layer_activation_bytes)."""
 import dataclasses
 
 import pytest
 
-from ndcp.estimate.activations import head_activation_bytes, logit_bytes_per_logit
+from ndcp.estimate.activations import head_activation_bytes, layer_activation_bytes, logit_bytes_per_logit
+from ndcp.estimate.keys import Degrees
 from ndcp.specs import RunSpec
 from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model
@@ -111,3 +113,24 @@ def test_backward_temporaries_are_not_priced_without_a_measured_inventory():
     assert backward_workspace_bytes(dataclasses.replace(LLAMA8, activation="gelu"), run, "dense", degrees) == 0
     assert backward_workspace_bytes(load_model("deepseek-v3"), run, "dense", degrees) == 0
     assert backward_workspace_bytes(load_model("nemotron-h-8b"), run, "dense", degrees) == 0
+
+
+def test_module_options_on_a_hybrid_model_drop_only_their_blocks_tensors():
+    """Nemotron-3 Nano (29 layers of the dense kind: 23 Mamba-2 and 6 attention blocks; 23 MoE blocks), bf16, seq 8192,
+    tp 1, ep 8. core_attn drops the 6 attention blocks' softmax statistics (fp32, 32 heads x 8192 tokens each) and
+    nothing of the Mamba-2 blocks: 6 cores' worth per body, not 52; layernorm drops only the MoE blocks' norm output
+    (2 x 8192 x 2688 bytes), the other norms being fused into their first linear; under the H100 FP8 recipe's
+    core_attn+layernorm+moe a MoE block keeps its input alone, as under full."""
+    nano, run, degrees = load_model("nemotron-3-nano"), RunSpec(global_batch=64, seq_len=8192), Degrees(1, 1, 8, 1, 1,
+                                                                                                         False)
+
+    def dropped(kind, mode):
+        return (layer_activation_bytes(nano, run, kind, "none", degrees)
+                - layer_activation_bytes(nano, run, kind, mode, degrees))
+
+    assert 29 * dropped("dense", "selective") == pytest.approx(6 * 4 * 32 * 8192)
+    assert dropped("dense", "layernorm") == dropped("dense", "moe") == 0.0
+    assert dropped("moe", "selective") == 0.0 and dropped("moe", "layernorm") == 2 * 8192 * 2688
+    assert layer_activation_bytes(nano, run, "moe", "core_attn+layernorm+moe", degrees) == 2 * 8192 * 2688 \
+        == layer_activation_bytes(nano, run, "moe", "full", degrees)
+    assert dropped("dense", "core_attn+layernorm+moe") == dropped("dense", "selective")

@@ -122,3 +122,44 @@ def test_a_mindformers_plan_with_the_select_set_estimates_between_none_and_full(
         peaks.append(estimate_memory(llama, cluster, run, s).peak_bytes)
         steps.append(estimate_time(llama, cluster, run, s).step_seconds)
     assert peaks[0] > peaks[1] > peaks[2] and steps[0] < steps[1] < steps[2]
+
+
+NANO, NEMOTRON_H = load_model("nemotron-3-nano"), load_model("nemotron-h-8b")  # 23 M, 6 A, 23 MoE; 24 M, 4 A, 24 MLP
+HYBRID = Degrees(tp=1, cp=1, ep=8, etp=1, mbs=1, sp=False)
+
+
+def _rerun(model, kind, mode, degrees=HYBRID):
+    t = layer_time(model, ClusterSpec(H100, 16), RUN, LayerKey(kind, mode, degrees))
+    return t.recompute, t.flops - layer_time(model, ClusterSpec(H100, 16), RUN, LayerKey(kind, "none", degrees)).flops
+
+
+def test_core_attn_on_a_hybrid_model_reruns_its_attention_blocks_cores_only():
+    """Nemotron-3 Nano's body: 29 layers of the dense kind (23 Mamba-2 and 6 attention blocks) and 23 MoE blocks. Its
+    selective recompute re-runs 6 attention cores (one each, as a plain layer's), no Mamba-2 scan and nothing on the
+    MoE blocks: 6 cores' worth per body, not 52."""
+    plain = replace(NANO, layer_mixers="", mamba=None, hybrid_blocks=False)  # attention on every layer
+    core_seconds, core_flops = _rerun(plain, "moe", "selective")
+    seconds, flops = _rerun(NANO, "dense", "selective")
+    assert 29 * seconds == pytest.approx(6 * core_seconds) and 29 * flops == pytest.approx(6 * core_flops)
+    assert _rerun(NANO, "moe", "selective") == (0.0, 0.0)
+
+
+def test_module_options_on_a_hybrid_model_rerun_the_moe_blocks_norm_and_moe_only():
+    """layernorm re-runs the MoE blocks' pre-MLP norm (read + write T x h, bf16, at 3.35 TB/s) and nothing on the
+    Mamba-2 and attention blocks, whose norms are fused into their first linear; moe the MoE block; the recipe's
+    core_attn+layernorm+moe both, and the attention cores on the dense kind."""
+    norm = 2 * 8192 * 2688 * 2 / 3.35e12
+    assert _rerun(NANO, "moe", "layernorm")[0] == pytest.approx(norm)
+    for mode in ("layernorm", "moe", "layernorm+moe", "moe_act"):
+        assert _rerun(NANO, "dense", mode) == (0.0, 0.0)
+    moe_seconds, moe_flops = _rerun(NANO, "moe", "moe")
+    assert moe_flops > 0 and _rerun(NANO, "moe", "core_attn+layernorm+moe") == (pytest.approx(moe_seconds + norm),
+                                                                                 pytest.approx(moe_flops))
+    assert _rerun(NANO, "dense", "core_attn+layernorm+moe") == _rerun(NANO, "dense", "selective")
+
+
+def test_mlp_on_a_dense_hybrid_model_reruns_its_mlp_blocks_only():
+    """Nemotron-H 8B: 52 layers of one kind, 24 of them dense MLP blocks; mlp re-runs 24 MLPs (fc1, fc2) per body."""
+    tokens, degrees = 8192, HYBRID._replace(ep=1)
+    flops = _rerun(NEMOTRON_H, "dense", "mlp", degrees)[1]
+    assert 52 * flops == pytest.approx(24 * total_flops(mlp_gemms(NEMOTRON_H, NEMOTRON_H.ffn_hidden, tokens, 1)))

@@ -68,8 +68,19 @@ def test_mlp_act_is_covered_by_the_dense_mlp_module_and_full():
     assert ("mlp", "mlp_act") not in pairs and ("moe_act", "mlp_act") not in pairs
 
 
+def test_moe_act_is_covered_by_the_moe_module():
+    """Megatron-Core's moe module checkpoints the whole MoE layer (moe/moe_layer.py), so it re-runs the experts'
+    activation too: Megatron-Bridge's Nemotron-3 Nano H100 FP8 recipe (moe, layernorm, core_attn, moe_act) is the
+    option core_attn+layernorm+moe."""
+    pairs = set(_comparable_pairs())
+    assert {("moe_act", "moe"), ("layernorm+moe_act", "layernorm+moe"), ("selective", "core_attn+layernorm+moe"),
+            ("layernorm+moe", "core_attn+layernorm+moe")} <= pairs
+    assert option_for_modules("moe+layernorm+core_attn+moe_act") == "core_attn+layernorm+moe"
+    assert OPTION_BY_NAME["core_attn+layernorm+moe"].label == "s+ln+moe"
+
+
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b"]),
+@given(name=st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b", "nemotron-3-nano"]),
        kind=st.sampled_from(["dense", "moe"]), tp=st.sampled_from([1, 2, 8]), cp=st.sampled_from([1, 2]),
        mbs=st.sampled_from([1, 2]), sp=st.booleans(), flash=st.booleans(), fp8=st.booleans(),
        trainer=st.sampled_from(TRAINERS), seq=st.sampled_from([2048, 8192]))
