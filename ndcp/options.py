@@ -345,6 +345,8 @@ RUN_OPTIONS = (
     run_option("moe_dispatcher", "--moe-dispatcher", choices=MOE_DISPATCHERS),
     run_option("moe_load_imbalance", "--moe-load-imbalance", parse=load_imbalance, metavar="FACTOR"),
     run_option("delay_wgrad_compute", "--delay-wgrad-compute", switch=True),
+    run_option("first_layers_bf16", "--first-layers-bf16", parse=int32, metavar="N"),
+    run_option("last_layers_bf16", "--last-layers-bf16", parse=int32, metavar="N"),
     run_option("images_per_sample", "--images-per-sample", parse=positive_int, metavar="N"),
     run_option("image_size", "--image-size", parse=positive_int, metavar="PIXELS"),
 )

@@ -84,6 +84,7 @@ def build_run(values: argparse.Namespace) -> RunSpec:
                   loss_kernel=run_loss_kernel(values))
     run = RunSpec(**fields)
     run.check_delay_wgrad()
+    run.check_bf16_layers()
     return run
 
 
@@ -160,6 +161,11 @@ def assemble_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, valu
     if v.pop("delay_wgrad_compute", False) and not run.delay_wgrad_compute:  # a run setting: must match the run
         raise SpecError("the file's --delay-wgrad-compute does not match the run's (not delayed); set "
                         "--delay-wgrad-compute")
+    bf16 = v.pop("bf16_layers", None)  # a run setting (a Megatron file's BF16 first/last layers): must match the run
+    if bf16 is not None and tuple(bf16) != run.bf16_layers:
+        raise SpecError(f"the file keeps {bf16[0]} first and {bf16[1]} last layers in BF16 (--first-last-layers-bf16), "
+                        f"the run {run.bf16_layers[0]} and {run.bf16_layers[1]}; set --first-layers-bf16 {bf16[0]} "
+                        f"--last-layers-bf16 {bf16[1]}")
     kernel = v.pop("loss_kernel", None)  # a run setting (a Megatron file's loss): must match the run's
     if kernel is not None and kernel != loss_kernel(run):
         raise SpecError(f"the file's loss kernel {kernel} ({LOSS_KERNEL_STATED[kernel]}) does not match the run's "

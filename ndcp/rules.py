@@ -72,6 +72,14 @@ def _pp_layers(p: Problem, d: dict) -> Refusal | None:
     return _refuse("pp_layers", "pp", d["pp"] <= p.model.layers, lambda: f"pp must be <= {p.model.layers} layers")
 
 
+def _bf16_layers_pp(p: Problem, d: dict) -> Refusal | None:
+    """Megatron-Core keeps at most layers // pp layers at each end in BF16 (TransformerConfig.__post_init__ @d98e8a6:
+    max_bf16_layers_per_pipeline_stage; RunSpec.first_layers_bf16 / last_layers_bf16)."""
+    most = max(p.run.bf16_layers)
+    return _refuse("bf16_layers_pp", "pp", most <= p.model.layers // d["pp"], lambda: (
+        f"BF16 first/last layers ({most}) must be <= layers / pp; valid pp: at most {p.model.layers // max(1, most)}"))
+
+
 def _cp_sequence(p: Problem, d: dict) -> Refusal | None:
     cp, seq = d["cp"], p.run.seq_len
     return _refuse("cp_sequence", "cp", cp == 1 or seq % (2 * cp) == 0,
@@ -298,6 +306,7 @@ RULEBOOK: tuple[Rule, ...] = (
          trainer_mixers),
     Rule("sp_tp", "sequence parallelism only with tp > 1", "strategy", _sp_tp),
     Rule("pp_layers", "pp <= layers / vpp", "pp", _pp_layers),
+    Rule("bf16_layers_pp", "BF16 first/last layers <= layers / pp (Megatron-Core)", "pp", _bf16_layers_pp),
     Rule("cp_sequence", "sequence divisible by 2 x cp (load-balanced ring attention)", "cp", _cp_sequence),
     Rule("cp_mixers", "cp = 1 with linear attention; Mamba-2: heads and groups split over tp x cp", "cp",
          cp_mixers),

@@ -152,7 +152,11 @@ CASES += [Case("Llama-3 8B search, torch.compile with compiled loss, torchtitan"
                "--strategy tp=2,mbs=1,zero=1,sp=on"),
           Case("Mixtral tp2 ep8, expert overlap with delayed wgrad (--delay-wgrad-compute)", "megatron",
                "estimate mixtral-8x7b --device h100 --gpus 64 --global-batch 256 --seq-len 4096 --overlap ep "
-               "--delay-wgrad-compute --strategy tp=2,dp=32,ep=8,mbs=1,zero=1,sp=on,recompute=selective")]
+               "--delay-wgrad-compute --strategy tp=2,dp=32,ep=8,mbs=1,zero=1,sp=on,recompute=selective"),
+          Case("8B tp2 pp2 FP8 tensorwise, first 2 and last layer in BF16 (--first-last-layers-bf16)", "megatron",
+               "estimate llama3-8b --device h100 --gpus 16 --global-batch 64 --seq-len 8192 --precision fp8 "
+               "--fp8-recipe tensorwise --first-layers-bf16 2 --last-layers-bf16 1 "
+               "--strategy tp=2,pp=2,mbs=1,zero=1,sp=on")]
 # ndcp options a case's own command may carry that the checker sets itself (option -> how many values follow)
 OWN_OPTIONS = {"--quiet": 0, "--plot": 1, "--json": 1, "--csv": 1, "--emit": 1, "--emit-file": 1, "--trainer": 1,
                "--emit-anyway": 0}

@@ -124,6 +124,8 @@ def megatron(tokens: list[str], world: int, scratch: Path) -> dict:
             "vpp": args.virtual_pipeline_model_parallel_size, "mbs": args.micro_batch_size,
             "recompute": [args.recompute_granularity, args.recompute_method, args.recompute_num_layers],
             "fp8": [args.fp8, args.fp8_recipe] if args.fp8 else None,
+            "bf16_layers": ([args.num_layers_at_start_in_bf16, args.num_layers_at_end_in_bf16]
+                            if args.first_last_layers_bf16 else None),
             "fsdp": args.data_parallel_sharding_strategy if args.use_megatron_fsdp else None,
             "dist_opt_instances": args.num_distributed_optimizer_instances,
             "outer_dp": args.outer_dp_sharding_strategy if args.num_distributed_optimizer_instances > 1 else None,

@@ -75,7 +75,8 @@ def test_each_run_option_reaches_its_field():
     assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE) - set(MEGATRON_ONLY)
 
 
-MEGATRON_ONLY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute", "loss_kernel")
+MEGATRON_ONLY = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute", "loss_kernel",
+                 "first_layers_bf16", "last_layers_bf16")
 
 
 def test_the_megatron_memory_options_reach_their_fields():
@@ -127,6 +128,29 @@ def test_delayed_weight_gradients_reach_their_field_under_the_expert_overlap_onl
         build_run(alone)
     with pytest.raises(SpecError, match="delay_wgrad_compute=.* valid with trainer megatron only"):
         RunSpec(64, 4096, trainer="torchtitan", overlap="ep", delay_wgrad_compute=True)
+
+
+def test_bf16_first_and_last_layers_reach_their_fields_in_an_fp8_run_with_a_per_layer_recipe_only():
+    """--first-layers-bf16 / --last-layers-bf16: Megatron's --first-last-layers-bf16 counts, which do something only
+    under FP8 and which Megatron-Core refuses under delayed scaling (TransformerConfig.__post_init__ @d98e8a6)."""
+    given = {"device": "h100", "gpus": 8, "global_batch": 64, "seq_len": 4096, "first_layers_bf16": "2",
+             "last_layers_bf16": "1"}
+    values = keyword_values(SEARCH_KEYWORDS, {**given, "precision": "fp8", "fp8_recipe": "tensorwise"})
+    values.model = "tiny"
+    run = build_run(values)
+    assert (run.first_layers_bf16, run.last_layers_bf16, run.bf16_layers) == (2, 1, (2, 1))
+    bf16 = keyword_values(SEARCH_KEYWORDS, given)
+    bf16.model = "tiny"
+    with pytest.raises(SpecError, match=r"first_layers_bf16=2 is not valid; BF16 first/last layers exist only "
+                                        r"inside an FP8 run: valid with precision fp8 \(precision is bf16\)"):
+        build_run(bf16)
+    delayed = keyword_values(SEARCH_KEYWORDS, {**given, "precision": "fp8"})
+    delayed.model = "tiny"
+    with pytest.raises(SpecError, match="Megatron-Core refuses BF16 first/last layers under delayed scaling: valid "
+                                        "with fp8_recipe tensorwise, blockwise or mxfp8"):
+        build_run(delayed)
+    with pytest.raises(SpecError, match="last_layers_bf16=1 is not valid; a Megatron setting"):
+        RunSpec(64, 4096, trainer="torchtitan", last_layers_bf16=1)
 
 
 def test_a_negative_wgrad_deferral_limit_is_refused():

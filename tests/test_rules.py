@@ -237,3 +237,18 @@ def test_a_search_offers_megatron_fsdp_to_single_stage_layouts_only(trainer):
         assert {(True, 3), (False, 3)} <= offered
     else:
         assert not offered & {(True, 2), (True, 3)} and {(False, 2), (False, 3), (True, 1)} <= offered
+
+
+@pytest.mark.parametrize("first, last, pp, ok", [(8, 1, 4, True), (9, 1, 4, False), (1, 9, 4, False),
+                                                 (16, 0, 2, True), (2, 2, 32, False), (1, 1, 32, True)])
+def test_bf16_first_and_last_layers_fit_in_layers_over_pp(first, last, pp, ok):
+    """Megatron-Core keeps at most layers // pp layers at each end in BF16 (TransformerConfig.__post_init__ @d98e8a6,
+    max_bf16_layers_per_pipeline_stage); the search walks no pp beyond it."""
+    cluster = ClusterSpec(H100, 64)
+    run_spec = RunSpec(global_batch=64, seq_len=2048, precision="fp8", fp8_recipe="tensorwise",
+                       first_layers_bf16=first, last_layers_bf16=last)
+    strategy = Strategy(dp=64 // pp, pp=pp, mbn=pp)
+    refusal = strategy_refusal(LLAMA, cluster, run_spec, strategy)
+    assert (refusal is None) == ok, refusal
+    if not ok:
+        assert refusal.rule == "bf16_layers_pp" and f"valid pp: at most {32 // max(first, last)}" in refusal.message

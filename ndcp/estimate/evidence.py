@@ -152,6 +152,8 @@ def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_nam
         features.add("fp8 activation input store")
     if run.delay_wgrad_compute and "ep" in strategy_overlaps(run, strategy):  # priced where the overlap runs
         features.add("wgrad delayed")
+    if any(run.bf16_layers):  # Megatron's --first-last-layers-bf16 under fp8 (time.bf16_layers_time)
+        features.add("fp8 bf16 first/last layers")
     if run.wgrad_deferral_limit is not None and strategy.pp > 1:  # what each prices (memory.py), where it does
         features.add("output wgrad deferred")
     if uncached_weight_copy_bytes_per_parameter(run, strategy.zero):

@@ -6,7 +6,8 @@ GEMMs, and the FP8 copies it keeps.
   tile/wave model (estimate/gemm.py, `fp8=True`). The attention core, norms, the MoE router, the embedding, the
   output layer and the MTP projection stay BF16 (Transformer Engine docs, "Using FP8 with Transformer Engine":
   only te.Linear-family GEMMs run in FP8; Micikevicius et al. 2022 §4 keep the first/last layers in higher
-  precision as well; those are not modelled: every body layer runs FP8).
+  precision as well: Megatron's --first-last-layers-bf16, RunSpec.bf16_layers, bf16_run and bf16_layer_kinds
+  below; else every body layer runs FP8).
 - Each FP8 GEMM first casts its operands (memory-bound, at HBM bandwidth): the forward casts its input and its
   weight, the backward casts the output gradient. CAST_BYTES: HBM bytes per cast element for each recipe. A trainer
   whose casts are torchao's (TrainerBehaviour.fp8_casts, torchtitan) moves what torchao_cast_bytes counts instead.
@@ -19,6 +20,10 @@ GEMMs, and the FP8 copies it keeps.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
+from ..specs.model import ModelSpec
 from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
 from ..specs.run import FP32_BYTES, RunSpec
@@ -166,6 +171,30 @@ def uncached_weight_copy_bytes_per_parameter(run: RunSpec, zero: int) -> float:
     return weight_copy_bytes_per_parameter(run, zero)
 
 
+@lru_cache(maxsize=256)
+def bf16_run(run: RunSpec) -> RunSpec:
+    """The run a body layer kept in BF16 (RunSpec.bf16_layers) runs as: precision bf16, nothing kept apart, so every
+    FP8 term of this module is off for it (Megatron-Core get_fp8_context @d98e8a6 returns nullcontext for such a
+    layer: Transformer Engine runs its linear layers unquantized)."""
+    return replace(run, precision="bf16", first_layers_bf16=0, last_layers_bf16=0)
+
+
+def bf16_layer_kinds(model: ModelSpec, run: RunSpec, role: str) -> tuple[tuple[str, int], ...]:
+    """(layer kind, count) of the body layers kept in BF16 that a stage role holds: "first" (the embedding's virtual
+    stage) the first N, "last" (the loss's) the last M not among them. Megatron-Core numbers them globally, over
+    every pipeline stage and, in a hybrid model, over its blocks (fp8_utils.py is_first_last_bf16_layer @d98e8a6;
+    hybrid_block.py passes i + pp_layer_offset; arguments.py sets num_layers to the pattern's length)."""
+    first, last = run.bf16_layers
+    if role == "first":
+        layers = range(min(first, model.layers))
+    elif role == "last":
+        layers = range(max(first, model.layers - last), model.layers)
+    else:
+        return ()
+    moe = sum(model.is_moe_layer(i) for i in layers)
+    return tuple((kind, n) for kind, n in (("dense", len(layers) - moe), ("moe", moe)) if n)
+
+
 def linear_input_bytes(run: RunSpec) -> int:
     """Bytes per element of a linear layer's input saved for its weight gradient: FP8 under fp8 when the trainer
     saves the cast input (Transformer Engine; specs/trainer_behaviour.py fp8_saves_cast_inputs), else the
@@ -175,4 +204,5 @@ def linear_input_bytes(run: RunSpec) -> int:
 
 __all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element",
            "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "amax_reduction_seconds",
-           "weight_copy_bytes_per_parameter", "uncached_weight_copy_bytes_per_parameter", "linear_input_bytes"]
+           "weight_copy_bytes_per_parameter", "uncached_weight_copy_bytes_per_parameter", "bf16_run",
+           "bf16_layer_kinds", "linear_input_bytes"]

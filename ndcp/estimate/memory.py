@@ -27,7 +27,7 @@ from .layout import StageLayout, stage_layouts, stage_mode_counts
 from .reserve import OUTSIDE_ALLOCATOR, fixed_reserve_parts, fragmentation_bytes
 from .trainers import data_parallel_sync, trainer_behaviour
 from .data_parallel import host_optimizer_bytes_per_parameter
-from .fp8 import uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per_parameter
+from .fp8 import bf16_layer_kinds, bf16_run, uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per_parameter
 from .keys import Degrees
 from .parameters import StageParameters, dense_shard_ranks, expert_data_parallel, optimizer_shard, stage_parameters
 from .pipeline_buffers import pipeline_buffer_bytes
@@ -65,8 +65,9 @@ def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters)
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
     out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
     # fp8: Transformer Engine's FP8 weight copies (and transposes) of the linear layers, unsharded, next to the BF16
-    # weights or in their place under --fp8-param-gather (docs/formulas.md §3.1)
-    out["parameters"] += weight_copy_bytes_per_parameter(run, strategy.zero) * params.linear
+    # weights or in their place under --fp8-param-gather (docs/formulas.md §3.1); none for the layers kept in BF16
+    # (their weights are made outside fp8_model_init: Megatron-Core get_fp8_context(..., is_init=True) @d98e8a6)
+    out["parameters"] += weight_copy_bytes_per_parameter(run, strategy.zero) * (params.linear - params.bf16_linear)
     sync = data_parallel_sync(run, strategy.zero, strategy.pp)
     if sync.gathered_parameters:
         out["parameters"] += run.param_bytes * (params.dense + params.expert)
@@ -167,12 +168,13 @@ def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     """Parts that depend only on where layers sit and how ZeRO shards: model states and ZeRO-3 gather buffers;
     and, where Megatron does not cache BF16 weights' FP8 copies (fp8.uncached_weight_copy_bytes_per_parameter,
     ZeRO-0 only), the copies each further micro-batch in flight saves."""
-    params = stage_parameters(model, strategy)[layout.stage]
+    params = stage_parameters(model, strategy, run.bf16_layers)[layout.stage]
     parts = model_state_bytes(run, strategy, params)
     parts["parameter_gather_buffers"] = _parameter_gather_bytes(model, run, strategy)
     uncached = uncached_weight_copy_bytes_per_parameter(run, strategy.zero)
     if uncached:
-        parts["fp8_weight_copies"] = uncached * params.linear * max(0.0, _in_flight(strategy, layout) - 1)
+        parts["fp8_weight_copies"] = (uncached * (params.linear - params.bf16_linear)
+                                      * max(0.0, _in_flight(strategy, layout) - 1))
     return parts
 
 
@@ -240,7 +242,8 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
                for (kind, mode), n in counts.items())
     head = head_activation_bytes(model, run, degrees.tp, degrees.cp, degrees.mbs, degrees.sp)
     last = layout.holds_head
-    activations = body + in_flight * (head["embedding"] if layout.is_first else 0.0)
+    activations = body + in_flight * ((head["embedding"] if layout.is_first else 0.0)
+                                      + _bf16_layer_bytes(model, run, degrees, layout))
     if last:
         activations += head["output_inputs"]
         if model.mtp_depth:
@@ -267,6 +270,20 @@ def stage_dynamic_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layo
         **fixed_reserve_parts(run, strategy),
         "fragmentation": fragmentation_bytes(activations + sum(encoder.values())),
     }
+
+
+def _bf16_layer_bytes(model: ModelSpec, run: RunSpec, degrees: Degrees, layout: StageLayout) -> float:
+    """What the body layers kept in BF16 under fp8 (RunSpec.bf16_layers; fp8.bf16_layer_kinds: the first ones with
+    the embedding, the last with the loss) save per micro-batch over the same layers in FP8: Transformer Engine
+    saves an unquantized linear layer's input in BF16, not FP8 (activations.py at fp8.bf16_run). Without
+    recompute: an upper bound where they are recomputed. Unvalidated: no measured run keeps layers in BF16."""
+    if not any(run.bf16_layers):
+        return 0.0
+    roles = ("first",) * layout.is_first + ("last",) * layout.holds_head
+    bf16 = bf16_run(run)
+    return sum(n * (layer_activation_bytes(model, bf16, kind, NO_RECOMPUTE, degrees)
+                    - layer_activation_bytes(model, run, kind, NO_RECOMPUTE, degrees))
+               for role in roles for kind, n in bf16_layer_kinds(model, run, role))
 
 
 def _layer_workspace(model: ModelSpec, run: RunSpec, strategy: Strategy, layout: StageLayout,

@@ -17,6 +17,7 @@ class StageParameters:
     expert: float
     layers: int
     linear: float = 0.0  # body linear-layer weights among dense + expert (FP8 weight copies, estimate/fp8.py)
+    bf16_linear: float = 0.0  # those of linear among the layers kept in BF16 under fp8 (RunSpec.bf16_layers): no copies
 
 
 def expert_data_parallel(strategy: Strategy) -> int:
@@ -49,28 +50,30 @@ def _encoder_parameters(model: ModelSpec, tp: int) -> tuple[float, float]:
 
 @lru_cache(maxsize=16384)
 def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int, ep: int,
-                      etp: int, schedule: str = "1f1b") -> tuple[StageParameters, ...]:
-    own = _own_parameters(model, pp, vpp, layers_per_stage, tp, ep, etp, schedule)
+                      etp: int, schedule: str = "1f1b", bf16: tuple[int, int] = (0, 0)) -> tuple[StageParameters, ...]:
+    own = _own_parameters(model, pp, vpp, layers_per_stage, tp, ep, etp, schedule, bf16)
     if not schedule_named(schedule).mirrored:
         return own
     # DualPipe: device stage s also holds stage pp - 1 - s, the other direction's copy (DeepSeek-V3 §3.2.1)
-    return tuple(StageParameters(a.dense + b.dense, a.expert + b.expert, a.layers, a.linear + b.linear)
-                 for a, b in zip(own, reversed(own)))
+    return tuple(StageParameters(a.dense + b.dense, a.expert + b.expert, a.layers, a.linear + b.linear,
+                                 a.bf16_linear + b.bf16_linear) for a, b in zip(own, reversed(own)))
 
 
 def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int, ep: int,
-                    etp: int, schedule: str) -> tuple[StageParameters, ...]:
+                    etp: int, schedule: str, bf16: tuple[int, int]) -> tuple[StageParameters, ...]:
     out = []
     placement = schedule_named(schedule)
     for stage, chunks in enumerate(stage_chunks(model, pp, vpp, layers_per_stage)):
         embedding, head = placement.holds_ends(stage, pp) if not placement.mirrored else (stage == 0, stage == pp - 1)
-        dense = expert = linear = 0.0
+        dense = expert = linear = bf16_linear = 0.0
         for first, count in chunks:
             for i in range(first, first + count):
                 layer = model.layer(i)
                 dense += (layer.attention + layer.mlp) / tp + layer.norms  # norms are replicated over TP
                 expert += layer.experts / (ep * etp)
                 linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
+                if i < bf16[0] or i >= model.layers - bf16[1]:  # Megatron's global layer numbers
+                    bf16_linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
         if embedding:  # vocabulary-parallel embedding; learned positions are replicated
             dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
             if model.encoder is not None:  # beside the embedding: the vision encoder and projector
@@ -85,11 +88,13 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
                 dense += model.mtp_depth * ((block.attention + block.mlp) / tp + block.norms
                                             + 2 * model.hidden * model.hidden / tp + 2 * model.norm_params)
                 expert += model.mtp_depth * block.experts / (ep * etp)
-        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), linear))
+        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), linear, bf16_linear))
     return tuple(out)
 
 
-def stage_parameters(model: ModelSpec, strategy: Strategy) -> tuple[StageParameters, ...]:
-    """Per device stage: parameters on one of its devices after TP, EP and ETP splits (before ZeRO)."""
+def stage_parameters(model: ModelSpec, strategy: Strategy,
+                     bf16: tuple[int, int] = (0, 0)) -> tuple[StageParameters, ...]:
+    """Per device stage: parameters on one of its devices after TP, EP and ETP splits (before ZeRO); `bf16` (first,
+    last) body layers counted apart in bf16_linear (RunSpec.bf16_layers)."""
     s = strategy
-    return _stage_parameters(model, s.pp, s.vpp, s.layers_per_stage, s.tp, s.ep, s.etp, s.schedule)
+    return _stage_parameters(model, s.pp, s.vpp, s.layers_per_stage, s.tp, s.ep, s.etp, s.schedule, bf16)

@@ -20,6 +20,7 @@ from ..specs.encoder import encoder_run, image_side
 from .compute import (encoder_gemms, memory_seconds, model_flops_per_step, mtp_projection_gemm, output_layer_gemm,
                       total_flops)
 from .data_parallel import Windows, data_parallel_seconds
+from .fp8 import bf16_layer_kinds, bf16_run
 from .gemm import gemm_seconds
 from .keys import Degrees, LayerKey, StageKey
 from .layer_time import ZERO_TIME, LayerTime, layer_time, tp_all_reduce_seconds
@@ -146,11 +147,36 @@ def _mtp_projection_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, t
 def stage_extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, key: StageKey) -> LayerTime:
     """Work outside the body layers: "first" = embedding; "last" = final norm, output layer, loss and MTP modules;
     "only" (pp = 1) = both; anything else = nothing. The key's ep/etp (and its overlaps) shape the MTP module's MoE
-    layer (only)."""
+    layer (only). Under fp8, the first and last body layers Megatron keeps in BF16 add what BF16 costs them over
+    FP8 (bf16_layers_time) to the role whose virtual stage holds them."""
     if role == "only":
         return stage_extra_time(model, cluster, run, "first", key) + stage_extra_time(model, cluster, run, "last", key)
     if role not in ("first", "last"):
         return ZERO_TIME
+    if any(run.bf16_layers):
+        return bf16_layers_time(model, cluster, run, role, key) + _extra_time(model, cluster, run, role, key)
+    return _extra_time(model, cluster, run, role, key)
+
+
+def bf16_layers_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, key: StageKey) -> LayerTime:
+    """What the body layers Megatron's --first-last-layers-bf16 keeps in BF16 (RunSpec.bf16_layers: the first N
+    layers on the "first" role, the last M on the "last"; global layer numbers, Megatron-Core fp8_utils.py
+    is_first_last_bf16_layer @d98e8a6, counted over a hybrid model's blocks) cost over the same layers in FP8, one
+    micro-batch: each runs as its kind's layer in a BF16 run (get_fp8_context returns nullcontext for it: its
+    GEMMs at the BF16 rate, no FP8 casts, no amax reductions, BF16 userbuffers) less that layer in the FP8 run
+    (docs/formulas.md §3.1). Priced without recompute, on the stage of the embedding or the loss (the first and
+    last virtual stages hold them while N fits there); a recomputed BF16 layer's re-run forward stays at FP8
+    rates. Unvalidated: no measured run keeps layers in BF16."""
+    total, bf16 = ZERO_TIME, bf16_run(run)
+    for kind, n in bf16_layer_kinds(model, run, role):
+        layer = key.layer(kind, NO_RECOMPUTE)
+        extra = layer_time(model, cluster, bf16, layer) + layer_time(model, cluster, run, layer).scaled(-1.0)
+        total = total + extra.scaled(n)
+    return total
+
+
+def _extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, key: StageKey) -> LayerTime:
+    """stage_extra_time's embedding, output head and MTP modules, its key reduced to what they depend on."""
     degrees, cp_comm, hidden = key
     if not model.mtp_depth or role == "first":  # nothing else depends on ep, etp or overlaps: share the cached terms
         degrees = degrees.without_experts()

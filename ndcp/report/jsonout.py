@@ -85,7 +85,8 @@ def run_settings(run: RunSpec) -> dict:
 RUN_KEYS = ("global_batch", "seq_len", "tokens_per_step", "precision", "grad_dtype", "optimizer", "flash_attention",
             "attention_kernel", "torch_compile", "compile_loss", "loss_kernel", "trainer", "grad_sync", "param_gather",
             "fsdp_version", "overlap", "delay_wgrad_compute", "mfu_convention", "fp8_recipe", "optimizer_state_dtype",
-            "activation_func_fp8_input_store", "disable_parameter_transpose_cache", "wgrad_deferral_limit",
+            "first_layers_bf16", "last_layers_bf16", "activation_func_fp8_input_store",
+            "disable_parameter_transpose_cache", "wgrad_deferral_limit",
             "images_per_sample", "image_size", "moe_dispatcher", "moe_load_imbalance", "memory_cap_bytes",
             "reserve_bytes", "headroom_fraction", "headroom_bytes", "capacity_bytes", "confidence")
 

@@ -170,6 +170,14 @@ class RunSpec:
     Megatron-Core requires the expert all-to-all overlap with it): each MoE layer's weight gradients run apart from
     its input gradients, so the dispatch backward waits for the experts' input gradient only and their weight
     gradient runs beside it (docs/formulas.md §7.1)"""
+    first_layers_bf16: int = 0
+    """Megatron --first-last-layers-bf16 --num-layers-at-start-in-bf16 N (default 0: none): the model's first N body
+    layers run their linear layers in BF16 inside an FP8 run, priced on the stage that embeds at BF16 GEMM rates with
+    no FP8 casts, BF16 saved inputs and no FP8 weight copies (docs/formulas.md §3.1; megatron only, precision fp8
+    with a recipe other than delayed; unvalidated: no measured run isolates it)"""
+    last_layers_bf16: int = 0
+    """Megatron --first-last-layers-bf16 --num-layers-at-end-in-bf16 N (default 0: none): the model's last N body
+    layers in BF16 inside an FP8 run, as first_layers_bf16, on the stage that computes the loss"""
 
     def __post_init__(self):
         positive_int("global_batch", self.global_batch)
@@ -218,6 +226,10 @@ class RunSpec:
         one_of("delay_wgrad_compute", self.delay_wgrad_compute, (False, True))
         require(not self.delay_wgrad_compute or self.trainer == "megatron", "delay_wgrad_compute", True,
                 "a Megatron setting (--delay-wgrad-compute): valid with trainer megatron only")
+        for name in ("first_layers_bf16", "last_layers_bf16"):
+            non_negative_int(name, getattr(self, name), 1 << 20)
+            require(not getattr(self, name) or self.trainer == "megatron", name, getattr(self, name),
+                    "a Megatron setting (--first-last-layers-bf16): valid with trainer megatron only")
         non_negative_int("memory_cap_bytes", self.memory_cap_bytes, 1 << 60)
         if self.reserve_bytes is not None:
             non_negative_int("reserve_bytes", self.reserve_bytes, 1 << 60)
@@ -238,6 +250,25 @@ class RunSpec:
         require(not self.delay_wgrad_compute or "ep" in self.overlap.split("+"), "delay_wgrad_compute", True,
                 f"Megatron delays the weight gradients only under the expert all-to-all overlap: valid with an "
                 f"overlap that names ep (overlap is {self.overlap})")
+
+    def check_bf16_layers(self) -> None:
+        """Refuse BF16 first/last layers outside an FP8 run with a per-layer recipe, as Megatron-Core does
+        (TransformerConfig.__post_init__ @d98e8a6 checks them only under fp8, where they do nothing otherwise, and
+        raises 'Delayed scaling does not support first / last layer in BF16.'). Checked where a run is read (the
+        options, a measured row), not on every RunSpec: a run derived in BF16 (another trainer's emitted run)
+        keeps the setting, inert."""
+        if not (self.first_layers_bf16 or self.last_layers_bf16):
+            return
+        name = "first_layers_bf16" if self.first_layers_bf16 else "last_layers_bf16"
+        require(self.fp8, name, getattr(self, name), f"BF16 first/last layers exist only inside an FP8 run: valid "
+                f"with precision fp8 (precision is {self.precision})")
+        require(self.fp8_recipe != "delayed", name, getattr(self, name), "Megatron-Core refuses BF16 first/last "
+                "layers under delayed scaling: valid with fp8_recipe tensorwise, blockwise or mxfp8")
+
+    @property
+    def bf16_layers(self) -> tuple[int, int]:
+        """(first, last) body layers kept in BF16 under fp8 (first_layers_bf16, last_layers_bf16); (0, 0) otherwise."""
+        return (self.first_layers_bf16, self.last_layers_bf16) if self.fp8 else (0, 0)
 
     @property
     def fp8(self) -> bool:

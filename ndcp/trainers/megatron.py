@@ -136,6 +136,10 @@ def _precision(run: RunSpec, s: Strategy) -> list[str]:
         flags += ["--fp8-format", "hybrid", "--fp8-recipe", FP8_RECIPE_FLAGS[run.fp8_recipe]]
         if s.zero >= 1:
             flags.append("--fp8-param-gather")  # ZeRO/FSDP gathers FP8 parameters (RunSpec.param_gather_bytes)
+        first, last = run.bf16_layers  # TransformerConfig fields on the command line (facts/megatron.yaml)
+        if first or last:  # both counts written: Megatron-Core's default for each is 1
+            flags += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(first),
+                      "--num-layers-at-end-in-bf16", str(last)]
     if run.optimizer_state_dtype == "bf16":
         flags += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     if s.optimizer_offload:  # HybridDeviceOptimizer, all of it on the host; it needs the precision-aware optimizer

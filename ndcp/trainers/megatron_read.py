@@ -95,6 +95,11 @@ def read(text: str, model: ModelSpec) -> dict:
     v["fp8_recipe"] = (a.fp8_recipe or "delayed") if a.fp8_format else None
     if a.delay_wgrad_compute:  # a run setting (RunSpec.delay_wgrad_compute): must match the run
         v["delay_wgrad_compute"] = True
+    # a run setting (RunSpec.bf16_layers): must match the run; each count defaults to 1 (TransformerConfig @d98e8a6)
+    # and does nothing without FP8
+    v["bf16_layers"] = ((1 if a.num_layers_at_start_in_bf16 is None else a.num_layers_at_start_in_bf16,
+                         1 if a.num_layers_at_end_in_bf16 is None else a.num_layers_at_end_in_bf16)
+                        if a.first_last_layers_bf16 and a.fp8_format else (0, 0))
     v["loss_kernel"] = read_loss_kernel(a.cross_entropy_loss_fusion, a.cross_entropy_fusion_impl)  # a run setting
     if a.defer_embedding_wgrad_compute:  # a run setting (RunSpec.wgrad_deferral_limit): must match the run
         v["wgrad_deferral_limit"] = a.wgrad_deferral_limit or 0

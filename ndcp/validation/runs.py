@@ -30,6 +30,8 @@ use is recorded in the row's `assumptions`):
 - overlaps: a stated `training.overlap` (RunSpec.overlap's syntax, e.g. "tp+p2p": what the row's recipe turns on,
   estimate/overlap.py), else the trainer's defaults; with `ep`, a stated `training.delay_wgrad_compute`
   (RunSpec.delay_wgrad_compute), else Megatron's default, off;
+- BF16 first/last layers in an FP8 run: a stated `training.first_layers_bf16` / `last_layers_bf16` (RunSpec's:
+  Megatron's --first-last-layers-bf16 with its two counts, as the row's recipe leaves them), else none;
 - scale-out network: a stated `cluster.scale_out_gbps_per_node` (Gb/s one way over a node's NICs, as sources
   state it) replaces the preset's per-device `inter_node_bandwidth` by the node's figure over its devices, else the
   preset's (one NIC per GPU: HDR 200 Gb/s on A100, NDR 400 Gb/s on H100);
@@ -228,8 +230,10 @@ def _row_strategy(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, fields: 
 
 # Megatron run settings a row states as written (RunSpec checks them): the memory settings, a bool and an integer
 # (0: every micro-batch deferred; docs/calibration.md §3), and training.delay_wgrad_compute (RunSpec
-# .delay_wgrad_compute, under training.overlap ep)
-MEGATRON_SETTINGS = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute")
+# .delay_wgrad_compute, under training.overlap ep), and training.first_layers_bf16 / last_layers_bf16 (RunSpec: the
+# layers Megatron's --first-last-layers-bf16 keeps in BF16 under fp8, checked once the FP8 recipe is read)
+MEGATRON_SETTINGS = ("disable_parameter_transpose_cache", "wgrad_deferral_limit", "delay_wgrad_compute",
+                     "first_layers_bf16", "last_layers_bf16")
 
 
 def _stated(fields: dict, keys: tuple[str, ...]) -> dict[str, str]:
@@ -261,6 +265,7 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   **{k: training[k] for k in MEGATRON_SETTINGS if not is_null(training.get(k))})
     run.check_delay_wgrad()
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
+    run.check_bf16_layers()
     run = _unstated_loss_kernel(run, training, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,14 @@ def test_plan_features_name_the_weight_gradient_delay_where_the_expert_overlap_r
     run = RunSpec(64, 4096, overlap="ep", delay_wgrad_compute=True)
     assert "wgrad delayed" in plan_features(MIXTRAL, Strategy(dp=8, ep=8), run)
     assert "wgrad delayed" not in plan_features(MIXTRAL, Strategy(dp=8, ep=1), run)  # no all-to-all to overlap
+
+
+def test_plan_features_name_the_bf16_first_and_last_layers_under_fp8_only():
+    """No measured row keeps layers in BF16: a plan that does is a feature no row carries (unvalidated)."""
+    run = RunSpec(64, 4096, precision="fp8", fp8_recipe="tensorwise", last_layers_bf16=1)
+    assert "fp8 bf16 first/last layers" in plan_features(LLAMA, Strategy(dp=8), run)
+    derived = replace(run, precision="bf16")  # the setting is inert without FP8
+    assert "fp8 bf16 first/last layers" not in plan_features(LLAMA, Strategy(dp=8), derived)
 
 
 def test_plan_features_name_the_scan_mixers_of_hybrid_models():

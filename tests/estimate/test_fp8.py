@@ -9,7 +9,8 @@ from ndcp.estimate.activations import layer_activation_bytes
 from ndcp.estimate import communication as comm
 from ndcp.estimate.compute import Gemm, layer_gemms, memory_seconds
 from ndcp.estimate.data_parallel import Group, _collectives
-from ndcp.estimate.fp8 import (amax_reduction_seconds, cast_bytes_per_element, check_fp8, layer_cast_bytes,
+from ndcp.estimate.fp8 import (amax_reduction_seconds, bf16_layer_kinds, bf16_run, cast_bytes_per_element, check_fp8,
+                               layer_cast_bytes,
                                torchao_step_bytes,
                                uncached_weight_copy_bytes_per_parameter, weight_copy_bytes_per_parameter)
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
@@ -346,3 +347,34 @@ def test_an_uncached_fp8_weight_copy_is_saved_by_every_micro_batch_in_flight_und
     assert stages[1].parts["fp8_weight_copies"] == 0  # one micro-batch in flight: its copy is the one counted
     sharded = estimate_memory(LLAMA, ClusterSpec(H100, 8), uncached, strategy.with_zero(1)).stages
     assert all("fp8_weight_copies" not in s.parts for s in sharded)
+
+
+# -- BF16 first and last layers (Megatron --first-last-layers-bf16: fp8.bf16_run, fp8.bf16_layer_kinds) ----------
+def test_the_layers_kept_in_bf16_are_numbered_over_a_hybrid_models_blocks():
+    """Megatron-Core numbers the layers globally over the hybrid pattern's blocks (fp8_utils.py
+    is_first_last_bf16_layer, hybrid_block.py i + pp_layer_offset @d98e8a6): Nemotron-3 Nano's pattern starts with
+    a Mamba-2 block (a "dense" kind here) and ends with a MoE block; two at each end are M, - and M, -."""
+    nano = load_model("nemotron-3-nano")
+    run = RunSpec(64, 8192, precision="fp8", fp8_recipe="tensorwise", first_layers_bf16=1, last_layers_bf16=1)
+    assert bf16_layer_kinds(nano, run, "first") == (("dense", 1),)
+    assert bf16_layer_kinds(nano, run, "last") == (("moe", 1),)
+    two = replace(run, first_layers_bf16=2, last_layers_bf16=2)
+    assert bf16_layer_kinds(nano, two, "first") == (("dense", 1), ("moe", 1))
+    assert bf16_layer_kinds(nano, two, "last") == (("dense", 1), ("moe", 1))
+    assert bf16_layer_kinds(nano, two, "middle") == ()
+
+
+def test_a_layer_counted_at_both_ends_is_kept_in_bf16_once():
+    tiny = load_model("llama3-8b")
+    run = RunSpec(64, 8192, precision="fp8", fp8_recipe="tensorwise", first_layers_bf16=20, last_layers_bf16=20)
+    assert bf16_layer_kinds(tiny, run, "first") == (("dense", 20),)
+    assert bf16_layer_kinds(tiny, run, "last") == (("dense", 12),)  # 32 layers: 20..31
+
+
+def test_a_bf16_layer_runs_as_the_bf16_run_with_nothing_kept_apart():
+    run = RunSpec(64, 8192, precision="fp8", fp8_recipe="mxfp8", first_layers_bf16=1, last_layers_bf16=3)
+    plain = bf16_run(run)
+    assert (plain.precision, plain.bf16_layers, plain.fp8) == ("bf16", (0, 0), False)
+    assert cast_bytes_per_element(plain, device_preset("b200")) == 0.0
+    assert replace(plain, precision="fp8", fp8_recipe="mxfp8") == RunSpec(64, 8192, precision="fp8",
+                                                                          fp8_recipe="mxfp8")

@@ -1,5 +1,6 @@
 """The memory estimator: Korthikanti's per-layer activations exactly, the ZeRO and Megatron model-state tables,
 and monotonicity of every part in the strategy's degrees."""
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -261,3 +262,37 @@ def test_a_layers_backward_temporaries_are_paid_once_a_stage_and_not_beside_the_
     assert one_f_one_b[1][0] == max(0, temporaries - one_f_one_b[1][1]) == 0  # 3·4·T·V of fp32 logits: 6.3 GB
     interleaved = _backward_parts(Strategy(dp=4, pp=2, vpp=2, mbs=1, mbn=4, schedule="interleaved"))
     assert [b for b, _ in interleaved] == [temporaries, temporaries]
+
+
+# -- BF16 first and last layers in an FP8 run (Megatron --first-last-layers-bf16; docs/formulas.md §3.1) ----------
+LLAMA_8B = ModelSpec("llama-8b", 32, 4096, 32, 14336, 128256, kv_heads=8, max_positions=8192)
+FP8_CS = RunSpec(global_batch=64, seq_len=8192, precision="fp8", fp8_recipe="tensorwise")
+H100_8 = ClusterSpec(device_preset("h100"), 8)
+
+
+@pytest.mark.parametrize("field, stage", [("first_layers_bf16", 0), ("last_layers_bf16", 1)])
+def test_a_bf16_layer_saves_bf16_linear_inputs_and_keeps_no_fp8_weight_copy(field, stage):
+    """Hand count, Llama-3 8B at tp 1, two 1F1B stages (2 micro-batches in flight on the first, 1 on the last),
+    ZeRO-0 (FP8 weight and transpose next to the BF16 weight: 2 bytes a linear parameter). A layer kept in BF16
+    saves, per token, its attention input, output-projection input, MLP input (h each) and fc2's input (ffn) in BF16
+    instead of FP8 (+1 byte each), and its attention core's output once instead of beside an FP8 copy (-2 bytes
+    x h): h + ffn bytes more a token; and it drops its FP8 weight copies, 2 bytes per linear parameter."""
+    s = Strategy(dp=4, tp=1, pp=2, mbs=1, mbn=16, zero=0)
+    before = estimate_memory(LLAMA_8B, H100_8, FP8_CS, s).stages[stage].parts
+    after = estimate_memory(LLAMA_8B, H100_8, replace(FP8_CS, **{field: 1}), s).stages[stage].parts
+    in_flight = 2 - stage
+    h, ffn, layer = 4096, 14336, LLAMA_8B.layer(0)
+    assert after["activations"] - before["activations"] == pytest.approx(in_flight * 8192 * (h + ffn), abs=1)
+    assert after["parameters"] - before["parameters"] == pytest.approx(-2 * (layer.attention + layer.mlp), abs=1)
+    other = 1 - stage
+    assert (estimate_memory(LLAMA_8B, H100_8, replace(FP8_CS, **{field: 1}), s).stages[other].parts
+            == estimate_memory(LLAMA_8B, H100_8, FP8_CS, s).stages[other].parts)
+
+
+def test_fp8_parameters_under_the_distributed_optimizer_weigh_what_bf16_ones_do():
+    """Under --fp8-param-gather (ZeRO >= 1) an FP8 layer keeps its FP8 weight and transpose (2 bytes) in place of
+    the BF16 weight: a BF16 layer's parameters weigh the same, only its activations grow."""
+    s = Strategy(dp=4, tp=1, pp=2, mbs=1, mbn=16, zero=1)
+    before = estimate_memory(LLAMA_8B, H100_8, FP8_CS, s).stages[0].parts
+    after = estimate_memory(LLAMA_8B, H100_8, replace(FP8_CS, first_layers_bf16=1), s).stages[0].parts
+    assert after["parameters"] == before["parameters"] and after["activations"] > before["activations"]

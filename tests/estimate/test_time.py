@@ -10,7 +10,7 @@ from ndcp.estimate.compute import attention_core_flops
 from ndcp.estimate.gemm import attention_core_seconds
 from ndcp.estimate.keys import Degrees, LayerKey, StageKey
 from ndcp.estimate.layer_time import LayerTime, layer_time
-from ndcp.estimate.time import PART_KEYS, estimate_time, loss_bytes_per_logit, stage_extra_time
+from ndcp.estimate.time import PART_KEYS, estimate_time, loss_bytes_per_logit, stage_extra_time, stage_times
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs.library import load_model
 from ndcp.specs import (ClusterSpec, ModelSpec, MoESpec, RecomputePlan, RunSpec, StageRecompute, Strategy,
@@ -260,3 +260,57 @@ def test_the_loss_kernel_moves_the_output_head_by_its_bytes_at_hbm_speed():
     assert unfused.forward - te.forward == pytest.approx((38 - 8) * logits / hbm)
     assert unfused.backward - te.backward == pytest.approx(0.0, abs=1e-12)
     assert (unfused.flops, unfused.tp_comm) == (te.flops, te.tp_comm)
+
+
+# -- BF16 first and last layers in an FP8 run (Megatron --first-last-layers-bf16; docs/formulas.md §3.1) ----------
+FP8_CS = RunSpec(global_batch=64, seq_len=8192, precision="fp8", fp8_recipe="tensorwise")
+TWO_STAGES = Strategy(dp=4, tp=1, pp=2, mbs=1, mbn=16, zero=1)
+
+
+def _gemms_and_casts(model, c, kind: str, tokens: int):
+    """(weight GEMMs one pass at BF16, the same at FP8, FP8 cast seconds forward, backward) of one layer at tp 1."""
+    from ndcp.estimate.compute import fp8_gemms, layer_gemms, memory_seconds
+    from ndcp.estimate.fp8 import layer_cast_bytes
+    from ndcp.estimate.gemm import weight_gemm_seconds
+    gemms = layer_gemms(model, kind, tokens, 1, 1, 1)
+    bf16 = weight_gemm_seconds(model, kind, gemms, tokens, c.device, replace(FP8_CS, precision="bf16"))
+    fp8 = weight_gemm_seconds(model, kind, gemms, tokens, c.device, FP8_CS)
+    forward, backward = layer_cast_bytes(FP8_CS, c.device, fp8_gemms(model, kind, gemms, tokens))
+    return bf16, fp8, memory_seconds(forward, c.device), memory_seconds(backward, c.device)
+
+
+@pytest.mark.parametrize("field, stage", [("first_layers_bf16", 0), ("last_layers_bf16", 1)])
+def test_a_bf16_layer_adds_its_bf16_minus_fp8_gemm_time_and_drops_its_casts_on_its_stage(field, stage):
+    """Hand count, Llama-3 8B at tp 1 (no TP collectives, no amax reductions), two stages: keeping the first (last)
+    layer in BF16 adds to the first (last) stage's forward exactly its weight GEMMs at the BF16 rate less at the FP8
+    rate less its FP8 casts (input and weight), to its backward twice the GEMM difference (input and weight
+    gradients) less the output-gradient cast; the executed FLOPs and the other stage do not change."""
+    c = cluster(gpus=8)
+    before = stage_times(LLAMA_8B, c, FP8_CS, TWO_STAGES)
+    after = stage_times(LLAMA_8B, c, replace(FP8_CS, **{field: 1}), TWO_STAGES)
+    bf16, fp8, cast_forward, cast_backward = _gemms_and_casts(LLAMA_8B, c, "dense", 8192)
+    assert bf16 > fp8 + cast_forward  # the physics: a BF16 layer is slower on H100
+    assert after[stage].forward - before[stage].forward == pytest.approx(bf16 - fp8 - cast_forward, rel=1e-9)
+    assert after[stage].backward - before[stage].backward == pytest.approx(2 * (bf16 - fp8) - cast_backward,
+                                                                           rel=1e-9)
+    assert after[stage].wgrad - before[stage].wgrad == pytest.approx(bf16 - fp8, rel=1e-9)
+    assert after[stage].flops == pytest.approx(before[stage].flops, rel=1e-12)
+    assert after[1 - stage] == before[1 - stage]
+
+
+def test_two_bf16_layers_cost_twice_one_and_the_step_grows_by_the_slowest_stages_share():
+    c = cluster(gpus=8)
+    base = stage_times(LLAMA_8B, c, FP8_CS, TWO_STAGES)[0].total
+    one = stage_times(LLAMA_8B, c, replace(FP8_CS, first_layers_bf16=1), TWO_STAGES)[0].total - base
+    two = stage_times(LLAMA_8B, c, replace(FP8_CS, first_layers_bf16=2), TWO_STAGES)[0].total - base
+    assert two == pytest.approx(2 * one, rel=1e-9) and one > 0
+    slower = estimate_time(LLAMA_8B, c, replace(FP8_CS, first_layers_bf16=1, last_layers_bf16=1), TWO_STAGES)
+    assert slower.step_seconds > estimate_time(LLAMA_8B, c, FP8_CS, TWO_STAGES).step_seconds
+
+
+def test_bf16_layers_change_nothing_outside_fp8():
+    """RunSpec.bf16_layers is (0, 0) without FP8 (a derived BF16 run): the same stage times."""
+    c = cluster(gpus=8)
+    plain = RunSpec(global_batch=64, seq_len=8192)
+    derived = replace(replace(FP8_CS, first_layers_bf16=1), precision="bf16")
+    assert stage_times(LLAMA_8B, c, derived, TWO_STAGES) == stage_times(LLAMA_8B, c, plain, TWO_STAGES)

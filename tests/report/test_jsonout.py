@@ -21,7 +21,7 @@ OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype":
          "optimizer_state_dtype": "bf16", "activation_func_fp8_input_store": True,
          "disable_parameter_transpose_cache": True, "wgrad_deferral_limit": 22, "images_per_sample": 2,
          "image_size": 336, "overlap": "tp+p2p", "moe_dispatcher": "allgather", "moe_load_imbalance": 1.5,
-         "confidence": 0.5, "delay_wgrad_compute": True}
+         "confidence": 0.5, "delay_wgrad_compute": True, "first_layers_bf16": 2, "last_layers_bf16": 1}
 
 # fields valid only with another field's value
 REQUIRES = {"torch_compile": {"trainer": "torchtitan"}, "compile_loss": {"trainer": "torchtitan"},

@@ -136,6 +136,22 @@ def test_cpsat_agrees_with_the_oracle_on_folded_experts_and_uneven_interleaving(
     assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)
 
 
+@pytest.mark.parametrize("name,first,last,cap", [("tiny", 1, 1, 0), ("tiny-moe", 2, 1, 0), ("tiny", 1, 2, 2**28),
+                                                  ("tiny-moe", 1, 1, 2**28)])
+def test_cpsat_agrees_with_the_oracle_with_bf16_first_and_last_layers(name, first, last, cap):
+    """FP8 with the first and last layers in BF16 (RunSpec.bf16_layers; time.stage_extra_time and memory price
+    them per stage): the solver's stage terms read the same functions, so it still proves the oracle's optimum, and
+    every pp above layers / max(first, last) is refused by the rulebook (bf16_layers_pp)."""
+    run = RunSpec(global_batch=16, seq_len=1024, precision="fp8", fp8_recipe="tensorwise", first_layers_bf16=first,
+                  last_layers_bf16=last, memory_cap_bytes=cap, reserve_bytes=2**20)
+    space = SearchSpace(load_model(name), ClusterSpec(device_preset("h100"), 8), run, SpaceOptions(zero_stages=(1,)))
+    oracle, solved = exhaustive_search(space, top=5), cpsat_search(space, top=5)
+    assert solved.status == oracle.status
+    assert _times(solved) == pytest.approx(_times(oracle), rel=1e-9)
+    most = space.model.layers // max(first, last)
+    assert all(layout.pp <= most for layout, _, _ in space.walk().batches)
+
+
 def test_same_inputs_same_answer():
     space = SearchSpace(load_model("tiny"), ClusterSpec(device_preset("h100"), 8), RunSpec(global_batch=32, seq_len=1024))
     first, second = cpsat_search(space, top=5, seed=0), cpsat_search(space, top=5, seed=0)

@@ -99,6 +99,20 @@ def test_plan_search_equals_exhaustive_enumeration_on_uneven_interleaved_partiti
     assert oracle.strategies and all(e.strategy.vpp == 2 for e in oracle.strategies)
 
 
+@pytest.mark.parametrize("offset,cap,zero", [(0, 0, 1), (1, 2**26, 1), (1, 2**26, 0), (2, 2**27, 0)])
+def test_plan_search_equals_exhaustive_enumeration_with_bf16_first_and_last_layers(offset, cap, zero):
+    """FP8 with the first and last layers in BF16 (RunSpec.bf16_layers): their time and activations go with the
+    embedding's and the loss's stage, and their weights keep no FP8 copies (2 bytes a linear parameter at ZeRO-0),
+    also where partition offsets move layers between the stages."""
+    model = ModelSpec(name="ends", layers=6, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
+    run = RunSpec(global_batch=8, seq_len=1024, precision="fp8", fp8_recipe="tensorwise", first_layers_bf16=1,
+                  last_layers_bf16=2, memory_cap_bytes=cap, reserve_bytes=2**20)
+    space = SearchSpace(model, ClusterSpec(device_preset("h100"), 4), run,
+                        SpaceOptions(zero_stages=(zero,), fix=(("pp", 2),), max_offset=offset,
+                                     recompute_modes=CLASSIC))
+    assert_plan_search_matches_oracle(space, top=TOP)
+
+
 @pytest.mark.parametrize("seq,cap,new_wins", [(4096, 0, True), (1024, 2**27, False)])
 def test_plan_search_chooses_among_schedules_as_the_exhaustive_enumeration_does(seq, cap, new_wins):
     """Every schedule searched jointly with the per-layer plans (pp = 2: 1F1B, interleaving, ZB-H1, DualPipe,

@@ -293,6 +293,38 @@ def test_without_the_expert_overlap_megatron_does_not_delay_the_weight_gradients
     assert emitted.run is not None and not emitted.run.delay_wgrad_compute
 
 
+KEPT_BF16 = RunSpec(global_batch=64, seq_len=8192, precision="fp8", fp8_recipe="tensorwise", first_layers_bf16=2,
+                   last_layers_bf16=1)
+TP2_PP2 = Strategy(dp=4, tp=2, pp=2, mbs=1, mbn=16, zero=1, sp=True)
+
+
+def test_bf16_first_and_last_layers_are_emitted_and_read_back(tmp_path):
+    """--first-last-layers-bf16 with both counts (TransformerConfig fields on Megatron-LM d98e8a6's command line,
+    each 1 by default there); the file reads back as the same plan and estimate, and a run that keeps other layers
+    in BF16 is told which settings to give."""
+    arguments = _arguments(emit("megatron", LLAMA8, KEPT_BF16, TP2_PP2))
+    at = arguments.index("--first-last-layers-bf16")
+    assert arguments[at + 1:at + 5] == ["--num-layers-at-start-in-bf16", "2", "--num-layers-at-end-in-bf16", "1"]
+    cluster, ran, back = round_trip(tmp_path, "megatron", LLAMA8, 16, KEPT_BF16, TP2_PP2)
+    assert back == ran == TP2_PP2
+    same_estimate(LLAMA8, cluster, KEPT_BF16, TP2_PP2, back)
+    run = dataclasses.replace(KEPT_BF16, first_layers_bf16=0, last_layers_bf16=0)
+    with pytest.raises(SpecError, match="the file keeps 2 first and 1 last layers in BF16 .*, the run 0 and 0; set "
+                                        "--first-layers-bf16 2 --last-layers-bf16 1"):
+        build_strategy(LLAMA8, cluster, run, read_values(str(tmp_path / "megatron.txt"), LLAMA8, run))
+    assert "--first-last-layers-bf16" not in _arguments(emit("megatron", LLAMA8, run, TP2_PP2))
+
+
+def test_a_file_without_the_bf16_counts_keeps_megatrons_default_of_one_at_each_end(tmp_path):
+    text = emit("megatron", LLAMA8, KEPT_BF16, TP2_PP2).text
+    bare = "\n".join(line for line in text.splitlines() if "-in-bf16" not in line)
+    path = tmp_path / "megatron.txt"
+    path.write_text(bare)
+    one_each = dataclasses.replace(KEPT_BF16, first_layers_bf16=1, last_layers_bf16=1)
+    assert read_values(str(path), LLAMA8, one_each)["bf16_layers"] == (1, 1)
+    build_strategy(LLAMA8, ClusterSpec(H100, 16), one_each, read_values(str(path), LLAMA8, one_each))
+
+
 DEFAULT_LOSS = RunSpec(global_batch=128, seq_len=8192)
 UNFUSED_LOSS = RunSpec(global_batch=128, seq_len=8192, loss_kernel="unfused")
 TP8 = Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True)

@@ -69,6 +69,33 @@ def test_a_weight_gradient_delay_without_the_expert_overlap_is_the_rows_error(tm
         _moe_row(tmp_path, ", delay_wgrad_compute: true")
 
 
+def _fp8_row(tmp_path, training: str):
+    """A Megatron row on 8 H100s stating `training` (its precision among it)."""
+    path = tmp_path / "fp8.yaml"
+    path.write_text(
+        "runs:\n"
+        "- id: kept\n"
+        "  model: llama3-8b\n"
+        "  cluster: {gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}\n"
+        f"  training: {{global_batch: 64, seq_len: 8192{training}}}\n"
+        "  strategy: {tp: 1, pp: 2, dp: 4, micro_batch: 1, zero_stage: 1, sp: null, recompute: none}\n"
+        "  outcome: {tokens_per_s_per_gpu: 9000}\n")
+    return read_rows(path)[0][1]()
+
+
+def test_a_row_states_the_layers_its_recipe_keeps_in_bf16(tmp_path):
+    """training.first_layers_bf16 / last_layers_bf16 (RunSpec's: Megatron's --first-last-layers-bf16 counts), read
+    once the FP8 recipe is: unstated, none; in a BF16 row or under delayed scaling, the row's error."""
+    kept = _fp8_row(tmp_path, ", precision: fp8, fp8_recipe: tensorwise, first_layers_bf16: 1, last_layers_bf16: 2")
+    assert kept.run.bf16_layers == (1, 2)
+    assert _fp8_row(tmp_path, ", precision: fp8, fp8_recipe: tensorwise").run.bf16_layers == (0, 0)
+    with pytest.raises(SpecError, match="first_layers_bf16=1 is not valid; BF16 first/last layers exist only inside "
+                                        "an FP8 run"):
+        _fp8_row(tmp_path, ", precision: bf16, first_layers_bf16: 1")
+    with pytest.raises(SpecError, match="delayed scaling"):
+        _fp8_row(tmp_path, ", precision: fp8, fp8_recipe: delayed, last_layers_bf16: 1")
+
+
 def _training_row(tmp_path, training: str):
     """A Megatron row on 8 H100s stating `training` beside its batch and precision."""
     path = tmp_path / "runs.yaml"
