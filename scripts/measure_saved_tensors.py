@@ -80,6 +80,7 @@ CASES = (("0.3.0", "llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "f
          ("0.3.0", "llama3", "70B", "llama3-70b", "bf16", ("none", "selective", "full"), False),
          ("0.3.0", "llama3", "8B", "llama3-8b", "fp8", ("none", "selective"), False),
          ("0.3.0", "llama3", "8B", "llama3-8b", "bf16", ("none", "selective"), True),
+         ("0.3.0", "llama3", "8B", "llama3-8b", "fp8", ("selective",), True),
          ("0.3.0", "llama3", "70B", "llama3-70b", "bf16", ("none",), True),
          (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective", "full"), False),
          (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective"), True))
@@ -187,6 +188,7 @@ class Measured:
     activation_bytes: int
     peak_bytes: int | None  # _peak, where measured
     tensors: list[tuple[str, int]]
+    backward_gemms: int | None = None  # _backward_gemms, the compiled rows of torchtitan 0.3.0
 
 
 def _sizes(block: torch.nn.Module) -> dict[str, int]:
@@ -314,6 +316,26 @@ def _compiled_saved(block, leaf, rope) -> list[tuple[str, int]]:
     return tensors
 
 
+GEMM_OPS = ("aten.mm.default", "aten._scaled_mm.default")  # BF16's GEMM; torchao's FP8 GEMM beneath its aten.mm
+
+
+def _backward_gemms(block, leaf, rope) -> int:
+    """The GEMMs the compiled backward graph runs: each linear's input- and weight-gradient GEMMs, and the forward
+    GEMMs the checkpoint policy re-runs (an attention kernel re-run would show as its forward op in that graph)."""
+    graphs = []
+
+    class _Kept(_Partitioned):
+        def _runner(self, graph, forward: bool):
+            graphs.append((forward, graph))
+            return super()._runner(graph, forward)
+
+    torch._dynamo.reset()
+    out = torch.compile(block, backend=_Kept(), fullgraph=True)(leaf * 1.0, rope)
+    out.backward(torch.empty_like(out))
+    return sum(n.op == "call_function" and str(n.target) in GEMM_OPS
+               for forward, graph in graphs if not forward for n in graph.graph.nodes)
+
+
 def _peak(block, leaf, rope, compiled: bool) -> int:
     """The most bytes alive at once through one block's forward and backward: what it saves, what its backward
     recomputes, the backward's temporaries, the incoming output gradient and the input gradient. Not counted: the
@@ -364,8 +386,11 @@ def measure(model: str, flavour: str, precision: str, policy: str, compiled: boo
     if (code, precision, flavour) in PEAKS:
         torch._dynamo.reset()
         peak = _peak(_build(code, model, flavour, precision, policy)[0], leaf, rope, compiled)
+    gemms = None
+    if compiled and code == "0.3.0":
+        gemms = _backward_gemms(_build(code, model, flavour, precision, policy)[0], leaf, rope)
     return Measured(model, precision, policy, compiled, code, sizes, sum(b for _, b in tensors), peak,
-                    sorted(tensors, key=lambda t: -t[1]))
+                    sorted(tensors, key=lambda t: -t[1]), gemms)
 
 
 def main() -> int:
@@ -393,6 +418,8 @@ def _print_row(name: str, m: Measured) -> None:
           f"  compiled: {str(m.compiled).lower()}\n  sizes: {{{sizes}}}\n  activation_bytes: {m.activation_bytes}")
     if m.peak_bytes is not None:
         print(f"  peak_bytes: {m.peak_bytes}")
+    if m.backward_gemms is not None:
+        print(f"  backward_gemms: {m.backward_gemms}")
     print("  tensors:  # [the op that made it, bytes]")
     for op, nbytes in m.tensors:
         print(f"  - ['{op}', {nbytes}]")

@@ -58,6 +58,30 @@ def test_torchtitan_fp8_keeps_the_bf16_activations():
         assert 0 <= measured["fp8", policy] - measured["bf16", policy] <= SCALAR_BYTES
 
 
+def test_torchtitan_fp8_under_compile_keeps_the_bf16_selective_activations():
+    # the policy counts torchao's Float8 mm as an aten.mm (its _scaled_mm runs beneath, tagged as the mm): the compiled
+    # forward saves the same bf16 mm outputs, plus amax scalars
+    rows = {r["precision"]: r["activation_bytes"] for r in PRICED
+            if r["model"] == "llama3-8b" and r["compiled"] and r["policy"] == "selective"}
+    assert 0 < rows["fp8"] - rows["bf16"] <= SCALAR_BYTES
+
+
+def test_the_compiled_backward_reruns_the_gemms_ndcp_prices():
+    # each linear's input- and weight-gradient GEMMs, and under op-level SAC the forward GEMMs of every second mm
+    # (estimate/rerun.py: 0.3.0's wo and w3), aten.mm in BF16 and aten._scaled_mm in FP8 alike (docs/formulas.md §5.7)
+    from ndcp.estimate.activations import block_mms, op_sac_recomputed_mms
+    rows = [r for r in PRICED if r["compiled"]]
+    assert {(r["precision"], r["policy"]) for r in rows} >= {("bf16", "none"), ("bf16", "selective"),
+                                                                ("fp8", "selective")}
+    for row in rows:
+        model = load_model(row["model"])
+        run = RunSpec(global_batch=8, seq_len=TABLE["seq_len"], trainer="torchtitan", precision=row["precision"],
+                      torch_compile=True)
+        rerun = op_sac_recomputed_mms(model, run) if row["policy"] == "selective" else ()
+        assert row["backward_gemms"] == 2 * len(block_mms(model, run)) + len(rerun)
+        assert rerun in ((), ("wo", "w3"))
+
+
 def test_full_checkpoint_keeps_only_the_block_input():
     for row in TABLE["rows"]:
         if row["policy"] == "full":
