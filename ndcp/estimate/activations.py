@@ -203,8 +203,10 @@ def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: i
     """torchtitan op-level SAC (distributed/activation_checkpoint.py SelectiveAC): the checkpoint keeps the block
     input, the outputs of the attention kernel (output and logsumexp), every reduce_scatter output (SP), and the
     outputs of the 1st, 3rd, 5th... mm of the block (the policy counts mms per block and recomputes every second
-    one). mm order: the fused wqkv, wo, then w1, w3, w2 (SwiGLU) or w1, w2. Column-parallel outputs are TP-sharded; a
-    row-parallel mm output is the partial sum before its all-reduce / reduce-scatter, whole on every rank. Measured
+    one). mm order (TrainerBehaviour.block_mm_order): the fused wqkv, wo, then w1, w3, w2 (SwiGLU) or w1, w2; under
+    FP8 torchao's Float8Linear is an aten.mm to the policy, so the same outputs, in bf16 (measured eager and
+    compiled). Column-parallel outputs are TP-sharded; a row-parallel mm output is the partial sum before its
+    all-reduce / reduce-scatter, whole on every rank. Measured
     on torchtitan 0.3.0 (docs/saved_tensors.yaml). Under torch.compile (RunSpec.torch_compile) the policy tags the
     same ops, but AOTAutograd's partitioned forward returns only the tagged outputs its backward reads, and no
     gradient reads w2's output (the residual add passes its gradient through): it is not kept (measured on 0.3.0

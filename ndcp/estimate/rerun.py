@@ -7,7 +7,8 @@ module pieces: the two pre-norms (memory-bound), the dense MLP (its GEMMs, activ
 forward communication), the MoE block (router, routing work, experts and shared experts, activation, dispatch and
 combine), the experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The dense
 MLP's pre-norm is fused into fc1 (Transformer Engine LayerNormLinear), so it re-runs with the MLP and once only when
-`norms` also re-runs.
+`norms` also re-runs. torchtitan's `selective` is its own op-level policy, priced here too (OP_LEVEL_SAC: every
+second mm of the block, its element-wise forward, never the attention kernel; trainer_reruns, docs/formulas.md §5.7).
 """
 from __future__ import annotations
 
@@ -70,8 +71,10 @@ def _op_level_sac(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: L
       only what the backward reads (all of it but the last residual add): the whole is charged, an upper bound;
     - under FP8 the torchao casts (fp8.py layer_cast_bytes, forward): eager the checkpoint re-runs the whole
       forward, every linear's casts; compiled only the re-run mms' (their amax, saved by aten.max, charged again);
-    - under TP the forward collectives the policy does not save: with SP the all-gathers (half of the forward's
-      pairs; the reduce-scatters are saved), without SP the all-reduces;
+    - under TP the forward collectives the policy does not save and the backward reads, half the forward's
+      collective time either way: with SP the all-gathers of norm 1's and norm 2's outputs, the inputs wqkv and w1
+      save (the reduce-scatters are saved); without SP the all-reduce of wo's output, which the residual and norm 2
+      read (w2's all-reduced output feeds only the block output, which no gradient reads);
     - without flash attention the math SDPA (not in the save list) re-runs whole: its core.
     The attention kernel's forward does not re-run (its output and logsumexp are saved). Context parallelism's
     exchanges inside the attention are not re-run here (not read: unpriced)."""
@@ -84,7 +87,7 @@ def _op_level_sac(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: L
     if run.fp8:
         cast = gemms if run.torch_compile else fp8_gemms(model, kind, layer_gemms(model, kind, tokens, tp), tokens)
         seconds += memory_seconds(layer_cast_bytes(run, device, cast)[0], device)
-    seconds += shape.tp_forward / 2 if degrees.sp else shape.tp_forward
+    seconds += shape.tp_forward / 2
     flops = total_flops(gemms)
     if not run.flash_attention:
         seconds, flops = seconds + shape.core, flops + shape.core_flops

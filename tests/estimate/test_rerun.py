@@ -5,10 +5,11 @@ import pytest
 
 from ndcp.estimate.activations import layer_activation_bytes, recompute_workspace_bytes
 from ndcp.estimate.compute import Gemm, mla_up_projection_gemms, mlp_gemms, total_flops
+from ndcp.estimate.fusion import layer_elementwise_bytes
 from ndcp.estimate.gemm import weight_gemm_seconds
 from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.memory import estimate_memory
-from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.layer_time import layer_time, tp_all_reduce_seconds
 from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, Strategy, device_preset
 from ndcp.specs.library import load_model
@@ -198,7 +199,15 @@ def test_torchtitan_selective_under_tp_reruns_the_sp_all_gathers_and_stays_below
                              for mode in ("none", "selective", "full"))
     # tp 8, SP: wo's and w3's shards re-run, and the two all-gathers (half the forward's collective pairs)
     assert selective.flops - none.flops == pytest.approx(2 * 8192 * 8192 / 8 * 8192 + 2 * 8192 * 8192 * 28672 / 8)
+    # seconds: those GEMMs, the block's element-wise forward on the rank, and one all-reduce's worth of the forward's
+    # two collective pairs (an all-gather of T x h each)
+    gemms = (Gemm(8192, 8192 / 8, 8192), Gemm(8192, 8192, 28672 / 8))
+    elementwise = layer_elementwise_bytes(llama, TITAN, "dense", 8192, 8192, 8, True) / 3.35e12
+    assert selective.recompute == pytest.approx(weight_gemm_seconds(llama, "dense", gemms, 8192, H100, TITAN)
+                                                 + elementwise + tp_all_reduce_seconds(cluster, 8192 * 8192 * 2, 8))
     no_sp = DEGREES._replace(sp=False)
     gathers = selective.recompute - layer_time(llama, cluster, TITAN, LayerKey("dense", "selective", no_sp)).recompute
-    assert 0 < selective.tp_comm and gathers < 0  # without SP the whole all-reduces re-run (and the norms run whole)
+    # half the forward's collectives re-run either way (SP: the two all-gathers; without: wo's all-reduce), and
+    # without SP the norms and residual adds re-run on every token, not the rank's sequence shard
+    assert 0 < selective.tp_comm and gathers < 0
     assert 0 < selective.recompute < full.recompute
