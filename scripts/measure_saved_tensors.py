@@ -34,6 +34,12 @@ from an output gradient, give the most bytes alive at once (_peak: what is saved
 temporaries, the output and input gradients; not the weights, their gradients or the block output). Compiled, the
 partitioned graphs run node by node, each value freed after its last use: an upper bound for Inductor's code, which
 fuses element-wise chains.
+What the backward re-runs (`backward_gemms`, `backward_attention_forwards`, the rows of torchtitan 0.3.0): the GEMMs
+(aten.mm; aten._scaled_mm in a compiled FP8 graph) and attention-kernel forwards the block's backward runs. Eager: a
+dispatch mode entered before the backward, beneath the checkpoint's own modes, counts what is dispatched, so an op the
+selective checkpoint serves from its cache is not counted, and torchao's Float8 GEMM counts once, as the aten.mm its
+tensors dispatch; compiled: the nodes of the partitioned backward graph. Every linear's input- and weight-gradient
+GEMMs, plus what the checkpoint re-runs (docs/formulas.md §5.7, the time ndcp prices for it).
 The `backward_peaks` sections after the rows (scripts/measure_backward_peaks.py, run by main; its Megatron-Core rows
 need MEGATRON_LM, a Megatron-LM checkout, set too): the storages alive at that peak and which phase made them, the
 inventory ndcp's backward workspace prices (docs/formulas.md §5.5).
@@ -80,6 +86,7 @@ CASES = (("0.3.0", "llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "f
          ("0.3.0", "llama3", "70B", "llama3-70b", "bf16", ("none", "selective", "full"), False),
          ("0.3.0", "llama3", "8B", "llama3-8b", "fp8", ("none", "selective"), False),
          ("0.3.0", "llama3", "8B", "llama3-8b", "bf16", ("none", "selective"), True),
+         ("0.3.0", "llama3", "8B", "llama3-8b", "fp8", ("selective",), True),
          ("0.3.0", "llama3", "70B", "llama3-70b", "bf16", ("none",), True),
          (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective", "full"), False),
          (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective"), True))
@@ -187,6 +194,8 @@ class Measured:
     activation_bytes: int
     peak_bytes: int | None  # _peak, where measured
     tensors: list[tuple[str, int]]
+    backward_gemms: int | None = None  # _backward_ops, the rows of torchtitan 0.3.0
+    backward_attention_forwards: int | None = None
 
 
 def _sizes(block: torch.nn.Module) -> dict[str, int]:
@@ -314,6 +323,48 @@ def _compiled_saved(block, leaf, rope) -> list[tuple[str, int]]:
     return tensors
 
 
+GEMM_OPS = ("aten.mm.default", "aten._scaled_mm.default")  # BF16's GEMM; torchao's FP8 GEMM beneath its aten.mm
+ATTENTION_FORWARD = "aten._scaled_dot_product_flash_attention.default"
+
+
+class _OpCount(TorchDispatchMode):
+    """Counts the ops dispatched while it is on (entered before the backward, so beneath the checkpoint's own modes:
+    an op the selective checkpoint serves from its cache never reaches it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: dict[str, int] = defaultdict(int)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _backward_ops(block, leaf, rope, compiled: bool) -> tuple[int, int]:
+    """(GEMMs, attention-kernel forwards) the block's backward runs: each linear's input- and weight-gradient GEMMs,
+    and what the checkpoint re-runs of the forward. Eager: the ops dispatched during backward (torchao's Float8
+    GEMM counts once, as the aten.mm its tensors dispatch); compiled: the nodes of the partitioned backward graph."""
+    ops, graphs = defaultdict(int), []
+
+    class _Kept(_Partitioned):
+        def _runner(self, graph, forward: bool):
+            graphs.append((forward, graph))
+            return super()._runner(graph, forward)
+
+    torch._dynamo.reset()
+    out = (torch.compile(block, backend=_Kept(), fullgraph=True) if compiled else block)(leaf * 1.0, rope)
+    counter = _OpCount()
+    with contextlib.nullcontext() if compiled else counter:
+        out.backward(torch.empty_like(out))
+    for forward, graph in graphs:
+        for node in graph.graph.nodes:
+            if not forward and node.op == "call_function":
+                ops[str(node.target)] += 1
+    for op, n in counter.ops.items():
+        ops[op] += n
+    return sum(ops[op] for op in GEMM_OPS), ops[ATTENTION_FORWARD]
+
+
 def _peak(block, leaf, rope, compiled: bool) -> int:
     """The most bytes alive at once through one block's forward and backward: what it saves, what its backward
     recomputes, the backward's temporaries, the incoming output gradient and the input gradient. Not counted: the
@@ -364,8 +415,11 @@ def measure(model: str, flavour: str, precision: str, policy: str, compiled: boo
     if (code, precision, flavour) in PEAKS:
         torch._dynamo.reset()
         peak = _peak(_build(code, model, flavour, precision, policy)[0], leaf, rope, compiled)
+    gemms = attention = None
+    if code == "0.3.0":
+        gemms, attention = _backward_ops(_build(code, model, flavour, precision, policy)[0], leaf, rope, compiled)
     return Measured(model, precision, policy, compiled, code, sizes, sum(b for _, b in tensors), peak,
-                    sorted(tensors, key=lambda t: -t[1]))
+                    sorted(tensors, key=lambda t: -t[1]), gemms, attention)
 
 
 def main() -> int:
@@ -393,6 +447,8 @@ def _print_row(name: str, m: Measured) -> None:
           f"  compiled: {str(m.compiled).lower()}\n  sizes: {{{sizes}}}\n  activation_bytes: {m.activation_bytes}")
     if m.peak_bytes is not None:
         print(f"  peak_bytes: {m.peak_bytes}")
+    if m.backward_gemms is not None:
+        print(f"  backward_gemms: {m.backward_gemms}\n  backward_attention_forwards: {m.backward_attention_forwards}")
     print("  tensors:  # [the op that made it, bytes]")
     for op, nbytes in m.tensors:
         print(f"  - ['{op}', {nbytes}]")

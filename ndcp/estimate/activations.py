@@ -29,6 +29,7 @@ from ..specs.model import ModelSpec
 from ..specs.recompute import HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
 from ..specs.run import FP32_BYTES, RunSpec
 from .trainers import loss_kernel, trainer_behaviour
+from .compute import ROW_PARALLEL_PROJECTIONS, block_projection_gemm
 from .fp8 import linear_input_bytes
 from .keys import Degrees
 from .mixers import scan_saved
@@ -201,25 +202,42 @@ def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: i
     """torchtitan op-level SAC (distributed/activation_checkpoint.py SelectiveAC): the checkpoint keeps the block
     input, the outputs of the attention kernel (output and logsumexp), every reduce_scatter output (SP), and the
     outputs of the 1st, 3rd, 5th... mm of the block (the policy counts mms per block and recomputes every second
-    one). mm order: the fused wqkv, wo, then w1, w3, w2 (SwiGLU) or w1, w2. Column-parallel outputs are TP-sharded; a
-    row-parallel mm output is the partial sum before its all-reduce / reduce-scatter, whole on every rank. Measured
+    one). mm order (TrainerBehaviour.block_mm_order): the fused wqkv, wo, then w1, w3, w2 (SwiGLU) or w1, w2; under
+    FP8 torchao's Float8Linear is an aten.mm to the policy, so the same outputs, in bf16 (measured eager and
+    compiled). Column-parallel outputs are TP-sharded; a row-parallel mm output is the partial sum before its
+    all-reduce / reduce-scatter, whole on every rank. Measured
     on torchtitan 0.3.0 (docs/saved_tensors.yaml). Under torch.compile (RunSpec.torch_compile) the policy tags the
     same ops, but AOTAutograd's partitioned forward returns only the tagged outputs its backward reads, and no
     gradient reads w2's output (the residual add passes its gradient through): it is not kept (measured on 0.3.0
     and on the Dec 2024 code, 3f20451b; docs/formulas.md §3.4). Under SP its reduce-scatter output, read by no
     gradient either, is still counted (not measured: conservative)."""
-    B, h, a = run.activation_bytes, model.hidden, model.heads
-    d, g, f = model.dim_per_head, model.num_kv_heads, model.ffn_hidden
-    mms = [("wqkv", (a + 2 * g) * d, "tp"), ("wo", h, "rep"), ("w1", f, "tp")]
-    mms += [("w3", f, "tp"), ("w2", h, "rep")] if model.gated else [("w2", h, "rep")]
+    B, h, a, d = run.activation_bytes, model.hidden, model.heads, model.dim_per_head
     items = [Tensor("block_input", B * tokens * h, "seq"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
              Tensor("softmax_stats", FP32_BYTES * a * tokens, "tp")]
-    items += [Tensor(f"{name}_output", B * tokens * width, shard) for i, (name, width, shard) in enumerate(mms)
-              if i % 2 == 0 and not (run.torch_compile and name == "w2")]
+    items += [Tensor(f"{name}_output", B * tokens * block_projection_gemm(model, name, 1, 1).n,
+                     "rep" if name in ROW_PARALLEL_PROJECTIONS else "tp")
+              for name in op_sac_saved_mms(model, run) if not (run.torch_compile and name == "w2")]
     if tp > 1 and sp:  # wo and w2 outputs reduce-scattered to the sequence shard (c10d reduce_scatter_tensor)
         items += [Tensor("attention_reduce_scatter", B * tokens * h, "seq"),
                   Tensor("mlp_reduce_scatter", B * tokens * h, "seq")]
     return items
+
+
+def block_mms(model: ModelSpec, run: RunSpec) -> tuple[str, ...]:
+    """The trainer's dense block's weight GEMMs in forward order (TrainerBehaviour.block_mm_order; w3, the SwiGLU's
+    up projection, only in a gated MLP)."""
+    return tuple(name for name in trainer_behaviour(run).block_mm_order if model.gated or name != "w3")
+
+
+def op_sac_saved_mms(model: ModelSpec, run: RunSpec) -> tuple[str, ...]:
+    """The mms whose outputs torchtitan's op-level SAC saves: the 1st, 3rd, 5th... of the block (its policy counts
+    aten.mm per block and recomputes every second one; TrainerBehaviour.selective_reruns' source)."""
+    return block_mms(model, run)[0::2]
+
+
+def op_sac_recomputed_mms(model: ModelSpec, run: RunSpec) -> tuple[str, ...]:
+    """The mms torchtitan's op-level SAC re-runs in backward: the 2nd, 4th... of the block (estimate/rerun.py)."""
+    return block_mms(model, run)[1::2]
 
 
 @lru_cache(maxsize=65536)

@@ -93,6 +93,26 @@ def mla_up_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[G
             Gemm(tokens, m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim) / tp))
 
 
+# A dense block's weight GEMMs by projection name (TrainerBehaviour.block_mm_order): the input width k and output width
+# n of each as multiples of (hidden h, query width a*d, key/value width g*d, ffn F) and whether TP splits k
+# (row-parallel: wo, w2) or n (column-parallel: the others)
+BLOCK_PROJECTIONS = ("wqkv", "wq", "wk", "wv", "wo", "w1", "w3", "w2")
+ROW_PARALLEL_PROJECTIONS = ("wo", "w2")
+
+
+def block_projection_gemm(model: ModelSpec, name: str, tokens: float, tp: int) -> Gemm:
+    """One projection of BLOCK_PROJECTIONS of a dense MHA/GQA block, forward, one device of a TP group (the same
+    shapes attention_projection_gemms and mlp_gemms fuse: wqkv, and w1 with w3)."""
+    h, f = model.hidden, model.ffn_hidden
+    q, kv = model.heads * model.dim_per_head, model.num_kv_heads * model.dim_per_head
+    widths = {"wqkv": (h, q + 2 * kv), "wq": (h, q), "wk": (h, kv), "wv": (h, kv), "wo": (q, h), "w1": (h, f),
+              "w3": (h, f), "w2": (f, h)}
+    if name not in widths:
+        raise ValueError(f"block projection {name!r} unknown; valid: {', '.join(BLOCK_PROJECTIONS)}")
+    k, n = widths[name]
+    return Gemm(tokens, k / tp, n) if name in ROW_PARALLEL_PROJECTIONS else Gemm(tokens, k, n / tp)
+
+
 def fp8_gemms(model: ModelSpec, kind: str, gemms: tuple[Gemm, ...], tokens: float) -> tuple[Gemm, ...]:
     """The weight GEMMs of a layer of `kind` that run in FP8 under --precision fp8: all but the MoE router, which
     stays in BF16 (docs/formulas.md §3.1)."""
@@ -305,7 +325,8 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
     return nbytes / device.hbm_bandwidth
 
 
-__all__ = ["Gemm", "layer_gemms", "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
+__all__ = ["Gemm", "BLOCK_PROJECTIONS", "ROW_PARALLEL_PROJECTIONS", "block_projection_gemm", "layer_gemms",
+           "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
            "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
            "model_flops_per_step", "narayanan_flops_per_step", "encoder_gemms", "encoder_forward_flops",

@@ -23,7 +23,7 @@ from .mixers import mixer_cp_seconds, scan_core_flops, scan_core_seconds
 from .moe import dispatch_seconds, routing_bytes
 from .overlap import (EP_COMM_SMS, PIPELINE, UB_COMPUTE_STREAMS, MoEPasses, UbBlock, ep_overlapped, layer_overlaps,
                       sm_held, sp_backward_exposed, tp_overlapped)
-from .rerun import MODULE_PIECES, LayerShape, rerun_cost
+from .rerun import MODULE_PIECES, LayerShape, rerun_cost, trainer_reruns
 from .trainers import trainer_behaviour
 
 
@@ -150,8 +150,9 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: Layer
     seq/cp.
 
     recompute: the mode's extra forward (full: the layer forward with its TP/CP/EP forward communication;
-    selective: the attention core). tp_comm: the layer's forward TP pairs (_tp_collectives; SP: reduce-scatter +
-    all-gather, an all-reduce's volume) plus the backward's exposed share (_tp_backward: without SP what outlasts the
+    selective: the attention core, or the trainer's own op-level policy: estimate/rerun.py trainer_reruns).
+    tp_comm: the layer's forward TP pairs (_tp_collectives; SP: reduce-scatter + all-gather, an all-reduce's
+    volume) plus the backward's exposed share (_tp_backward: without SP what outlasts the
     weight-gradient GEMMs; with SP the output-gradient all-gathers and what of the rest outlasts the column-parallel
     GEMMs). cp_comm: the exposed part of the cp_comm variant's traffic (cp_comm_seconds). ep_comm: dispatch +
     combine all-to-alls, forward and backward (MoE only). wgrad: the weight-gradient GEMMs (one forward of the
@@ -159,11 +160,12 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: Layer
     (estimate/overlap.py)."""
     p = _layer_passes(model, cluster, run, key.kind, key.degrees, key.cp_comm, key.hidden)
     executed, recompute = p.executed, 0.0
-    reruns = recompute_option(key.mode).reruns  # the forward pieces the recompute option re-runs (specs/recompute.py)
+    # the forward pieces the recompute option re-runs (specs/recompute.py), as the trainer re-runs them (rerun.py)
+    reruns = trainer_reruns(model, run, key.kind, recompute_option(key.mode).reruns)
     for piece in reruns:
-        if piece in MODULE_PIECES:  # Megatron-Core recompute modules (estimate/rerun.py)
+        if piece in MODULE_PIECES:  # recompute modules and torchtitan's op-level SAC (estimate/rerun.py)
             shape = LayerShape(key, key.degrees.tokens(run.seq_len), p.tp_forward, p.ep_forward, p.forward,
-                               p.backward)
+                               p.backward, p.core, p.core_flops)
             seconds, flops = rerun_cost(model, cluster, run, shape, piece, reruns)
             recompute += seconds
             executed += flops

@@ -7,7 +7,8 @@ module pieces: the two pre-norms (memory-bound), the dense MLP (its GEMMs, activ
 forward communication), the MoE block (router, routing work, experts and shared experts, activation, dispatch and
 combine), the experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The dense
 MLP's pre-norm is fused into fc1 (Transformer Engine LayerNormLinear), so it re-runs with the MLP and once only when
-`norms` also re-runs.
+`norms` also re-runs. torchtitan's `selective` is its own op-level policy, priced here too (OP_LEVEL_SAC: every
+second mm of the block, its element-wise forward, never the attention kernel; trainer_reruns, docs/formulas.md §5.7).
 
 A hybrid model's layer of a kind is its blocks' average (ModelSpec.mixer_shares), and a piece re-runs on the blocks
 its module acts on (specs/recompute.py RecomputeModule.block, from Megatron-Core's hybrid layer specs): the norms on
@@ -21,17 +22,22 @@ from dataclasses import dataclass
 
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
-from ..specs.recompute import (HOST_OFFLOAD, MLA_UP_PROJECTION, MLP_ACTIVATION, MLP_FORWARD, MOE_ACTIVATION,
-                               MOE_FORWARD, NORMS)
+from ..specs.recompute import (ATTENTION_CORE, HOST_OFFLOAD, MLA_UP_PROJECTION, MLP_ACTIVATION, MLP_FORWARD,
+                               MOE_ACTIVATION, MOE_FORWARD, NORMS, OP_LEVEL_SAC)
 from ..specs.run import RunSpec
-from .activations import offloaded_layer_bytes
-from .compute import memory_seconds, mla_up_projection_gemms, mlp_gemms, moe_gemms, total_flops
+from .activations import offloaded_layer_bytes, op_sac_recomputed_mms, torchtitan_modelled
+from .compute import (block_projection_gemm, fp8_gemms, layer_gemms, memory_seconds, mla_up_projection_gemms,
+                      mlp_gemms, moe_gemms, total_flops)
+from .fp8 import layer_cast_bytes
+from .fusion import layer_elementwise_bytes
 from .gemm import weight_gemm_seconds
 from .host_link import offload_copy_bandwidth
 from .keys import LayerKey
 from .moe import routing_bytes
+from .trainers import trainer_behaviour
 
-MODULE_PIECES = (NORMS, MLP_FORWARD, MLP_ACTIVATION, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD)
+MODULE_PIECES = (NORMS, MLP_FORWARD, MLP_ACTIVATION, MOE_FORWARD, MOE_ACTIVATION, MLA_UP_PROJECTION, HOST_OFFLOAD,
+                 OP_LEVEL_SAC)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,53 @@ class LayerShape:
     ep_forward: float  # the layer's exposed forward dispatch + combine all-to-alls
     forward: float  # the layer's forward and backward compute, seconds (what host copies overlap with)
     backward: float
+    core: float = 0.0  # the attention core's forward, seconds, and its matmul FLOPs
+    core_flops: float = 0.0
+
+
+def trainer_reruns(model: ModelSpec, run: RunSpec, kind: str, reruns: tuple[str, ...]) -> tuple[str, ...]:
+    """An option's pieces as the run's trainer re-runs them: on the layers whose activations follow its op-level
+    inventory (activations.py torchtitan_modelled, the condition layer_activation_bytes keeps them by), the
+    attention core's piece is the trainer's own selective policy's (TrainerBehaviour.selective_reruns); elsewhere,
+    and for Megatron-Core and MindFormers (ATTENTION_CORE), the option's own."""
+    if ATTENTION_CORE not in reruns or not (trainer_behaviour(run).op_level_inventory
+                                            and torchtitan_modelled(model, kind)):
+        return reruns
+    own = trainer_behaviour(run).selective_reruns
+    return tuple(p for piece in reruns for p in (own if piece == ATTENTION_CORE else (piece,)))
+
+
+def _op_level_sac(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape) -> tuple[float, float]:
+    """(seconds, matmul FLOPs) of torchtitan's op-level SAC re-run (specs/trainer_behaviour.py TORCHTITAN
+    selective_reruns; docs/formulas.md §5.7), priced with the forward's own helpers:
+    - the forward GEMMs of every second mm of the block (activations.op_sac_recomputed_mms: 0.3.0's wo and w3),
+      at the run's precision: torchao's Float8Linear is counted by the policy as aten.mm, so under FP8 the same ones;
+    - the block's element-wise forward as the trainer runs it (fusion.py layer_elementwise_bytes, eager or
+      compiled): PREFER_RECOMPUTE covers every op but the saved ones. Compiled, AOTAutograd's partitioner re-runs
+      only what the backward reads (all of it but the last residual add): the whole is charged, an upper bound;
+    - under FP8 the torchao casts (fp8.py layer_cast_bytes, forward): eager the checkpoint re-runs the whole
+      forward, every linear's casts; compiled only the re-run mms' (their amax, saved by aten.max, charged again);
+    - under TP the forward collectives the policy does not save and the backward reads, half the forward's
+      collective time either way: with SP the all-gathers of norm 1's and norm 2's outputs, the inputs wqkv and w1
+      save (the reduce-scatters are saved); without SP the all-reduce of wo's output, which the residual and norm 2
+      read (w2's all-reduced output feeds only the block output, which no gradient reads);
+    - without flash attention the math SDPA (not in the save list) re-runs whole: its core.
+    The attention kernel's forward does not re-run (its output and logsumexp are saved). Context parallelism's
+    exchanges inside the attention are not re-run here (not read: unpriced)."""
+    kind, degrees, device = shape.key.kind, shape.key.degrees, cluster.device
+    tokens, tp = shape.tokens, degrees.tp
+    gemms = tuple(block_projection_gemm(model, name, tokens, tp) for name in op_sac_recomputed_mms(model, run))
+    seconds = (weight_gemm_seconds(model, kind, gemms, tokens, device, run)
+               + memory_seconds(layer_elementwise_bytes(model, run, kind, tokens, run.seq_len, tp, degrees.sp),
+                                device))
+    if run.fp8:
+        cast = gemms if run.torch_compile else fp8_gemms(model, kind, layer_gemms(model, kind, tokens, tp), tokens)
+        seconds += memory_seconds(layer_cast_bytes(run, device, cast)[0], device)
+    seconds += shape.tp_forward / 2
+    flops = total_flops(gemms)
+    if not run.flash_attention:
+        seconds, flops = seconds + shape.core, flops + shape.core_flops
+    return seconds, flops
 
 
 def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, rows: float, width: float) -> float:
@@ -63,6 +116,8 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
     """(seconds, matmul FLOPs) of one module piece of `reruns` (the option's pieces, for the fused-norm rule);
     (0, 0) when the piece does not act on this kind of layer."""
     tokens, tp, kind = shape.tokens, shape.key.degrees.tp, shape.key.kind
+    if piece == OP_LEVEL_SAC:
+        return _op_level_sac(model, cluster, run, shape)
     if piece == NORMS:
         if model.hybrid_blocks:  # the MoE blocks' pre-MLP norm alone: the others are fused into a linear
             return _norm_seconds(model, cluster, run, shape, model.mixer_shares(kind).mlp if kind == "moe"
@@ -117,4 +172,4 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
     raise ValueError(f"no time model for recompute piece {piece!r}")
 
 
-__all__ = ["LayerShape", "MODULE_PIECES", "rerun_cost"]
+__all__ = ["LayerShape", "MODULE_PIECES", "rerun_cost", "trainer_reruns"]

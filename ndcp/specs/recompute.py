@@ -25,6 +25,10 @@ MOE_ACTIVATION = "moe_activation"  # the routed experts' activation function (Sw
 MLP_ACTIVATION = "mlp_activation"  # the dense MLP's activation function (SwiGLU: SiLU and the gate product)
 MLA_UP_PROJECTION = "mla_up_projection"  # MLA's query and key/value up-projections of the latents
 HOST_OFFLOAD = "host_offload"  # not a re-run: the layer's activations copied to host memory and back
+# torchtitan's op-level selective checkpoint, what its `selective` re-runs in place of the attention core
+# (TrainerBehaviour.selective_reruns): every second weight GEMM of the block in its forward order
+# (TrainerBehaviour.block_mm_order) and the block's element-wise forward; the attention kernel's output is saved
+OP_LEVEL_SAC = "op_level_sac"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .recompute import ATTENTION_CORE, OP_LEVEL_SAC
+
 # Whose code casts the FP8 GEMMs' operands (TrainerBehaviour.fp8_casts; estimate/fp8.py layer_cast_bytes prices each)
 FP8_CASTS = ("transformer_engine", "torchao")
 # The cross-entropy implementations the output layer's loss runs (TrainerBehaviour.loss_kernel, RunSpec.loss_kernel;
@@ -84,6 +86,13 @@ class TrainerBehaviour:
     # PyTorch FSDPs a run under it may name instead (estimate/data_parallel.py gradient_pass_bytes).
     fsdp: str = "none"
     fsdp_versions: tuple[str, ...] = ()
+    # What its `selective` option re-runs in backward (specs/recompute.py pieces) on the layers its op-level
+    # inventory covers (estimate/rerun.py trainer_reruns): the attention core (Korthikanti's selective recompute,
+    # Megatron-Core's core_attn) or its own op-level policy (OP_LEVEL_SAC).
+    selective_reruns: tuple[str, ...] = (ATTENTION_CORE,)
+    # The weight GEMMs (aten.mm) of its dense block in forward order, by projection (estimate/compute.py
+    # BLOCK_PROJECTIONS), which an op-level policy counts; () when it has none.
+    block_mm_order: tuple[str, ...] = ()
 
 
 MEGATRON = TrainerBehaviour(
@@ -148,6 +157,18 @@ TORCHTITAN = TrainerBehaviour(
     # waits on it; the linear saves its gathered (Replicate) input, so nothing is re-gathered
     sp_backward_async=False,
     fsdp="fsdp2", fsdp_versions=("fsdp2",),  # parallelize.py apply_fsdp: fully_shard per block
+    # Op-level SAC (selective_ac_option "op", the llama3 configs' default): torchtitan e7c0cae models/llama3/
+    # parallelize_llama.py _apply_ac_to_transformer_block and _save_list (0.3.0: distributed/activation_checkpoint.py)
+    # mark MUST_SAVE the outputs of aten.mm, the SDPA flash/efficient kernels, c10d reduce_scatter_tensor and aten.max,
+    # except every second aten.mm of the block, and PREFER_RECOMPUTE all else. torchao's Float8Linear calls torch.mm
+    # on its Float8 tensors (pytorch/ao @0afa4c1 float8/float8_linear.py matmul_with_hp_or_float8_args.forward;
+    # float8_ops.py float8_mm runs torch._scaled_mm beneath), so the policy counts the same mms under FP8. Measured:
+    # docs/saved_tensors.yaml (backward_gemms, eager and compiled kept bytes); docs/formulas.md §5.7.
+    selective_reruns=(OP_LEVEL_SAC,),
+    # 0.3.0's block (models/common/attention.py FusedQKVLinear, feed_forward.py w2(silu(w1(x)) * w3(x))): wo and w3
+    # re-run. The benchmarked e7c0cae and Dec 2024 3f20451b blocks run wq, wk, wv apart (wk, wo, w3 re-run: wk is
+    # 2 % of a Llama-3-8B block's GEMM FLOPs more); the measured inventory (activations.py) is 0.3.0's, and so is this
+    block_mm_order=("wqkv", "wo", "w1", "w3", "w2"),
 )
 # MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or
 # MindSpore source or measured; each is Megatron's, not verified, so its memory and time estimates are Megatron's

@@ -4,10 +4,12 @@ from dataclasses import replace
 import pytest
 
 from ndcp.estimate.activations import layer_activation_bytes, recompute_workspace_bytes
-from ndcp.estimate.compute import mla_up_projection_gemms, mlp_gemms, total_flops
+from ndcp.estimate.compute import Gemm, mla_up_projection_gemms, mlp_gemms, total_flops
+from ndcp.estimate.fusion import layer_elementwise_bytes
+from ndcp.estimate.gemm import weight_gemm_seconds
 from ndcp.estimate.keys import Degrees, LayerKey
 from ndcp.estimate.memory import estimate_memory
-from ndcp.estimate.layer_time import layer_time
+from ndcp.estimate.layer_time import layer_time, tp_all_reduce_seconds
 from ndcp.estimate.time import estimate_time
 from ndcp.specs import ClusterSpec, RunSpec, Strategy, device_preset
 from ndcp.specs.library import load_model
@@ -163,3 +165,90 @@ def test_mlp_on_a_dense_hybrid_model_reruns_its_mlp_blocks_only():
     tokens, degrees = 8192, HYBRID._replace(ep=1)
     flops = _rerun(NEMOTRON_H, "dense", "mlp", degrees)[1]
     assert 52 * flops == pytest.approx(24 * total_flops(mlp_gemms(NEMOTRON_H, NEMOTRON_H.ffn_hidden, tokens, 1)))
+
+
+# torchtitan's op-level SAC (estimate/rerun.py _op_level_sac; docs/formulas.md §5.7). Llama-3-8B, one micro-batch of
+# 8,192 tokens, no TP: T = 8192, h = 4096, query width a d = 4096, F = 14336.
+TITAN = RunSpec(global_batch=8, seq_len=8192, trainer="torchtitan")
+ONE = Degrees(tp=1, cp=1, ep=1, etp=1, mbs=1, sp=False)
+WO_W3_FLOPS = 2 * 8192 * 4096 * 4096 + 2 * 8192 * 4096 * 14336  # wo (a d -> h) and w3 (h -> F), forward
+
+
+def _selective_less_none(model, cluster, run, degrees=ONE):
+    none = layer_time(model, cluster, run, LayerKey("dense", "none", degrees))
+    selective = layer_time(model, cluster, run, LayerKey("dense", "selective", degrees))
+    assert selective.forward == none.forward and selective.backward == none.backward
+    return selective.flops - none.flops, selective.recompute
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_torchtitan_selective_reruns_every_second_mm_and_not_the_attention_core(precision, compiled):
+    """0.3.0's block runs wqkv, wo, w1, w3, w2; the policy saves the 1st, 3rd and 5th mm and re-runs wo and w3, and
+    torchao's Float8Linear is an aten.mm to it, so FP8 re-runs the same two. The flash kernel's output is saved: none
+    of the attention core's 2 x 2 x 8192 x 8192 / 2 x 4096 FLOPs re-run (Megatron's selective re-runs them)."""
+    llama = load_model("llama3-8b")
+    run = replace(TITAN, precision=precision, torch_compile=compiled, fp8_recipe="tensorwise")
+    flops, recompute = _selective_less_none(llama, ClusterSpec(H100, 8), run)
+    assert flops == pytest.approx(WO_W3_FLOPS)
+
+
+def test_torchtitan_selective_prices_the_gemms_the_elementwise_forward_and_no_core():
+    """BF16 eager: wo and w3 forward at the GEMM model plus the block's element-wise forward, op by op (fusion.py:
+    10 a h of norms and residuals, RoPE and the Q, K, V copies 2 a (q + 2 k) + (2 a + 16)(q + k), SwiGLU 5 a F per
+    token, a = 2 bytes), at HBM bandwidth."""
+    llama = load_model("llama3-8b")
+    q, k, h, f = 4096, 1024, 4096, 14336
+    per_token = 10 * 2 * h + 2 * 2 * (q + 2 * k) + (2 * 2 + 16) * (q + k) + 5 * 2 * f
+    gemms = weight_gemm_seconds(llama, "dense", (Gemm(8192, q, h), Gemm(8192, h, f)), 8192, H100, TITAN)
+    _, recompute = _selective_less_none(llama, ClusterSpec(H100, 8), TITAN)
+    assert recompute == pytest.approx(gemms + 8192 * per_token / 3.35e12)
+
+
+def test_torchtitan_fp8_compiled_recasts_only_the_rerun_mms_and_eager_every_linear():
+    """torchao tensorwise, forward cast bytes per element: compiled amax (a) + fused cast (a + 1) = 5; eager abs and
+    max 3 a + the four cast ops a + 25 = 33 (fp8.py torchao_step_bytes), on input (m k) and weight (n k) elements.
+    Compiled re-casts wo's and w3's operands; eager re-runs the whole forward, every linear's."""
+    llama = load_model("llama3-8b")
+    cluster = ClusterSpec(H100, 8)
+    fp8 = replace(TITAN, precision="fp8", fp8_recipe="tensorwise")
+    rerun_elements = 8192 * 4096 + 4096 * 4096 + 8192 * 4096 + 4096 * 14336  # wo, w3: m k + n k
+    # every linear: the inputs of wqkv, wo and w1 with w3 (one input, as the forward prices it) and w2; the weights
+    all_elements = 3 * 8192 * 4096 + 8192 * 14336 + 4096 * (6144 + 4096 + 2 * 14336) + 14336 * 4096
+    for compiled, per_element, elements in ((True, 5, rerun_elements), (False, 33, all_elements)):
+        run = replace(fp8, torch_compile=compiled)
+        bf16 = replace(run, precision="bf16")
+        _, with_casts = _selective_less_none(llama, cluster, run)
+        _, without = _selective_less_none(llama, cluster, bf16)
+        gemm_gain = (weight_gemm_seconds(llama, "dense", (Gemm(8192, 4096, 4096), Gemm(8192, 4096, 14336)), 8192,
+                                         H100, bf16)
+                     - weight_gemm_seconds(llama, "dense", (Gemm(8192, 4096, 4096), Gemm(8192, 4096, 14336)), 8192,
+                                           H100, run))
+        assert with_casts - without + gemm_gain == pytest.approx(per_element * elements / 3.35e12)
+
+
+def test_megatron_selective_still_reruns_the_attention_core():
+    llama = load_model("llama3-8b")
+    flops, _ = _selective_less_none(llama, ClusterSpec(H100, 8), RUN)  # Megatron, seq 8192, flash: causal half
+    assert flops == pytest.approx(2 * 2 * 8192 * 8192 / 2 * 4096)
+
+
+def test_torchtitan_selective_under_tp_reruns_the_sp_all_gathers_and_stays_below_full():
+    llama = load_model("llama3-70b")
+    cluster = ClusterSpec(H100, 64)
+    none, selective, full = (layer_time(llama, cluster, TITAN, LayerKey("dense", mode, DEGREES))
+                             for mode in ("none", "selective", "full"))
+    # tp 8, SP: wo's and w3's shards re-run, and the two all-gathers (half the forward's collective pairs)
+    assert selective.flops - none.flops == pytest.approx(2 * 8192 * 8192 / 8 * 8192 + 2 * 8192 * 8192 * 28672 / 8)
+    # seconds: those GEMMs, the block's element-wise forward on the rank, and one all-reduce's worth of the forward's
+    # two collective pairs (an all-gather of T x h each)
+    gemms = (Gemm(8192, 8192 / 8, 8192), Gemm(8192, 8192, 28672 / 8))
+    elementwise = layer_elementwise_bytes(llama, TITAN, "dense", 8192, 8192, 8, True) / 3.35e12
+    assert selective.recompute == pytest.approx(weight_gemm_seconds(llama, "dense", gemms, 8192, H100, TITAN)
+                                                 + elementwise + tp_all_reduce_seconds(cluster, 8192 * 8192 * 2, 8))
+    no_sp = DEGREES._replace(sp=False)
+    gathers = selective.recompute - layer_time(llama, cluster, TITAN, LayerKey("dense", "selective", no_sp)).recompute
+    # half the forward's collectives re-run either way (SP: the two all-gathers; without: wo's all-reduce), and
+    # without SP the norms and residual adds re-run on every token, not the rank's sequence shard
+    assert 0 < selective.tp_comm and gathers < 0
+    assert 0 < selective.recompute < full.recompute

@@ -58,6 +58,34 @@ def test_torchtitan_fp8_keeps_the_bf16_activations():
         assert 0 <= measured["fp8", policy] - measured["bf16", policy] <= SCALAR_BYTES
 
 
+def test_torchtitan_fp8_under_compile_keeps_the_bf16_selective_activations():
+    # the policy counts torchao's Float8 mm as an aten.mm (its _scaled_mm runs beneath, tagged as the mm): the compiled
+    # forward saves the same bf16 mm outputs, plus amax scalars
+    rows = {r["precision"]: r["activation_bytes"] for r in PRICED
+            if r["model"] == "llama3-8b" and r["compiled"] and r["policy"] == "selective"}
+    assert 0 < rows["fp8"] - rows["bf16"] <= SCALAR_BYTES
+
+
+def test_the_backward_reruns_what_ndcp_prices():
+    # every linear's input- and weight-gradient GEMMs, and what the checkpoint re-runs: op-level SAC the forward GEMMs
+    # of every second mm (estimate/rerun.py: 0.3.0's wo and w3) and no attention kernel, eager and compiled, BF16 and
+    # FP8 (aten.mm, or aten._scaled_mm in the compiled FP8 graph); full AC the whole forward, the attention kernel
+    # with it (docs/formulas.md §5.7)
+    from ndcp.estimate.activations import block_mms, op_sac_recomputed_mms
+    assert {(r["precision"], r["policy"], r["compiled"]) for r in PRICED} >= {
+        (p, "selective", c) for p in ("bf16", "fp8") for c in (False, True)}
+    for row in PRICED:
+        model = load_model(row["model"])
+        run = RunSpec(global_batch=8, seq_len=TABLE["seq_len"], trainer="torchtitan", precision=row["precision"],
+                      torch_compile=row["compiled"])
+        mms = block_mms(model, run)
+        rerun = {"none": (), "selective": op_sac_recomputed_mms(model, run), "full": mms}[row["policy"]]
+        assert row["backward_gemms"] == 2 * len(mms) + len(rerun)
+        assert row["backward_attention_forwards"] == (row["policy"] == "full")
+    assert op_sac_recomputed_mms(load_model("llama3-8b"), RunSpec(global_batch=8, seq_len=8192,
+                                                                  trainer="torchtitan")) == ("wo", "w3")
+
+
 def test_full_checkpoint_keeps_only_the_block_input():
     for row in TABLE["rows"]:
         if row["policy"] == "full":
