@@ -197,13 +197,14 @@ def recompute_option_refusal(model: ModelSpec, run: RunSpec, mode: str) -> Refus
     """A recompute option the model and trainer can run: module options need the layers their modules act on, and
     every option needs a trainer that runs it (ndcp/trainers: Trainer.recompute_options)."""
     option = recompute_option(mode)
+    if refusal := recompute_mixers_refusal(model, mode):  # a hybrid model's blocks, scan layers: the closer reason
+        return refusal
     idle = modules_without_layers(option, model.moe is None or model.dense_layers > 0, model.moe is not None,
                                   model.mla is not None)
     if idle:
-        return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: "
-                       + ", ".join(f"{n} needs {MODULES[n].needs} layers" for n in idle))
-    if refusal := recompute_mixers_refusal(model, mode):
-        return refusal
+        return Refusal("recompute_modules", "recompute", f"{mode} does not apply to {model.name}: " + ", ".join(
+            f"{n} needs {' or '.join(MODULES[n].needs)} layers" + (f": {MODULES[n].why}" if MODULES[n].why else "")
+            for n in idle))
     trainer = trainer_named(run.trainer)
     if option.name not in trainer.recompute_options:
         return Refusal("recompute_modules", "recompute", f"{run.trainer} does not run recompute={mode} ({option.source}"

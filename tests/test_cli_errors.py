@@ -147,7 +147,10 @@ def test_an_unproven_per_layer_top_k_names_top_1():
 @pytest.mark.parametrize("mode, trainer, words", [
     ("mlp_act", "megatron", ["megatron does not run recompute=mlp_act", "runs none, selective, full"]),
     ("moe_act", "megatron", ["moe_act does not apply to tiny", "needs moe layers"]),
-    ("layernorm", "torchtitan", ["torchtitan does not run recompute=layernorm"])])
+    ("mlp", "torchtitan", ["torchtitan does not run recompute=mlp"]),
+    # Megatron-Core fuses a dense non-MLA layer's norms into its linears: layernorm would recompute nothing there
+    ("layernorm", "megatron", ["layernorm does not apply to tiny", "needs moe or mla layers",
+                               "Megatron fuses a dense layer's norms into its linears"])])
 def test_a_recompute_option_the_model_or_trainer_cannot_run_is_named(capsys, mode, trainer, words):
     # not an empty search blaming an unrelated rule: the option's own refusal
     code, out, err = run(capsys, "search", *TINY, "--recompute", mode, "--trainer", trainer)

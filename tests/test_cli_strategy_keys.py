@@ -67,8 +67,8 @@ def test_recompute_modules_and_offload_keys(capsys):
     assert s["recompute"] == "offload" and s["optimizer_offload"] is True
     code, out, err = run(capsys, *LLAMA_405B, "--strategy", "tp=8,pp=16,offload=optimizer,optimizer_offload=off")
     assert_one_line_error(code, out, err, "disagree")
-    code, out, err = run(capsys, *LLAMA_405B, "--trainer", "torchtitan", "--strategy", "tp=8,pp=16,zero=3,recompute=layernorm")
-    assert_one_line_error(code, out, err, "torchtitan does not run recompute=layernorm", "runs none, selective, full")
+    code, out, err = run(capsys, *LLAMA_405B, "--trainer", "torchtitan", "--strategy", "tp=8,pp=16,zero=3,recompute=mlp")
+    assert_one_line_error(code, out, err, "torchtitan does not run recompute=mlp", "runs none, selective, full")
 
 
 def test_a_reported_strategy_reads_back_with_its_layout(capsys, tmp_path):

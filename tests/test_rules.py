@@ -142,7 +142,7 @@ def test_learned_positions_bound_the_sequence_rope_does_not(capsys):
 
 @pytest.mark.parametrize("trainer,mode,refused", [
     ("mindformers", "mlp_act", False), ("megatron", "mlp_act", True), ("torchtitan", "mlp_act", True),
-    ("mindformers", "selective", True), ("mindformers", "layernorm", True), ("megatron", "layernorm", False)])
+    ("mindformers", "selective", True), ("mindformers", "mlp", True), ("megatron", "mlp", False)])
 def test_a_strategy_runs_only_its_trainers_recompute_options(trainer, mode, refused):
     """The trainer profiles name the recompute options each trainer runs (ndcp/trainers); the rule names the field,
     the value and the trainer's options."""

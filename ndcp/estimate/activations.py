@@ -26,7 +26,8 @@ from functools import lru_cache
 
 from ..specs.encoder import encoder_run, image_side
 from ..specs.model import ModelSpec
-from ..specs.recompute import HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
+from ..specs.recompute import (HOST_OFFLOAD, KEEPS_LAYER_INPUT, NO_RECOMPUTE, attention_norm_fused,
+                               recompute_option)
 from ..specs.run import FP32_BYTES, RunSpec
 from .trainers import loss_kernel, trainer_behaviour
 from .compute import ROW_PARALLEL_PROJECTIONS, block_projection_gemm
@@ -247,7 +248,9 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
 
     Megatron: selective drops the attention core (Korthikanti §5, "selective activation recomputation"); full keeps
     only the layer input, sequence-sharded when SP is on (Megatron keeps the checkpoint in the SP layout): 2sbh(/t).
-    In a hybrid model's blocks a module drops its tensors in the blocks it acts on (specs/recompute.py
+    layernorm drops the output of a norm that is a separate module only (specs/recompute.py attention_norm_fused):
+    a MoE layer's pre-MLP norm and MLA's input norm; a dense MLP's norm is fused into fc1, a non-MLA attention's
+    into linear_qkv. In a hybrid model's blocks a module drops its tensors in the blocks it acts on (specs/recompute.py
     RecomputeModule.block): each kind's inventory is its blocks' shares, so core_attn drops the attention blocks'
     cores, layernorm the MoE blocks' norm outputs only (the other blocks' norms are fused into their first linear),
     and the Mamba-2 blocks keep everything.
@@ -264,7 +267,7 @@ def layer_activation_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: str,
         items = (_torchtitan_sac_inventory(model, run, tokens, tp, sp) if option.drops
                  else _torchtitan_eager_inventory(model, run, tokens))
         return sum(sharded_bytes(t, tp, sp) for t in items)
-    drops = option.dropped(model.hybrid_blocks)  # a hybrid model's blocks: what the modules drop there
+    drops = option.dropped(attention_norm_fused(model.mla is not None, model.hybrid_blocks))
     return sum(b for name, shard, b in _sharded_inventory(model, run, kind == "moe", tp, cp, etp, mbs, sp)
                if shard not in drops and name not in drops)
 

@@ -5,10 +5,12 @@ seconds and executed matmul FLOPs of each forward piece, for one body layer and 
 The whole-layer and attention-core pieces are priced with the layer itself (estimate/layer_time.py); these are the
 module pieces: the two pre-norms (memory-bound), the dense MLP (its GEMMs, activation and its half of the layer's TP
 forward communication), the MoE block (router, routing work, experts and shared experts, activation, dispatch and
-combine), the experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The dense
-MLP's pre-norm is fused into fc1 (Transformer Engine LayerNormLinear), so it re-runs with the MLP and once only when
-`norms` also re-runs. torchtitan's `selective` is its own op-level policy, priced here too (OP_LEVEL_SAC: every
-second mm of the block, its element-wise forward, never the attention kernel; trainer_reruns, docs/formulas.md §5.7).
+combine), the experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The norms
+re-run are the ones Megatron-Core keeps as separate modules (specs/recompute.py attention_norm_fused): MLA's input
+norm and a MoE layer's pre-MLP norm; a non-MLA attention's norm is fused into linear_qkv and a dense MLP's into fc1
+(Transformer Engine LayerNormLinear), which re-runs with the MLP. torchtitan's `selective` is its own op-level
+policy, priced here too (OP_LEVEL_SAC: every second mm of the block, its element-wise forward, never the attention
+kernel; trainer_reruns, docs/formulas.md §5.7).
 
 A hybrid model's layer of a kind is its blocks' average (ModelSpec.mixer_shares), and a piece re-runs on the blocks
 its module acts on (specs/recompute.py RecomputeModule.block, from Megatron-Core's hybrid layer specs): the norms on
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.recompute import (ATTENTION_CORE, HOST_OFFLOAD, MLA_UP_PROJECTION, MLP_ACTIVATION, MLP_FORWARD,
-                               MOE_ACTIVATION, MOE_FORWARD, NORMS, OP_LEVEL_SAC)
+                               MOE_ACTIVATION, MOE_FORWARD, NORMS, OP_LEVEL_SAC, attention_norm_fused)
 from ..specs.run import RunSpec
 from .activations import offloaded_layer_bytes, op_sac_recomputed_mms, torchtitan_modelled
 from .compute import (block_projection_gemm, fp8_gemms, layer_gemms, memory_seconds, mla_up_projection_gemms,
@@ -113,17 +115,15 @@ def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: L
 
 def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, piece: str,
                reruns: tuple[str, ...]) -> tuple[float, float]:
-    """(seconds, matmul FLOPs) of one module piece of `reruns` (the option's pieces, for the fused-norm rule);
-    (0, 0) when the piece does not act on this kind of layer."""
+    """(seconds, matmul FLOPs) of one module piece of `reruns` (the option's pieces: the whole MLP covers its
+    activation); (0, 0) when the piece does not act on this kind of layer."""
     tokens, tp, kind = shape.tokens, shape.key.degrees.tp, shape.key.kind
     if piece == OP_LEVEL_SAC:
         return _op_level_sac(model, cluster, run, shape)
-    if piece == NORMS:
-        if model.hybrid_blocks:  # the MoE blocks' pre-MLP norm alone: the others are fused into a linear
-            return _norm_seconds(model, cluster, run, shape, model.mixer_shares(kind).mlp if kind == "moe"
-                                 else 0.0), 0.0
-        return _norm_seconds(model, cluster, run, shape, 1 if MLP_FORWARD in reruns and kind == "dense"
-                             else 2), 0.0
+    if piece == NORMS:  # the norms that are separate modules: MLA's input norm, a MoE layer's (block's) pre-MLP norm
+        shares = model.mixer_shares(kind)
+        attention = 0.0 if attention_norm_fused(model.mla is not None, model.hybrid_blocks) else shares.attention
+        return _norm_seconds(model, cluster, run, shape, attention + (shares.mlp if kind == "moe" else 0.0)), 0.0
     if piece == MLP_FORWARD:
         if kind != "dense":
             return 0.0, 0.0

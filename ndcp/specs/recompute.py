@@ -40,13 +40,25 @@ class RecomputeModule:
     name: str
     drops: tuple[str, ...]
     reruns: str
-    needs: str  # "" (any layer), "dense" (dense MLP layers), "moe" (MoE layers) or "mla" (MLA attention)
+    needs: tuple[str, ...]  # the layers it acts on, any one of them: "dense", "moe", "mla" (MLA attention); () any
     code: str  # short label in plan summaries
     part_of: str = ""  # a module that drops and re-runs all this one does (and more): it covers this one
-    # In a Megatron-Core hybrid model (ModelSpec.hybrid_blocks): the block it acts on (HYBRID_BLOCKS; "" none) and
-    # what it drops there (None: `drops`)
+    # In a Megatron-Core hybrid model (ModelSpec.hybrid_blocks): the block it acts on (HYBRID_BLOCKS; "" none)
     block: str = ""
-    block_drops: tuple[str, ...] | None = None
+    # What of `drops` it keeps anyway where the attention norm is fused into the first linear (attention_norm_fused)
+    kept_if_fused: tuple[str, ...] = ()
+    why: str = ""  # why it needs those layers (the refusal says it)
+
+
+def attention_norm_fused(mla: bool, hybrid_blocks: bool) -> bool:
+    """Whether a layer's attention (or mixer) norm is fused into its first linear, so that Megatron-Core's layernorm
+    module does not recompute it (docs/formulas.md §5.2). Megatron-Core's Transformer Engine layer spec (megatron/
+    core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec/_submodules at core_v0.14.0
+    23e00ed0, core_v0.17.0 9539a12e and d98e8a6): a non-MLA attention fuses its norm into linear_qkv
+    (TELayerNormColumnParallelLinear, input_layernorm left IdentityOp); MLA keeps a separate input_layernorm (unless
+    mla_down_proj_fusion, default False); a hybrid model's blocks fuse theirs (HYBRID_BLOCKS below).
+    transformer_layer.py recomputes a norm only where it is not an IdentityOp."""
+    return not mla or hybrid_blocks
 
 
 # The blocks of a Megatron-Core hybrid model (one block a layer: ModelSpec.hybrid_blocks) a module can act on. Its
@@ -62,20 +74,25 @@ class RecomputeModule:
 HYBRID_BLOCKS = {"attention": "attention blocks", "moe": "MoE blocks", "dense": "dense MLP blocks"}
 
 MODULES: dict[str, RecomputeModule] = {m.name: m for m in (
-    RecomputeModule("core_attn", ("core",), ATTENTION_CORE, "", "s", block="attention"),
-    RecomputeModule("layernorm", ("attention_input", "mlp_input", "moe_input"), NORMS, "", "ln", block="moe",
-                    block_drops=("moe_input",)),
-    RecomputeModule("mla_up_proj", ("mla_query", "mla_key", "mla_value"), MLA_UP_PROJECTION, "mla", "mla"),
-    RecomputeModule("mlp", ("mlp_input", "mlp_fc1_output", "mlp_act_output"), MLP_FORWARD, "dense", "mlp",
+    RecomputeModule("core_attn", ("core",), ATTENTION_CORE, (), "s", block="attention"),
+    # Megatron-Core recomputes a norm only where it is a separate module (transformer_layer.py: recompute_input_
+    # layernorm and recompute_pre_mlp_layernorm only for a norm that is not an IdentityOp): the pre-MLP norm of a MoE
+    # layer (a separate TENorm; a dense MLP's is fused into fc1, which the mlp module re-runs) and MLA's input norm
+    # (attention_norm_fused); a dense non-MLA layer has neither.
+    RecomputeModule("layernorm", ("attention_input", "moe_input"), NORMS, ("moe", "mla"), "ln", block="moe",
+                    kept_if_fused=("attention_input",),
+                    why="Megatron fuses a dense layer's norms into its linears (TELayerNormColumnParallelLinear)"),
+    RecomputeModule("mla_up_proj", ("mla_query", "mla_key", "mla_value"), MLA_UP_PROJECTION, ("mla",), "mla"),
+    RecomputeModule("mlp", ("mlp_input", "mlp_fc1_output", "mlp_act_output"), MLP_FORWARD, ("dense",), "mlp",
                     block="dense"),
-    RecomputeModule("moe_act", ("expert_act_output",), MOE_ACTIVATION, "moe", "act", part_of="moe", block="moe"),
+    RecomputeModule("moe_act", ("expert_act_output",), MOE_ACTIVATION, ("moe",), "act", part_of="moe", block="moe"),
     RecomputeModule("moe", ("router_logits", "expert_input", "expert_fc1_output", "expert_act_output",
-                            "shared_fc1_output", "shared_act_output"), MOE_FORWARD, "moe", "moe", block="moe"),
+                            "shared_fc1_output", "shared_act_output"), MOE_FORWARD, ("moe",), "moe", block="moe"),
     # MindFormers' select_recompute: mindformers/models/utils.py LayerSetting.__init__ default_patterns
     # (feed_forward\.mul, feed_forward\.w1\.activation\.silu; mindformers 1.6.0 fd4deebc) re-runs the dense SwiGLU's
     # SiLU and its product with the up projection (models/llama/llama_layer.py LlamaFeedForward.construct): the
     # product (fc2's input) is not kept. The dense counterpart of moe_act; Megatron's mlp module re-runs it too.
-    RecomputeModule("mlp_act", ("mlp_act_output",), MLP_ACTIVATION, "dense", "mact", part_of="mlp"),
+    RecomputeModule("mlp_act", ("mlp_act_output",), MLP_ACTIVATION, ("dense",), "mact", part_of="mlp"),
 )}
 
 
@@ -105,13 +122,13 @@ class RecomputeOption:
     def label(self) -> str:
         return self.code or self.name
 
-    def dropped(self, hybrid_blocks: bool) -> tuple[str, ...]:
-        """The inventory tensors (names or sharding tags) it does not keep; in a hybrid model's blocks what its
-        modules drop there (RecomputeModule.block_drops: only the MoE block's norm is not fused into a linear)."""
-        if not hybrid_blocks or not self.modules or self.keeps != KEEPS_ALL:
+    def dropped(self, attention_norm_fused: bool) -> tuple[str, ...]:
+        """The inventory tensors (names or sharding tags) it does not keep; where the attention norm is fused into a
+        linear (attention_norm_fused: a non-MLA attention, a hybrid model's blocks) less what its modules keep
+        there (RecomputeModule.kept_if_fused: layernorm keeps the attention norm's output)."""
+        if not attention_norm_fused or not self.modules or self.keeps != KEEPS_ALL:
             return self.drops
-        return tuple(d for n in self.modules for d in (MODULES[n].drops if MODULES[n].block_drops is None
-                                                       else MODULES[n].block_drops))
+        return tuple(d for n in self.modules for d in MODULES[n].drops if d not in MODULES[n].kept_if_fused)
 
 
 def _modules_option(names: tuple[str, ...], weight: int, source: str = "") -> RecomputeOption:
@@ -187,8 +204,8 @@ def modules_without_layers(option: RecomputeOption, has_dense: bool, has_moe: bo
     options: selective and full act on every layer)."""
     if option.keeps != KEEPS_ALL or option.name == "selective":
         return []
-    present = {"": True, "dense": has_dense, "moe": has_moe, "mla": has_mla}
-    return [n for n in option.modules if not present[MODULES[n].needs]]
+    present = {"dense": has_dense, "moe": has_moe, "mla": has_mla}
+    return [n for n in option.modules if MODULES[n].needs and not any(present[k] for k in MODULES[n].needs)]
 
 
 def recompute_option(name: str) -> RecomputeOption:

@@ -2,16 +2,19 @@
 holds three fp32 copies of the logits at the start of the loss's backward, Megatron's vocab-parallel cross entropy
 one whichever kernel runs it (RunSpec.loss_kernel), flash-attn's the 16-bit logits; torchtitan's compiled loss
 (RunSpec.compile_loss) the 16-bit logits it saved and their 16-bit gradient. A hybrid model's recompute modules drop
-their tensors in the blocks they act on (layer_activation_bytes)."""
+their tensors in the blocks they act on (layer_activation_bytes); Megatron's layernorm module the outputs of the
+norms that are separate modules."""
 import dataclasses
 
 import pytest
 
-from ndcp.estimate.activations import head_activation_bytes, layer_activation_bytes, logit_bytes_per_logit
+from ndcp.estimate.activations import (head_activation_bytes, layer_activation_bytes, layer_inventory,
+                                       logit_bytes_per_logit)
 from ndcp.estimate.keys import Degrees
 from ndcp.specs import RunSpec
 from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model
+from ndcp.specs.recompute import OPTION_BY_NAME, attention_norm_fused
 
 LLAMA8 = load_model("llama3-8b")  # vocabulary 128,256
 EAGER = RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan", torch_compile=True)
@@ -134,3 +137,20 @@ def test_module_options_on_a_hybrid_model_drop_only_their_blocks_tensors():
     assert layer_activation_bytes(nano, run, "moe", "core_attn+layernorm+moe", degrees) == 2 * 8192 * 2688 \
         == layer_activation_bytes(nano, run, "moe", "full", degrees)
     assert dropped("dense", "core_attn+layernorm+moe") == dropped("dense", "selective")
+
+
+@pytest.mark.parametrize("name,kind,tensors", [
+    ("mixtral-8x7b", "moe", ("moe_input",)),  # attention norm fused into linear_qkv
+    ("deepseek-v3", "dense", ("attention_input",)),  # MLA's separate input norm; the MLP norm fused into fc1
+    ("deepseek-v3", "moe", ("attention_input", "moe_input"))])
+def test_layernorm_drops_the_outputs_of_the_norms_that_are_separate_modules(name, kind, tensors):
+    """Megatron-Core recomputes a norm only where it is not fused into a linear (transformer_layer.py, IdentityOp
+    norms; gpt_layer_specs.py): layernorm drops the output of MLA's input norm and of a MoE layer's pre-MLP norm,
+    each 2 x T x h bytes in bf16 (tp 1, mbs 1, seq 4096), nothing else."""
+    model, run, degrees = load_model(name), RunSpec(global_batch=64, seq_len=4096), Degrees(1, 1, 8, 1, 1, False)
+    dropped = (layer_activation_bytes(model, run, kind, "none", degrees)
+               - layer_activation_bytes(model, run, kind, "layernorm", degrees))
+    assert dropped == len(tensors) * 2 * 4096 * model.hidden
+    inventory = [t.name for t in layer_inventory(model, run, kind == "moe", 1, 1, 1, 1, False)]
+    drops = OPTION_BY_NAME["layernorm"].dropped(attention_norm_fused(model.mla is not None, model.hybrid_blocks))
+    assert tuple(n for n in inventory if n in drops) == tensors

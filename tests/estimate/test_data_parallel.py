@@ -388,7 +388,7 @@ def test_uneven_partitions_price_the_sync_of_the_layers_a_stage_holds():
     # Found by CI (hypothesis): on a 1 GB/s network a layer's gradients take 2 ms of a 7 ms step. The plan model once
     # priced every stage's sync at its fewest layers, 5 % below the plans it verified, and enumerated plan after
     # plan until its time ran out ("feasible"); with the sync affine in the stage's layers it proves the oracle's top 2.
-    _proven_on_one_gpu_per_node(4, "gelu", "a100-80g", 1e9, ("none", "layernorm", "mlp", "full"), {})
+    _proven_on_one_gpu_per_node(4, "gelu", "a100-80g", 1e9, ("none", "selective", "mlp", "full"), {})
 
 
 def test_a_sub_model_the_tuned_search_stalls_on_is_proven_by_the_default_branching():
@@ -396,7 +396,7 @@ def test_a_sub_model_the_tuned_search_stalls_on_is_proven_by_the_default_branchi
     # first sub-model (43 variables) the LP-guided search stalled 2.7 % above the optimum for the whole 60 s
     # ("feasible", one strategy of the oracle's two); after TUNED_DETERMINISTIC_SECONDS the default branching proves
     # it at once.
-    _proven_on_one_gpu_per_node(4, "swiglu", "a100-80g", 1e9, ("none", "layernorm", "mlp", "full"),
+    _proven_on_one_gpu_per_node(4, "swiglu", "a100-80g", 1e9, ("none", "selective", "mlp", "full"),
                                 {"trainer": "megatron", "grad_sync": "microbatch", "param_gather": "forward-backward"})
 
 
@@ -405,7 +405,7 @@ def test_uneven_partitions_price_the_last_bucket_of_the_layers_a_stage_holds():
     # stage's sync, never hidden) was priced at the most layers a stage may hold, 1/4 where a stage of 2 layers
     # pays 1/2: the plan model sat 6 % below every plan it verified and enumerated plans until the 60 s limit
     # ("feasible"). Bounded by the lines through 1/L x the sync at each layer count, it proves the oracle's top 2.
-    _proven_on_one_gpu_per_node(5, "gelu", "h100", 25e9, ("none", "selective", "layernorm+mlp", "offload"),
+    _proven_on_one_gpu_per_node(5, "gelu", "h100", 25e9, ("none", "selective", "mlp", "offload"),
                                 {"trainer": "megatron", "grad_sync": "microbatch", "param_gather": "step"},
                                 host_memory=2**30)
 

@@ -32,11 +32,26 @@ def test_module_reruns_count_their_gemm_flops():
     assert up - base == pytest.approx(total_flops(mla_up_projection_gemms(deepseek, tokens, 8)))
 
 
-def test_layernorm_recompute_is_memory_bound_and_cheap():
-    llama = load_model("llama3-70b")
-    t = layer_time(llama, ClusterSpec(H100, 64), RUN, LayerKey("dense", "layernorm", DEGREES))
-    # two norms, read + write T x h / t under SP, at HBM bandwidth: 2 x 2 x 8192 x 8192 / 8 x 2 bytes / 3.35 TB/s
-    assert t.recompute == pytest.approx(2 * 2 * 8192 * 8192 / 8 * 2 / 3.35e12)
+@pytest.mark.parametrize("name,kind,norms", [
+    ("mixtral-8x7b", "moe", 1),  # the MoE pre-MLP norm; the attention norm is fused into linear_qkv
+    ("deepseek-v3", "dense", 1),  # MLA's input norm; the dense MLP's norm is fused into fc1
+    ("deepseek-v3", "moe", 2)])  # MLA's input norm and the MoE pre-MLP norm
+def test_layernorm_recompute_reruns_the_separate_norms_memory_bound(name, kind, norms):
+    """Megatron-Core's layernorm module re-runs the norms that are separate modules (gpt_layer_specs.py,
+    transformer_layer.py), each a read and a write of T x h / t under SP at HBM bandwidth, no matmul."""
+    model = load_model(name)
+    seconds, flops = _rerun(model, kind, "layernorm", DEGREES._replace(ep=8 if kind == "moe" else 1))
+    assert seconds == pytest.approx(norms * 2 * 8192 * model.hidden / 8 * 2 / 3.35e12) and flops == 0.0
+
+
+def test_layernorm_with_mlp_reruns_the_mlp_norm_once():
+    """On DeepSeek-V3's dense layers layernorm+mlp re-runs MLA's input norm and the MLP with its fused norm: the norm
+    re-run adds one norm to mlp's re-run, not two."""
+    deepseek, cluster = load_model("deepseek-v3"), ClusterSpec(H100, 64)
+    norm = 2 * 8192 * deepseek.hidden / 8 * 2 / 3.35e12
+    mlp = layer_time(deepseek, cluster, RUN, LayerKey("dense", "mlp", DEGREES)).recompute
+    both = layer_time(deepseek, cluster, RUN, LayerKey("dense", "layernorm+mlp", DEGREES)).recompute
+    assert both == pytest.approx(mlp + norm)
 
 
 def test_offload_exposes_only_the_copy_that_outlasts_compute():

@@ -94,7 +94,7 @@ def test_a_lighter_first_stage_fits_where_the_default_partition_does_not():
     run = RunSpec(global_batch=2, seq_len=4096, memory_cap_bytes=72 * 2**20, reserve_bytes=2**20,
                   confidence=0.0)  # the case as found: the point estimate
     options = SpaceOptions(zero_stages=(0, 1, 2, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)),
-                           recompute_modes=("none", "layernorm", "mlp", "full"), max_offset=1)
+                           recompute_modes=("none", "selective", "mlp", "full"), max_offset=1)
     oracle, solved = assert_plan_search_matches_oracle(SearchSpace(model, cluster, run, options), top=2)
     assert solved.status == "optimal"
     assert solved.strategies[0].strategy.layers_per_stage == (2, 1)

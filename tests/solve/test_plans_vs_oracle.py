@@ -9,7 +9,7 @@ from ndcp.solve.certificate import cpsat_search
 from ndcp.schedules import SCHEDULES
 from ndcp.space import DEFAULT_SCHEDULES, SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, ModelSpec, RunSpec, device_preset
-from ndcp.specs.model import MoESpec
+from ndcp.specs.model import MLASpec, MoESpec
 
 from .oracle import assert_plan_search_matches_oracle
 
@@ -21,9 +21,16 @@ MODE_SETS = (CLASSIC, ("none", "layernorm", "mlp", "full"), ("none", "selective"
 @st.composite
 def small_problems(draw):
     heads = draw(st.sampled_from([4, 8]))
+    # recompute options: the classic three, or module options among them (small sets keep the oracle's
+    # enumeration of every per-stage split within seconds); layernorm acts on MLA's separate input norm (a dense
+    # non-MLA layer fuses its norms into its linears), so those sets search an MLA model
+    modes = draw(st.sampled_from(MODE_SETS))
+    mla = (MLASpec(kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)
+           if any("layernorm" in m for m in modes) else None)
     model = ModelSpec(name="small", layers=draw(st.integers(2, 5)), hidden=heads * 64, heads=heads,
                       kv_heads=draw(st.sampled_from([1, heads])), ffn_hidden=draw(st.sampled_from([512, 1024])),
-                      vocab=draw(st.sampled_from([1000, 32000])), activation=draw(st.sampled_from(["gelu", "swiglu"])))
+                      vocab=draw(st.sampled_from([1000, 32000])), activation=draw(st.sampled_from(["gelu", "swiglu"])),
+                      mla=mla)
     cap = draw(st.sampled_from([0, 2**27, 2**28, 2**29, 2**30]))
     run = RunSpec(global_batch=draw(st.sampled_from([2, 4, 8])), seq_len=draw(st.sampled_from([1024, 4096])),
                   memory_cap_bytes=cap, reserve_bytes=2**20,
@@ -32,9 +39,6 @@ def small_problems(draw):
     gpus = draw(st.sampled_from([1, 2, 4]))
     # the default schedules, or every schedule searched jointly (zero-bubble and DualPipe too)
     schedules = draw(st.sampled_from([DEFAULT_SCHEDULES, tuple(SCHEDULES)]))
-    # recompute options: the classic three, or module options among them (small sets keep the oracle's
-    # enumeration of every per-stage split within seconds)
-    modes = draw(st.sampled_from(MODE_SETS))
     options = SpaceOptions(zero_stages=(1, 3), max=(("pp", 2), ("cp", 1), ("vpp", 1)), schedules=schedules,
                            recompute_modes=modes, optimizer_offloads=draw(st.sampled_from([(False,), (False, True)])))
     # the preset's host memory, or so little that it holds only some offloaded layers (the bounds cap offload)
@@ -54,7 +58,7 @@ def test_a_zero_stage_whose_offloaded_optimizer_overflows_the_host_is_not_chosen
     device = replace(device_preset("h100"), host_memory_bytes=2**28)
     run = RunSpec(global_batch=4, seq_len=1024, memory_cap_bytes=2**28, reserve_bytes=2**20)
     options = SpaceOptions(max=(("pp", 2), ("cp", 1), ("vpp", 1)),
-                           recompute_modes=("none", "selective", "layernorm+mlp", "offload"), zero_stages=(1, 3),
+                           recompute_modes=("none", "selective", "mlp", "offload"), zero_stages=(1, 3),
                            schedules=tuple(SCHEDULES), optimizer_offloads=(False, True), max_offset=1)
     _, solved = assert_plan_search_matches_oracle(SearchSpace(model, ClusterSpec(device, 4), run, options), top=TOP)
     assert solved.status == "optimal"

@@ -106,13 +106,21 @@ def test_heavier_options_keep_no_more_and_rerun_no_less(name, kind, tp, cp, mbs,
 
 @pytest.mark.parametrize("name,kind,option,saved", [
     # per layer, tp=8 with SP, mbs 1, seq 8192 on H100, BF16; the MiB each option saves against none
-    ("llama3-70b", "dense", "layernorm", 32.0), ("llama3-70b", "dense", "mlp", 184.0),
+    ("llama3-70b", "dense", "mlp", 184.0),
+    # layernorm: the norm outputs of the separate norms, 2sbh/t each: Mixtral's MoE pre-MLP norm (8192 x 4096 / 8 x 2
+    # bytes = 8 MiB; its attention norm is fused into linear_qkv), DeepSeek-V3's MLA input norm (8192 x 7168 / 8 x 2
+    # = 14 MiB) on a dense layer (its MLP norm fused into fc1) and both norms on a MoE layer
+    ("mixtral-8x7b", "moe", "layernorm", 8.0), ("deepseek-v3", "dense", "layernorm", 14.0),
+    ("deepseek-v3", "moe", "layernorm", 28.0),
+    # with mlp: the dense MLP's input (14 MiB), fc1 output (2 x 18432 x 8192 / 8 x 2 = 72) and activation output (36)
+    ("deepseek-v3", "dense", "layernorm+mlp", 14.0 + 14.0 + 72.0 + 36.0),
     ("deepseek-v3", "moe", "layernorm+mla_up_proj+moe_act", 188.0), ("deepseek-v3", "moe", "mla_up_proj", 128.0),
     # MindFormers' select set: the SwiGLU product, ffn x s x b / t x 2 bytes = 28672 x 8192 / 8 x 2 = 56 MiB
     ("llama3-70b", "dense", "mlp_act", 56.0), ("deepseek-v3", "dense", "mlp_act", 18432 * 8192 / 8 * 2 / 2**20),
     ("deepseek-v3", "moe", "mlp_act", 0.0)])
 def test_module_options_drop_the_tensors_of_their_modules(name, kind, option, saved):
-    """layernorm drops the two norm outputs (2 x 2sbh/t under SP), mlp the dense MLP's input, fc1 output and
+    """layernorm drops the outputs of the norms that are separate modules (2sbh/t each under SP: MLA's input norm, a
+    MoE layer's pre-MLP norm), mlp the dense MLP's input, fc1 output and
     activation output, mlp_act only the activation output (nothing on a MoE layer), mla_up_proj MLA's up-projected
     queries, keys and values (DeepSeek-V3: 128 heads x (192 + 192 + 128) / tp), moe_act the experts' activation
     output."""
@@ -130,8 +138,16 @@ def test_module_options_the_model_cannot_run_are_refused():
     run = RunSpec(global_batch=64, seq_len=8192)
     assert recompute_option_refusal(dense, run, "moe_act").message.endswith("moe_act needs moe layers")
     assert recompute_option_refusal(dense, run, "mla_up_proj") is not None
+    # Megatron-Core fuses a dense non-MLA layer's norms into linear_qkv and fc1 (gpt_layer_specs.py): layernorm
+    # would save nothing there, so neither it nor an option holding it runs on Llama; mlp alone does
+    for mode in ("layernorm", "layernorm+mlp"):
+        assert recompute_option_refusal(dense, run, mode).message.endswith(
+            "layernorm needs moe or mla layers: Megatron fuses a dense layer's norms into its linears "
+            "(TELayerNormColumnParallelLinear)")
+    assert recompute_option_refusal(dense, run, "mlp") is None
+    assert recompute_option_refusal(load_model("mixtral-8x7b"), run, "layernorm") is None
     assert recompute_option_refusal(moe, run, "layernorm+mla_up_proj+moe_act") is None
-    assert recompute_option_refusal(dense, RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan"),
+    assert recompute_option_refusal(moe, RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan"),
                                     "layernorm") is not None
     assert recompute_option_refusal(dense, RunSpec(global_batch=64, seq_len=8192, trainer="torchtitan"),
                                     "selective") is None
@@ -143,7 +159,7 @@ def test_the_mindformers_select_row_drops_inventory_tensors_and_reruns_the_activ
     activation inventory, all of them the dense MLP's activation output, and re-runs only the activation."""
     option, module = OPTION_BY_NAME["mlp_act"], MODULES["mlp_act"]
     assert option.modules == ("mlp_act",) and option.reruns == (MLP_ACTIVATION,) and option.label == "mact"
-    assert "mindformers/models/utils.py" in option.source and module.needs == "dense" and module.part_of == "mlp"
+    assert "mindformers/models/utils.py" in option.source and module.needs == ("dense",) and module.part_of == "mlp"
     model = load_model("deepseek-v3")
     names = {t.name for t in layer_inventory(model, RunSpec(global_batch=8, seq_len=4096), kind == "moe", 8, 1, 1, 1,
                                              True)}
@@ -162,5 +178,5 @@ def test_the_select_option_is_offered_to_mindformers_only():
     for trainer in ("megatron", "torchtitan"):
         refusal = recompute_option_refusal(dense, runs[trainer], "mlp_act")
         assert f"{trainer} does not run recompute=mlp_act (MindFormers" in refusal.message
-    for mode in ("selective", "layernorm", "offload"):  # MindFormers runs none, its select set, full
+    for mode in ("selective", "mlp", "offload"):  # MindFormers runs none, its select set, full
         assert "runs none, mlp_act, full" in recompute_option_refusal(dense, runs["mindformers"], mode).message

@@ -22,7 +22,7 @@ def per_stage(*stages: dict) -> RecomputePlan:
 
 
 MIXED = per_stage({"none": 18, "full": 2}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 19, "full": 1})
-MODULES = per_stage({"none": 10, "layernorm": 10}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 20})
+MODULES = per_stage({"none": 10, "mlp": 10}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 20})
 SELECT = per_stage({"none": 16, "mlp_act": 4}, {"none": 20}, {"none": 15, "selective": 5}, {"none": 19, "full": 1})
 PLANS = [MIXED, MODULES, SELECT, per_stage(*({"none": 20 - v, "selective": v} for v in range(4))),
          per_stage(*({"none": 20 - v, "full": v} for v in range(4))),
@@ -47,8 +47,8 @@ def test_megatron_runs_one_full_count_per_stage_or_one_module_set_everywhere():
     ran, _ = nearest("megatron", LLAMA, RUN, strategy.with_(recompute=per_stage(
         {"none": 20}, {"none": 18, "selective": 2}, {"none": 20}, {"none": 20})))
     assert ran.recompute == RecomputePlan.uniform("selective")  # core_attn on every layer
-    assert "--recompute-modules layernorm" in emit("megatron", LLAMA, RUN, strategy.with_(
-        recompute=RecomputePlan.uniform("layernorm"))).text
+    assert "--recompute-modules mlp" in emit("megatron", LLAMA, RUN, strategy.with_(
+        recompute=RecomputePlan.uniform("mlp"))).text
 
 
 def test_torchtitan_runs_fsdp_or_plain_ddp_and_no_expert_tensor_parallelism():
@@ -153,5 +153,5 @@ def test_the_search_offers_each_trainer_its_own_recompute_options():
                               )._recompute_modes for t in KINDS}
     assert offered["mindformers"] == ["none", "mlp_act", "full"]
     assert offered["torchtitan"] == ["none", "selective", "full"]
-    assert "mlp_act" not in offered["megatron"] and {"selective", "layernorm", "mlp", "offload"} <= set(
-        offered["megatron"])
+    # Megatron on Llama: no layernorm option (its norms are fused into linear_qkv and fc1), no MoE or MLA module
+    assert offered["megatron"] == ["none", "selective", "mlp", "offload", "full"]

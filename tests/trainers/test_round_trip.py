@@ -66,8 +66,9 @@ MEGATRON_CASES = [  # (model, gpus, run, strategy)
     # activation offload (--fine-grained-activation-offloading) and a recompute-module combination
     (LLAMA70, 64, RunSpec(global_batch=128, seq_len=8192),
      Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=RecomputePlan.uniform("offload"))),
-    (LLAMA70, 64, RunSpec(global_batch=128, seq_len=8192),
-     Strategy(dp=2, tp=8, pp=4, mbs=1, mbn=64, zero=1, sp=True, recompute=RecomputePlan.uniform("layernorm+mlp"))),
+    (DEEPSEEK, 1024, RunSpec(global_batch=4096, seq_len=4096),  # DeepSeek-V3 §3.3's modules
+     Strategy(dp=32, tp=2, pp=16, ep=64, mbs=1, mbn=128, sp=True,
+              recompute=RecomputePlan.uniform("layernorm+mla_up_proj+moe_act"))),
 ]
 
 
