@@ -9,6 +9,7 @@ Usage: python scripts/refresh_examples.py [examples/FILE.md ...]
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -44,12 +45,20 @@ def refresh(path: Path) -> None:
         text = path.read_text()
         out = BLOCK.sub(lambda m: "```console\n" + m["console"] + "```\n\n```text\n"
                         + run(commands(m["console"]), workdir).rstrip("\n") + "\n```", text)
-    path.write_text(out)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(out)
+    tmp.replace(path)  # written whole or not at all
     print(f"{path}: {len(BLOCK.findall(text))} blocks re-run")
 
 
 def main() -> None:
-    paths = [Path(p) for p in sys.argv[1:]] or sorted((ROOT / "examples").glob("*.md"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", type=Path, metavar="examples/FILE.md",
+                        help="walk-throughs to refresh (default: every examples/*.md)")
+    paths = parser.parse_args().paths or sorted((ROOT / "examples").glob("*.md"))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
     for path in paths:
         refresh(path)
 

@@ -84,7 +84,7 @@ def space_summary(model: ModelSpec, space: SearchSpace, result) -> list[tuple[st
         pinned.append(f"sp={_on_off(sps[0])}")
     else:
         searched.append("sp {off,on} (on only with tp>1)")
-    modes = list(o.recompute_modes)
+    modes = list(space.inner_choices(1)[2])  # the options this model and trainer can run (rule recompute_modules)
     if len(modes) == 1:
         pinned.append(f"recompute={modes[0]}")
     else:
