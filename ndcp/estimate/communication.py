@@ -5,7 +5,8 @@ all-reduce moves 2(n-1)/n x nbytes per rank in 2(n-1) steps, reduce-scatter and 
 n-1 steps, all-to-all (n-1)/n x nbytes in n-1 steps; each step pays the link latency (alpha), each byte 1/bandwidth
 (beta), the bandwidth NCCL reaches on the link: the datasheet figure times DeviceSpec.scale_up_efficiency or
 scale_out_efficiency (nccl-tests bus bandwidth over line rate, docs/formulas.md §7). `nbytes` is always the full
-(unsharded) buffer one rank holds before a reduce-scatter or after an all-gather.
+(unsharded) buffer one rank holds before a reduce-scatter or after an all-gather. A few-byte all-reduce (the step's
+scalar syncs, an FP8 amax) is NCCL's own LL cost model instead, not these alphas (few_byte_all_reduce_seconds).
 
 Rank placement (Megatron-LM parallel_state, order "tp-cp-ep-dp-pp"): consecutive global ranks vary TP fastest,
 then CP, then DP, then PP. Expert layers re-carve the same tp*cp*dp ranks of a pipeline stage as ETP (fastest),

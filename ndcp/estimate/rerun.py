@@ -3,7 +3,7 @@ and MindFormers' select set, §5.4):
 seconds and executed matmul FLOPs of each forward piece, for one body layer and one micro-batch on one device.
 
 The whole-layer and attention-core pieces are priced with the layer itself (estimate/layer_time.py); these are the
-module pieces: the two pre-norms (memory-bound), the dense MLP (its GEMMs, activation and its half of the layer's TP
+module pieces: the pre-norms (memory-bound), the dense MLP (its GEMMs, activation and its half of the layer's TP
 forward communication), the MoE block (router, routing work, experts and shared experts, activation, dispatch and
 combine), the experts' activation alone, the dense MLP's activation alone, and MLA's up-projections. The norms
 re-run are the ones Megatron-Core keeps as separate modules (specs/recompute.py attention_norm_fused): MLA's input

@@ -18,7 +18,7 @@ KEEPS_LAYER_INPUT = "layer_input"  # only the layer's input (the checkpoint)
 # Forward pieces an option re-runs in backward (estimate/layer_time.py prices them, estimate/compute.py counts FLOPs).
 ATTENTION_CORE = "attention_core"  # softmax(QK^T)V and, without flash attention, its elementwise ops
 LAYER_FORWARD = "layer_forward"  # the whole layer forward with its TP/CP/EP forward communication
-NORMS = "norms"  # the layer's two pre-norms
+NORMS = "norms"  # the layer's pre-norms that are separate modules (attention_norm_fused): one or two
 MLP_FORWARD = "mlp_forward"  # the dense MLP (its fused pre-norm, fc1, activation, fc2) with its TP communication
 MOE_FORWARD = "moe_forward"  # the MoE block: router, dispatch and combine all-to-alls, experts, shared experts
 MOE_ACTIVATION = "moe_activation"  # the routed experts' activation function (SwiGLU)
