@@ -17,6 +17,8 @@ from rich.text import Text
 from ..specs.recompute import CLASSIC_MODES, MODULES, OPTION_BY_NAME, RECOMPUTE_MODES, RecomputePlan
 
 PLAN_SEPARATOR = "/"
+# The option a one-letter code names on its own: a module's code reads as that option (core_attn's `s` is selective).
+_OPTION_OF_CODE = {OPTION_BY_NAME[name].label: name for name in RECOMPUTE_MODES}
 
 
 def shown_options(plans: Iterable[RecomputePlan]) -> list[str]:
@@ -36,7 +38,7 @@ def plan_codes(options: Iterable[str]) -> str:
     for name in options:
         option = OPTION_BY_NAME[name]
         if option.modules and option.name == "+".join(option.modules):  # Megatron's modules, by their codes
-            codes.update((MODULES[m].code, m) for m in option.modules)
+            codes.update((MODULES[m].code, _OPTION_OF_CODE.get(MODULES[m].code, m)) for m in option.modules)
         else:
             codes[option.label] = name
     joined = any("+" in OPTION_BY_NAME[name].code for name in options)

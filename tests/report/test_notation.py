@@ -18,6 +18,14 @@ def test_the_legend_names_each_code_the_plans_write():
     assert "+ joins" not in plan_codes(["none", "selective", "full"])
 
 
+def test_core_attn_in_a_module_combination_reads_as_selective_whose_code_it_shares():
+    """core_attn is Megatron's selective (Korthikanti's attention core): its code `s` keeps selective's name in the
+    legend whether or not the plans run selective itself (the Nemotron-3 Nano recipe's core_attn+layernorm+moe)."""
+    assert plan_codes(["none", "selective", "core_attn+layernorm+moe", "full"]).startswith(
+        "n none, s selective, ln layernorm, moe, f full")
+    assert "s selective" in plan_codes(["none", "core_attn+layernorm+moe"])
+
+
 def test_uniform_plans_need_no_legend():
     assert plan_legend([RecomputePlan.uniform("selective")]) is None
     assert plan_legend([RecomputePlan.uniform("full"), PLAN]).plain.startswith("recompute plans: layers per option")
