@@ -15,7 +15,10 @@ round's commit), alternating with this one, so that the before/after speed-up (o
 process) is a ratio measured in one run.
 Under `--trainer any` the process also searches the default trainer's best plan (shown beside): its wall seconds
 include that second search, its solve seconds are the first's.
-Usage: python scripts/bench_search.py [--quick | --cases I,J] [--oracle] [--oracle-limit N] [--tree DIR]
+`--readme` runs the README's eight searches instead (as written there: the default trainer, its flags; the two
+DeepSeek-V3 ones under a 40 GiB cap are the slowest), with `--against DIR` alternating with the other tree: solve and
+wall seconds of each, the speed-ups, and whether the `--json` answers are identical once the clock is removed.
+Usage: python scripts/bench_search.py [--quick | --cases I,J | --readme] [--oracle] [--oracle-limit N] [--tree DIR]
        [--against DIR] [--markdown]
 """
 from __future__ import annotations
@@ -56,6 +59,17 @@ MATRIX = [  # model, device, gpus, global batch, sequence, memory cap ("" = the 
     ("deepseek-v3", "gb200-nvl72", 2048, 8192, 4096, ""),  # EP 64 inside a 72-GPU NVLink domain (trays of 4)
 ]
 QUICK = [0, 2, 4, 6]
+README = [  # the README's searches (docs/benchmarks.md §1), the default trainer
+    "llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192",
+    "llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192 --headroom 0.1",
+    "llama3-70b --device h100 --gpus 512 --global-batch 1024 --seq-len 8192 --trainer any",
+    "mixtral-8x7b --device h100 --gpus 64 --global-batch 256 --seq-len 4096 --memory-cap 70GiB",
+    "llama3-70b --device h100 --gpus 64 --global-batch 128 --seq-len 8192 --memory-cap 40GiB",
+    "deepseek-v3 --device h800 --gpus 2048 --global-batch 4096 --seq-len 4096 --memory-cap 40GiB",
+    "deepseek-v3 --device h800 --gpus 2048 --global-batch 4096 --seq-len 4096 --memory-cap 40GiB --schedules all "
+    "--overlap ep+p2p",
+    "llama3.1-405b --device h100 --gpus 2048 --global-batch 2048 --seq-len 8192",
+]
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,6 +107,44 @@ def run(case: tuple, method: str, time_limit: float, tree: Path = ROOT) -> dict:
     return answer
 
 
+def run_readme(search: str, time_limit: float, tree: Path) -> dict:
+    """One README search (`search`: its arguments after `ndcp search`) in a fresh process from `tree`: its JSON
+    answer plus `wall`."""
+    args = ["search", *search.split(), "--time-limit", str(time_limit), "--json", "-", "--quiet"]
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ndcp", *args], capture_output=True, text=True, cwd=tree,
+                          env={**os.environ, "PYTHONPATH": str(tree)})
+    wall = time.perf_counter() - t0
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"ndcp {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
+    return {**json.loads(done.stdout), "wall": wall}
+
+
+def readme_speed(args) -> None:
+    """--readme: each README search from --tree (and from --against, run first), its solve and wall seconds and
+    the speed-ups; `identical`: the two JSON answers agree once the clock keys are removed."""
+    from check_same_answers import strip_clock  # noqa: E402 (it imports this module)
+
+    titles = ["search", "status", "solve s", "wall s"] + (["before s", "speed-up", "before wall s", "wall speed-up",
+                                                           "identical"] if args.against else [])
+    print_row(titles, args.markdown, header=True)
+    speedups = []
+    for search in README:
+        before = run_readme(search, args.time_limit, args.against) if args.against else None
+        after = run_readme(search, args.time_limit, args.tree)
+        cells = [search, after["status"], f"{after['solve_seconds']:.2f}", f"{after['wall']:.2f}"]
+        if before is not None:
+            speedups.append(before["solve_seconds"] / after["solve_seconds"])
+            cells += [f"{before['solve_seconds']:.2f}", f"{speedups[-1]:.2f}", f"{before['wall']:.2f}",
+                      f"{before['wall'] / after['wall']:.2f}",
+                      "yes" if strip_clock(before) == strip_clock(after) else "NO"]
+        print_row(cells, args.markdown, header=False)
+    if speedups:
+        print(f"\nagainst {args.against}: speed-up of the solve median {statistics.median(speedups):.2f} "
+              f"(min {min(speedups):.2f}, max {max(speedups):.2f}); load {os.getloadavg()[0]:.2f} on "
+              f"{os.cpu_count()} cores")
+
+
 def steps(answer: dict) -> list[float]:
     return [round(s["time"]["step_seconds"], 9) for s in answer["strategies"]]
 
@@ -109,7 +161,12 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="also run each default search from this source tree, "
                         "alternating, and report the speed-up of --tree's over it (solve seconds)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--readme", action="store_true", help="the README's searches instead of the matrix")
     args = parser.parse_args()
+    for tree in dict.fromkeys(t for t in (args.tree, args.against) if t is not None):
+        compile_tree(tree)
+    if args.readme:
+        return readme_speed(args)
     chosen = [int(i) for i in args.cases.split(",")] if args.cases else QUICK if args.quick else range(len(MATRIX))
     titles = ["model", "device", "GPUs", "GBS", "seq", "cap", "space", "default s", "wall s", "status", "uniform s",
               "wall s", "status", "ratio", "same best"]
@@ -117,8 +174,6 @@ def main() -> None:
         titles += ["oracle s", "agree"]
     if args.against:
         titles += ["before s", "speed-up", "before wall s", "same answer"]
-    for tree in dict.fromkeys(t for t in (args.tree, args.against) if t is not None):
-        compile_tree(tree)
     print_row(titles, args.markdown, header=True)
     solves, ratios, proven_in, speedups, wall_speedups = [], [], [], [], []
     for i in chosen:

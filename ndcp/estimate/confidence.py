@@ -6,6 +6,7 @@ At confidence 0 every margin is 0 (the point estimate); --headroom is taken off 
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from math import ceil
 
 from ..specs.model import ModelSpec
@@ -19,8 +20,11 @@ def upper_edge(peak_bytes: int, memory_high: float) -> int:
     return int(ceil(peak_bytes * memory_high))
 
 
+@lru_cache(maxsize=4096)
 def fit_bytes(capacity_bytes: int, memory_high: float) -> int:
-    """The largest peak whose upper edge under `memory_high` is within `capacity_bytes` (0 when none is)."""
+    """The largest peak whose upper edge under `memory_high` is within `capacity_bytes` (0 when none is). Cached: a
+    search asks it for the same few capacities and band factors millions of times (a pure function of two
+    numbers)."""
     if memory_high == 1.0:
         return capacity_bytes
     peak = int(capacity_bytes // memory_high)

@@ -96,6 +96,7 @@ class Residual(NamedTuple):
     ratio: float
 
 
+@lru_cache(maxsize=256)
 def device_generation(device_name: str) -> str:
     """The GPU generation a device preset belongs to ("hopper"), or the device's own name."""
     name = device_name.lower()
@@ -115,6 +116,12 @@ def _sharding(strategy: Strategy) -> set[str]:
     if strategy.zero == 3:
         return {"hsdp" if strategy.dp_replicate > 1 else "fsdp"}
     return {f"zero-{strategy.zero}"}
+
+
+@lru_cache(maxsize=64)
+def _trainer_overlaps(run: RunSpec) -> RunSpec:
+    """The run with the trainer's default overlaps (built once per run: the search asks for it per plan)."""
+    return replace(run, overlap="trainer")
 
 
 def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_name: str | None = None
@@ -140,7 +147,7 @@ def plan_features(model: ModelSpec, strategy: Strategy, run: RunSpec, device_nam
         features.add("optimizer offload")
     if run.overlap != "trainer":  # the overlaps this plan runs that the trainer's defaults would not (a file's
         # read-back overlaps that change nothing here, e.g. p2p without virtual stages, are no feature)
-        beyond = strategy_overlaps(run, strategy) - strategy_overlaps(replace(run, overlap="trainer"), strategy)
+        beyond = strategy_overlaps(run, strategy) - strategy_overlaps(_trainer_overlaps(run), strategy)
         features |= {f"overlap {part}" for part in sorted(beyond)}
     if run.torch_compile:
         features.add("torch.compile")

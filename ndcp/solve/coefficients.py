@@ -285,7 +285,7 @@ def item_data_parallel_floor(space: SearchSpace, item: Item, memo: BoundMemo | N
 
 
 @lru_cache(maxsize=16384)
-def _role_static_bytes(space: SearchSpace, layout: Layout) -> dict[int, dict[int, int]]:
+def role_static_bytes(space: SearchSpace, layout: Layout) -> dict[int, dict[int, int]]:
     """Static bytes (model states, ZeRO-3 buffers) of each constrained stage (role_stages) per ZeRO stage the space
     searches. They depend only on the layout, so items sharing it share these."""
     _, zeros = inner_choices(space)
@@ -321,10 +321,12 @@ def _fewest_layers(model, chunks: tuple, offsets: int) -> tuple[dict[str, int], 
     return least, sum(counts.values()) - sum(least.values())
 
 
-def least_static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | None, fewer: int) -> float:
+def least_static_bytes(space: SearchSpace, layout: Layout, stage: int, zero: int | None, fewer: int,
+                       roles: dict | None = None) -> float:
     """The static bytes of a constrained stage (one of role_stages) under ZeRO stage `zero` (None: its lightest),
-    holding `fewer` layers less than its default (an uneven partition's lightest)."""
-    statics = _role_static_bytes(space, layout)[stage]
+    holding `fewer` layers less than its default (an uneven partition's lightest). `roles`: the layout's
+    role_static_bytes, when the caller has them."""
+    statics = (role_static_bytes(space, layout) if roles is None else roles)[stage]
     zeros = statics if zero is None else (zero,)
     if not fewer:
         return float(min(statics[z] for z in zeros))

@@ -109,15 +109,29 @@ def least_margin(space: SearchSpace, base: Strategy, modes: tuple[str, ...], zer
     """The least margin of any plan of `base` under `modes` and one of `zeros` (None: every ZeRO stage searched)."""
     if not space.run.confidence:
         return 0
-    run, device = space.run, space.cluster.device.name
+    zeros = [z for z in zeros if z is not None] or list(space.inner_choices(base.tp)[0])
+    return min(least_margins(space, base, modes, zeros).values())
+
+
+def least_margins(space: SearchSpace, base: Strategy, modes: tuple[str, ...], zeros) -> dict[int, int]:
+    """least_margin of each ZeRO stage of `zeros` alone (the terms they share computed once)."""
+    run = space.run
+    if not run.confidence:
+        return dict.fromkeys(zeros, 0)
+    device = space.cluster.device.name
     own = frozenset(recompute_families(base))
     families = tuple(f for f, _ in mode_families(tuple(modes)))
-    zeros = [z for z in zeros if z is not None] or list(space.inner_choices(base.tp)[0])
     capacity = space_capacity(space)
-    return min(e.margin(capacity) for z in zeros
-               for e in _every_set(plan_features(space.model, base.with_zero(z), run, device) - own, families,
-                                   run.confidence))
+    return {z: _least_set_margin(plan_features(space.model, base.with_zero(z), run, device) - own, families,
+                                 run.confidence, capacity) for z in zeros}
 
 
-__all__ = ["point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin", "mode_families", "NO_MARGINS",
+@lru_cache(maxsize=4096)
+def _least_set_margin(fixed: frozenset[str], families: tuple[str, ...], confidence: float, capacity: int) -> int:
+    """The least margin under `capacity` of a plan running any non-empty set of `families` beside `fixed` (the
+    bounds ask it for a few feature sets, many thousand times)."""
+    return min(e.margin(capacity) for e in _every_set(fixed, families, confidence))
+
+
+__all__ = ["point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin", "least_margins", "mode_families", "NO_MARGINS",
            "space_capacity"]

@@ -20,8 +20,8 @@ from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
 from .coefficients import (Item, fewest_layers, inner_choices, least_static_bytes, overlaps, pipeline_bound,
-                           role_stages)
-from .margins import least_margin
+                           role_stages, role_static_bytes)
+from .margins import least_margin, least_margins
 from .plan_form import host_room, stage_memory
 
 
@@ -49,6 +49,11 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     modes = tuple(space.inner_choices(base.tp)[2])
     offloads = tuple(m for m in modes if HOST_OFFLOAD in recompute_option(m).reruns)  # the others take no host memory
     out = {z: {} for z in zeros}
+    # per ZeRO stage: the least confidence margin of its plans (margins.py), the same on every stage
+    margins = least_margins(space, base, modes, [z for z in zeros if z is not None])
+    if None in out:
+        margins[None] = least_margin(space, base, modes, (None,))
+    statics = role_static_bytes(space, layout)
     # the last stage first: with the output head's logits (and MTP) it is where most items that cannot fit fail
     # (DeepSeek-V3 on 2,048 H800 under 40 GiB: 2,491 of the 2,497 item and SP pairs at level 3 that cannot fit, 1,226
     # there alone; GPT-3 175B on 64 A100: 376 of 406, every one on the first stage too)
@@ -60,7 +65,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
         counts, fewer = fewest_layers(model, stage, offsets)
         per_layer, host, fixed, _ = stage_memory(space, base, stage,
                                               tuple((k, m) for k in counts for m in modes + (NO_RECOMPUTE,)),
-                                              tuple((k, m) for k in counts for m in offloads))
+                                              tuple((k, m) for k in counts for m in offloads), hidden=False)
         offloading = tuple(m for m in offloads if any(host[(k, m)] > 0 for k in counts))
         plain = fixed + int(sum(n * per_layer[(k, NO_RECOMPUTE)] for k, n in counts.items())) - capacity
         saves = {key: per_layer[(key[0], NO_RECOMPUTE)] - b for key, b in per_layer.items()}
@@ -73,7 +78,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
             room = host_room(space, base, stage, () if z is None else (z,))
             held = int(min(sum(counts.values()), max(0.0, room) // least_host)) if least_host > 0 else 0
             # the least confidence margin of any plan under z (margins.py): what fits is that much less
-            excess = least_static_bytes(space, layout, s, z, fewer) + plain + least_margin(space, base, modes, (z,))
+            excess = least_static_bytes(space, layout, s, z, fewer, statics) + plain + margins[z]
             if excess > 0:  # some layer must recompute
                 excess += workspace
             # the most recompute can save: each layer its best option, offload on at most `held` layers
@@ -290,7 +295,13 @@ def _layer_totals(model, cluster, run, modes: tuple[str, ...], key: StageKey) ->
 def _growth(model, cluster, run, modes: tuple[str, ...], key: StageKey, counts: tuple[tuple[str, int], ...]
             ) -> "_Growth":
     """_Growth of a stage holding `counts` layers per kind, shared by the items with the same layer times."""
-    return _Growth.of(dict(counts), _layer_times(model, cluster, run, modes, key))
+    return _Growth.of(dict(counts), _kind_reach(model, cluster, run, modes, key))
+
+
+@lru_cache(maxsize=16384)
+def _kind_reach(model, cluster, run, modes: tuple[str, ...], key: StageKey) -> dict:
+    """_Growth.reach of the layer times (shared by the stages with other layer counts; callers must not change it)."""
+    return _Growth.reach(_layer_times(model, cluster, run, modes, key))
 
 
 # Where _Stretch evaluates a stage's added time, as fractions of its range above the least: fine near the least
@@ -308,14 +319,22 @@ class _Growth:
     slack: tuple[float, float]
 
     @staticmethod
-    def of(counts: dict, layer: dict) -> "_Growth":
-        most, shrink = {}, {}
-        for k in counts:
+    def reach(layer: dict) -> dict:
+        """Per layer kind of `layer` (LayerTime per (kind, mode)): (the most any mode adds to its time, forward and
+        backward window; the most any shrinks its forward and backward window)."""
+        out = {}
+        for k in dict.fromkeys(kind for kind, _ in layer):
             none = layer[(k, NO_RECOMPUTE)]
             deltas = [(t.total - none.total, t.forward_window - none.forward_window,
                        t.backward_window - none.backward_window) for (kind, _), t in layer.items() if kind == k]
-            most[k] = [max(0.0, *(d[i] for d in deltas)) for i in range(3)]
-            shrink[k] = [max(0.0, *(-d[i] for d in deltas)) for i in (1, 2)]
+            out[k] = ([max(0.0, *(d[i] for d in deltas)) for i in range(3)],
+                      [max(0.0, *(-d[i] for d in deltas)) for i in (1, 2)])
+        return out
+
+    @staticmethod
+    def of(counts: dict, reach: dict) -> "_Growth":
+        """The _Growth of a stage holding `counts` layers per kind, each kind reaching as _Growth.reach says."""
+        most, shrink = {k: reach[k][0] for k in counts}, {k: reach[k][1] for k in counts}
         total = lambda values, i: sum(n * values[k][i] for k, n in counts.items())  # noqa: E731
         # forward window: at most T plus what the backward windows can shrink; backward the same the other way
         return _Growth(total(most, 0), (total(most, 1), total(most, 2)), (total(shrink, 1), total(shrink, 0)))

@@ -232,20 +232,28 @@ class StageMemory(NamedTuple):
 
 
 def stage_memory(space: SearchSpace, base: Strategy, stage, keys: tuple[KindOption, ...],
-                 host_keys: tuple[KindOption, ...], extra_layers: int = 0) -> StageMemory:
+                 host_keys: tuple[KindOption, ...], extra_layers: int = 0, hidden: bool = True) -> StageMemory:
     """The memory terms of device stage `stage` (a StageLayout) under `base`, for the (kind, option) pairs `keys`
     (their host bytes for `host_keys`): the one place the plan model (PlanForm) and the level-3 bounds
     (plan_bounds._bytes_to_shed) take them from. The fixed part is less the most that the states a torchtitan
     pipeline stage releases part of the step can save with up to `extra_layers` more layers (memory
-    .unheld_state_bound), so the plan model stays a relaxation there."""
+    .unheld_state_bound), so the plan model stays a relaxation there. `hidden` False: workspace_hidden left empty
+    (the bounds do not read it, and it is most of the cost)."""
     model, run = space.model, space.run
     fixed = stage_dynamic_bytes(model, run, base, stage, counts={})
-    degrees = Degrees.of_strategy(base)
-    hidden = {key: layer_workspace_bytes(model, run, *key, degrees)
-              - sum(stage_layer_workspace(model, run, base, stage, *key, fixed["logits"])) for key in keys}
     return StageMemory(resident_layer_table(model, run, base, stage, keys),
                        host_offload_table(model, run, base, stage, host_keys),
-                       parts_total(fixed) - unheld_state_bound(model, run, base, stage, extra_layers), hidden)
+                       parts_total(fixed) - unheld_state_bound(model, run, base, stage, extra_layers),
+                       _workspace_hidden(space, base, stage, keys, fixed["logits"]) if hidden else {})
+
+
+def _workspace_hidden(space: SearchSpace, base: Strategy, stage, keys: tuple[KindOption, ...], logits: float
+                      ) -> dict[KindOption, float]:
+    """Of each (kind, option)'s workspace, what the stage's `logits` already pay (StageMemory.workspace_hidden)."""
+    model, run = space.model, space.run
+    degrees = Degrees.of_strategy(base)
+    return {key: layer_workspace_bytes(model, run, *key, degrees)
+            - sum(stage_layer_workspace(model, run, base, stage, *key, logits)) for key in keys}
 
 
 def host_room(space: SearchSpace, base: Strategy, stage, zeros) -> float:
