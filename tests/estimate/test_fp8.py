@@ -76,8 +76,9 @@ def test_the_fp8_gemm_runs_at_the_fp8_ceiling_and_a_device_without_one_at_the_bf
     assert gemm_pass_seconds(m, n, k, 1, fitted, 2) == gemm_pass_seconds(m, n, k, 1, assumed, 2)  # BF16 unmoved
     # a whole FP8 layer slows with the FP8 ceiling alone; its BF16 twin does not
     key = LayerKey("dense", "none", Degrees(1, 1, 1, 1, 1, False))
-    for run, slower in ((FP8, True), (BF16, False)):
-        at_half, assumed_time = (layer_time(LLAMA, ClusterSpec(d, 8), run, key).forward for d in (fitted, assumed))
+    for precision_run, slower in ((FP8, True), (BF16, False)):
+        at_half, assumed_time = (layer_time(LLAMA, ClusterSpec(d, 8), precision_run, key).forward
+                                 for d in (fitted, assumed))
         assert (at_half > assumed_time) is slower and (at_half == assumed_time) is not slower
 
 
