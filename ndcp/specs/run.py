@@ -203,13 +203,7 @@ class RunSpec:
                 "flash, eager)")
         require(not self.compile_loss or self.loss_kernel == "trainer", "loss_kernel", self.loss_kernel,
                 "the compiled loss (compile_loss) is its own kernel: give loss_kernel trainer")
-        one_of("disable_parameter_transpose_cache", self.disable_parameter_transpose_cache, (False, True))
-        require(not self.disable_parameter_transpose_cache or self.trainer == "megatron",
-                "disable_parameter_transpose_cache", True, "a Megatron setting: valid with trainer megatron only")
-        if self.wgrad_deferral_limit is not None:
-            non_negative_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 1 << 20)
-            require(self.trainer == "megatron", "wgrad_deferral_limit", self.wgrad_deferral_limit,
-                    "a Megatron setting (--wgrad-deferral-limit): valid with trainer megatron only")
+        self._check_megatron_settings()
         one_of("grad_sync", self.grad_sync, GRAD_SYNCS)
         one_of("param_gather", self.param_gather, PARAM_GATHERS)
         one_of("fsdp_version", self.fsdp_version, FSDP_VERSIONS)
@@ -223,13 +217,6 @@ class RunSpec:
         require(self.overlap in ("trainer", "none") or (all(p in OVERLAPS for p in parts)
                                                         and len(set(parts)) == len(parts)),
                 "overlap", self.overlap, "valid: trainer, none, or a '+'-joined subset of " + ", ".join(OVERLAPS))
-        one_of("delay_wgrad_compute", self.delay_wgrad_compute, (False, True))
-        require(not self.delay_wgrad_compute or self.trainer == "megatron", "delay_wgrad_compute", True,
-                "a Megatron setting (--delay-wgrad-compute): valid with trainer megatron only")
-        for name in ("first_layers_bf16", "last_layers_bf16"):
-            non_negative_int(name, getattr(self, name), 1 << 20)
-            require(not getattr(self, name) or self.trainer == "megatron", name, getattr(self, name),
-                    "a Megatron setting (--first-last-layers-bf16): valid with trainer megatron only")
         non_negative_int("memory_cap_bytes", self.memory_cap_bytes, 1 << 60)
         if self.reserve_bytes is not None:
             non_negative_int("reserve_bytes", self.reserve_bytes, 1 << 60)
@@ -241,6 +228,23 @@ class RunSpec:
                 "expected a fraction >= 0 and < 1 of the capacity to keep free")
         finite_number("confidence", self.confidence, 0.0, 1.0)
         require(self.confidence < 1, "confidence", self.confidence, "expected a confidence >= 0 and < 1, e.g. 0.9")
+
+    def _check_megatron_settings(self) -> None:
+        """The settings only Megatron-LM has a flag for: their values, and a Megatron trainer when set."""
+        one_of("disable_parameter_transpose_cache", self.disable_parameter_transpose_cache, (False, True))
+        require(not self.disable_parameter_transpose_cache or self.trainer == "megatron",
+                "disable_parameter_transpose_cache", True, "a Megatron setting: valid with trainer megatron only")
+        if self.wgrad_deferral_limit is not None:
+            non_negative_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 1 << 20)
+            require(self.trainer == "megatron", "wgrad_deferral_limit", self.wgrad_deferral_limit,
+                    "a Megatron setting (--wgrad-deferral-limit): valid with trainer megatron only")
+        one_of("delay_wgrad_compute", self.delay_wgrad_compute, (False, True))
+        require(not self.delay_wgrad_compute or self.trainer == "megatron", "delay_wgrad_compute", True,
+                "a Megatron setting (--delay-wgrad-compute): valid with trainer megatron only")
+        for name in ("first_layers_bf16", "last_layers_bf16"):
+            non_negative_int(name, getattr(self, name), 1 << 20)
+            require(not getattr(self, name) or self.trainer == "megatron", name, getattr(self, name),
+                    "a Megatron setting (--first-last-layers-bf16): valid with trainer megatron only")
 
     def check_delay_wgrad(self) -> None:
         """Refuse delay_wgrad_compute without the expert all-to-all overlap asked for, as Megatron-Core's
