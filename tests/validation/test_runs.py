@@ -11,18 +11,22 @@ from ndcp.validation.runs import read_rows
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _row(tmp_path, cluster: str):
+def _one_row(tmp_path, model: str, cluster: str, training: str, strategy: str, outcome: str):
+    """The one run of a runs file with these YAML flow mappings (model a name or a mapping), as read_rows builds it."""
     path = tmp_path / "runs.yaml"
-    path.write_text(
-        "runs:\n"
-        "- id: stated\n"
-        "  model: {name: llama-like, layers: 32, hidden: 4096, heads: 32, kv_heads: 32, ffn_hidden: 11008,\n"
-        "          vocab: 32000, seq_len: 4096, activation: swiglu}\n"
-        f"  cluster: {{gpu: a100_80gb_sxm, num_gpus: 128, gpus_per_node: 8{cluster}}}\n"
-        "  training: {global_batch: 256, precision: bf16, fsdp_version: fsdp1, grad_dtype: bf16}\n"
-        "  strategy: {tp: 1, pp: 1, dp: 128, micro_batch: 2, zero_stage: 3, sp: null, recompute: none, dp_shard: 8}\n"
-        "  outcome: {tokens_per_s_per_gpu: 3760}\n")
+    path.write_text(f"runs:\n- id: stated\n  model: {model}\n  cluster: {cluster}\n  training: {training}\n"
+                    f"  strategy: {strategy}\n  outcome: {outcome}\n")
     return read_rows(path)[0][1]()
+
+
+def _row(tmp_path, cluster: str):
+    """fms-fsdp's Llama-2-7B-like FSDP row on 128 A100s, its cluster extended by `cluster`."""
+    return _one_row(tmp_path, "{name: llama-like, layers: 32, hidden: 4096, heads: 32, kv_heads: 32, "
+                    "ffn_hidden: 11008, vocab: 32000, seq_len: 4096, activation: swiglu}",
+                    f"{{gpu: a100_80gb_sxm, num_gpus: 128, gpus_per_node: 8{cluster}}}",
+                    "{global_batch: 256, precision: bf16, fsdp_version: fsdp1, grad_dtype: bf16}",
+                    "{tp: 1, pp: 1, dp: 128, micro_batch: 2, zero_stage: 3, sp: null, recompute: none, dp_shard: 8}",
+                    "{tokens_per_s_per_gpu: 3760}")
 
 
 def test_a_stated_node_network_is_shared_by_the_nodes_devices(tmp_path):
@@ -44,16 +48,11 @@ def test_a_node_network_that_is_not_a_positive_rate_is_the_rows_error(tmp_path, 
 
 
 def _moe_row(tmp_path, training: str):
-    path = tmp_path / "moe.yaml"
-    path.write_text(
-        "runs:\n"
-        "- id: delayed\n"
-        "  model: mixtral-8x7b\n"
-        "  cluster: {gpu: h100_sxm_80gb, num_gpus: 64, gpus_per_node: 8}\n"
-        f"  training: {{global_batch: 256, precision: bf16, seq_len: 4096{training}}}\n"
-        "  strategy: {tp: 1, pp: 1, dp: 64, ep: 8, micro_batch: 1, zero_stage: 1, sp: null, recompute: none}\n"
-        "  outcome: {tokens_per_s_per_gpu: 3000}\n")
-    return read_rows(path)[0][1]()
+    """Mixtral-8x7B on 64 H100s with EP 8, stating `training` beside its batch and precision."""
+    return _one_row(tmp_path, "mixtral-8x7b", "{gpu: h100_sxm_80gb, num_gpus: 64, gpus_per_node: 8}",
+                    f"{{global_batch: 256, precision: bf16, seq_len: 4096{training}}}",
+                    "{tp: 1, pp: 1, dp: 64, ep: 8, micro_batch: 1, zero_stage: 1, sp: null, recompute: none}",
+                    "{tokens_per_s_per_gpu: 3000}")
 
 
 def test_a_stated_weight_gradient_delay_is_read_under_the_expert_overlap(tmp_path):
@@ -71,16 +70,10 @@ def test_a_weight_gradient_delay_without_the_expert_overlap_is_the_rows_error(tm
 
 def _fp8_row(tmp_path, training: str):
     """A Megatron row on 8 H100s stating `training` (its precision among it)."""
-    path = tmp_path / "fp8.yaml"
-    path.write_text(
-        "runs:\n"
-        "- id: kept\n"
-        "  model: llama3-8b\n"
-        "  cluster: {gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}\n"
-        f"  training: {{global_batch: 64, seq_len: 8192{training}}}\n"
-        "  strategy: {tp: 1, pp: 2, dp: 4, micro_batch: 1, zero_stage: 1, sp: null, recompute: none}\n"
-        "  outcome: {tokens_per_s_per_gpu: 9000}\n")
-    return read_rows(path)[0][1]()
+    return _one_row(tmp_path, "llama3-8b", "{gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}",
+                    f"{{global_batch: 64, seq_len: 8192{training}}}",
+                    "{tp: 1, pp: 2, dp: 4, micro_batch: 1, zero_stage: 1, sp: null, recompute: none}",
+                    "{tokens_per_s_per_gpu: 9000}")
 
 
 def test_a_row_states_the_layers_its_recipe_keeps_in_bf16(tmp_path):
@@ -98,17 +91,12 @@ def test_a_row_states_the_layers_its_recipe_keeps_in_bf16(tmp_path):
 
 def _training_row(tmp_path, training: str):
     """A Megatron row on 8 H100s stating `training` beside its batch and precision."""
-    path = tmp_path / "runs.yaml"
-    path.write_text(
-        "runs:\n"
-        "- id: stated\n"
-        "  model: {name: llama-like, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn_hidden: 14336,\n"
-        "          vocab: 128256, seq_len: 2048, activation: swiglu}\n"
-        "  cluster: {gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}\n"
-        f"  training: {{global_batch: 8, precision: bf16{training}}}\n"
-        "  strategy: {tp: 4, pp: 1, dp: 2, micro_batch: 1, zero_stage: 1, sp: true, recompute: none}\n"
-        "  outcome: {tflops_per_gpu: 400}\n")
-    return read_rows(path)[0][1]()
+    return _one_row(tmp_path, "{name: llama-like, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn_hidden: 14336, "
+                    "vocab: 128256, seq_len: 2048, activation: swiglu}",
+                    "{gpu: h100_sxm_80gb, num_gpus: 8, gpus_per_node: 8}",
+                    f"{{global_batch: 8, precision: bf16{training}}}",
+                    "{tp: 4, pp: 1, dp: 2, micro_batch: 1, zero_stage: 1, sp: true, recompute: none}",
+                    "{tflops_per_gpu: 400}")
 
 
 def test_a_row_states_the_overlaps_its_recipe_ran(tmp_path):
