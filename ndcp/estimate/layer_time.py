@@ -165,7 +165,7 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: Layer
     for piece in reruns:
         if piece in MODULE_PIECES:  # recompute modules and torchtitan's op-level SAC (estimate/rerun.py)
             shape = LayerShape(key, key.degrees.tokens(run.seq_len), p.tp_forward, p.ep_forward, p.forward,
-                               p.backward, p.core, p.core_flops)
+                               p.backward, p.core, p.attention_flops)
             seconds, flops = rerun_cost(model, cluster, run, shape, piece, reruns)
             recompute += seconds
             executed += flops

@@ -133,5 +133,5 @@ def _least_set_margin(fixed: frozenset[str], families: tuple[str, ...], confiden
     return min(e.margin(capacity) for e in _every_set(fixed, families, confidence))
 
 
-__all__ = ["point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin", "least_margins", "mode_families", "NO_MARGINS",
-           "space_capacity"]
+__all__ = ["point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin", "least_margins",
+           "mode_families", "NO_MARGINS", "space_capacity"]
