@@ -83,8 +83,7 @@ def build_run(values: argparse.Namespace) -> RunSpec:
                   fp8_recipe=values.fp8_recipe or "delayed", overlap=run_overlap(values),
                   loss_kernel=run_loss_kernel(values))
     run = RunSpec(**fields)
-    run.check_delay_wgrad()
-    run.check_bf16_layers()
+    run.check_as_read()
     return run
 
 

@@ -246,6 +246,13 @@ class RunSpec:
             require(not getattr(self, name) or self.trainer == "megatron", name, getattr(self, name),
                     "a Megatron setting (--first-last-layers-bf16): valid with trainer megatron only")
 
+    def check_as_read(self) -> None:
+        """The checks of settings that depend on the run's others (check_delay_wgrad, check_bf16_layers), run where
+        a run is read from the user (the options, a measured row) and not on every RunSpec: a run derived from it
+        (its trainer's default overlaps, another trainer's BF16 run) keeps the settings, inert."""
+        self.check_delay_wgrad()
+        self.check_bf16_layers()
+
     def check_delay_wgrad(self) -> None:
         """Refuse delay_wgrad_compute without the expert all-to-all overlap asked for, as Megatron-Core's
         TransformerConfig.__post_init__ does (@d98e8a6: 'overlap_moe_expert_parallel_comm must be enabled when

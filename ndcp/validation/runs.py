@@ -263,9 +263,8 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype", "overlap",
                                        "fsdp_version", "grad_sync", "param_gather", "loss_kernel")),
                   **{k: training[k] for k in MEGATRON_SETTINGS if not is_null(training.get(k))})
-    run.check_delay_wgrad()
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
-    run.check_bf16_layers()
+    run.check_as_read()  # once the FP8 recipe is read: BF16 first/last layers depend on it
     run = _unstated_loss_kernel(run, training, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
     memory = as_number(outcome.get("memory_gib_per_gpu"))
