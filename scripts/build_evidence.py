@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Regenerate ndcp/estimate/evidence_table.json: every measured run's features and leave-one-source-out residuals.
 
-Runs: every run of examples/published_runs.yaml and examples/measured_runs_2.yaml that `ndcp validate` compares on
-step time or on peak memory. Residuals (docs/evidence.md §1), both measured / estimated:
+Runs: every run of examples/published_runs.yaml, examples/measured_runs_2.yaml and examples/measured_runs_nvl72.yaml
+that `ndcp validate` compares on step time or on peak memory. Residuals (docs/evidence.md §1), both measured /
+estimated:
 - step time: the run estimated with the GEMM ceilings fitted without its source, exactly as scripts/calibrate.py
-  fits them (its `fit`: one ceiling per GPU generation on the other sources' 16-bit MFU runs); a run of a
-  generation that is not fitted keeps its preset;
+  fits them (its `fit`: one ceiling per GPU generation on the other sources' 16-bit MFU runs of its files, the
+  first two; the third file's rows are never fitted on, as in scripts/calibrate.py); a run of a generation that is
+  not fitted keeps its preset;
 - peak memory: the measured peak over the estimate on the row's allocator basis (reserved or allocated:
   ndcp.validation.compare; nothing of memory is fitted, so the shipped estimate is already out of sample).
 Features: ndcp.estimate.evidence.plan_features of the run's model, strategy, run settings and device. The table
@@ -36,7 +38,9 @@ from ndcp.specs.fields import SpecError  # noqa: E402
 from ndcp.validation.fit import Errors, fitted, source  # noqa: E402
 from ndcp.validation.runs import MeasuredRun, SkipRun, read_rows  # noqa: E402
 
-RUNS_FILES = calibrate.RUNS_FILES
+FIT_FILES = calibrate.RUNS_FILES  # the runs the GEMM ceilings are fitted on (held out by source)
+CHECK_FILES = (ROOT / "examples" / "measured_runs_nvl72.yaml",)  # residuals only, never fitted on
+RUNS_FILES = FIT_FILES + CHECK_FILES
 
 
 def digest(path: Path) -> str:
@@ -58,10 +62,12 @@ def measured_rows(paths: tuple[Path, ...], wanted: Callable[[str], bool] = lambd
     return rows
 
 
-def residuals(rows: list[MeasuredRun]) -> EvidenceTable:
-    """Step and peak residual rows, each source's step times estimated with the ceilings fitted without it."""
-    errors = Errors(rows)
+def residuals(rows: list[MeasuredRun], checked: list[MeasuredRun] = ()) -> EvidenceTable:
+    """Step and peak residual rows of `rows` and `checked`, each source's step times estimated with the ceilings
+    fitted without it, on `rows` only."""
+    errors = Errors(rows + list(checked))
     fitting = [i for i, row in enumerate(rows) if calibrate.generation(row) is not None and fitted(row)]
+    rows = rows + list(checked)
     steps, peaks = [], []
     for name in sorted({source(row) for row in rows}):
         params = calibrate.fit(errors, [i for i in fitting if source(rows[i]) != name])
@@ -82,8 +88,9 @@ def _entries(rows: tuple[Residual, ...]) -> list[dict]:
             for r in rows]
 
 
-def table_document(paths: tuple[Path, ...] = RUNS_FILES) -> dict:
-    table = residuals(measured_rows(paths))
+def table_document(fit_paths: tuple[Path, ...] = FIT_FILES, check_paths: tuple[Path, ...] = CHECK_FILES) -> dict:
+    table = residuals(measured_rows(fit_paths), measured_rows(check_paths))
+    paths = fit_paths + check_paths
     coverage = table.held_out_coverage(DEFAULT_CONFIDENCE)
     return {"schema_version": 1, "generated_by": "scripts/build_evidence.py",
             "inputs": [{"path": str(p.relative_to(ROOT)), "sha256": digest(p)} for p in paths],

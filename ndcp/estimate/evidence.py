@@ -2,14 +2,16 @@
 
 A plan rests on features (its trainer, device generation, dense or MoE layers, ZeRO stage or FSDP/HSDP, context
 parallelism, FP8 recipe, pipeline schedule, recompute option family, offloads: `plan_features`). The generated
-table (evidence_table.json, written by scripts/build_evidence.py from examples/published_runs.yaml and
-examples/measured_runs_2.yaml) holds, for every measured run ndcp validates, its features and its leave-one-source-
-out residuals: measured / estimated step time (the GEMM ceilings fitted without the run's source, as
-scripts/calibrate.py does) and measured / estimated peak memory (nothing of memory is fitted).
+table (evidence_table.json, written by scripts/build_evidence.py from examples/published_runs.yaml,
+examples/measured_runs_2.yaml and examples/measured_runs_nvl72.yaml) holds, for every measured run ndcp validates,
+its features and its leave-one-source-out residuals: measured / estimated step time (the GEMM ceilings fitted
+without the run's source, as scripts/calibrate.py does, on the first two files only) and measured / estimated peak
+memory (nothing of memory is fitted).
 
 The band of a plan (`evidence_for`, docs/evidence.md §2):
-- its comparable rows (`comparable`): all rows, narrowed one plan feature at a time to those sharing it (the feature
-  leaving the most rows first) while enough rows from enough sources remain (STEP_LEAST, PEAK_LEAST);
+- its comparable rows (`comparable`): all rows, narrowed first to the plan's model class (dense or MoE: they err
+  apart, MODEL_CLASSES) and then one plan feature at a time to those sharing it (the feature leaving the most rows
+  first) while enough rows from enough sources remain (STEP_LEAST, PEAK_LEAST, CLASS_SOURCES);
 - their edges at confidence c: split-conformal order statistics (Lei et al. 2018, "Distribution-free predictive
   inference for regression", JASA 113(523), §2.2): of n sorted ratios, the upper edge at level q is the
   ceil(q (n + 1))-th (the largest when that passes n), the lower edge the floor((1 - q) (n + 1))-th (the smallest
@@ -54,10 +56,17 @@ class Least(NamedTuple):
 # rows of 3 sources in all, 5 rows of 2 sources.
 STEP_LEAST = Least(rows=15, sources=4)
 PEAK_LEAST = Least(rows=5, sources=2)
+# Dense and MoE plans err apart (measured / estimated step time: median 1.02 over the 78 dense rows, 1.37 over the 35
+# MoE rows; docs/evidence.md §2), so rows of the other class do not speak for a plan, however many publications they
+# come from: a band is read from the plan's class first wherever the class alone holds enough rows from at least
+# CLASS_SOURCES publications (the MoE rows come from three).
+MODEL_CLASSES = ("dense", "moe")
+CLASS_SOURCES = 3
 
 # Device generation by preset name prefix (ndcp/specs/device.py PRESETS); any other device is its own name.
 GENERATIONS = (("a100", "ampere"), ("h100", "hopper"), ("h200", "hopper"), ("h800", "hopper"), ("gb200", "blackwell"),
-               ("b200", "blackwell"), ("mi300", "cdna3"), ("ascend-910", "ascend 910"))
+               ("b200", "blackwell"), ("gb300", "blackwell"), ("b300", "blackwell"), ("mi300", "cdna3"),
+               ("ascend-910", "ascend 910"))
 RECOMPUTE_FAMILIES = {"none": "no recompute", "selective": "selective recompute", "full": "full recompute",
                       "offload": "activation offload"}
 MODULE_FAMILY = "recompute modules"  # every module option (Megatron --recompute-modules, MindFormers select sets)
@@ -278,10 +287,17 @@ def _band(chain: tuple[tuple[Residual, ...], ...], needed: int, confidence: floa
 
 def comparable_chain(rows: tuple[Residual, ...], features: frozenset[str], least: Least
                      ) -> tuple[tuple[Residual, ...], ...]:
-    """The rows most like a plan, step by step: starting from all rows, narrowed one plan feature at a time to the
-    rows that share it, each time by the feature leaving the most rows (ties: its name), while at least `least.rows`
-    rows from `least.sources` sources remain. Each set holds the next; the last is the closest."""
+    """The rows most like a plan, step by step: starting from all rows, narrowed first to the plan's model class
+    (dense or MoE) where at least `least.rows` rows from min(`least.sources`, CLASS_SOURCES) sources share it, then
+    one plan feature at a time to the rows that share it, each time by the feature leaving the most rows (ties: its
+    name), while at least `least.rows` rows from `least.sources` sources remain. Each set holds the next; the last
+    is the closest."""
     chain, remaining = [rows], sorted(features)
+    for model_class in (c for c in MODEL_CLASSES if c in features):
+        same = tuple(r for r in rows if model_class in r.features)
+        if len(same) >= least.rows and len({r.source for r in same}) >= min(least.sources, CLASS_SOURCES):
+            chain.append(same)
+            remaining.remove(model_class)
     while remaining:
         narrowed = [(tuple(r for r in chain[-1] if f in r.features), f) for f in remaining]
         narrowed = [(sub, f) for sub, f in narrowed
@@ -327,4 +343,5 @@ EVIDENCED_FEATURES: frozenset[str] = shipped_table().evidenced
 
 __all__ = ["Evidence", "plan_evidence", "Residual", "EvidenceTable", "plan_features", "evidence_for",
            "EVIDENCED_FEATURES", "Coverage", "DEFAULT_CONFIDENCE", "Least", "STEP_LEAST", "PEAK_LEAST", "least_for",
-           "comparable", "comparable_chain", "device_generation", "shipped_table", "upper_edge", "lower_edge"]
+           "comparable", "comparable_chain", "MODEL_CLASSES", "CLASS_SOURCES", "device_generation", "shipped_table",
+           "upper_edge", "lower_edge"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ndcp.estimate.evidence import (EVIDENCED_FEATURES, TABLE_PATH, EvidenceTable, Least, Residual, comparable,
-                                    evidence_for, lower_edge, plan_evidence, plan_features, shipped_table, upper_edge)
+                                    device_generation, evidence_for, lower_edge, plan_evidence, plan_features, shipped_table, upper_edge)
 from ndcp.specs.library import load_model
 from ndcp.specs.recompute import RecomputePlan, StageRecompute
 from ndcp.specs.run import RunSpec
@@ -28,7 +28,8 @@ FEATURES = sorted(EVIDENCED_FEATURES) + ["activation offload", "dualpipev"]
 def test_the_table_records_the_digest_of_the_runs_files_it_was_built_from():
     # a runs file changed without `python scripts/build_evidence.py` fails here
     recorded = {entry["path"]: entry["sha256"] for entry in DOCUMENT["inputs"]}
-    assert sorted(recorded) == ["examples/measured_runs_2.yaml", "examples/published_runs.yaml"]
+    assert sorted(recorded) == ["examples/measured_runs_2.yaml", "examples/measured_runs_nvl72.yaml",
+                                "examples/published_runs.yaml"]
     for path, digest in recorded.items():
         assert hashlib.sha256((ROOT / path).read_bytes()).hexdigest() == digest, path
 
@@ -36,7 +37,7 @@ def test_the_table_records_the_digest_of_the_runs_files_it_was_built_from():
 def test_held_out_bands_cover_at_least_85_percent_of_step_times_and_peaks():
     coverage = shipped_table().held_out_coverage(0.9)
     assert coverage._asdict() == DOCUMENT["held_out_coverage"]  # the figure the script printed, and the docs state
-    assert (coverage.step_covered, coverage.step_rows) == (89, 92)
+    assert (coverage.step_covered, coverage.step_rows) == (109, 113)
     assert (coverage.peak_covered, coverage.peak_rows) == (24, 27)
     assert coverage.step_share >= 0.85 and coverage.peak_share >= 0.85
 
@@ -88,6 +89,28 @@ def test_comparable_rows_narrow_by_the_largest_shared_feature_while_enough_rows_
     assert comparable(rows, frozenset({"b"}), Least(rows=7, sources=1)) == rows  # b leaves 6 < 7: all rows
     assert comparable(rows, frozenset({"c"}), Least(rows=2, sources=2)) == rows[:2]
     assert comparable(rows, frozenset({"c"}), Least(rows=2, sources=3)) == rows  # c's rows come from 2 sources
+
+
+def test_comparable_rows_are_the_plans_model_class_first_where_enough_publications_measured_it():
+    # 6 MoE rows of 3 sources (ratio 1.4) among 12 dense rows of 4 sources (ratio 1.0), all sharing "a"
+    moe = tuple(Residual(f"m{i}", f"s{i % 3}", frozenset({"a", "moe"}), 1.4) for i in range(6))
+    dense = tuple(Residual(f"d{i}", f"s{i % 4}", frozenset({"a", "dense"}), 1.0) for i in range(12))
+    rows = moe + dense
+    assert comparable(rows, frozenset({"a", "moe"}), Least(rows=6, sources=4)) == moe  # 3 sources suffice for a class
+    assert comparable(rows, frozenset({"a", "dense"}), Least(rows=6, sources=4)) == dense
+    assert comparable(rows, frozenset({"a", "moe"}), Least(rows=7, sources=4)) == rows  # too few MoE rows: all
+    two_sources = tuple(r._replace(source=f"s{int(r.id[1:]) % 2}") for r in moe) + dense
+    assert comparable(two_sources, frozenset({"a", "moe"}), Least(rows=6, sources=4)) == two_sources
+
+
+def test_a_moe_plans_band_is_read_from_the_measured_moe_runs():
+    table = shipped_table()
+    moe_rows = tuple(r for r in table.steps if "moe" in r.features)
+    features = plan_features(MIXTRAL, Strategy(tp=1, pp=4, ep=8, vpp=2, mbs=1, zero=1), RUN, "h100")
+    evidence = table.evidence(features, 0.9)
+    assert evidence.runs == len(moe_rows) >= 19  # the MoE rows come from 3 publications: no narrower set qualifies
+    assert evidence.step_band == (pytest.approx(lower_edge(sorted(r.ratio for r in moe_rows), 0.95)),
+                                  pytest.approx(upper_edge(sorted(r.ratio for r in moe_rows), 0.95)))
 
 
 def test_held_out_coverage_counts_rows_inside_the_bands_of_the_other_sources():
@@ -142,6 +165,11 @@ def test_plan_features_name_the_scan_mixers_of_hybrid_models():
     assert not {"mamba-2", "gated deltanet"} & plan_features(MIXTRAL, Strategy(dp=8), RUN)
     # the Megatron-Bridge Nemotron-3 Nano rows evidence Mamba-2 layers; no measured run has Gated DeltaNet layers
     assert "mamba-2" in EVIDENCED_FEATURES and "gated deltanet" not in EVIDENCED_FEATURES
+
+
+def test_every_blackwell_preset_is_one_generation():
+    assert {device_generation(name) for name in ("b200", "gb200-nvl72", "b300", "gb300-nvl72")} == {"blackwell"}
+    assert device_generation("h800") == "hopper" and device_generation("mi300x") == "cdna3"
 
 
 def test_plan_evidence_is_the_band_of_the_plan_features():
