@@ -187,8 +187,8 @@ def bf16_rerun_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, schedu
     pytorch/distributed.py _CheckpointFunction.backward): off for it. The stage's modes are not placed per layer:
     each kind's BF16 layers take its heaviest modes first (bf16_layer_modes), as Megatron's block method recomputes
     a chunk's first layers; for the last layers an upper bound. Each layer's part is at least 0 (conservative where
-    FP8's casts would make its re-run slower; the per-layer plan's form, which prices the BF16 layers without
-    recompute, stays a relaxation). Unvalidated: no measured run keeps layers in BF16 (docs/formulas.md §3.1)."""
+    FP8's casts would make its re-run slower) and hides no data-parallel collective (_dp_windows): the per-layer
+    plan's form, which prices the BF16 layers without recompute, stays a relaxation. Unvalidated: no measured run keeps layers in BF16 (docs/formulas.md §3.1)."""
     if not any(run.bf16_layers) or not any(mode != NO_RECOMPUTE for (_, mode), _ in mode_counts):
         return ZERO_TIME
     total, left = ZERO_TIME, dict(mode_counts)
@@ -365,6 +365,20 @@ def overlap_windows(stages: list[LayerTime]) -> list[Windows]:
     return [Windows(t.forward_window, t.backward_window) for t in stages]
 
 
+def _dp_windows(model, cluster, run, strategy: Strategy, stages: list[LayerTime]) -> list[Windows]:
+    """The stages' DP overlap windows (overlap_windows) less the BF16 layers' re-run at the BF16 rate
+    (bf16_rerun_time): conservatively it hides no data-parallel collective, so the per-layer plan form, which leaves
+    it out of its stage times and windows alike, stays a lower bound of this estimate (docs/solver.md §7)."""
+    windows = overlap_windows(stages)
+    if not any(run.bf16_layers):
+        return windows
+    s = strategy
+    key = StageKey(Degrees.of_strategy(s), s.cp_comm, strategy_overlaps(run, s))
+    return [Windows(w.forward, w.backward - bf16_rerun_time(model, cluster, run, s.schedule, stage, s.pp, key,
+                                                              counts).recompute)
+            for stage, (w, counts) in enumerate(zip(windows, stage_mode_counts(model, s)))]
+
+
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
     """Step time = pipeline(slowest per-micro-batch stage time, sum of the stages' fills) + exposed DP sync +
     optimizer step + the step's fixed costs + FSDP's gradient passes; the communication overlapped with compute
@@ -379,7 +393,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
                                 s.vpp, s.pp)
     worst = stages[slowest]
     dp_comm, optimizer, step_costs, grad_passes = data_parallel_seconds(model, cluster, run, s,
-                                                                        overlap_windows(stages))
+                                                                        _dp_windows(model, cluster, run, s, stages))
     step = pipeline + dp_comm + optimizer + step_costs + grad_passes
 
     parts = {"compute_forward": s.mbn * worst.forward, "compute_backward": s.mbn * worst.backward,

@@ -379,3 +379,20 @@ def test_a_per_stage_plan_charges_the_bf16_re_run_only_where_the_bf16_layers_are
     assert after[0].recompute == before[0].recompute
     full = _bf16_minus_fp8({"last_layers_bf16": 1}, "full", 1) - _bf16_minus_fp8({"last_layers_bf16": 1}, "none", 1)
     assert after[1].recompute - before[1].recompute == pytest.approx(full, rel=1e-9) and full > 0
+
+
+def test_a_bf16_layers_re_run_hides_no_data_parallel_collective():
+    """Conservatively (and so the per-layer plan form, which leaves the re-run premium out, stays a lower bound) the
+    data-parallel windows are the stages' without the BF16 layers' BF16-rate re-run: on a slow scale-out link
+    (gradient sync exposed) the step's dp_comm is the one of windows less each stage's premium, not of the whole."""
+    from ndcp.estimate.data_parallel import Windows, data_parallel_seconds
+    c, s = cluster(gpus=8, scale=0.01), replace(TWO_STAGES, recompute=RecomputePlan.uniform("full"))
+    run = replace(FP8_CS, first_layers_bf16=1, last_layers_bf16=1)
+    after, before = stage_times(LLAMA_8B, c, run, s), stage_times(LLAMA_8B, c, FP8_CS, s)
+    premium = [a.recompute - b.recompute for a, b in zip(after, before)]
+    assert min(premium) > 0
+    less = [Windows(t.forward_window, t.backward_window - p) for t, p in zip(after, premium)]
+    whole = [Windows(t.forward_window, t.backward_window) for t in after]
+    dp = estimate_time(LLAMA_8B, c, run, s).parts["dp_comm"]
+    assert dp == pytest.approx(data_parallel_seconds(LLAMA_8B, c, run, s, less).communication, rel=1e-12)
+    assert dp > data_parallel_seconds(LLAMA_8B, c, run, s, whole).communication
