@@ -192,6 +192,9 @@ def test_hybrid_layers_tp_cp_trainer_and_recompute_rules():
     ("nemotron-3-nano", "selective", None), ("nemotron-3-nano", "layernorm+moe_act", None),
     ("nemotron-3-nano", "mlp", "mlp acts on dense MLP blocks"),  # every MLP block is a MoE block
     ("nemotron-3-nano", "offload", "Mamba-2 layers recompute whole"),
+    # full: the pinned Megatron-LM d98e8a6's HybridStack checkpoints whole blocks, Mamba-2 ones too
+    # (models/hybrid/hybrid_block.py l. 360-372 -> core/recompute.py checkpointed_forward l. 112)
+    ("nemotron-3-nano", "full", None), ("nemotron-h-8b", "full", None),
     # Nemotron-H 8B: 24 Mamba-2, 4 attention and 24 dense MLP blocks; every norm is fused into a linear
     ("nemotron-h-8b", "selective", None), ("nemotron-h-8b", "mlp", None),
     ("nemotron-h-8b", "layernorm", "layernorm acts on MoE blocks \\(its blocks: attention blocks, dense MLP blocks and "
@@ -201,7 +204,7 @@ def test_hybrid_layers_tp_cp_trainer_and_recompute_rules():
 def test_a_hybrid_model_runs_the_module_options_whose_modules_act_on_its_blocks(name, mode, refusal):
     """Megatron-Core's hybrid stack (mamba_layer_specs.py, core_v0.17.0): core_attn acts on the attention blocks,
     layernorm on the MoE blocks' pre-MLP norm (the only norm not fused into a linear), moe and moe_act on the MoE
-    blocks, mlp on the dense MLP blocks; the Mamba-2 blocks honour no module."""
+    blocks, mlp on the dense MLP blocks; the Mamba-2 blocks honour no module, and recompute whole under full."""
     cluster, run_spec = ClusterSpec(H100, 16), RunSpec(global_batch=16, seq_len=4096)
     strategy = Strategy(dp=16, mbn=1, ep=8 if name == "nemotron-3-nano" else 1, recompute=RecomputePlan(mode))
     if refusal is None:

@@ -58,10 +58,15 @@ def attention_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tupl
         q = (Gemm(tokens, h, m.q_lora_rank), q_up) if m.q_lora_rank else (Gemm(tokens, h, a * qk / tp),)
         kv = (Gemm(tokens, h, m.kv_lora_rank + m.qk_rope_head_dim), kv_up)
         return q + kv + (Gemm(tokens, a * m.v_head_dim / tp, h),)
-    d, g = model.dim_per_head, model.num_kv_heads
-    q = 2 * a if model.gated_attention else a  # a gated query projection also outputs the per-head gate
+    d, (q, g) = model.dim_per_head, _qkv_heads(model)
     # Megatron column-parallel QKV (a + 2g heads of d), row-parallel output projection (Shoeybi 2019 §3)
     return Gemm(tokens, h, (q + 2 * g) * d / tp), Gemm(tokens, a * d / tp, h)
+
+
+def _qkv_heads(model: ModelSpec) -> tuple[int, int]:
+    """(query, key) output heads of the fused QKV projection (a value's = a key's): a gated query projection also
+    outputs the per-head gate, 2a heads; g key heads."""
+    return (2 if model.gated_attention else 1) * model.heads, model.num_kv_heads
 
 
 def _scaled(gemms: tuple[Gemm, ...], share: float) -> tuple[Gemm, ...]:
@@ -93,24 +98,30 @@ def mla_up_projection_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[G
             Gemm(tokens, m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim) / tp))
 
 
-# A dense block's weight GEMMs by projection name (TrainerBehaviour.block_mm_order): the input width k and output width
-# n of each as multiples of (hidden h, query width a*d, key/value width g*d, ffn F) and whether TP splits k
-# (row-parallel: wo, w2) or n (column-parallel: the others)
+# A dense block's weight GEMMs by projection name (TrainerBehaviour.block_mm_order): parts of the fused GEMMs
+# (block_projection_gemm); TP splits k of the row-parallel ones (wo, w2), n of the column-parallel others
 BLOCK_PROJECTIONS = ("wqkv", "wq", "wk", "wv", "wo", "w1", "w3", "w2")
 ROW_PARALLEL_PROJECTIONS = ("wo", "w2")
 
 
 def block_projection_gemm(model: ModelSpec, name: str, tokens: float, tp: int) -> Gemm:
-    """One projection of BLOCK_PROJECTIONS of a dense MHA/GQA block, forward, one device of a TP group (the same
-    shapes attention_projection_gemms and mlp_gemms fuse: wqkv, and w1 with w3)."""
-    h, f = model.hidden, model.ffn_hidden
-    q, kv = model.heads * model.dim_per_head, model.num_kv_heads * model.dim_per_head
-    widths = {"wqkv": (h, q + 2 * kv), "wq": (h, q), "wk": (h, kv), "wv": (h, kv), "wo": (q, h), "w1": (h, f),
-              "w3": (h, f), "w2": (f, h)}
-    if name not in widths:
+    """One projection of BLOCK_PROJECTIONS of a dense MHA/GQA block, forward, one device of a TP group: a part of the
+    fused GEMMs attention_projection_gemms and mlp_gemms return, so each shape is written once. wqkv, wo and w2 are
+    theirs; wq, wk and wv the fused QKV's column slices (its query heads, with the gate's under gated attention, and
+    its key heads; _qkv_heads); w1 and w3 each half a gated MLP's fused up projection (w1 the whole one otherwise)."""
+    if name not in BLOCK_PROJECTIONS:
         raise ValueError(f"block projection {name!r} unknown; valid: {', '.join(BLOCK_PROJECTIONS)}")
-    k, n = widths[name]
-    return Gemm(tokens, k / tp, n) if name in ROW_PARALLEL_PROJECTIONS else Gemm(tokens, k, n / tp)
+    if model.mla is not None:
+        raise ValueError(f"block projection {name!r}: MHA/GQA attention only; MLA's projections are "
+                         "attention_projection_gemms'")
+    if name in ("w1", "w3", "w2"):
+        up, down = mlp_gemms(model, model.ffn_hidden, tokens, tp)
+        return down if name == "w2" else up._replace(n=up.n / 2) if model.gated else up
+    qkv, wo = attention_projection_gemms(model, tokens, tp)
+    if name in ("wqkv", "wo"):
+        return qkv if name == "wqkv" else wo
+    heads = _qkv_heads(model)[0 if name == "wq" else 1]
+    return qkv._replace(n=heads * model.dim_per_head / tp)
 
 
 def fp8_gemms(model: ModelSpec, kind: str, gemms: tuple[Gemm, ...], tokens: float) -> tuple[Gemm, ...]:

@@ -276,7 +276,9 @@ def _bf16_layer_bytes(model: ModelSpec, run: RunSpec, degrees: Degrees, layout: 
     """What the body layers kept in BF16 under fp8 (RunSpec.bf16_layers; fp8.bf16_layer_kinds: the first ones with
     the embedding, the last with the loss) save per micro-batch over the same layers in FP8: Transformer Engine
     saves an unquantized linear layer's input in BF16, not FP8 (activations.py at fp8.bf16_run). Without
-    recompute: an upper bound where they are recomputed. Unvalidated: no measured run keeps layers in BF16."""
+    recompute: an upper bound where they are recomputed, whose larger re-run (BF16 inputs rematerialised, the
+    recompute workspace's difference, not in the stage's workspace part) it covers once per micro-batch in flight.
+    Unvalidated: no measured run keeps layers in BF16."""
     if not any(run.bf16_layers):
         return 0.0
     roles = ("first",) * layout.is_first + ("last",) * layout.holds_head

@@ -13,7 +13,7 @@ from ..specs.device import ClusterSpec
 from ..specs.model import ModelSpec
 from ..specs.run import FP32_BYTES, RunSpec
 from ..schedules import schedule_named
-from ..specs.recompute import NO_RECOMPUTE
+from ..specs.recompute import HEAVIEST_FIRST, NO_RECOMPUTE
 from ..specs.strategy import Strategy
 from . import communication as comm
 from ..specs.encoder import encoder_run, image_side
@@ -165,14 +165,61 @@ def bf16_layers_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role:
     micro-batch: each runs as its kind's layer in a BF16 run (get_fp8_context returns nullcontext for it: its
     GEMMs at the BF16 rate, no FP8 casts, no amax reductions, BF16 userbuffers) less that layer in the FP8 run
     (docs/formulas.md §3.1). Priced without recompute, on the stage of the embedding or the loss (the first and
-    last virtual stages hold them while N fits there); a recomputed BF16 layer's re-run forward stays at FP8
-    rates. Unvalidated: no measured run keeps layers in BF16."""
+    last virtual stages hold them while N fits there): what a recompute re-runs of them at the BF16 rate is
+    bf16_rerun_time's, which knows the stage's plan. Unvalidated: no measured run keeps layers in BF16."""
     total, bf16 = ZERO_TIME, bf16_run(run)
     for kind, n in bf16_layer_kinds(model, run, role):
         layer = key.layer(kind, NO_RECOMPUTE)
         extra = layer_time(model, cluster, bf16, layer) + layer_time(model, cluster, run, layer).scaled(-1.0)
         total = total + extra.scaled(n)
     return total
+
+
+def bf16_rerun_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, schedule: str, stage: int, pp: int,
+                    key: StageKey, mode_counts) -> LayerTime:
+    """What the body layers kept in BF16 (bf16_layers_time's) add when recomputed, one micro-batch on device stage
+    `stage` whose plan is `mode_counts` (((kind, mode), layers) pairs): their re-run at the BF16 rate less the same
+    re-run in the FP8 run (the `recompute` part of layer_time, every piece: full recompute's layer forward,
+    selective's core, the modules' GEMMs, an offloaded layer's host copies). Megatron-LM d98e8a6 re-runs a fully
+    recomputed layer in its own `get_fp8_context(config, layer.layer_number - 1)` (core/recompute.py
+    checkpointed_forward custom_forward): nullcontext() for a BF16 layer; a module's re-run in Transformer Engine's
+    checkpoint enters `autocast(enabled=ctx.fp8)` with the forward's FP8 state (TE 2.14, 71bbefbf,
+    pytorch/distributed.py _CheckpointFunction.backward): off for it. The stage's modes are not placed per layer:
+    each kind's BF16 layers take its heaviest modes first (bf16_layer_modes), as Megatron's block method recomputes
+    a chunk's first layers; for the last layers an upper bound. Each layer's part is at least 0 (conservative where
+    FP8's casts would make its re-run slower) and hides no data-parallel collective (_dp_windows): the per-layer
+    plan's form, which prices the BF16 layers without recompute, stays a relaxation. Unvalidated: no measured run keeps layers in BF16 (docs/formulas.md §3.1)."""
+    if not any(run.bf16_layers) or not any(mode != NO_RECOMPUTE for (_, mode), _ in mode_counts):
+        return ZERO_TIME
+    total, left = ZERO_TIME, dict(mode_counts)
+    for role, share in schedule_named(schedule).extra_roles(stage, pp):
+        for (kind, mode), n in bf16_layer_modes(model, run, role, left):
+            rerun = _bf16_rerun_seconds(model, cluster, run, key.layer(kind, mode))
+            total = total + LayerTime(0.0, 0.0, share * n * rerun, 0.0, 0.0, 0.0)
+    return total
+
+
+def bf16_layer_modes(model: ModelSpec, run: RunSpec, role: str, left: dict) -> tuple[tuple[tuple[str, str], int], ...]:
+    """((kind, recompute mode), layers) of the BF16 layers a stage role holds (fp8.bf16_layer_kinds; "only" both
+    ends), each kind's taking the heaviest modes first (specs/recompute.py HEAVIEST_FIRST) from `left` (the stage's
+    (kind, mode) -> layers not yet taken, updated in place)."""
+    out = []
+    for end in (("first", "last") if role == "only" else (role,)):
+        for kind, n in bf16_layer_kinds(model, run, end):
+            for mode in HEAVIEST_FIRST:
+                take = min(n, left.get((kind, mode), 0))
+                if take:
+                    out.append(((kind, mode), take))
+                    left[(kind, mode)] -= take
+                    n -= take
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _bf16_rerun_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, key: LayerKey) -> float:
+    """One BF16 layer's re-run less the same layer's in the FP8 run, at least 0 (bf16_rerun_time)."""
+    return max(0.0, layer_time(model, cluster, bf16_run(run), key).recompute - layer_time(model, cluster, run,
+                                                                                            key).recompute)
 
 
 def _extra_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, role: str, key: StageKey) -> LayerTime:
@@ -265,7 +312,8 @@ def _stage_time(model, cluster, run, strategy: Strategy, stage: int, mode_counts
     """One micro-batch through one device stage (all its chunks): body layers plus the stage's extra work."""
     s = strategy
     key = StageKey(Degrees.of_strategy(s), s.cp_comm, strategy_overlaps(run, s))
-    total = stage_extra(model, cluster, run, s.schedule, stage, s.pp, key)
+    total = (stage_extra(model, cluster, run, s.schedule, stage, s.pp, key)
+             + bf16_rerun_time(model, cluster, run, s.schedule, stage, s.pp, key, mode_counts))
     for (kind, mode), n in mode_counts:
         total = total + layer_time(model, cluster, run, key.layer(kind, mode)).scaled(n)
     return total
@@ -317,6 +365,20 @@ def overlap_windows(stages: list[LayerTime]) -> list[Windows]:
     return [Windows(t.forward_window, t.backward_window) for t in stages]
 
 
+def _dp_windows(model, cluster, run, strategy: Strategy, stages: list[LayerTime]) -> list[Windows]:
+    """The stages' DP overlap windows (overlap_windows) less the BF16 layers' re-run at the BF16 rate
+    (bf16_rerun_time): conservatively it hides no data-parallel collective, so the per-layer plan form, which leaves
+    it out of its stage times and windows alike, stays a lower bound of this estimate (docs/solver.md §7)."""
+    windows = overlap_windows(stages)
+    if not any(run.bf16_layers):
+        return windows
+    s = strategy
+    key = StageKey(Degrees.of_strategy(s), s.cp_comm, strategy_overlaps(run, s))
+    return [Windows(w.forward, w.backward - bf16_rerun_time(model, cluster, run, s.schedule, stage, s.pp, key,
+                                                              counts).recompute)
+            for stage, (w, counts) in enumerate(zip(windows, stage_mode_counts(model, s)))]
+
+
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy: Strategy) -> TimeEstimate:
     """Step time = pipeline(slowest per-micro-batch stage time, sum of the stages' fills) + exposed DP sync +
     optimizer step + the step's fixed costs + FSDP's gradient passes; the communication overlapped with compute
@@ -331,7 +393,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
                                 s.vpp, s.pp)
     worst = stages[slowest]
     dp_comm, optimizer, step_costs, grad_passes = data_parallel_seconds(model, cluster, run, s,
-                                                                        overlap_windows(stages))
+                                                                        _dp_windows(model, cluster, run, s, stages))
     step = pipeline + dp_comm + optimizer + step_costs + grad_passes
 
     parts = {"compute_forward": s.mbn * worst.forward, "compute_backward": s.mbn * worst.backward,
@@ -352,6 +414,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, strategy
                         model_flops, hardware_flops, run.mfu_convention, hidden)
 
 
-__all__ = ["stage_extra_time", "stage_extra", "p2p_seconds", "pipeline_seconds",
-           "stage_fill", "TimeEstimate", "estimate_time", "stage_times", "overlap_windows", "stage_mode_counts",
-           "PART_KEYS", "p2p_per_microbatch", "pipeline_link", "pipeline_p2p_seconds"]
+__all__ = ["stage_extra_time", "stage_extra", "bf16_layers_time", "bf16_rerun_time", "bf16_layer_modes",
+           "p2p_seconds", "pipeline_seconds", "stage_fill", "TimeEstimate", "estimate_time", "stage_times",
+           "overlap_windows", "stage_mode_counts", "PART_KEYS", "p2p_per_microbatch", "pipeline_link",
+           "pipeline_p2p_seconds"]

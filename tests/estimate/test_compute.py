@@ -130,3 +130,36 @@ def test_chunked_attention_counts_the_causal_half_of_each_chunk():
     # a chunk as long as the sequence is plain causal attention; unfused attention computes every score
     assert attention_core_flops(dataclasses.replace(full, attention_chunk=s), s, s, 1, causal=True) == causal
     assert attention_core_flops(chunked, s, s, 1, causal=False) == attention_core_flops(full, s, s, 1, causal=False)
+
+
+def test_a_blocks_projections_are_the_parts_of_its_fused_gemms():
+    """block_projection_gemm (torchtitan's per-projection mms) is read off the fused GEMMs: the query, key and value
+    slices fill the fused QKV's columns, the gate and up halves the fused up projection, and each shape is the hand
+    count of Llama-3 8B at tp 4 (h 4096, 32 query and 8 key heads of 128, F 14336): column-parallel ones split n,
+    row-parallel (wo, w2) k."""
+    from ndcp.estimate.compute import BLOCK_PROJECTIONS, block_projection_gemm
+    model, tokens, tp = llama(32, 4096, 32, 8, 14336), 8192, 4
+    g = {name: block_projection_gemm(model, name, tokens, tp) for name in BLOCK_PROJECTIONS}
+    assert g["wqkv"] == Gemm(tokens, 4096, (32 + 2 * 8) * 128 / tp) and g["wo"] == Gemm(tokens, 32 * 128 / tp, 4096)
+    assert (g["wq"].n, g["wk"].n, g["wv"].n) == (32 * 128 / tp, 8 * 128 / tp, 8 * 128 / tp)
+    assert g["wq"].n + g["wk"].n + g["wv"].n == g["wqkv"].n
+    assert g["w1"] == g["w3"] == Gemm(tokens, 4096, 14336 / tp) and g["w2"] == Gemm(tokens, 14336 / tp, 4096)
+    fused = layer_gemms(model, "dense", tokens, tp)
+    assert total_flops(g[n] for n in ("wqkv", "wo", "w1", "w3", "w2")) == pytest.approx(total_flops(fused), rel=1e-12)
+
+
+def test_a_gated_attention_query_projection_carries_its_gate_and_mla_has_no_block_projections():
+    """Under gated attention the fused QKV's query slice also outputs the per-head gate (2a heads of d), as the
+    parameters count it; an MLA block's projections are not a MHA/GQA block's: refused with the reason."""
+    from ndcp.estimate.compute import block_projection_gemm
+    gated = dataclasses.replace(llama(32, 4096, 32, 8, 14336), gated_attention=True)
+    wq, wqkv = (block_projection_gemm(gated, n, 1, 1) for n in ("wq", "wqkv"))
+    assert wq.n == 2 * 32 * 128 and wqkv.n == (2 * 32 + 2 * 8) * 128
+    assert wqkv.k * wqkv.n + 32 * 128 * 4096 == gated.attention_params
+    mla = ModelSpec("mla", 4, 1024, 8, 4096, 32000, mla=MLASpec(q_lora_rank=256, kv_lora_rank=128,
+                                                                  qk_nope_head_dim=64, qk_rope_head_dim=32,
+                                                                  v_head_dim=64))
+    with pytest.raises(ValueError, match="MHA/GQA attention only"):
+        block_projection_gemm(mla, "wqkv", 1, 1)
+    with pytest.raises(ValueError, match="valid: wqkv"):
+        block_projection_gemm(gated, "wx", 1, 1)

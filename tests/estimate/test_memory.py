@@ -296,3 +296,21 @@ def test_fp8_parameters_under_the_distributed_optimizer_weigh_what_bf16_ones_do(
     before = estimate_memory(LLAMA_8B, H100_8, FP8_CS, s).stages[0].parts
     after = estimate_memory(LLAMA_8B, H100_8, replace(FP8_CS, first_layers_bf16=1), s).stages[0].parts
     assert after["parameters"] == before["parameters"] and after["activations"] > before["activations"]
+
+
+def test_a_fully_recomputed_bf16_layers_larger_re_run_is_covered_by_its_bf16_activations():
+    """A recomputed BF16 layer keeps only its input, as in FP8, but its re-run rematerialises BF16 linear inputs (h +
+    ffn bytes a token more than FP8's, the recompute workspace's difference): the BF16 layer's activations, priced
+    without recompute (memory._bf16_layer_bytes), add that per micro-batch in flight, so the stage's peak stays an
+    upper bound, exact with one in flight (the last of two 1F1B stages); the workspace part itself does not move."""
+    from ndcp.estimate.activations import recompute_workspace_bytes
+    from ndcp.estimate.fp8 import bf16_run
+    s = Strategy(dp=4, tp=1, pp=2, mbs=1, mbn=16, zero=0, recompute=RecomputePlan.uniform("full"))
+    before = estimate_memory(LLAMA_8B, H100_8, FP8_CS, s).stages[1].parts
+    after = estimate_memory(LLAMA_8B, H100_8, replace(FP8_CS, last_layers_bf16=1), s).stages[1].parts
+    degrees = Degrees.of_strategy(s)
+    rematerialised = (recompute_workspace_bytes(LLAMA_8B, bf16_run(FP8_CS), "dense", "full", degrees)
+                      - recompute_workspace_bytes(LLAMA_8B, FP8_CS, "dense", "full", degrees))
+    assert rematerialised == pytest.approx(8192 * (4096 + 14336), abs=1)
+    assert after["activations"] - before["activations"] == pytest.approx(rematerialised, abs=1)
+    assert after["recompute_workspace"] == before["recompute_workspace"]

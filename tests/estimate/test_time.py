@@ -314,3 +314,85 @@ def test_bf16_layers_change_nothing_outside_fp8():
     plain = RunSpec(global_batch=64, seq_len=8192)
     derived = replace(replace(FP8_CS, first_layers_bf16=1), precision="bf16")
     assert stage_times(LLAMA_8B, c, derived, TWO_STAGES) == stage_times(LLAMA_8B, c, plain, TWO_STAGES)
+
+
+# A recomputed BF16 layer re-runs at the BF16 rate (time.bf16_rerun_time; Megatron-LM d98e8a6 core/recompute.py)
+def _bf16_minus_fp8(run_fields: dict, mode: str, stage: int) -> float:
+    """One stage's per-micro-batch time with the BF16 layers of `run_fields` less the all-FP8 run's, under uniform
+    recompute `mode` (Llama-3 8B, tp 1, two stages)."""
+    c, strategy = cluster(gpus=8), replace(TWO_STAGES, recompute=RecomputePlan.uniform(mode))
+    after = stage_times(LLAMA_8B, c, replace(FP8_CS, **run_fields), strategy)[stage]
+    return after.total - stage_times(LLAMA_8B, c, FP8_CS, strategy)[stage].total
+
+
+@pytest.mark.parametrize("field, stage", [("first_layers_bf16", 0), ("last_layers_bf16", 1)])
+def test_a_fully_recomputed_bf16_layer_re_runs_its_forward_at_the_bf16_rate(field, stage):
+    """Full recompute re-runs a BF16 layer's forward in BF16 (its own get_fp8_context is nullcontext): the BF16 run's
+    extra over the FP8 run grows, against no recompute, by exactly the forward's BF16-vs-FP8 difference counted by
+    hand at tp 1: its weight GEMMs at the BF16 rate less at the FP8 rate less its forward FP8 casts."""
+    bf16, fp8, cast_forward, _ = _gemms_and_casts(LLAMA_8B, cluster(gpus=8), "dense", 8192)
+    grown = _bf16_minus_fp8({field: 1}, "full", stage) - _bf16_minus_fp8({field: 1}, "none", stage)
+    assert grown == pytest.approx(bf16 - fp8 - cast_forward, rel=1e-9) and grown > 0
+
+
+def test_a_bf16_layers_mlp_module_re_runs_its_gemms_at_the_bf16_rate():
+    """The `mlp` recompute module re-runs the MLP's GEMMs (rerun.py MLP_FORWARD): for the BF16 layer at the BF16
+    rate (Transformer Engine's checkpoint re-enters the forward's FP8 state: off), the difference counted from the
+    MLP's GEMMs alone."""
+    from ndcp.estimate.compute import mlp_gemms
+    from ndcp.estimate.gemm import weight_gemm_seconds
+    c = cluster(gpus=8)
+    gemms = mlp_gemms(LLAMA_8B, LLAMA_8B.ffn_hidden, 8192, 1)
+    bf16, fp8 = (weight_gemm_seconds(LLAMA_8B, "dense", gemms, 8192, c.device, r)
+                 for r in (replace(FP8_CS, precision="bf16"), FP8_CS))
+    grown = _bf16_minus_fp8({"first_layers_bf16": 1}, "mlp", 0) - _bf16_minus_fp8({"first_layers_bf16": 1}, "none", 0)
+    assert grown == pytest.approx(bf16 - fp8, rel=1e-9) and grown > 0
+
+
+def test_a_bf16_layers_selective_re_run_is_its_attention_core_the_same_in_either_precision():
+    """Selective recompute re-runs the attention core only, a BF16 kernel in both runs: nothing added."""
+    grown = _bf16_minus_fp8({"first_layers_bf16": 1}, "selective", 0) - _bf16_minus_fp8({"first_layers_bf16": 1},
+                                                                                         "none", 0)
+    assert grown == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_bf16_layers_take_their_stages_heaviest_recompute_options_first():
+    """A stage's plan is counts, not places: each kind's BF16 layers take the heaviest options first (an upper bound
+    of their re-run; Megatron's block method recomputes a chunk's first layers), across both ends where one stage
+    holds both (pp = 1), leaving the rest to the other layers."""
+    from ndcp.estimate.time import bf16_layer_modes
+    run = replace(FP8_CS, first_layers_bf16=2, last_layers_bf16=1)
+    left = {("dense", "none"): 29, ("dense", "full"): 1, ("dense", "selective"): 2}
+    assert bf16_layer_modes(LLAMA_8B, run, "only", left) == ((("dense", "full"), 1), (("dense", "selective"), 1),
+                                                             (("dense", "selective"), 1))
+    assert left == {("dense", "none"): 29, ("dense", "full"): 0, ("dense", "selective"): 0}
+    assert bf16_layer_modes(LLAMA_8B, run, "last", {("dense", "none"): 16}) == ((("dense", "none"), 1),)
+
+
+def test_a_per_stage_plan_charges_the_bf16_re_run_only_where_the_bf16_layers_are_recomputed():
+    """Two stages, only the second recomputing (one layer fully): the first BF16 layer adds no re-run on stage 0; the
+    last BF16 layer takes stage 1's one full recompute, as much as under the uniform full plan."""
+    c = cluster(gpus=8)
+    plan = RecomputePlan("per-stage", (StageRecompute(none=16), StageRecompute(none=15, full=1)))
+    strategy, run = replace(TWO_STAGES, recompute=plan), replace(FP8_CS, first_layers_bf16=1, last_layers_bf16=1)
+    after, before = stage_times(LLAMA_8B, c, run, strategy), stage_times(LLAMA_8B, c, FP8_CS, strategy)
+    assert after[0].recompute == before[0].recompute
+    full = _bf16_minus_fp8({"last_layers_bf16": 1}, "full", 1) - _bf16_minus_fp8({"last_layers_bf16": 1}, "none", 1)
+    assert after[1].recompute - before[1].recompute == pytest.approx(full, rel=1e-9) and full > 0
+
+
+def test_a_bf16_layers_re_run_hides_no_data_parallel_collective():
+    """Conservatively (and so the per-layer plan form, which leaves the re-run premium out, stays a lower bound) the
+    data-parallel windows are the stages' without the BF16 layers' BF16-rate re-run: on a slow scale-out link
+    (gradient sync exposed) the step's dp_comm is the one of windows less each stage's premium, not of the whole."""
+    from ndcp.estimate.data_parallel import Windows, data_parallel_seconds
+    c, s = cluster(gpus=8, scale=0.01), replace(TWO_STAGES, recompute=RecomputePlan.uniform("full"))
+    run = replace(FP8_CS, first_layers_bf16=1, last_layers_bf16=1)
+    after, before = stage_times(LLAMA_8B, c, run, s), stage_times(LLAMA_8B, c, FP8_CS, s)
+    premium = [a.recompute - b.recompute for a, b in zip(after, before)]
+    assert min(premium) > 0
+    less = [Windows(t.forward_window, t.backward_window - p) for t, p in zip(after, premium)]
+    whole = [Windows(t.forward_window, t.backward_window) for t in after]
+    dp = estimate_time(LLAMA_8B, c, run, s).parts["dp_comm"]
+    assert dp == pytest.approx(data_parallel_seconds(LLAMA_8B, c, run, s, less).communication, rel=1e-12)
+    assert dp > data_parallel_seconds(LLAMA_8B, c, run, s, whole).communication
