@@ -130,3 +130,21 @@ def test_chunked_attention_counts_the_causal_half_of_each_chunk():
     # a chunk as long as the sequence is plain causal attention; unfused attention computes every score
     assert attention_core_flops(dataclasses.replace(full, attention_chunk=s), s, s, 1, causal=True) == causal
     assert attention_core_flops(chunked, s, s, 1, causal=False) == attention_core_flops(full, s, s, 1, causal=False)
+
+
+def test_separate_qkv_runs_three_gemms_of_their_own_widths_with_the_fused_flops():
+    """torchtitan before 0.3.0 (e7c0cae models/llama3/model.py: wq, wk, wv) in the fused projection's place, split by
+    TP as it is (column-parallel): Llama-3-8B at tp 2, widths a d / 2 = 2048 and g d / 2 = 512; the tile model
+    prices the narrower GEMMs at least as slowly. MLA keeps its own projections."""
+    from ndcp.estimate.compute import separate_qkv_gemms
+    from ndcp.specs.library import load_model
+    model = load_model("llama3-8b")
+    fused = layer_gemms(model, "dense", 8192, 2)
+    split = separate_qkv_gemms(model, "dense", fused, 8192, 2)
+    assert split[:3] == (Gemm(8192, 4096, 2048), Gemm(8192, 4096, 512), Gemm(8192, 4096, 512))
+    assert split[3:] == fused[1:] and total_flops(split) == total_flops(fused)
+    h100 = device_preset("h100")
+    assert gemm_seconds(split[:3], h100, 2) >= gemm_seconds(fused[:1], h100, 2)
+    deepseek = load_model("deepseek-v3")
+    gemms = layer_gemms(deepseek, "moe", 4096, 1)
+    assert separate_qkv_gemms(deepseek, "moe", gemms, 4096, 1) == gemms
