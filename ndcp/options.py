@@ -23,7 +23,8 @@ from .specs.device import PRESETS
 from .specs.trainer_behaviour import LOSS_KERNELS
 from .specs.fields import SpecError, field_docs
 from .specs.run import (ATTENTION_KERNELS, FP8_RECIPES, FSDP_VERSIONS, GRAD_SYNCS, MAX_LOAD_IMBALANCE,
-                        MFU_CONVENTIONS, MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, TRAINERS, RunSpec)
+                        MFU_CONVENTIONS, MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, QKV_PROJECTIONS,
+                        TRAINERS, RunSpec)
 from .specs.strategy import CP_COMM_TYPES, RECOMPUTE_MODES
 from .specs.units import GIB, parse_length, parse_size
 
@@ -328,6 +329,7 @@ RUN_OPTIONS = (
     run_option("attention_kernel", "--attention-kernel", choices=ATTENTION_KERNELS, metavar="KERNEL"),
     run_option("torch_compile", "--torch-compile", switch=True),
     run_option("compile_loss", "--compile-loss", switch=True),
+    run_option("qkv_projections", "--qkv-projections", choices=QKV_PROJECTIONS),
     run_option("loss_kernel", "--loss-kernel", " (left out with --strategy-from: the file's)",
                choices=("trainer",) + LOSS_KERNELS, metavar="KERNEL"),
     run_option("disable_parameter_transpose_cache", "--disable-parameter-transpose-cache", switch=True),

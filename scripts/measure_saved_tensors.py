@@ -5,17 +5,23 @@ Runs in a scratch environment OUTSIDE the repository (the repository and its CI 
 
     python3.11 -m venv /tmp/trainers-venv && /tmp/trainers-venv/bin/pip install torch==2.13.0 torchtitan==0.3.0 \
         torchao==0.18.0
-    git clone https://github.com/pytorch/torchtitan /tmp/torchtitan && mkdir /tmp/tt-3f20451b && for f in \
-        models/llama/model.py models/llama/__init__.py models/norms.py parallelisms/parallelize_llama.py; do \
+    git clone https://github.com/pytorch/torchtitan /tmp/torchtitan && mkdir /tmp/tt-3f20451b /tmp/tt-e7c0cae
+    for f in models/llama/model.py models/llama/__init__.py models/norms.py parallelisms/parallelize_llama.py; do \
         git -C /tmp/torchtitan show 3f20451b:torchtitan/$f > /tmp/tt-3f20451b/$(basename $f); done
-    TORCHTITAN_3F20451B=/tmp/tt-3f20451b /tmp/trainers-venv/bin/python scripts/measure_saved_tensors.py \
-        > docs/saved_tensors.yaml
+    for f in model.py __init__.py parallelize_llama.py; do \
+        git -C /tmp/torchtitan show e7c0cae:torchtitan/models/llama3/$f > /tmp/tt-e7c0cae/$f; done
+    TORCHTITAN_3F20451B=/tmp/tt-3f20451b TORCHTITAN_E7C0CAE=/tmp/tt-e7c0cae /tmp/trainers-venv/bin/python \
+        scripts/measure_saved_tensors.py > docs/saved_tensors.yaml
 
-Rows say which trainer code built the block (`code`): the installed torchtitan 0.3.0 (ndcp's inventory), or 3f20451b,
-the Dec 2024 commit of torchtitan's Llama 3.1 H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd):
-its own block (fp32 RMSNorm of models/norms.py, separate wq/wk/wv, repeat_kv, F.scaled_dot_product_attention) and
-its own op-level selective checkpoint (parallelize_llama.py _apply_ac_to_transformer_block), run from the files above
-(without TORCHTITAN_3F20451B those rows are left out). Its SDPA call runs the flash kernel, as CUDA dispatches it.
+Rows say which trainer code built the block (`code`): the installed torchtitan 0.3.0 (ndcp's inventory for a fused
+wqkv, RunSpec.qkv_projections fused), or a commit measured runs ran, built from its own files
+(scripts/torchtitan_commits.py; without its variable above its rows are left out): 3f20451b, the Dec 2024 commit of
+torchtitan's Llama 3.1 H100 benchmark (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd: fp32 RMSNorm of
+models/norms.py, separate wq/wk/wv, repeat_kv, F.scaled_dot_product_attention), and e7c0cae, the Trainy H200
+benchmark's (nn.RMSNorm, separate wq/wk/wv, repeat_kv; ndcp's inventory for qkv_projections separate), each with its
+own op-level selective checkpoint (parallelize_llama.py _apply_ac_to_transformer_block). Their SDPA call runs the
+flash kernel, as CUDA dispatches it. FP8 rows of e7c0cae run the installed torchao (0.18.0), not the benchmark's
+(0afa4c1): Float8Linear's save_for_backward is the same in both (float8/float8_linear.py).
 
 Method. One block of the trainer's model is built on the meta device at its real sizes (no memory is allocated, no
 arithmetic is done) and run forward on a meta input that requires grad, under each of the trainer's activation-
@@ -34,7 +40,7 @@ from an output gradient, give the most bytes alive at once (_peak: what is saved
 temporaries, the output and input gradients; not the weights, their gradients or the block output). Compiled, the
 partitioned graphs run node by node, each value freed after its last use: an upper bound for Inductor's code, which
 fuses element-wise chains.
-What the backward re-runs (`backward_gemms`, `backward_attention_forwards`, the rows of torchtitan 0.3.0): the GEMMs
+What the backward re-runs (`backward_gemms`, `backward_attention_forwards`, the rows of 0.3.0 and e7c0cae): the GEMMs
 (aten.mm; aten._scaled_mm in a compiled FP8 graph) and attention-kernel forwards the block's backward runs. Eager: a
 dispatch mode entered before the backward, beneath the checkpoint's own modes, counts what is dispatched, so an op the
 selective checkpoint serves from its cache is not counted, and torchao's Float8 GEMM counts once, as the aten.mm its
@@ -59,18 +65,15 @@ The script imports torch, torchtitan and torchao; nothing in ndcp imports it, an
 """
 from __future__ import annotations
 
-import ast
 import contextlib
-import os
 import sys
-import types
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
+from torchtitan_commits import DEC2024, E7C0CAE, ENVIRONMENT, SOURCES, commit_block
 
 # (trainer model, flavour, ndcp library name, precision, policies); sizes are torchtitan's own flavours. fp8: the
 # block's linears converted by torchao's convert_to_float8_training (tensorwise scaling), as torchtitan's float8
@@ -78,10 +81,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # compiled: torch.compile of the block as torchtitan's compile.enable applies it per block; what the compiled
 # forward saves is chosen by AOTAutograd's min-cut partitioner (min_cut_rematerialization_partition, the one
 # Inductor uses for training), run here on the FX graph without Inductor's code generation.
-# code: the trainer code the block is built from: the installed torchtitan 0.3.0, or DEC2024, the commit of torchtitan's
-# Dec 2024 benchmark (benchmarks/llama3_h100_202412_torchtitan.md @31a17bfd), read from DEC2024_SOURCE.
-DEC2024 = "3f20451b"
-DEC2024_SOURCE = os.environ.get("TORCHTITAN_3F20451B", "")
+# code: the trainer code the block is built from: the installed torchtitan 0.3.0, or a commit measured runs ran, read
+# from its own files (torchtitan_commits.py): DEC2024, the Dec 2024 benchmark's (benchmarks/llama3_h100_202412_
+# torchtitan.md @31a17bfd), E7C0CAE, the Trainy H200 benchmark's (benchmarks/llama3-8b_h200_202506_trainy-
+# whitefiber.md).
 CASES = (("0.3.0", "llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "full"), False),
          ("0.3.0", "llama3", "70B", "llama3-70b", "bf16", ("none", "selective", "full"), False),
          ("0.3.0", "llama3", "8B", "llama3-8b", "fp8", ("none", "selective"), False),
@@ -89,7 +92,11 @@ CASES = (("0.3.0", "llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "f
          ("0.3.0", "llama3", "8B", "llama3-8b", "fp8", ("selective",), True),
          ("0.3.0", "llama3", "70B", "llama3-70b", "bf16", ("none",), True),
          (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective", "full"), False),
-         (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective"), True))
+         (DEC2024, "llama", "8B", "llama3-8b", "bf16", ("none", "selective"), True),
+         ("0.3.0", "llama3", "8B", "llama3-8b", "fp8", ("none",), True),
+         (E7C0CAE, "llama3", "8B", "llama3-8b", "bf16", ("none", "selective", "full"), False),
+         (E7C0CAE, "llama3", "8B", "llama3-8b", "bf16", ("none", "selective"), True),
+         (E7C0CAE, "llama3", "8B", "llama3-8b", "fp8", ("none", "selective"), True))
 # (code, precision, flavour) of the rows whose peak through forward and backward is measured too (_peak)
 PEAKS = {("0.3.0", "bf16", "8B"), (DEC2024, "bf16", "8B")}
 SEQ_LEN = 8192
@@ -148,11 +155,6 @@ class _Timeline(_LiveStorages):
         return totals[index], index, tuple(k for k in self.snapshots[index] if k in sizes)
 
 
-def _flash_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """F.scaled_dot_product_attention as CUDA dispatches a causal bf16 call without mask: the flash kernel."""
-    return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
-
-
 class _FlashStandIn(torch.nn.Module):
     """(B, L, N, H) q, k, v -> (B, L, N, H) output through the flash-attention op (module docstring)."""
 
@@ -189,12 +191,12 @@ class Measured:
     precision: str
     policy: str
     compiled: bool
-    code: str  # the trainer code: torchtitan 0.3.0 or DEC2024
+    code: str  # the trainer code: torchtitan 0.3.0, DEC2024 or E7C0CAE
     sizes: dict[str, int]  # the block's own sizes, which the library model must have
     activation_bytes: int
     peak_bytes: int | None  # _peak, where measured
     tensors: list[tuple[str, int]]
-    backward_gemms: int | None = None  # _backward_ops, the rows of torchtitan 0.3.0
+    backward_gemms: int | None = None  # _backward_ops, the rows of 0.3.0 and e7c0cae
     backward_attention_forwards: int | None = None
 
 
@@ -222,56 +224,6 @@ def _torchtitan_block(model: str, flavour: str, precision: str, policy: str) -> 
     elif policy == "full":
         block = FullAC(FullAC.Config())._wrap_block(block, base_fqn="layers.0")
     return block
-
-
-def _module_from(name: str, path: Path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Dynamo looks a function's globals up by its module's name
-    spec.loader.exec_module(module)
-    return module
-
-
-def _definitions(path: Path, names: set[str], namespace: dict) -> dict:
-    """Runs only the top-level assignments and functions of `path` named in `names` (the trainer's own code, without
-    the imports of a torchtitan tree that is not installed)."""
-    tree = ast.parse(path.read_text())
-    keep = [node for node in tree.body
-            if (isinstance(node, ast.FunctionDef) and node.name in names)
-            or (isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in names)]
-    exec(compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec"), namespace)
-    return namespace
-
-
-def _dec2024_block(flavour: str, policy: str) -> tuple[torch.nn.Module, torch.Tensor]:
-    """The Llama block of torchtitan 3f20451b (DEC2024_SOURCE: models/llama/model.py, models/norms.py,
-    models/llama/__init__.py, parallelisms/parallelize_llama.py as `git show` writes them), with that commit's own
-    op-level selective checkpoint (_apply_ac_to_transformer_block, _save_list); returns the block and its RoPE table."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-    source = Path(DEC2024_SOURCE)
-    saved = {name: sys.modules.get(name) for name in ("torchtitan.utils", "torchtitan.models.norms")}
-    sys.modules["torchtitan.utils"] = types.SimpleNamespace(device_module=torch.cuda)  # all norms.py imports of it
-    try:
-        sys.modules["torchtitan.models.norms"] = _module_from("torchtitan_3f20451b_norms", source / "norms.py")
-        code = _module_from("torchtitan_3f20451b_llama", source / "model.py")
-    finally:
-        for name, module in saved.items():
-            sys.modules.pop(name) if module is None else sys.modules.__setitem__(name, module)
-    args = _definitions(source / "__init__.py", {"llama3_configs"}, {"ModelArgs": code.ModelArgs})["llama3_configs"]
-    args = args[flavour]
-    with torch.device("meta"):
-        block = code.TransformerBlock(0, args).to(torch.bfloat16)
-        rope = code.precompute_freqs_cis(args.dim // args.n_heads, SEQ_LEN, args.rope_theta)
-    code.F = types.SimpleNamespace(scaled_dot_product_attention=_flash_sdpa, silu=torch.nn.functional.silu)
-    if policy != "none":
-        ac = _definitions(source / "parallelize_llama.py", {"_save_list", "_apply_ac_to_transformer_block"},
-                          {"torch": torch, "nn": torch.nn, "defaultdict": defaultdict,
-                           "ptd_checkpoint_wrapper": checkpoint_wrapper})["_apply_ac_to_transformer_block"]
-        option = "op" if policy == "selective" else None
-        block = ac(block, types.SimpleNamespace(mode=policy, selective_ac_option=option))
-    return block, rope
 
 
 class _Partitioned:
@@ -389,8 +341,8 @@ def _peak(block, leaf, rope, compiled: bool) -> int:
 def _build(code: str, model: str, flavour: str, precision: str, policy: str):
     """The block of the trainer code `code` and its second argument (the RoPE table; None: the block's own)."""
     torch.nn.functional.rms_norm = _cuda_rms_norm  # nn.RMSNorm.forward looks it up at call time
-    if code == DEC2024:
-        return _dec2024_block(flavour, policy)
+    if code != "0.3.0":
+        return commit_block(code, flavour, precision, policy, SEQ_LEN)
     return _torchtitan_block(model, flavour, precision, policy), None
 
 
@@ -416,7 +368,7 @@ def measure(model: str, flavour: str, precision: str, policy: str, compiled: boo
         torch._dynamo.reset()
         peak = _peak(_build(code, model, flavour, precision, policy)[0], leaf, rope, compiled)
     gemms = attention = None
-    if code == "0.3.0":
+    if code != DEC2024:  # the Dec 2024 rows predate the count
         gemms, attention = _backward_ops(_build(code, model, flavour, precision, policy)[0], leaf, rope, compiled)
     return Measured(model, precision, policy, compiled, code, sizes, sum(b for _, b in tensors), peak,
                     sorted(tensors, key=lambda t: -t[1]), gemms, attention)
@@ -431,8 +383,8 @@ def main() -> int:
     print(f"trainer: torchtitan\nversions: {versions}\nseq_len: {SEQ_LEN}\nmicro_batch: {MICRO_BATCH}")
     print("tp: 1\ncp: 1\nattention: 'flash, a stand-in for FlexAttention (script docstring)'\nrows:")
     for code, model, flavour, name, precision, policies, compiled in CASES:
-        if code == DEC2024 and not DEC2024_SOURCE:
-            print(f"# {code} rows left out: TORCHTITAN_3F20451B not set (module docstring)", file=sys.stderr)
+        if code != "0.3.0" and not SOURCES[code]:
+            print(f"# {code} rows left out: {ENVIRONMENT[code]} not set (module docstring)", file=sys.stderr)
             continue
         for policy in policies:
             _print_row(name, measure(model, flavour, precision, policy, compiled, code))

@@ -56,8 +56,9 @@ def test_each_run_option_reaches_its_field():
         "device": "h100", "gpus": 8, "global_batch": 64, "seq_len": "8k", "memory_cap": "40GiB", "reserve": "2GiB",
         "headroom": 0.1, "precision": "fp8", "fp8_recipe": "blockwise", "optimizer_state_dtype": "bf16",
         "activation_func_fp8_input_store": True, "grad_dtype": "bf16", "no_flash_attention": True,
-        "attention_kernel": "triton", "torch_compile": True, "compile_loss": True, "trainer": "torchtitan",
-        "grad_sync": "step", "param_gather": "step", "fsdp_version": "fsdp2", "overlap": " TP ",
+        "attention_kernel": "triton", "torch_compile": True, "compile_loss": True, "qkv_projections": "separate",
+        "trainer": "torchtitan", "grad_sync": "step", "param_gather": "step", "fsdp_version": "fsdp2",
+        "overlap": " TP ",
         "mfu_convention": "full", "images_per_sample": 2, "image_size": 336,
         "moe_dispatcher": "flex", "moe_load_imbalance": "1.25", "confidence": "0.5"})
     values.model = "tiny"
@@ -65,13 +66,15 @@ def test_each_run_option_reaches_its_field():
     assert run == RunSpec(global_batch=64, seq_len=8192, memory_cap_bytes=40 * 2**30, reserve_bytes=2 * 2**30,
                           headroom_fraction=0.1, precision="fp8", fp8_recipe="blockwise", optimizer_state_dtype="bf16",
                           activation_func_fp8_input_store=True, grad_dtype="bf16", flash_attention=False,
-                          attention_kernel="triton", torch_compile=True, compile_loss=True, trainer="torchtitan",
+                          attention_kernel="triton", torch_compile=True, compile_loss=True,
+                          qkv_projections="separate", trainer="torchtitan",
                           grad_sync="step", param_gather="step", fsdp_version="fsdp2", overlap="tp",
                           mfu_convention="full",
                           images_per_sample=2, image_size=336,
                           moe_dispatcher="flex", moe_load_imbalance=1.25, confidence=0.5)
     changed = {f for f in FIELDS if getattr(run, f) != getattr(RunSpec(32, 4096), f)}
-    # every option was exercised (the Megatron-only ones below, torch_compile and compile_loss being torchtitan's)
+    # every option was exercised (the Megatron-only ones below; torch_compile, compile_loss and qkv_projections
+    # being torchtitan's)
     assert changed == set(FIELDS) - set(NOT_ON_COMMAND_LINE) - set(MEGATRON_ONLY)
 
 

@@ -21,7 +21,7 @@ linear inputs and row-parallel partial sums). Every tensor's sequence dimension 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..specs.encoder import encoder_run, image_side
@@ -182,13 +182,13 @@ def _torchtitan_eager_inventory(model: ModelSpec, run: RunSpec, tokens: int) -> 
     (scripts/measure_saved_tensors.py; docs/saved_tensors.yaml, pinned by tests/estimate/test_saved_tensors.py).
     Attention: the RoPE'd Q and K (cast back from the complex product), V (the contiguous split of the fused QKV
     output), and the attention kernel's output (which wo reads as it is) and logsumexp; K and V are not expanded
-    for GQA (the kernels take enable_gqa). MLP: w1 and w3 outputs, SiLU output and the product that w2 reads
-    (SwiGLU); w1 output and the activation's output otherwise. The norms keep their inputs (_torchtitan_norm): the
-    block input and the residual sum h. Under torch.compile (RunSpec.torch_compile) AOTAutograd's min-cut partitioner
-    recomputes the MLP activation from its input instead of saving it: one ffn-wide tensor less (measured with
-    SwiGLU; the same rule for GeLU is not measured)."""
+    for GQA (the kernels take enable_gqa; separate projections, e7c0cae measured, expand them first: repeat_kv).
+    MLP: w1 and w3 outputs, SiLU output and the product that w2 reads (SwiGLU); w1 output and the activation's output
+    otherwise. The norms keep their inputs (_torchtitan_norm): the block input and the residual sum h. Under
+    torch.compile (RunSpec.torch_compile) AOTAutograd's min-cut partitioner recomputes the MLP activation from its
+    input instead of saving it: one ffn-wide tensor less (measured with SwiGLU; GeLU not); FP8 too: _compiled_fp8."""
     B, h, a = run.activation_bytes, model.hidden, model.heads
-    d, g = model.dim_per_head, model.num_kv_heads
+    d, g = model.dim_per_head, a if run.qkv_projections == "separate" else model.num_kv_heads
     items = _torchtitan_norm(run, tokens, h, "attention_norm")
     items += [Tensor("query", B * tokens * a * d, "tp"), Tensor("key", B * tokens * g * d, "tp"),
               Tensor("value", B * tokens * g * d, "tp"), Tensor("sdpa_output", B * tokens * a * d, "tp"),
@@ -196,18 +196,29 @@ def _torchtitan_eager_inventory(model: ModelSpec, run: RunSpec, tokens: int) -> 
     items += _torchtitan_norm(run, tokens, h, "ffn_norm")
     width = (4 if model.gated else 2) - (1 if run.torch_compile else 0)
     items.append(Tensor("mlp_hidden", B * tokens * width * model.ffn_hidden, "tp"))
-    return items
+    return _compiled_fp8(model, run, tokens, items) if run.torch_compile and run.fp8 else items
+
+
+def _compiled_fp8(model: ModelSpec, run: RunSpec, tokens: int, items: list[Tensor]) -> list[Tensor]:
+    """A compiled FP8 block without checkpointing (torchao 0.18.0 Float8Linear under torch.compile; measured on 0.3.0
+    and e7c0cae, docs/saved_tensors.yaml): each linear's backward reads the FP8 cast of its input, and the partitioner
+    recomputes both norm outputs (from the saved input and rstd) and a SwiGLU's product (w2's input, from w1's and
+    w3's saved outputs) with their casts; it keeps wo's FP8 input (1 byte, a d wide) for wo's weight gradient."""
+    kept = [t for t in items if t.name not in ("attention_norm_output", "ffn_norm_output")]
+    if model.gated:  # the product: one ffn-wide tensor of mlp_hidden less (GeLU keeps no product)
+        kept = [Tensor(t.name, t.bytes * 2 / 3, t.shard) if t.name == "mlp_hidden" else t for t in kept]
+    return kept + [Tensor("wo_input_fp8", tokens * model.heads * model.dim_per_head, "tp")]
 
 
 def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: int, sp: bool) -> list[Tensor]:
     """torchtitan op-level SAC (distributed/activation_checkpoint.py SelectiveAC): the checkpoint keeps the block
     input, the outputs of the attention kernel (output and logsumexp), every reduce_scatter output (SP), and the
     outputs of the 1st, 3rd, 5th... mm of the block (the policy counts mms per block and recomputes every second
-    one). mm order (TrainerBehaviour.block_mm_order): the fused wqkv, wo, then w1, w3, w2 (SwiGLU) or w1, w2; under
+    one). mm order (block_mms): the fused wqkv (separate: wq, wk, wv), wo, then w1, w3, w2 (SwiGLU) or w1, w2; under
     FP8 torchao's Float8Linear is an aten.mm to the policy, so the same outputs, in bf16 (measured eager and
     compiled). Column-parallel outputs are TP-sharded; a row-parallel mm output is the partial sum before its
-    all-reduce / reduce-scatter, whole on every rank. Measured
-    on torchtitan 0.3.0 (docs/saved_tensors.yaml). Under torch.compile (RunSpec.torch_compile) the policy tags the
+    all-reduce / reduce-scatter, whole on every rank. Measured on torchtitan 0.3.0 and, separate, on e7c0cae
+    (docs/saved_tensors.yaml: wq, wv, w1, w2 kept). Under torch.compile (RunSpec.torch_compile) the policy tags the
     same ops, but AOTAutograd's partitioned forward returns only the tagged outputs its backward reads, and no
     gradient reads w2's output (the residual add passes its gradient through): it is not kept (measured on 0.3.0
     and on the Dec 2024 code, 3f20451b; docs/formulas.md §3.4). Under SP its reduce-scatter output, read by no
@@ -226,8 +237,13 @@ def _torchtitan_sac_inventory(model: ModelSpec, run: RunSpec, tokens: int, tp: i
 
 def block_mms(model: ModelSpec, run: RunSpec) -> tuple[str, ...]:
     """The trainer's dense block's weight GEMMs in forward order (TrainerBehaviour.block_mm_order; w3, the SwiGLU's
-    up projection, only in a gated MLP)."""
-    return tuple(name for name in trainer_behaviour(run).block_mm_order if model.gated or name != "w3")
+    up projection, only in a gated MLP); with separate projections (RunSpec.qkv_projections) wq, wk, wv in the fused
+    wqkv's place, in the order e7c0cae's Attention.forward calls them (models/llama3/model.py: `xq, xk, xv =
+    self.wq(x), self.wk(x), self.wv(x)`)."""
+    order = trainer_behaviour(run).block_mm_order
+    if run.qkv_projections == "separate":
+        order = tuple(p for name in order for p in (("wq", "wk", "wv") if name == "wqkv" else (name,)))
+    return tuple(name for name in order if model.gated or name != "w3")
 
 
 def op_sac_saved_mms(model: ModelSpec, run: RunSpec) -> tuple[str, ...]:
@@ -287,7 +303,10 @@ def recompute_workspace_bytes(model: ModelSpec, run: RunSpec, kind: str, mode: s
     backward overhead, docs/reference-planner.md §2.3)."""
     if mode == NO_RECOMPUTE:
         return 0.0
-    keep = layer_activation_bytes(model, run, kind, NO_RECOMPUTE, degrees)
+    # compiled FP8's smaller no-AC set (_compiled_fp8) is measured without a checkpoint only: a recompute rebuilds
+    # compiled BF16's, the larger (unvalidated; torchtitan's FP8 keeps BF16 inputs: nothing else differs)
+    keep = layer_activation_bytes(model, replace(run, precision="bf16") if run.fp8 and run.torch_compile else run,
+                                  kind, NO_RECOMPUTE, degrees)
     return recompute_option(mode).buffers * (keep - layer_activation_bytes(model, run, kind, mode, degrees))
 
 

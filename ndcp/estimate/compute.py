@@ -124,6 +124,21 @@ def block_projection_gemm(model: ModelSpec, name: str, tokens: float, tp: int) -
     return qkv._replace(n=heads * model.dim_per_head / tp)
 
 
+def separate_qkv_gemms(model: ModelSpec, kind: str, gemms: tuple[Gemm, ...], tokens: float,
+                       tp: int) -> tuple[Gemm, ...]:
+    """A layer's weight GEMMs (layer_gemms) with the fused Q/K/V projection run as three GEMMs of their own shapes,
+    wq, wk, wv (block_projection_gemm), as torchtitan before 0.3.0 runs them (RunSpec.qkv_projections separate;
+    torchtitan e7c0cae models/llama3/model.py Attention: three nn.Linear, `xq, xk, xv = self.wq(x), self.wk(x),
+    self.wv(x)`): the same FLOPs, each priced by the tile model (estimate/gemm.py) at its own narrower width. A layer
+    whose attention is not one plain MHA/GQA block (MLA, a gated query, a hybrid's mixers) is returned as it is."""
+    if model.mla is not None or model.gated_attention or not model.mixer_shares(kind).plain:
+        return gemms
+    fused = attention_projection_gemms(model, tokens, tp)[0]
+    i = gemms.index(fused)
+    separate = tuple(block_projection_gemm(model, name, tokens, tp) for name in ("wq", "wk", "wv"))
+    return gemms[:i] + separate + gemms[i + 1:]
+
+
 def fp8_gemms(model: ModelSpec, kind: str, gemms: tuple[Gemm, ...], tokens: float) -> tuple[Gemm, ...]:
     """The weight GEMMs of a layer of `kind` that run in FP8 under --precision fp8: all but the MoE router, which
     stays in BF16 (docs/formulas.md §3.1)."""
@@ -337,7 +352,7 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
 
 
 __all__ = ["Gemm", "BLOCK_PROJECTIONS", "ROW_PARALLEL_PROJECTIONS", "block_projection_gemm", "layer_gemms",
-           "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
+           "separate_qkv_gemms", "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
            "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
            "model_flops_per_step", "narayanan_flops_per_step", "encoder_gemms", "encoder_forward_flops",

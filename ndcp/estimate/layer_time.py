@@ -14,7 +14,7 @@ from ..specs.recompute import ATTENTION_CORE, LAYER_FORWARD, recompute_option
 from ..specs.run import RunSpec
 from . import communication as comm
 from .compute import (FLASH_BACKWARD_RATIO, attention_core_flops, elementwise_bytes, fp8_gemms, layer_gemms,
-                      memory_seconds, mixer_gemms, total_flops)
+                      memory_seconds, mixer_gemms, separate_qkv_gemms, total_flops)
 from .fusion import layer_elementwise_bytes
 from .fp8 import amax_reduction_seconds, layer_cast_bytes
 from .gemm import attention_core_seconds, training_gemm_seconds, weight_gemm_seconds
@@ -107,7 +107,10 @@ def _layer_compute(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: s
     (what context-parallel attention hides its exchange behind), and its FLOPs alone (what core_attn re-runs)."""
     device = cluster.device
     gemms = layer_gemms(model, kind, tokens, tp, ep, etp, imbalance=run.moe_load_imbalance)
-    linear = weight_gemm_seconds(model, kind, gemms, tokens, device, run)
+    # torchtitan before 0.3.0: wq, wk, wv apart (RunSpec.qkv_projections); their one input cast under FP8 is priced
+    # as the fused GEMM's, as w1's and w3's (the compiled graph casts a shared input once: docs/formulas.md §5.7)
+    run_gemms = separate_qkv_gemms(model, kind, gemms, tokens, tp) if run.qkv_projections == "separate" else gemms
+    linear = weight_gemm_seconds(model, kind, run_gemms, tokens, device, run)
     cast_forward = cast_backward = 0.0
     if run.fp8:  # docs/formulas.md §3.1: weight GEMMs in FP8 but the router; casts at HBM bandwidth, as the
         # trainer casts (estimate/fp8.py layer_cast_bytes)

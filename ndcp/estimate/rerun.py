@@ -72,8 +72,8 @@ def trainer_reruns(model: ModelSpec, run: RunSpec, kind: str, reruns: tuple[str,
 def _op_level_sac(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape) -> tuple[float, float]:
     """(seconds, matmul FLOPs) of torchtitan's op-level SAC re-run (specs/trainer_behaviour.py TORCHTITAN
     selective_reruns; docs/formulas.md §5.7), priced with the forward's own helpers:
-    - the forward GEMMs of every second mm of the block (activations.op_sac_recomputed_mms: 0.3.0's wo and w3),
-      at the run's precision: torchao's Float8Linear is counted by the policy as aten.mm, so under FP8 the same ones;
+    - the forward GEMMs of every second mm of the block (activations.op_sac_recomputed_mms: 0.3.0's wo and w3; wk,
+      wo and w3 with separate projections, RunSpec.qkv_projections), at the run's precision: torchao's Float8Linear is counted by the policy as aten.mm, so under FP8 the same ones;
     - the block's element-wise forward as the trainer runs it (fusion.py layer_elementwise_bytes, eager or
       compiled): PREFER_RECOMPUTE covers every op but the saved ones. Compiled, AOTAutograd's partitioner re-runs
       only what the backward reads (all of it but the last residual add): the whole is charged, an upper bound;

@@ -83,7 +83,7 @@ def run_settings(run: RunSpec) -> dict:
 # (tokens_per_step, headroom_bytes, capacity_bytes). A field missing here follows them (run_document), so every
 # field reaches --json.
 RUN_KEYS = ("global_batch", "seq_len", "tokens_per_step", "precision", "grad_dtype", "optimizer", "flash_attention",
-            "attention_kernel", "torch_compile", "compile_loss", "loss_kernel", "trainer", "grad_sync", "param_gather",
+            "attention_kernel", "torch_compile", "compile_loss", "qkv_projections", "loss_kernel", "trainer", "grad_sync", "param_gather",
             "fsdp_version", "overlap", "delay_wgrad_compute", "mfu_convention", "fp8_recipe", "optimizer_state_dtype",
             "first_layers_bf16", "last_layers_bf16", "activation_func_fp8_input_store",
             "disable_parameter_transpose_cache", "wgrad_deferral_limit",

@@ -49,6 +49,11 @@ MAX_LOAD_IMBALANCE = 64.0
 # on Hopper); flash2 / flash3 = FlashAttention-2 / -3; cudnn = cuDNN's fused attention; triton = FlashAttention in
 # Triton (llm-foundry's attn_impl: triton); sdpa = PyTorch scaled_dot_product_attention's flash backend.
 ATTENTION_KERNELS = ("fused", "flash2", "flash3", "cudnn", "triton", "sdpa")
+# How torchtitan's attention projects Q, K and V (RunSpec.qkv_projections; estimate/activations.py block_mms): one
+# fused wqkv linear (torchtitan 0.3.0, models/common/attention.py FusedQKVLinear, from ad7a865 "Fused QKV GQAttention
+# implementation", 2026-04-16) or three linears wq, wk, wv (every torchtitan before it: the releases to 0.2.2 and the
+# commits measured runs ran, 3f20451b/9dec370 in Dec 2024 and e7c0cae in June 2025).
+QKV_PROJECTIONS = ("fused", "separate")
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,11 @@ class RunSpec:
     16-bit logits and write their gradient without the eager loss's fp32 copies (docs/formulas.md §5.6); with
     torch_compile, compile.components [model, loss] (torchtitan's default, and what `training.compile` compiled
     from April 2025, e.g. e7c0cae); torchtitan only"""
+    qkv_projections: str = "fused"
+    """torchtitan's attention projections: fused (default: one wqkv linear, torchtitan 0.3.0, which --emit torchtitan
+    writes for) or separate (wq, wk, wv: every torchtitan before 0.3.0, e.g. the benchmarked e7c0cae, whose block also
+    expands K and V to the query heads, repeat_kv, before attention): three GEMMs of their own shapes, and what
+    op-level selective AC saves and re-runs counted over seven mms (docs/formulas.md §5.7); torchtitan only"""
     loss_kernel: str = "trainer"
     """the cross-entropy implementation the output layer's loss runs, priced by the HBM bytes it moves per logit
     (estimate/time.py loss_bytes_per_logit; docs/formulas.md §3.5): trainer (default: the one its files run,
@@ -197,6 +207,10 @@ class RunSpec:
         one_of("compile_loss", self.compile_loss, (False, True))
         require(not self.compile_loss or self.trainer == "torchtitan", "compile_loss", self.compile_loss,
                 "the compiled loss is modelled for trainer torchtitan only (compile.components loss)")
+        one_of("qkv_projections", self.qkv_projections, QKV_PROJECTIONS)
+        require(self.qkv_projections == "fused" or self.trainer == "torchtitan", "qkv_projections",
+                self.qkv_projections, "separate Q, K and V projections are modelled for trainer torchtitan only "
+                "(torchtitan before 0.3.0); Megatron-Core's linear_qkv is fused: give fused")
         one_of("loss_kernel", self.loss_kernel, ("trainer",) + LOSS_KERNELS)
         require(self.loss_kernel in ("trainer", "flash", "eager") or self.trainer == "megatron", "loss_kernel",
                 self.loss_kernel, "Megatron-Core's loss kernels: valid with trainer megatron only (else trainer, "

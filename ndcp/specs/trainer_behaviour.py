@@ -166,8 +166,8 @@ TORCHTITAN = TrainerBehaviour(
     # docs/saved_tensors.yaml (backward_gemms, eager and compiled kept bytes); docs/formulas.md §5.7.
     selective_reruns=(OP_LEVEL_SAC,),
     # 0.3.0's block (models/common/attention.py FusedQKVLinear, feed_forward.py w2(silu(w1(x)) * w3(x))): wo and w3
-    # re-run. The benchmarked e7c0cae and Dec 2024 3f20451b blocks run wq, wk, wv apart (wk, wo, w3 re-run: wk is
-    # 2 % of a Llama-3-8B block's GEMM FLOPs more); the measured inventory (activations.py) is 0.3.0's, and so is this
+    # re-run. The benchmarked e7c0cae and Dec 2024 3f20451b blocks run wq, wk, wv apart (RunSpec.qkv_projections
+    # separate, estimate/activations.py block_mms: wk, wo, w3 re-run; measured, docs/saved_tensors.yaml)
     block_mm_order=("wqkv", "wo", "w1", "w3", "w2"),
 )
 # MindFormers 1.6.0 (mindspore-lab/mindformers fd4deebc) on MindSpore: no fact below was read from MindFormers or

@@ -90,7 +90,8 @@ def nearest(model: ModelSpec, run: RunSpec, strategy: Strategy) -> tuple[Strateg
 
 def _emitted_run(model: ModelSpec, run: RunSpec, s: Strategy, notes: list[str]) -> RunSpec | None:
     """The run the file runs when it differs from the plan's (Emitted.run): its registry config's precision and
-    FP8 recipe, and torchtitan's own overlaps (it has no setting for the others in eager mode)."""
+    FP8 recipe, 0.3.0's fused Q/K/V projection, and torchtitan's own overlaps (it has no setting for the others in
+    eager mode)."""
     out = run
     config = configured(model.name, run.precision)
     pinned = facts("torchtitan")["configs"][config[1]] if config else {}
@@ -101,6 +102,10 @@ def _emitted_run(model: ModelSpec, run: RunSpec, s: Strategy, notes: list[str]) 
                      f"has {'a ' + fp8 + ' config' if fp8 else 'no FP8 config'} for {model.name}, not "
                      f"{run.fp8_recipe}: emitted its BF16 config (register a config with a {run.fp8_recipe} converter)")
         out = dataclasses.replace(out, precision="bf16")
+    if run.qkv_projections != "fused":
+        notes.append("torchtitan 0.3.0 projects Q, K and V with one fused wqkv (models/common/attention.py "
+                     "FusedQKVLinear): the emitted run is priced with it (qkv_projections fused)")
+        out = dataclasses.replace(out, qkv_projections="fused")
     if unstated_overlaps(TRAINER, run, s, notes):
         out = dataclasses.replace(out, overlap="trainer")
     return None if out == run else out

@@ -20,6 +20,8 @@ use is recorded in the row's `assumptions`):
   pretrain_performance_optimizations, e.g. recipes/gpt3_175b.py), else fp32 main gradients (Megatron's default);
 - torch.compile: a stated `training.torch_compile` (true/false; torchtitan only, RunSpec.torch_compile), else eager;
   the loss compiled too where `training.compile_loss` says so (RunSpec.compile_loss), else an eager loss;
+- torchtitan's attention projections: a stated `training.qkv_projections` (RunSpec.qkv_projections: separate for
+  the torchtitan before 0.3.0 that every torchtitan row ran), else fused (0.3.0's);
 - loss kernel: a stated `training.loss_kernel` (RunSpec.loss_kernel: unfused, native, te or eager, what the row's
   recipe runs), else what the trainer's own default runs: Megatron-LM's unfused, stated as the row's loss kernel
   (ndcp's Megatron files run the fused one), torchtitan's eager; noted;
@@ -261,7 +263,8 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
                   mfu_convention=_mfu_convention(outcome.get("mfu_convention"), notes), confidence=MEASURED_CONFIDENCE,
                   **{k: bool(as_bool(training.get(k))) for k in COMPILE_SWITCHES},
                   **_stated(training, ("attention_kernel", "moe_dispatcher", "optimizer_state_dtype", "overlap",
-                                       "fsdp_version", "grad_sync", "param_gather", "loss_kernel")),
+                                       "fsdp_version", "grad_sync", "param_gather", "loss_kernel",
+                                       "qkv_projections")),
                   **{k: training[k] for k in MEGATRON_SETTINGS if not is_null(training.get(k))})
     run = _fp8_run(run, training.get("fp8_recipe"), cluster, notes)
     run.check_as_read()  # once the FP8 recipe is read: BF16 first/last layers depend on it

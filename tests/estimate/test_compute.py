@@ -163,3 +163,21 @@ def test_a_gated_attention_query_projection_carries_its_gate_and_mla_has_no_bloc
         block_projection_gemm(mla, "wqkv", 1, 1)
     with pytest.raises(ValueError, match="valid: wqkv"):
         block_projection_gemm(gated, "wx", 1, 1)
+
+
+def test_separate_qkv_runs_three_gemms_of_their_own_widths_with_the_fused_flops():
+    """torchtitan before 0.3.0 (e7c0cae models/llama3/model.py: wq, wk, wv) in the fused projection's place, split by
+    TP as it is (column-parallel): Llama-3-8B at tp 2, widths a d / 2 = 2048 and g d / 2 = 512; the tile model
+    prices the narrower GEMMs at least as slowly. MLA keeps its own projections."""
+    from ndcp.estimate.compute import separate_qkv_gemms
+    from ndcp.specs.library import load_model
+    model = load_model("llama3-8b")
+    fused = layer_gemms(model, "dense", 8192, 2)
+    split = separate_qkv_gemms(model, "dense", fused, 8192, 2)
+    assert split[:3] == (Gemm(8192, 4096, 2048), Gemm(8192, 4096, 512), Gemm(8192, 4096, 512))
+    assert split[3:] == fused[1:] and total_flops(split) == total_flops(fused)
+    h100 = device_preset("h100")
+    assert gemm_seconds(split[:3], h100, 2) >= gemm_seconds(fused[:1], h100, 2)
+    deepseek = load_model("deepseek-v3")
+    gemms = layer_gemms(deepseek, "moe", 4096, 1)
+    assert separate_qkv_gemms(deepseek, "moe", gemms, 4096, 1) == gemms

@@ -267,3 +267,16 @@ def test_torchtitan_selective_under_tp_reruns_the_sp_all_gathers_and_stays_below
     # without SP the norms and residual adds re-run on every token, not the rank's sequence shard
     assert 0 < selective.tp_comm and gathers < 0
     assert 0 < selective.recompute < full.recompute
+
+
+WK_FLOPS = 2 * 8192 * 4096 * 1024  # wk (h -> g d), forward
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_separate_projections_rerun_wk_too(compiled):
+    """torchtitan before 0.3.0 (RunSpec.qkv_projections separate, e7c0cae) runs wq, wk, wv, wo, w1, w3, w2: the policy
+    re-runs the 2nd, 4th and 6th, wk, wo and w3 (measured: 17 backward GEMMs, docs/saved_tensors.yaml)."""
+    llama = load_model("llama3-8b")
+    run = replace(TITAN, torch_compile=compiled, qkv_projections="separate")
+    flops, _ = _selective_less_none(llama, ClusterSpec(H100, 8), run)
+    assert flops == pytest.approx(WO_W3_FLOPS + WK_FLOPS)

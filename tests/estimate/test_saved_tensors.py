@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ndcp.estimate.activations import backward_workspace_bytes, layer_activation_bytes, layer_workspace_bytes
+from ndcp.estimate.activations import (backward_workspace_bytes, layer_activation_bytes, layer_workspace_bytes,
+                                       op_sac_recomputed_mms)
 from ndcp.estimate.keys import Degrees
 from ndcp.specs import RunSpec
 from ndcp.specs.fields import SpecError
@@ -22,11 +23,14 @@ from ndcp.specs.library import load_model
 from ndcp.specs.trainer_behaviour import TORCHTITAN
 
 TABLE = yaml.safe_load((Path(__file__).parents[2] / "docs" / "saved_tensors.yaml").read_text())
-# the rows of the torchtitan code ndcp prices (0.3.0), and of the Dec 2024 benchmark's code (3f20451b)
+# the rows of the torchtitan code ndcp prices with a fused wqkv (0.3.0), of the code it prices with separate wq, wk,
+# wv (e7c0cae, the Trainy H200 benchmark's: RunSpec.qkv_projections separate), and of the Dec 2024 benchmark's code
 PRICED = [row for row in TABLE["rows"] if row["code"] == "0.3.0"]
+SEPARATE = [row for row in TABLE["rows"] if row["code"] == "e7c0cae"]
 DEC2024 = {(r["policy"], r["compiled"]): r for r in TABLE["rows"] if r["code"] == "3f20451b"}
-# scalars the inventory does not list: the attention kernel's philox seed and offset (24 bytes), FP8 amax values
-SCALAR_BYTES = 64
+# scalars the inventory does not list: the attention kernel's philox seed and offset (24 bytes), FP8 amax and scale
+# values (4 bytes each, a few per linear: 70 bytes on e7c0cae's seven FP8 linears compiled)
+SCALAR_BYTES = 96
 
 
 def test_the_table_is_of_the_version_the_behaviour_names():
@@ -36,14 +40,20 @@ def test_the_table_is_of_the_version_the_behaviour_names():
     assert {row["precision"] for row in PRICED} == {"bf16", "fp8"}
 
 
-@pytest.mark.parametrize("row", PRICED, ids=lambda r: f"{r['model']}-{r['precision']}-{r['policy']}-{r['compiled']}")
+def _row_run(row) -> RunSpec:
+    """The run a measured row's block ran: its precision and compile, and its code's Q/K/V projections."""
+    return RunSpec(global_batch=8, seq_len=TABLE["seq_len"], trainer="torchtitan", precision=row["precision"],
+                   torch_compile=row["compiled"], qkv_projections="separate" if row["code"] == "e7c0cae" else "fused")
+
+
+@pytest.mark.parametrize("row", PRICED + SEPARATE,
+                         ids=lambda r: f"{r['code']}-{r['model']}-{r['precision']}-{r['policy']}-{r['compiled']}")
 def test_inventory_equals_the_measured_bytes(row):
     model = load_model(row["model"])
     sizes = row["sizes"]
     assert (model.hidden, model.heads, model.num_kv_heads, model.dim_per_head, model.ffn_hidden) == (
         sizes["hidden"], sizes["heads"], sizes["kv_heads"], sizes["head_dim"], sizes["ffn_hidden"])
-    run = RunSpec(global_batch=8, seq_len=TABLE["seq_len"], trainer="torchtitan", precision=row["precision"],
-                  torch_compile=row["compiled"])
+    run = _row_run(row)
     degrees = Degrees(TABLE["tp"], TABLE["cp"], 1, 1, TABLE["micro_batch"], False)
     estimated = layer_activation_bytes(model, run, "dense", row["policy"], degrees)
     assert 0 <= row["activation_bytes"] - estimated <= SCALAR_BYTES
@@ -71,16 +81,18 @@ def test_the_backward_reruns_what_ndcp_prices():
     # of every second mm (estimate/rerun.py: 0.3.0's wo and w3) and no attention kernel, eager and compiled, BF16 and
     # FP8 (aten.mm, or aten._scaled_mm in the compiled FP8 graph); full AC the whole forward, the attention kernel
     # with it (docs/formulas.md §5.7)
-    from ndcp.estimate.activations import block_mms, op_sac_recomputed_mms
+    from ndcp.estimate.activations import block_mms
     assert {(r["precision"], r["policy"], r["compiled"]) for r in PRICED} >= {
         (p, "selective", c) for p in ("bf16", "fp8") for c in (False, True)}
-    for row in PRICED:
-        model = load_model(row["model"])
-        run = RunSpec(global_batch=8, seq_len=TABLE["seq_len"], trainer="torchtitan", precision=row["precision"],
-                      torch_compile=row["compiled"])
+    for row in PRICED + SEPARATE:
+        model, run = load_model(row["model"]), _row_run(row)
         mms = block_mms(model, run)
         rerun = {"none": (), "selective": op_sac_recomputed_mms(model, run), "full": mms}[row["policy"]]
-        assert row["backward_gemms"] == 2 * len(mms) + len(rerun)
+        # e7c0cae's full AC (checkpoint_wrapper's default early stop; 0.3.0's FullAC sets early_stop=False) stops
+        # its re-run once the backward's saved tensors are rebuilt: w2, whose output no gradient reads, does not
+        # re-run. ndcp re-runs the whole forward: one GEMM over, conservative
+        early_stop = int(row["code"] == "e7c0cae" and row["policy"] == "full")
+        assert row["backward_gemms"] == 2 * len(mms) + len(rerun) - early_stop
         assert row["backward_attention_forwards"] == (row["policy"] == "full")
     assert op_sac_recomputed_mms(load_model("llama3-8b"), RunSpec(global_batch=8, seq_len=8192,
                                                                   trainer="torchtitan")) == ("wo", "w3")
@@ -230,3 +242,49 @@ def test_the_dec2024_code_explains_the_measured_compile_saving():
         return 2 * (32 * saved + transient) / 2**30
     rows = {(r["policy"], r["compiled"]): r for r in PRICED if r["model"] == "llama3-8b" and r["precision"] == "bf16"}
     assert 5.0 < saving(DEC2024) < 5.4 and 4.2 < saving(rows) < 4.6
+
+
+def _by(rows, precision: str, policy: str, compiled: bool):
+    return next(r for r in rows if (r["precision"], r["policy"], r["compiled"]) == (precision, policy, compiled))
+
+
+def test_separate_projections_save_wq_wv_w1_and_w2_outputs_under_selective_checkpoint():
+    # e7c0cae's block calls wq, wk, wv, wo, w1, w3, w2: the op-level policy saves the 1st, 3rd, 5th and 7th mm's
+    # output (wq: T x a d, wv: T x g d, w1: T x F, w2: T x h) and re-runs wk, wo, w3; compiled, w2's is dropped
+    # (no gradient reads it), as on 0.3.0's block. The same saved set as the Dec 2024 block (3f20451b)
+    llama = load_model("llama3-8b")
+    tokens, h, ffn = TABLE["seq_len"] * TABLE["micro_batch"], llama.hidden, llama.ffn_hidden
+    q, kv = llama.heads * llama.dim_per_head, llama.num_kv_heads * llama.dim_per_head
+    eager = _by(SEPARATE, "bf16", "selective", False)
+    assert sorted(b for op, b in eager["tensors"] if op == "aten.mm.default") == sorted(
+        2 * tokens * n for n in (q, kv, ffn, h))
+    assert op_sac_recomputed_mms(llama, _row_run(eager)) == ("wk", "wo", "w3")
+    assert eager["activation_bytes"] == DEC2024["selective", False]["activation_bytes"]
+    compiled = _by(SEPARATE, "bf16", "selective", True)
+    assert eager["activation_bytes"] - compiled["activation_bytes"] == 2 * tokens * h
+
+
+def test_separate_projections_expand_k_and_v_without_checkpoint():
+    # e7c0cae repeats K and V to the query heads (repeat_kv) before attention, whose kernel keeps the expanded copies:
+    # without AC the block keeps 2 x (a - g) d x T bf16 more than 0.3.0's (enable_gqa), eager and compiled
+    llama = load_model("llama3-8b")
+    tokens = TABLE["seq_len"] * TABLE["micro_batch"]
+    more = 2 * 2 * tokens * (llama.heads - llama.num_kv_heads) * llama.dim_per_head
+    for precision, compiled in (("bf16", False), ("bf16", True), ("fp8", True)):
+        fused, separate = _by(PRICED, precision, "none", compiled), _by(SEPARATE, precision, "none", compiled)
+        assert abs(separate["activation_bytes"] - fused["activation_bytes"] - more) <= SCALAR_BYTES
+
+
+def test_fp8_under_compile_without_checkpoint_keeps_fp8_wo_input_and_recomputes_the_norms_and_the_product():
+    # torchao Float8Linear under torch.compile, no AC: the partitioner keeps neither norm output (T x h bf16 each) nor
+    # the SwiGLU product (T x F), which it recomputes with their FP8 casts, and keeps wo's FP8 input (T x a d, 1
+    # byte) for wo's weight gradient: 806 MB where compiled BF16 keeps 1,142 MB (Llama-3-8B, 8,192 tokens)
+    llama = load_model("llama3-8b")
+    tokens, h, ffn = TABLE["seq_len"] * TABLE["micro_batch"], llama.hidden, llama.ffn_hidden
+    bf16, fp8 = _by(PRICED, "bf16", "none", True), _by(PRICED, "fp8", "none", True)
+    dropped = 2 * tokens * (2 * h + ffn) - tokens * llama.heads * llama.dim_per_head
+    assert 0 <= fp8["activation_bytes"] - (bf16["activation_bytes"] - dropped) <= SCALAR_BYTES
+    assert ["saved [8192, 4096] float8_e4m3fn", tokens * h] in [list(t) for t in fp8["tensors"]]
+    # the selective policy's saved set is unchanged by FP8 (its mms' outputs are bf16): the rule is no-AC only
+    assert _by(SEPARATE, "fp8", "selective", True)["activation_bytes"] - _by(
+        SEPARATE, "bf16", "selective", True)["activation_bytes"] <= SCALAR_BYTES

@@ -15,6 +15,7 @@ CLUSTER = ClusterSpec(PRESETS["h100"], 8)
 # A value other than the default for each field (optimizer has one: adam).
 OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype": "bf16", "flash_attention": False,
          "attention_kernel": "triton", "torch_compile": True, "compile_loss": True, "loss_kernel": "te",
+         "qkv_projections": "separate",
          "memory_cap_bytes": 40 * 2**30, "reserve_bytes": 2 * 2**30, "trainer": "torchtitan", "grad_sync": "step",
          "param_gather": "step", "fsdp_version": "fsdp1", "mfu_convention": "full", "headroom_fraction": 0.1,
          "fp8_recipe": "blockwise",
@@ -25,6 +26,7 @@ OTHER = {"global_batch": 64, "seq_len": 8192, "precision": "fp16", "grad_dtype":
 
 # fields valid only with another field's value
 REQUIRES = {"torch_compile": {"trainer": "torchtitan"}, "compile_loss": {"trainer": "torchtitan"},
+            "qkv_projections": {"trainer": "torchtitan"},
             "delay_wgrad_compute": {"overlap": "ep"}}
 
 

@@ -66,3 +66,12 @@ def test_a_read_run_keeps_layers_in_bf16_only_under_fp8_with_a_per_layer_recipe(
     with pytest.raises(SpecError, match="delayed scaling"):
         RunSpec(64, 4096, precision="fp8", first_layers_bf16=1).check_bf16_layers()
     RunSpec(64, 4096).check_bf16_layers()  # none kept: nothing to check
+
+
+def test_separate_qkv_projections_are_torchtitans_only():
+    assert RunSpec(64, 4096, trainer="torchtitan", qkv_projections="separate").qkv_projections == "separate"
+    with pytest.raises(SpecError, match=r"qkv_projections='separate' is not valid; separate Q, K and V projections "
+                                        r"are modelled for trainer torchtitan only"):
+        RunSpec(64, 4096, qkv_projections="separate")
+    with pytest.raises(SpecError, match="qkv_projections"):
+        RunSpec(64, 4096, trainer="torchtitan", qkv_projections="split")

@@ -186,3 +186,13 @@ def test_a_loss_only_plan_compiles_the_loss_alone_and_an_eager_plan_turns_off_a_
     eager = emit("torchtitan", deepseek, run, strategy)
     assert "--compile.no-enable" in tokens(eager.text)
     assert any("compiles the loss" in n and "--compile-loss" in n for n in eager.notes)
+
+
+def test_a_separate_qkv_run_is_emitted_with_the_fused_projection_0_3_0_runs():
+    """torchtitan 0.3.0 has one wqkv (models/common/attention.py FusedQKVLinear): a run priced with separate wq, wk,
+    wv (the code measured rows ran) is emitted as 0.3.0 runs it, the emitted run fused and said so."""
+    run = dataclasses.replace(TITAN, qkv_projections="separate")
+    strategy = Strategy(dp=32, tp=8, mbs=1, mbn=8, zero=3, sp=True, recompute=FULL)
+    emitted = emit("torchtitan", LLAMA70, run, strategy)
+    assert emitted.run == dataclasses.replace(run, qkv_projections="fused")
+    assert any("FusedQKVLinear" in note for note in emitted.notes)
