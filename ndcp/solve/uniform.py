@@ -24,6 +24,12 @@ BAND_POINTS = 256  # a band holding more points than this is narrowed before it 
 # Ctrl-C before the first verification: the expanded items' fastest points that fit the model's memory, verified in
 # objective order until one fits (each one evaluation: milliseconds, DeepSeek-V3 included)
 INTERRUPT_CANDIDATES = 4
+# Before the best-first expansion, which can take the whole time limit before it expands its first item (DeepSeek-V3
+# on 2,048 GPUs under a 40 GiB cap: 38,000 bounds tightened, 40 s), at most this many items from the front of the
+# queue are taken through every bound level and expanded at once, and their fastest points verified until one fits
+# (that search's first fits at the 44th item, 0.8 s): a search stopped by its time limit answers with a plan and its
+# gap. A count, not a time: the same items on every machine.
+DIVE_ITEMS = 64
 
 
 def cpsat_search(space: SearchSpace, top: int = 10, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
@@ -92,12 +98,16 @@ class _UniformSearch:
         return finish(self.result, self.ctx.start, verifier.fitting, verifier.misses, verifier.top, verifier.seconds)
 
     def _search(self) -> SearchResult:
-        """The optimum of the relaxation, then bands until the certificate holds."""
+        """A first incumbent, the optimum of the relaxation, then bands until the certificate holds."""
         result = self.result
+        self._dive()
         status, best, bound = self._optimum()
         if best is None:
             if status == "INFEASIBLE":
                 explain_memory(self.ctx.space, self.walk, result)
+            elif self.verifier.fitting:  # the time ran out before the first solve: the dive's plan, with the bound
+                result.status, result.lower_bound_seconds = "feasible", self.verifier.lower_bound(self.known)
+                return self._finish()
             else:
                 result.status, result.explanation = "feasible", "time limit reached before any solution"
             return finish(result, self.ctx.start)
@@ -107,6 +117,15 @@ class _UniformSearch:
             result.status, result.lower_bound_seconds = "feasible", bound * TIME_UNIT
             return self._finish()
         return self._bands(bound)
+
+    def _dive(self) -> None:
+        """An incumbent before the best-first expansion (DIVE_ITEMS): the items at the front of the queue expanded
+        ahead of their turn, one by one, until a verified point fits. Only verified strategies are added: the
+        certificate and the answer's top K are what they would be without it."""
+        for _ in range(DIVE_ITEMS):
+            if self.verifier.fitting or not self.expander.dive():
+                return
+            self._verify_expanded()
 
     def _optimum(self) -> tuple[str, Point | None, int | None]:
         """(status, best point, proven bound in units) of the relaxation, solved again with more items expanded
@@ -202,6 +221,26 @@ class _Expander:
         self.model.expand(i, expand_item(self.space, self.items[i]))
         self.next += 1
         return True
+
+    def dive(self) -> bool:
+        """Take the item at the front through its remaining bound levels and expand it, ahead of the items whose
+        bounds are lower than its tightened one; False when no item is left or the time runs out first. An item
+        proven not to fit leaves the model, and the next one is taken."""
+        while self.queue and time.perf_counter() < self.deadline:
+            bound, i, level = heapq.heappop(self.queue)
+            while level < READY and bound is not None:
+                tighter = self.bounds.tighten(i)
+                self.tightened += 1
+                bound = None if tighter is None else max(bound, int(tighter / TIME_UNIT))
+                level += 1
+            if bound is None:
+                self.model.drop(i)
+                continue
+            self.model.bounds[i] = bound
+            self.model.expand(i, expand_item(self.space, self.items[i]))
+            self.next += 1
+            return True
+        return False
 
     def expand_cheapest(self, count: int) -> None:
         while self.queue and count > 0 and time.perf_counter() < self.deadline:
