@@ -30,7 +30,7 @@ from ..specs.run import RunSpec
 from .activations import offloaded_layer_bytes, op_sac_recomputed_mms, torchtitan_modelled
 from .compute import (block_projection_gemm, fp8_gemms, layer_gemms, memory_seconds, mla_up_projection_gemms,
                       mlp_gemms, moe_gemms, total_flops)
-from .fp8 import layer_cast_bytes
+from .fp8 import layer_cast_bytes, rerun_cast_bytes
 from .fusion import layer_elementwise_bytes
 from .gemm import weight_gemm_seconds
 from .host_link import offload_copy_bandwidth
@@ -107,6 +107,13 @@ def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, ro
     return memory_seconds(rows * width * (3 if model.gated else 2) * run.activation_bytes, cluster.device)
 
 
+def _cast_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, gemms, tokens: float) -> float:
+    """The FP8 casts of re-run GEMMs' inputs (0 in a 16-bit run; fp8.py rerun_cast_bytes, the MoE router BF16)."""
+    if not run.fp8:
+        return 0.0
+    return memory_seconds(rerun_cast_bytes(run, cluster.device, fp8_gemms(model, kind, gemms, tokens)), cluster.device)
+
+
 def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: float) -> float:
     degrees = shape.key.degrees
     rows = shape.tokens / degrees.tp if degrees.sp else shape.tokens
@@ -129,6 +136,7 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
             return 0.0, 0.0
         gemms = mlp_gemms(model, model.ffn_hidden, tokens, tp)
         seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
+                   + _cast_seconds(model, cluster, run, kind, gemms, tokens)
                    + _activation_seconds(model, cluster, run, tokens, model.ffn_hidden / tp)
                    + _norm_seconds(model, cluster, run, shape, 1))
         if model.hybrid_blocks:  # the dense MLP blocks' share of the kind, each with the block's one TP pair
@@ -150,6 +158,7 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         routing = memory_seconds(routing_bytes(model, run, tokens, tp, shape.key.degrees.ep, etp).forward,
                                  cluster.device)  # routes again
         seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run) + routing
+                   + _cast_seconds(model, cluster, run, kind, gemms, tokens)
                    + _activation_seconds(model, cluster, run, tokens, width / tp) + shape.ep_forward)
         return seconds, total_flops(gemms)
     if piece == MOE_ACTIVATION:
@@ -160,7 +169,9 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         if model.mla is None:
             return 0.0, 0.0
         gemms = mla_up_projection_gemms(model, tokens, tp)
-        return weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run), total_flops(gemms)
+        seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
+                   + _cast_seconds(model, cluster, run, kind, gemms, tokens))
+        return seconds, total_flops(gemms)
     if piece == HOST_OFFLOAD:
         # The activations a layer would keep, less its input, cross the host link each way: to the host while the
         # next layer runs its forward, back while the layer after it (in backward order) runs its backward (the
