@@ -108,10 +108,11 @@ def torchao_cast_bytes(mk: float, nk: float, mn: float, activation_bytes: int,
 
 
 def layer_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]") -> tuple[float, float]:
-    """HBM bytes (forward, backward) of the FP8 casts around a layer's FP8 GEMMs `gemms` (compute.fp8_gemms) as the
-    run's trainer casts (TrainerBehaviour.fp8_casts): Transformer Engine's one cast per operand
-    (cast_bytes_per_element: input and weight forward, output gradient backward), or torchao's tensorwise inventory
-    (torchao_cast_bytes; torchao's other recipes were not read and are priced as Transformer Engine's)."""
+    """HBM bytes (forward, backward) of the FP8 casts around a layer's FP8 GEMMs `gemms` (compute.fp8_gemms) in one
+    micro-batch, as the run's trainer casts (TrainerBehaviour.fp8_casts): Transformer Engine's one cast per operand
+    (cast_bytes_per_element: the input forward, the output gradient backward; the weight only where it is cast every
+    micro-batch, weights_cast_every_micro_batch, else once a step: step_weight_cast_seconds), or torchao's tensorwise
+    inventory (torchao_cast_bytes; torchao's other recipes were not read and are priced as Transformer Engine's)."""
     if not run.fp8:
         return 0.0, 0.0
     mk = sum(g.m * g.k * g.count for g in gemms)
@@ -120,7 +121,30 @@ def layer_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]"
     if trainer_behaviour(run).fp8_casts == "torchao" and run.fp8_recipe == "tensorwise":
         return torchao_cast_bytes(mk, nk, mn, run.activation_bytes, run.torch_compile)
     per_element = cast_bytes_per_element(run, device)
-    return per_element * (mk + nk), per_element * mn
+    return per_element * (mk + (nk if weights_cast_every_micro_batch(run) else 0.0)), per_element * mn
+
+
+def weights_cast_every_micro_batch(run: RunSpec) -> bool:
+    """Whether Transformer Engine quantizes the FP8 weights in every micro-batch's forward: only under Megatron's
+    `disable_parameter_transpose_cache` (uncached_weight_copy_bytes_per_parameter says why; with an FP8 parameter,
+    ZeRO >= 1, nothing is cast then either: charged anyway, an upper bound for that rare pair). Otherwise
+    Megatron-Core's TE linears pass `is_first_microbatch` (extensions/transformer_engine.py TELinear.forward
+    @d98e8a6: True on a step's first call, then False) and Transformer Engine casts the weight at the step's first
+    micro-batch and reuses its cached FP8 copy and transpose (module/base.py get_weight_workspace, 2.14 71bbefbf)."""
+    return run.disable_parameter_transpose_cache
+
+
+def step_weight_cast_seconds(run: RunSpec, device: DeviceSpec, local_parameters: float) -> float:
+    """The FP8 weights' casts a step does once where Transformer Engine keeps them between micro-batches (0 in a
+    16-bit run, for torchao's casts, or where the weights are cast every micro-batch: weights_cast_every_micro_batch):
+    the cached FP8 copy and its transpose written at the step's first micro-batch (ZeRO 0), or the FP8 parameters
+    the distributed optimizer writes from its updated master weights and their transposes after the gather
+    (ZeRO >= 1, --fp8-param-gather): one cast per local parameter at the recipe's bytes per element, charged over
+    every local parameter (norms and embeddings, which stay 16-bit, included: an upper bound)."""
+    if (not run.fp8 or trainer_behaviour(run).fp8_casts != "transformer_engine"
+            or weights_cast_every_micro_batch(run)):
+        return 0.0
+    return cast_bytes_per_element(run, device) * local_parameters / device.hbm_bandwidth
 
 
 def rerun_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]") -> float:
@@ -215,5 +239,6 @@ def linear_input_bytes(run: RunSpec) -> int:
 
 __all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element",
            "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "rerun_cast_bytes", "amax_reduction_seconds",
+           "weights_cast_every_micro_batch", "step_weight_cast_seconds",
            "weight_copy_bytes_per_parameter", "uncached_weight_copy_bytes_per_parameter", "bf16_run",
            "bf16_layer_kinds", "linear_input_bytes"]

@@ -10,6 +10,7 @@ from ..specs.device import ClusterSpec
 from ..specs.run import RunSpec
 from .communication import few_byte_all_reduce_seconds
 from .compute import memory_seconds
+from .fp8 import step_weight_cast_seconds
 
 # Scalar all-reduces across every device each step: the global gradient norm of gradient clipping (Megatron-Core
 # optimizer/clip_grads.py get_grad_norm_fp32: the squared norms of the local shards summed over the whole job)
@@ -29,8 +30,10 @@ def gradient_buffer_seconds(run: RunSpec, cluster: ClusterSpec, local_parameters
 
 def step_cost_seconds(run: RunSpec, cluster: ClusterSpec, local_parameters: float, devices: int) -> float:
     """The step's fixed work on one device of a stage holding `local_parameters` parameters, in a job of
-    `devices` devices: the gradient buffer's zeroing and the scalar synchronisations."""
+    `devices` devices: the gradient buffer's zeroing, the FP8 weights' casts Transformer Engine does once a step
+    (fp8.step_weight_cast_seconds) and the scalar synchronisations."""
     return (gradient_buffer_seconds(run, cluster, local_parameters)
+            + step_weight_cast_seconds(run, cluster.device, local_parameters)
             + STEP_SCALAR_SYNCS * few_byte_all_reduce_seconds(cluster, devices))
 
 

@@ -90,7 +90,8 @@ def test_linear_layers_run_fp8_plus_casts_and_the_rest_stays_bf16():
     linear_bf16, linear_fp8 = gemm_seconds(gemms, H100, 2), gemm_seconds(gemms, H100, 2, fp8=True)
     per_element = cast_bytes_per_element(FP8, H100)
     assert per_element == 4.0  # delayed on Hopper: read 2, write 1, transpose 1
-    cast_forward = memory_seconds(per_element * sum((g.m + g.n) * g.k for g in gemms), H100)
+    # the inputs every micro-batch; the weights once a step (Transformer Engine's cached copy: step_costs)
+    cast_forward = memory_seconds(per_element * sum(g.m * g.k for g in gemms), H100)
     cast_backward = memory_seconds(per_element * sum(g.m * g.n for g in gemms), H100)
     # the attention core, norms and residuals are unchanged: only the GEMMs and the casts differ
     assert fp8.forward - bf16.forward == pytest.approx(linear_fp8 - linear_bf16 + cast_forward)
@@ -114,7 +115,7 @@ def test_the_moe_router_stays_bf16():
     low = tuple(g for g in gemms if g != router)
     t_bf16 = layer_time(model, cluster, run_bf16, LayerKey("moe", "none", Degrees(1, 1, 1, 1, 1, False)))
     t_fp8 = layer_time(model, cluster, run_fp8, LayerKey("moe", "none", Degrees(1, 1, 1, 1, 1, False)))
-    cast = memory_seconds(cast_bytes_per_element(run_fp8, H100) * sum((g.m + g.n) * g.k * g.count for g in low), H100)
+    cast = memory_seconds(cast_bytes_per_element(run_fp8, H100) * sum(g.m * g.k * g.count for g in low), H100)
     # and the experts' FP8 row padding, the one routing copy FP8 adds (estimate/moe.py routing_bytes)
     padding = memory_seconds(routing_bytes(model, run_fp8, tokens, 1, 1, 1).forward
                              - routing_bytes(model, run_bf16, tokens, 1, 1, 1).forward, H100)
@@ -143,6 +144,23 @@ def _torchtitan_fp8(compiled: bool, recipe: str = "tensorwise") -> RunSpec:
     return RunSpec(16, 8192, precision="fp8", fp8_recipe=recipe, trainer="torchtitan", torch_compile=compiled)
 
 
+def test_transformer_engines_cached_fp8_weights_are_cast_once_a_step():
+    """Megatron passes is_first_microbatch, so Transformer Engine casts each FP8 weight (and its transpose) at the
+    step's first micro-batch and reuses it: one cast per local parameter a step, at the recipe's bytes per element
+    (delayed on Hopper: 4), at HBM bandwidth; none in a 16-bit run, under torchao, or where the weights are cast
+    every micro-batch (disable_parameter_transpose_cache: in the layer's forward instead)."""
+    from ndcp.estimate.fp8 import step_weight_cast_seconds
+    from ndcp.estimate.step_costs import step_cost_seconds
+    local = 1.0e9
+    assert step_weight_cast_seconds(FP8, H100, local) == pytest.approx(4.0 * local / H100.hbm_bandwidth)
+    assert step_weight_cast_seconds(BF16, H100, local) == 0.0
+    assert step_weight_cast_seconds(_torchtitan_fp8(True), H100, local) == 0.0
+    assert step_weight_cast_seconds(replace(FP8, disable_parameter_transpose_cache=True), H100, local) == 0.0
+    cluster = ClusterSpec(H100, 8)
+    assert step_cost_seconds(FP8, cluster, local, 8) - step_cost_seconds(BF16, cluster, local, 8) == pytest.approx(
+        step_weight_cast_seconds(FP8, H100, local) + memory_seconds(local * (FP8.grad_bytes - BF16.grad_bytes), H100))
+
+
 def test_torchtitan_casts_are_torchaos_hand_counted_per_gemm():
     """torchao Float8Linear, tensorwise (pytorch/ao @0afa4c1): forward amax + cast of input and weight; backward amax
     + cast of the output gradient (twice eager, once compiled), the saved FP8 weight and the output gradient's
@@ -159,11 +177,14 @@ def test_torchtitan_casts_are_torchaos_hand_counted_per_gemm():
     eager = layer_cast_bytes(_torchtitan_fp8(False), H100, gemms)
     assert compiled == pytest.approx((5 * (mk + nk), 7 * mn + 5 * mk + 2 * nk))
     assert eager == pytest.approx((33 * (mk + nk), 68 * mn + 35 * mk + 2 * nk))
-    # Transformer Engine (Megatron): one cast per operand, 6 bytes each for tensorwise on Hopper (amax, cast, transpose)
-    megatron = layer_cast_bytes(replace(_torchtitan_fp8(False), trainer="megatron"), H100, gemms)
-    assert megatron == pytest.approx((6 * (mk + nk), 6 * mn))
+    # Transformer Engine (Megatron): one cast per operand, 6 bytes each for tensorwise on Hopper (amax, cast,
+    # transpose); the weights' only where Megatron disables TE's weight cache, else once a step
+    megatron = replace(_torchtitan_fp8(False), trainer="megatron")
+    assert layer_cast_bytes(megatron, H100, gemms) == pytest.approx((6 * mk, 6 * mn))
+    uncached = replace(megatron, disable_parameter_transpose_cache=True)
+    assert layer_cast_bytes(uncached, H100, gemms) == pytest.approx((6 * (mk + nk), 6 * mn))
     # torchao's other recipes were not read: Transformer Engine's count stands in
-    assert layer_cast_bytes(_torchtitan_fp8(True, "delayed"), H100, gemms) == pytest.approx((4 * (mk + nk), 4 * mn))
+    assert layer_cast_bytes(_torchtitan_fp8(True, "delayed"), H100, gemms) == pytest.approx((4 * mk, 4 * mn))
     assert layer_cast_bytes(replace(_torchtitan_fp8(True), precision="bf16"), H100, gemms) == (0.0, 0.0)
 
 
