@@ -60,7 +60,8 @@ GAP_LIMIT = 0.9 * PLAN_TOLERANCE
 
 
 class PlanTimeout(Exception):
-    """A sub-model ran out of time before finding any plan: nothing is known of it beyond the caller's bound."""
+    """A sub-model ran out of time before finding any plan, or CP-SAT refused it (MODEL_INVALID): nothing is known of
+    it beyond the caller's bound (never read as "no plan", which would drop its plans from a proof)."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ class PlanModel:
             outcome = _solve_once(built, fallback, limit, solved)
         if outcome.past_cutoff:
             return None
-        if outcome.status == cp_model.UNKNOWN:
+        if outcome.status in (cp_model.UNKNOWN, cp_model.MODEL_INVALID):
             raise PlanTimeout
         if outcome.status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None

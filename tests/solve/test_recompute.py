@@ -64,3 +64,28 @@ def test_what_decides_a_sub_models_path_is_deterministic_time(monkeypatch):
         assert det == (TUNED_DETERMINISTIC_SECONDS if branching == cp_model.LP_SEARCH else float("inf"))
         assert wall > time_limit - 60  # what is left of the search's time (it takes seconds)
     assert PROBE_SAFETY_SECONDS >= 20 * PROBE_DETERMINISTIC_SECONDS  # a net, not a budget (docs/tuning.md)
+
+
+def test_a_sub_model_cp_sat_refuses_is_unknown_never_empty(monkeypatch):
+    """A model CP-SAT refuses (MODEL_INVALID) tells nothing of its plans: the search keeps only its bound (as at a
+    timeout, `feasible`), where reading it as "no plan" would drop every plan of it from a proof."""
+    import math
+    import time
+
+    import pytest
+
+    from tests.solve.test_plan_model import coefficients, stage
+
+    def overflowing(*_args, **_kwargs):
+        m = cp_model.CpModel()
+        x = m.new_int_var(0, 2**61, "x")
+        m.minimize(4 * x)  # past 2^62: refused
+        return recompute.BuiltPlanModel(m, [], [], [], [x])
+
+    monkeypatch.setattr(recompute, "build_plan_model", overflowing)
+    plan = PlanModel.__new__(PlanModel)  # the coefficients are all _solve reads
+    plan.coefficients = coefficients(stage())
+    with pytest.raises(recompute.PlanTimeout):
+        plan._solve(40, (), None, time.perf_counter() + 30, 0, 1, None)
+    with pytest.raises(recompute.PlanTimeout):  # with a cutoff: the probe, then the model without it
+        plan._solve(40, (), math.floor(1e9), time.perf_counter() + 30, 0, 1, None)
