@@ -1,9 +1,14 @@
 """Plan sub-models (ndcp/solve/recompute.py): equivalent items are solved once per search; what decides a sub-model's
 path is deterministic time, never the machine's speed."""
+import math
+import time
+
+import pytest
 from ortools.sat.python import cp_model
 
 from ndcp.solve import certificate, recompute
-from ndcp.solve.recompute import PROBE_DETERMINISTIC_SECONDS, PROBE_SAFETY_SECONDS, TUNED_DETERMINISTIC_SECONDS, PlanModel
+from ndcp.solve.recompute import (PROBE_DETERMINISTIC_SECONDS, PROBE_SAFETY_SECONDS, TUNED_DETERMINISTIC_SECONDS,
+                                  PlanModel)
 from ndcp.space import SearchSpace
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
@@ -69,11 +74,6 @@ def test_what_decides_a_sub_models_path_is_deterministic_time(monkeypatch):
 def test_a_sub_model_cp_sat_refuses_is_unknown_never_empty(monkeypatch):
     """A model CP-SAT refuses (MODEL_INVALID) tells nothing of its plans: the search keeps only its bound (as at a
     timeout, `feasible`), where reading it as "no plan" would drop every plan of it from a proof."""
-    import math
-    import time
-
-    import pytest
-
     from tests.solve.test_plan_model import coefficients, stage
 
     def overflowing(*_args, **_kwargs):
