@@ -7,7 +7,9 @@ A refactor that claims "behaviour unchanged" runs this against a worktree of the
     git worktree add /tmp/before HEAD~3
     python scripts/check_same_answers.py --against /tmp/before [--quick] [--jobs 2] [--allow-new-keys]
 `--extra "--confidence 0"` adds arguments to this tree's commands only (a new option whose value gives the answers
-of before).
+of before). `--busy N` runs this tree's commands beside N busy processes (pure Python loops, stopped after each
+command) and the other tree's on the machine as it is: with `--against .` it checks that the answers do not depend
+on the machine's load (docs/solver.md §9, Determinism).
 Each command runs in a fresh process (`python -m ndcp`, PYTHONPATH set to the tree), so no cache carries over.
 Removed before comparing: `solve_seconds`, `timing` and `wall` keys anywhere (the clock, not the answer). Exit 0
 when every case agrees, 1 when one differs (its first differing path is printed).
@@ -15,6 +17,7 @@ when every case agrees, 1 when one differs (its first differing path is printed)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -88,6 +91,19 @@ def answer(tree: Path, args: list[str]) -> tuple[int, object]:
         return done.returncode, strip_clock(json.loads(target.read_text()))
 
 
+@contextlib.contextmanager
+def busy(count: int):
+    """`count` processes spinning in a pure Python loop while the block runs; each stopped (by its own id) after it,
+    also when the block fails."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def first_difference(a, b, path: str = "") -> str:
     """The path of the first place two documents differ."""
     if type(a) is not type(b):
@@ -123,11 +139,14 @@ def without_new_keys(after, before, path: str = "", found: set | None = None):
     return after
 
 
-def compare(args: list[str], against: Path, new_keys: set | None = None, extra: tuple[str, ...] = ()) -> str | None:
-    """None when both trees answer `args` alike (this tree's with `extra` added), else what differs. Given
-    `new_keys` (a set), keys only the tree under test writes are allowed (additions to the JSON contract) and
-    collected there."""
-    after, before = answer(ROOT, args + list(extra)), answer(against, args)
+def compare(args: list[str], against: Path, new_keys: set | None = None, extra: tuple[str, ...] = (),
+            load: int = 0) -> str | None:
+    """None when both trees answer `args` alike (this tree's with `extra` added, beside `load` busy processes), else
+    what differs. Given `new_keys` (a set), keys only the tree under test writes are allowed (additions to the JSON
+    contract) and collected there."""
+    with busy(load):
+        after = answer(ROOT, args + list(extra))
+    before = answer(against, args)
     if new_keys is not None:
         after = (after[0], without_new_keys(after[1], before[1], "", new_keys))
     if after == before:
@@ -145,11 +164,15 @@ def main() -> int:
     parser.add_argument("--allow-new-keys", action="store_true",
                         help="keys only this tree writes are additions, not differences (they are listed)")
     parser.add_argument("--extra", default="", help="arguments added to this tree's commands only")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="run this tree's commands beside N busy processes (default 0)")
     options = parser.parse_args()
+    options.against = options.against.resolve()
     todo = cases(options.quick)
     new_keys: set | None = set() if options.allow_new_keys else None
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        results = list(pool.map(lambda args: compare(args, options.against, new_keys, tuple(options.extra.split())), todo))
+        results = list(pool.map(lambda args: compare(args, options.against, new_keys, tuple(options.extra.split()),
+                                                     options.busy), todo))
     differing = 0
     for args, diff in zip(todo, results):
         print(("same     " if diff is None else "DIFFERS  ") + " ".join(args))

@@ -15,6 +15,11 @@ from ..specs.recompute import HEAVIEST_FIRST
 from .plan_coefficients import PASSES, PlanCoefficients, StageCoefficients, counted_kinds
 
 UPPER = 10**15  # upper bound of the model's integer variables (bytes and time units): far above any real value
+# CP-SAT refuses a model (MODEL_INVALID, "Possible integer overflow") in which a linear expression could pass
+# 2^62 - 1 given its variables' domains (ortools/sat/cp_model_checker.cc). The objective weighs the stage times by
+# the schedule's linear form: interleaved 1F1B weighs the slowest stage vpp x mbn - 1 (GPT-3 175B on 64 A100 with
+# vpp 3 and 1,536 micro-batches: 4,607; x UPPER = 4.6e18, past it), zero bubble pp x mbn.
+CPSAT_LIMIT = 2**62 - 1
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,8 @@ def build_plan_model(c: PlanCoefficients, capacity: int, exclude: tuple[tuple[in
     units) adds `objective <= limit` as a constraint."""
     m = cp_model.CpModel()
     zero = add_zero_choice(m, c.zero_count)
-    slowest = m.new_int_var(0, UPPER, "slowest")
+    upper = time_upper(c)
+    slowest = m.new_int_var(0, upper, "slowest")
     sizes, counts, fills = [], [], []
     margin = m.new_int_var(0, UPPER, "margin") if c.margins.any else 0
     for s, stage in enumerate(c.stages):
@@ -42,7 +48,7 @@ def build_plan_model(c: PlanCoefficients, capacity: int, exclude: tuple[tuple[in
         n = add_stage_counts(m, c, stage, s, size)
         add_memory(m, c, stage, s, zero, size, n, capacity, margin)
         add_host(m, c, stage, zero, size, n)
-        fills.append(add_stage_time(m, c, stage, s, n, slowest))
+        fills.append(add_stage_time(m, c, stage, s, n, slowest, upper))
         sizes.append(size)
         counts.append(n)
     if c.margins.any:
@@ -52,13 +58,21 @@ def build_plan_model(c: PlanCoefficients, capacity: int, exclude: tuple[tuple[in
     free_sizes = [] if c.partition_fixed else sizes
     decisions = list(zero) + free_sizes + [v for n in counts for v in n.values()]
     add_no_goods(m, decisions, exclude)
-    exposed, optimizer = add_data_parallel(m, c, zero, counts, sizes)
+    exposed, optimizer = add_data_parallel(m, c, zero, counts, sizes, upper)
     # the schedule's pipeline as its linear form, plus the DP terms (all times the form's divisor)
     objective = c.slowest_weight * slowest + c.sum_weight * sum(fills) + c.divisor * (exposed + optimizer)
     if limit is not None:
         m.add(objective <= limit)
     m.minimize(objective)
     return BuiltPlanModel(m, zero, sizes, counts, decisions)
+
+
+def time_upper(c: PlanCoefficients) -> int:
+    """Upper bound of the time variables the objective weighs (the stages' times, the slowest, the DP exposure and
+    the optimizer step): UPPER, or less where the objective's weights would let it pass CPSAT_LIMIT. Still far above
+    any real value: a weight of a million leaves 4.6e12 units, where a real stage time is under 1e9."""
+    weight = c.slowest_weight + c.sum_weight * len(c.stages) + 2 * c.divisor
+    return min(UPPER, CPSAT_LIMIT // (weight + 1))
 
 
 def add_zero_choice(m: cp_model.CpModel, zero_count: int) -> list:
@@ -160,10 +174,11 @@ def add_host(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients,
         m.add(sum(b * v for b, v in host) <= stage.host_room)
 
 
-def add_stage_time(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, n: dict, slowest):
+def add_stage_time(m: cp_model.CpModel, c: PlanCoefficients, stage: StageCoefficients, s: int, n: dict, slowest,
+                   upper: int = UPPER):
     """The stage's time per micro-batch (its layers and its extra work), at most `slowest`; returns its fill (the
     schedule's bubble share: the time itself for 1F1B-like schedules)."""
-    t = m.new_int_var(0, UPPER, f"t{s}")
+    t = m.new_int_var(0, upper, f"t{s}")
     m.add(t == sum(seconds * n[key] for key, seconds in stage.time) + stage.extra_time)
     m.add(slowest >= t)
     if c.fill_is_total:
@@ -182,15 +197,16 @@ def add_no_goods(m: cp_model.CpModel, decisions: list, exclude: tuple[tuple[int,
         m.add_bool_or(differs)
 
 
-def add_data_parallel(m: cp_model.CpModel, c: PlanCoefficients, zero: list, counts: list, sizes: list):
+def add_data_parallel(m: cp_model.CpModel, c: PlanCoefficients, zero: list, counts: list, sizes: list,
+                      upper: int = UPPER):
     """Exposed DP sync and optimizer step (estimate.data_parallel.DataParallelTerms.exposed), linear in the counts.
     A window is the stage's forward or backward wall time per micro-batch, each coefficient rounded up; per ZeRO
     choice z_k and collective an integer e >= z_k x seconds - window and e >= z_k x seconds x last bucket (no
     constraint unless z_k = 1, as exactly one holds), and the stage's exposure = sum count x e: never overestimated.
     With a free partition, seconds = at its fewest layers + per layer x (L - fewest), enforced when z_k = 1, and the
     last bucket's share at least each line of its lower convex hull in L (plan_coefficients.lower_lines)."""
-    exposed = m.new_int_var(0, UPPER, "dp_exposed")
-    optimizer = m.new_int_var(0, UPPER, "optimizer")
+    exposed = m.new_int_var(0, upper, "dp_exposed")
+    optimizer = m.new_int_var(0, upper, "optimizer")
     for s, (stage, n, size) in enumerate(zip(c.stages, counts, sizes)):
         window = {which: sum(units * n[key] for key, units in stage.window[p]) + stage.extra_window[p]
                   for p, which in enumerate(PASSES)}

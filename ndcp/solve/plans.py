@@ -85,11 +85,12 @@ class _FirstPhase:
         self.interrupted = False
 
     def run(self, verifier: _PlanVerifier) -> None:
-        """Search the uniform plans (half the time limit) and hand the verified ones to `verifier`."""
+        """Search the uniform plans and hand the verified ones to `verifier`. The whole time limit: the seeds shape
+        which plan, among those within the tolerance, each item ranks with, so a uniform phase the clock cut short
+        could change a proven answer with the machine's load; cut by the limit, the whole search is (`feasible`)."""
         ctx, items = self.ctx, self.items
         shared = with_max_offset(ctx.space, 0) is ctx.space
-        uniform = uniform_search(replace(ctx, top=UNIFORM_SEEDS, deadline=ctx.start + (ctx.deadline - ctx.start) / 2,
-                                         progress=_first(ctx.progress)), self.walk,
+        uniform = uniform_search(replace(ctx, top=UNIFORM_SEEDS, progress=_first(ctx.progress)), self.walk,
                                  unsolved("cp-sat", self.result.space_size, self.walk),
                                  items if shared else ItemBounds(with_max_offset(ctx.space, 0), self.walk.batches,
                                                                  items.seconds, items.memo),

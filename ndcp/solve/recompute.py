@@ -32,7 +32,17 @@ from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
 
 
-PROBE_SECONDS = 0.5  # a sub-model's first try with the cutoff as a constraint (see PlanModel.solve)
+# A sub-model's first try, with the cutoff as a constraint (PlanModel._solve), stops after this much deterministic
+# time: whether the probe concludes (and so which path, and which plan within GAP_LIMIT, the sub-model takes) is
+# then the same on every machine and at any load. It was 0.5 s of wall clock, which probes settling near it crossed
+# one way or the other with the load. The 22 bench cases' 114 probes, let run to the end: none stalled, the slowest
+# used 0.74 deterministic seconds, the next 0.21 (docs/tuning.md).
+PROBE_DETERMINISTIC_SECONDS = 0.25
+# A wall-clock safety net for the probe, far above what its deterministic budget takes (0.25 deterministic seconds
+# came within about 2 s of wall clock on a 2-core machine at load 7): only a probe whose deterministic clock stalled
+# would reach it (none of the 114 did), the one case where the machine's speed would still choose the path
+# (docs/solver.md §9, Determinism).
+PROBE_SAFETY_SECONDS = 10.0
 # Deterministic seconds a sub-model gets with the tuned search (PlanModel._solver) before CP-SAT's default branching
 # takes over for the time left: far more than the bench cases' sub-models use, and the default branching proves the
 # few on which the LP-guided search stalls (docs/tuning.md). Deterministic, so the switch happens at the same point
@@ -50,7 +60,8 @@ GAP_LIMIT = 0.9 * PLAN_TOLERANCE
 
 
 class PlanTimeout(Exception):
-    """A sub-model ran out of time before finding any plan: nothing is known of it beyond the caller's bound."""
+    """A sub-model ran out of time before finding any plan, or CP-SAT refused it (MODEL_INVALID): nothing is known of
+    it beyond the caller's bound (never read as "no plan", which would drop its plans from a proof)."""
 
 
 @dataclass(frozen=True)
@@ -98,13 +109,15 @@ class PlanModel:
         settles it in milliseconds, most often proving that no plan can beat the cutoff); measured, that constraint
         can also keep CP-SAT from proving an optimum it proves in 0.5 s without it, so when the probe does not
         conclude the model is solved without it, stopping as soon as its proven bound passes the cutoff. The tuned
-        search gets TUNED_DETERMINISTIC_SECONDS; should it stall there, CP-SAT's default branching takes the rest."""
+        search gets TUNED_DETERMINISTIC_SECONDS; should it stall there, CP-SAT's default branching takes the rest.
+        Which way a sub-model goes is decided by deterministic time only (the paths can answer different plans
+        within GAP_LIMIT, so a wall-clock limit would let the machine's load reorder a proven ranking); the wall
+        clock is the caller's deadline, and for the probe a far safety net (PROBE_SAFETY_SECONDS)."""
         if limit is not None:
             built = self._build(capacity_bytes, exclude, limit)
-            # A wall-clock limit: CP-SAT's deterministic-time limit did not stop the stuck probes. Probes either settle
-            # in milliseconds or stall far longer, so the answer does not hinge on where the limit falls.
-            seconds = min(PROBE_SECONDS, deadline - time.perf_counter())
-            outcome = _solve_once(built, self._solver(seconds, seed, workers), None, solved)
+            probe = self._solver(min(PROBE_SAFETY_SECONDS, deadline - time.perf_counter()), seed, workers)
+            probe.parameters.max_deterministic_time = PROBE_DETERMINISTIC_SECONDS
+            outcome = _solve_once(built, probe, None, solved)
             if outcome.status == cp_model.INFEASIBLE:
                 return None
             if outcome.status == cp_model.OPTIMAL:
@@ -120,7 +133,7 @@ class PlanModel:
             outcome = _solve_once(built, fallback, limit, solved)
         if outcome.past_cutoff:
             return None
-        if outcome.status == cp_model.UNKNOWN:
+        if outcome.status in (cp_model.UNKNOWN, cp_model.MODEL_INVALID):
             raise PlanTimeout
         if outcome.status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None

@@ -109,3 +109,14 @@ def test_a_free_partition_moves_layers_off_the_stage_with_more_extra_work():
     objective, layers, _ = best(c, 100)
     assert (objective, layers) == (500, [5, 3])  # 5 x 100 against 3 x 100 + 150
     assert best(replace(c, partition_fixed=True), 100)[0] == 550  # the default 4 and 4
+
+
+def test_a_heavily_weighted_pipeline_stays_within_cp_sats_integer_range():
+    """Interleaved 1F1B weighs the slowest stage vpp x mbn - 1 (GPT-3 175B on 64 A100, vpp 3, 1,536 micro-batches:
+    4,607) and zero bubble pp x mbn: with every time variable up to 1e15, CP-SAT refused such models as a possible
+    integer overflow (MODEL_INVALID), which the search read as "no plan". They are solved like any other."""
+    for weight in (4607, 32 * 1536, 2 * 64 * 4096):  # interleaved, zero bubble, DualPipe at its largest
+        c = coefficients(stage(), stage(), slowest_weight=weight, sum_weight=1, divisor=3)
+        assert build_plan_model(c, 40).model.validate() == ""
+        # every layer keeps its activations: 400 units per stage, weighted as the slowest and summed once each
+        assert best(c, 40)[0] == weight * 400 + 800

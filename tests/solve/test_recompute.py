@@ -1,5 +1,14 @@
-"""Plan sub-models (ndcp/solve/recompute.py): equivalent items are solved once per search."""
-from ndcp.solve.recompute import PlanModel
+"""Plan sub-models (ndcp/solve/recompute.py): equivalent items are solved once per search; what decides a sub-model's
+path is deterministic time, never the machine's speed."""
+import math
+import time
+
+import pytest
+from ortools.sat.python import cp_model
+
+from ndcp.solve import certificate, recompute
+from ndcp.solve.recompute import (PROBE_DETERMINISTIC_SECONDS, PROBE_SAFETY_SECONDS, TUNED_DETERMINISTIC_SECONDS,
+                                  PlanModel)
 from ndcp.space import SearchSpace
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
@@ -29,3 +38,54 @@ def test_items_with_the_same_sub_model_are_solved_once():
     other = PlanModel(space, *items[(1, 1)], True, tuple(modes), tuple(space.zero_stages(items[(1, 1)][0])))
     other.solve(capacity, 30, solved=solved)
     assert len(solved) == 2
+
+
+def test_what_decides_a_sub_models_path_is_deterministic_time(monkeypatch):
+    """Every CP-SAT solve of a plan sub-model is bounded by deterministic time (the probe against the cutoff, the
+    tuned search), or runs to the search's own deadline (the default branching, after the tuned search stalled).
+    The one other wall-clock limit is the probe's safety net, far above what its deterministic budget takes: a
+    wall-clock limit that short (the probe had 0.5 s) lets the machine's load choose which plan, within the gap
+    limit, a sub-model answers, and so the ranking (docs/solver.md §9, Determinism)."""
+    # llama3-70b on 64 H100 under 60 GiB, top 3: three tuned solves and one probe against the cutoff (~4 s)
+    from tests.solve.test_interrupt import TIGHT
+
+    limits, original = [], recompute.interruptible
+
+    def spy(solver, model, callback=None):
+        p = solver.parameters
+        limits.append((p.max_time_in_seconds, p.max_deterministic_time, p.search_branching))
+        return original(solver, model, callback)
+
+    monkeypatch.setattr(recompute, "interruptible", spy)
+    time_limit = 600
+    result = certificate.plan_search(TIGHT, top=3, time_limit=time_limit)
+    assert result.status == "optimal"
+    probes = [(wall, det) for wall, det, _ in limits if det == PROBE_DETERMINISTIC_SECONDS]
+    assert probes and all(wall == PROBE_SAFETY_SECONDS for wall, _ in probes)
+    for wall, det, branching in limits:
+        if det == PROBE_DETERMINISTIC_SECONDS:
+            continue
+        # the tuned search stops at its deterministic budget; both it and the default branching have the deadline
+        assert det == (TUNED_DETERMINISTIC_SECONDS if branching == cp_model.LP_SEARCH else float("inf"))
+        assert wall > time_limit - 60  # what is left of the search's time (it takes seconds)
+    assert PROBE_SAFETY_SECONDS >= 20 * PROBE_DETERMINISTIC_SECONDS  # a net, not a budget (docs/tuning.md)
+
+
+def test_a_sub_model_cp_sat_refuses_is_unknown_never_empty(monkeypatch):
+    """A model CP-SAT refuses (MODEL_INVALID) tells nothing of its plans: the search keeps only its bound (as at a
+    timeout, `feasible`), where reading it as "no plan" would drop every plan of it from a proof."""
+    from tests.solve.test_plan_model import coefficients, stage
+
+    def overflowing(*_args, **_kwargs):
+        m = cp_model.CpModel()
+        x = m.new_int_var(0, 2**61, "x")
+        m.minimize(4 * x)  # past 2^62: refused
+        return recompute.BuiltPlanModel(m, [], [], [], [x])
+
+    monkeypatch.setattr(recompute, "build_plan_model", overflowing)
+    plan = PlanModel.__new__(PlanModel)  # the coefficients are all _solve reads
+    plan.coefficients = coefficients(stage())
+    with pytest.raises(recompute.PlanTimeout):
+        plan._solve(40, (), None, time.perf_counter() + 30, 0, 1, None)
+    with pytest.raises(recompute.PlanTimeout):  # with a cutoff: the probe, then the model without it
+        plan._solve(40, (), math.floor(1e9), time.perf_counter() + 30, 0, 1, None)
