@@ -323,7 +323,11 @@ def test_published_fp8_run_is_compared_and_its_speed_up_is_in_range():
     fp8, bf16 = rows["dgxc_llama31_70b_h100_fp8_64"], rows["dgxc_llama31_70b_h100_bf16_64"]
     assert fp8.measured_step == pytest.approx(9.86)
     assert abs(fp8.step_relative_error) < 0.10
-    assert 1 / 1.7 < fp8.estimated_step / bf16.estimated_step < 1 / 1.3  # measured 9.86 / 14.66 = 1 / 1.49
+    # the one same-stack FP8/BF16 pair (dgxc-benchmarking v25.04): measured speed-up 14.66 / 9.86 = 1.487, within 2 %
+    # (1.42, -4.5 %, while the FP8 weights' casts were charged every micro-batch: formulas.md §3.1)
+    measured = bf16.measured_step / fp8.measured_step
+    assert measured == pytest.approx(1.487, abs=1e-3)
+    assert bf16.estimated_step / fp8.estimated_step == pytest.approx(measured, rel=0.02)
 
 
 def test_fp8_search_is_the_exhaustive_optimum(capsys):
