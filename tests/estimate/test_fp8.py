@@ -324,7 +324,7 @@ def test_published_fp8_run_is_compared_and_its_speed_up_is_in_range():
     assert fp8.measured_step == pytest.approx(9.86)
     assert abs(fp8.step_relative_error) < 0.10
     # the one same-stack FP8/BF16 pair (dgxc-benchmarking v25.04): measured speed-up 14.66 / 9.86 = 1.487, within 2 %
-    # (1.42, -4.5 %, while the FP8 weights' casts were charged every micro-batch: formulas.md §3.1)
+    # (1.42, -4.5 %, while the FP8 weights' casts were charged every micro-batch: docs/formulas.md §3.1)
     measured = bf16.measured_step / fp8.measured_step
     assert measured == pytest.approx(1.487, abs=1e-3)
     assert bf16.estimated_step / fp8.estimated_step == pytest.approx(measured, rel=0.02)
