@@ -38,7 +38,7 @@ from ..schedules import schedule_named
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HEAVIEST, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
-from .margins import point_margin
+from .margins import layout_point_margin
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -364,7 +364,8 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
 def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     """Exact per-(j, z) coefficients of one item from the full estimators' stage functions: step time exactly,
     memory exactly on the constrained stages (less memory.unheld_state_bound where a torchtitan pipeline stage
-    releases states part of the step: a relaxation there), and each point's confidence margin (margins.point_margin)."""
+    releases states part of the step: a relaxation there), and each point's confidence margin (margins.point_margin,
+    once per layout)."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
@@ -403,7 +404,7 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     zero_allowed = tuple(z in runs and all(host_optimizer_bytes(model, run, strategy, r)
                                            <= cluster.device.host_memory_bytes for r in layouts)
                          for z, strategy in zip(zeros, zeroed))
-    margin = tuple(tuple(point_margin(space, layout.strategy(mbs, mbn, z, sp, mode)) if ok else 0 for z in zeros)
+    margin = tuple(tuple(layout_point_margin(space, layout, z, sp, mode) if ok else 0 for z in zeros)
                    for (sp, mode), ok in zip(inner, allowed)) if run.confidence else ()
     return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static), zero_allowed, margin)
 

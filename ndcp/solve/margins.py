@@ -35,6 +35,13 @@ def point_margin(space: SearchSpace, strategy: Strategy) -> int:
     return margin_bytes(space_capacity(space), features_high(features, space.run.confidence))
 
 
+@lru_cache(maxsize=65536)
+def layout_point_margin(space: SearchSpace, layout: Layout, zero: int, sp: bool, mode: str) -> int:
+    """point_margin of the uniform plans of `layout` (ZeRO stage, SP setting, recompute option): the same for every
+    micro-batch size and count (evidence.plan_features reads neither), so computed once per layout."""
+    return point_margin(space, layout.strategy(1, 1, zero, sp, mode))
+
+
 class FamilyMargin(NamedTuple):
     """A plan running exactly these recompute option families has the band factor `memory_high` on its peak
     (families empty: whatever families it runs); under a capacity it keeps `margin(capacity)` bytes free."""
@@ -152,5 +159,5 @@ def _least_set_margin(fixed: frozenset[str], families: tuple[str, ...], confiden
     return min(e.margin(capacity) for e in _every_set(fixed, families, confidence))
 
 
-__all__ = ["point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin", "least_margins",
-           "layout_margins", "mode_families", "NO_MARGINS", "space_capacity"]
+__all__ = ["point_margin", "layout_point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin",
+           "least_margins", "layout_margins", "mode_families", "NO_MARGINS", "space_capacity"]

@@ -5,8 +5,8 @@ import pytest
 
 from ndcp.solve import margins
 from ndcp.solve.coefficients import expand_item, inner_choices
-from ndcp.solve.margins import (FamilyMargin, PlanMargins, layout_margins, least_margin, least_margins, plan_margins,
-                                point_margin)
+from ndcp.solve.margins import (FamilyMargin, PlanMargins, layout_margins, layout_point_margin, least_margin,
+                                least_margins, plan_margins, point_margin)
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
@@ -60,8 +60,8 @@ def test_the_bounds_margin_is_at_most_every_plans_own():
 
 
 def test_the_items_of_a_layout_share_their_margins():
-    """A plan's features do not depend on its micro-batch size or count, so the bounds compute the margins once per
-    layout (margins.layout_margins): the same as each item's own."""
+    """A plan's features do not depend on its micro-batch size or count, so the bounds and the exact tables compute
+    the margins once per layout (margins.layout_margins, layout_point_margin): the same as each item's own."""
     s = space(0.9)
     _, zeros = inner_choices(s)
     layouts = {}
@@ -76,6 +76,8 @@ def test_the_items_of_a_layout_share_their_margins():
                 base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
                 own = least_margins(s, base, MODES, zeros)
                 assert per_layout == {**own, None: least_margin(s, base, MODES, (None,))}
+                assert all(layout_point_margin(s, layout, z, sp, mode)
+                           == point_margin(s, layout.strategy(mbs, mbn, z, sp, mode)) for z in zeros for mode in MODES)
 
 
 @pytest.fixture
