@@ -25,8 +25,8 @@ from .estimate.time import estimate_time
 from .options import ESTIMATE_KEYWORDS, SEARCH_KEYWORDS, keyword_values
 from .launch import LaunchCheck, check_launch
 from .policy import (ANY_TRAINER, build_problem, build_space_options, build_strategy, check_fixed_values,
-                     check_max_offset, check_recompute_runs, pinned_by_file, planned_trainer, strategy_values,
-                     trainer_method)
+                     check_max_offset, check_recompute_runs, pinned_by_file, planned_trainer, shared_spec,
+                     strategy_values, trainer_method)
 from .report.jsonout import estimate_document, plain, search_document, validated_document
 from .space import SearchSpace
 from .specs.device import ClusterSpec
@@ -74,7 +74,7 @@ def plan_search(values: argparse.Namespace) -> PlannedSearch:
     model, cluster, run = build_problem(values)
     check_max_offset(values.max_offset, model)
     values.fix = pinned_by_file(values, model, run)
-    space = SearchSpace(model, cluster, run, build_space_options(values))
+    space = shared_spec(SearchSpace(model, cluster, run, build_space_options(values)))  # one object per problem
     check_recompute_runs(space)
     check_fixed_values(space)
     if values.recompute == "greedy" and values.exhaustive:

@@ -155,6 +155,7 @@ LL_NET_TREE_HOP = 5.0e-6  # hwLatencies[NET][Tree][LL], a ring's network hop too
 NET_OVERHEAD = 1.0e-6  # getNetOverhead: the floor of a ring step once the ring leaves the node (x86 Intel, Arm)
 
 
+@lru_cache(maxsize=4096)  # the solver asks it per stage and ZeRO stage of every layout, for a few group sizes
 def few_byte_all_reduce_seconds(cluster: ClusterSpec, n: int) -> float:
     """A latency-bound all-reduce of a few bytes (scalars, an FP8 amax) over a group of `n` consecutive ranks, as
     NCCL prices it (LL_* above) and picks it: the cheaper of the LL ring and the LL tree. The group's scale-up

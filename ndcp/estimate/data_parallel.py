@@ -130,11 +130,38 @@ class DataParallelTerms:
         return self.exposed_at(windows.forward, windows.backward, mbn)
 
     def exposed_at(self, forward: float, backward: float, mbn: int) -> float:
-        """exposed() with windows of `forward` and `backward` seconds (for hot loops: no Windows built)."""
+        """exposed() with windows of `forward` and `backward` seconds (for hot loops: no Windows built; a loop
+        over many windows of one stage takes `exposure` once)."""
         (grads, syncs, _), (gathers, others, _), (params, before, _) = self.windows(mbn)  # backward, backward, forward
         last = self.unhidden
         return (syncs * _exposed(grads, backward, last) + others * _exposed(gathers, backward, last)
                 + before * _exposed(params, forward, last))
+
+    def exposure(self, mbn: int) -> "Exposure":
+        """What exposed() reads of these terms in a step of `mbn` micro-batches, computed once: callers that try
+        many windows on one stage (the solver's bounds) call Exposure.at for each."""
+        (grads, syncs, _), (gathers, others, _), (params, before, _) = self.windows(mbn)  # backward, backward, forward
+        return Exposure(grads, syncs, gathers, others, params, before, self.unhidden)
+
+
+class Exposure(NamedTuple):
+    """A stage's collectives per window for one step (DataParallelTerms.exposure): seconds of one backward window's
+    gradient sync and its count, of one backward window's gather alone and its count, of one forward gather and its
+    count, and the share that never hides (DataParallelTerms.unhidden)."""
+
+    grads: float
+    syncs: int
+    gathers: float
+    others: int
+    params: float
+    before: int
+    last: float
+
+    def at(self, forward: float, backward: float) -> float:
+        """DataParallelTerms.exposed_at with windows of `forward` and `backward` seconds (the same sum)."""
+        last = self.last
+        return (self.syncs * _exposed(self.grads, backward, last) + self.others * _exposed(self.gathers, backward, last)
+                + self.before * _exposed(self.params, forward, last))
 
 
 def _optimizer_bytes_per_parameter(run: RunSpec) -> float:
@@ -245,38 +272,50 @@ HSDP_RANK_ORDER = ("tp", "cp", "dp", "replicas", "pp")
 @lru_cache(maxsize=65536)
 def _data_parallel_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, placement: PlacementKey, zero: int,
                          optimizer_offload: bool, stages: tuple[int, ...] | None) -> tuple[DataParallelTerms, ...]:
+    indices = range(len(_placement(model, cluster, placement).stages)) if stages is None else stages
+    return tuple(_stage_terms(model, cluster, run, placement, zero, optimizer_offload, i) for i in indices)
+
+
+@lru_cache(maxsize=4096)
+def _sharded(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, placement: PlacementKey, zero: int):
+    """(_Placement, its ZeRO-0 strategy under `zero`, the trainer's sync): what every stage's terms share."""
     place = _placement(model, cluster, placement)
-    sharding = place.strategy.with_zero(zero)
-    sync = data_parallel_sync(run, zero, placement.pp)
-    out = []
-    for params in place.stages if stages is None else (place.stages[i] for i in stages):
-        # ZeRO-3 gathers and reduces per layer (FSDP2 fully_shard per transformer block, torchtitan apply_fsdp;
-        # DeepSpeed ZeRO-3 per module): one collective per layer, each with its latency; else one per stage
-        units = max(params.layers, 1) if zero >= 3 else 1
-        dense = _collectives(run, zero, params.dense, units, place.dense, place.replicas)
-        expert = _collectives(run, zero, params.expert, units, place.expert)
-        # HSDP's all-reduce beside the shard group's collectives where it runs on its own stream and link
-        # (DataParallelTerms.sync_window), else in their sum
-        across = dense[1] if place.separate_links and _pytorch_fsdp(run) else 0.0
-        gradients, gather = dense[0] + dense[1] - across + expert[0], dense[2] + expert[2]
-        sharded = optimizer_shard(sharding, params)
-        fixed = step_cost_seconds(run, cluster, params.dense + params.expert, place.devices)
-        reduced = (params.dense if place.dense.ranks * place.replicas.ranks > 1 else 0) + (
-            params.expert if place.expert.ranks > 1 else 0)
-        every_microbatch, every_sync = gradient_pass_bytes(run, zero)
-        update = (host_optimizer_seconds(run, cluster, sharded) if optimizer_offload
-                  else memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device))
-        out.append(DataParallelTerms(
-            gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
-            backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
-            gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
-            last_bucket=1.0 / max(params.layers, 1), sm_share=sm_held(NCCL_SMS, cluster.device.sm_count),
-            hbm_share=_hbm_share(cluster, place, params),
-            optimizer=update + fixed, step_costs=fixed,
-            microbatch_passes=memory_seconds(reduced * every_microbatch, cluster.device),
-            sync_passes=memory_seconds(reduced * every_sync, cluster.device), across=across,
-            across_share=_across_share(cluster, place) if across else 0.0))
-    return tuple(out)
+    return place, place.strategy.with_zero(zero), data_parallel_sync(run, zero, placement.pp)
+
+
+@lru_cache(maxsize=262144)
+def _stage_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, placement: PlacementKey, zero: int,
+                 optimizer_offload: bool, index: int) -> DataParallelTerms:
+    """Device stage `index`'s DataParallelTerms, cached per stage: the solver's bounds ask for the end stages of a
+    layout, then for every stage of its items (the same terms)."""
+    place, sharding, sync = _sharded(model, cluster, run, placement, zero)
+    params = place.stages[index]
+    # ZeRO-3 gathers and reduces per layer (FSDP2 fully_shard per transformer block, torchtitan apply_fsdp;
+    # DeepSpeed ZeRO-3 per module): one collective per layer, each with its latency; else one per stage
+    units = max(params.layers, 1) if zero >= 3 else 1
+    dense = _collectives(run, zero, params.dense, units, place.dense, place.replicas)
+    expert = _collectives(run, zero, params.expert, units, place.expert)
+    # HSDP's all-reduce beside the shard group's collectives where it runs on its own stream and link
+    # (DataParallelTerms.sync_window), else in their sum
+    across = dense[1] if place.separate_links and _pytorch_fsdp(run) else 0.0
+    gradients, gather = dense[0] + dense[1] - across + expert[0], dense[2] + expert[2]
+    sharded = optimizer_shard(sharding, params)
+    fixed = step_cost_seconds(run, cluster, params.dense + params.expert, place.devices)
+    reduced = (params.dense if place.dense.ranks * place.replicas.ranks > 1 else 0) + (
+        params.expert if place.expert.ranks > 1 else 0)
+    every_microbatch, every_sync = gradient_pass_bytes(run, zero)
+    update = (host_optimizer_seconds(run, cluster, sharded) if optimizer_offload
+              else memory_seconds(sharded * _optimizer_bytes_per_parameter(run), cluster.device))
+    return DataParallelTerms(
+        gradients=gradients, grads_per_microbatch=sync.grads_per_microbatch,
+        backward_gather=gather if sync.gather == "forward-backward" else 0.0, forward_gather=gather,
+        gathers_per_microbatch=sync.gather in ("microbatch", "forward-backward"),
+        last_bucket=1.0 / max(params.layers, 1), sm_share=sm_held(NCCL_SMS, cluster.device.sm_count),
+        hbm_share=_hbm_share(cluster, place, params),
+        optimizer=update + fixed, step_costs=fixed,
+        microbatch_passes=memory_seconds(reduced * every_microbatch, cluster.device),
+        sync_passes=memory_seconds(reduced * every_sync, cluster.device), across=across,
+        across_share=_across_share(cluster, place) if across else 0.0)
 
 
 def _pytorch_fsdp(run: RunSpec) -> bool:
@@ -330,9 +369,15 @@ def data_parallel_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, 
                           overlap_windows: "list[Windows] | Windows") -> DataParallelTime:
     """DataParallelTime of `strategy`. `overlap_windows[stage]`: one micro-batch's forward and backward wall time on
     that stage (one Windows: the same for every stage)."""
-    terms = data_parallel_terms(model, cluster, run, strategy)
+    return data_parallel_time(data_parallel_terms(model, cluster, run, strategy), overlap_windows, strategy.mbn)
+
+
+def data_parallel_time(terms: tuple[DataParallelTerms, ...], overlap_windows: "list[Windows] | Windows", mbn: int
+                       ) -> DataParallelTime:
+    """data_parallel_seconds from the strategy's DataParallelTerms (`terms`: the solver's exact tables take them
+    once per ZeRO stage, for every SP setting and recompute option of an item: the terms do not depend on those)
+    and its micro-batches `mbn`."""
     windows = [overlap_windows] * len(terms) if isinstance(overlap_windows, Windows) else overlap_windows
-    mbn = strategy.mbn
     dearest = max(terms, key=lambda t: t.per_step(mbn))
     return DataParallelTime(max(t.exposed(w, mbn) for t, w in zip(terms, windows)),
                             dearest.optimizer - dearest.step_costs, dearest.step_costs, dearest.gradient_passes(mbn))
@@ -355,5 +400,5 @@ def _exposed(seconds: float, window: float, unhidden: float) -> float:
     return beside_seconds(window, seconds, unhidden) - window
 
 
-__all__ = ["DataParallelTerms", "DataParallelTime", "Windows", "data_parallel_terms", "data_parallel_seconds",
-           "gradient_pass_bytes"]
+__all__ = ["DataParallelTerms", "DataParallelTime", "Exposure", "Windows", "data_parallel_terms",
+           "data_parallel_seconds", "data_parallel_time", "gradient_pass_bytes"]

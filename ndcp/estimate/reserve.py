@@ -95,8 +95,14 @@ def _process_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, edp: 
 
 
 def communicator_bytes(strategy: Strategy) -> int:
-    """NCCL buffers of every process group the rank is in."""
-    return sum(g.bytes for g in process_groups(strategy))
+    """NCCL buffers of every process group the rank is in (cached with the groups: every stage's memory asks)."""
+    s = strategy
+    return _communicator_bytes(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp, expert_data_parallel(s), s.shard_ranks)
+
+
+@lru_cache(maxsize=65536)
+def _communicator_bytes(*degrees: int) -> int:
+    return sum(g.bytes for g in _process_groups(*degrees))
 
 
 def fixed_reserve_parts(run: RunSpec, strategy: Strategy) -> dict[str, float]:

@@ -28,7 +28,7 @@ from ..estimate.layout import chunks_kind_counts, stage_chunks, stage_kind_count
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
                                stage_dynamic_bytes, stage_static_bytes, unheld_state_bound)
 from ..estimate.parameters import StageParameters
-from ..estimate.data_parallel import Windows, data_parallel_seconds, data_parallel_terms
+from ..estimate.data_parallel import Windows, data_parallel_terms, data_parallel_time
 from ..estimate.overlap import LAYER_OVERLAPS, hidden_comms
 from ..estimate.keys import Degrees, LayerKey, StageKey
 from ..estimate.layer_time import layer_time
@@ -38,7 +38,7 @@ from ..schedules import schedule_named
 from ..rules import sp_allowed
 from ..space import Layout, SearchSpace
 from ..specs.recompute import HEAVIEST, KEEPS_LAYER_INPUT, NO_RECOMPUTE, recompute_option
-from .margins import point_margin
+from .margins import layout_point_margin
 
 Item = tuple[Layout, int, int]  # (layout, mbs, mbn)
 
@@ -364,13 +364,17 @@ def item_memory_lower_bound(space: SearchSpace, item: Item) -> float:
 def expand_item(space: SearchSpace, item: Item) -> ItemTable:
     """Exact per-(j, z) coefficients of one item from the full estimators' stage functions: step time exactly,
     memory exactly on the constrained stages (less memory.unheld_state_bound where a torchtitan pipeline stage
-    releases states part of the step: a relaxation there), and each point's confidence margin (margins.point_margin)."""
+    releases states part of the step: a relaxation there), and each point's confidence margin (margins.point_margin,
+    once per layout)."""
     model, cluster, run = space.model, space.cluster, space.run
     layout, mbs, mbn = item
     inner, zeros = inner_choices(space)
     reference = layout.strategy(mbs, mbn, zeros[0], False, inner[0][1])
     layouts = stage_layouts(model, reference)
     roles = [layouts[s] for s in role_stages(layout.pp)]
+    zeroed = [reference.with_zero(z) for z in zeros]
+    # per ZeRO stage: the DP terms of every SP setting and recompute option (they depend on where parameters sit)
+    per_zero = [data_parallel_terms(model, cluster, run, strategy) for strategy in zeroed]
     allowed, times, dynamic = [], [], []
     for sp, mode in inner:
         strategy = layout.strategy(mbs, mbn, zeros[0], sp, mode)
@@ -389,19 +393,18 @@ def expand_item(space: SearchSpace, item: Item) -> ItemTable:
         pipeline = pipeline_seconds(layout.schedule, sum(stage_fill(layout.schedule, t, p2p) for t in stages),
                                     max(totals), mbn, layout.vpp, layout.pp)
         windows = overlap_windows(stages)
-        times.append(tuple(pipeline + sum(data_parallel_seconds(model, cluster, run, strategy.with_zero(z), windows))
-                           for z in zeros))
+        times.append(tuple(pipeline + sum(data_parallel_time(terms, windows, mbn)) for terms in per_zero))
         # less the most a torchtitan pipeline stage's states released part of the step can save: a relaxation there
         dynamic.append(tuple(parts_total(stage_dynamic_bytes(model, run, strategy, r))
                              - unheld_state_bound(model, run, strategy, r) for r in roles))
-    static = [tuple(parts_total(stage_static_bytes(model, run, reference.with_zero(z), r)) for r in roles)
-              for z in zeros]
+    static = [tuple(parts_total(stage_static_bytes(model, run, strategy, r)) for r in roles) for strategy in zeroed]
     # an offloaded optimizer must fit the host memory on every stage (the offloaded activations beside it are left
     # to verification: the model stays a relaxation)
     runs = space.zero_stages(layout)
-    zero_allowed = tuple(z in runs and all(host_optimizer_bytes(model, run, reference.with_zero(z), r)
-                                           <= cluster.device.host_memory_bytes for r in layouts) for z in zeros)
-    margin = tuple(tuple(point_margin(space, layout.strategy(mbs, mbn, z, sp, mode)) if ok else 0 for z in zeros)
+    zero_allowed = tuple(z in runs and all(host_optimizer_bytes(model, run, strategy, r)
+                                           <= cluster.device.host_memory_bytes for r in layouts)
+                         for z, strategy in zip(zeros, zeroed))
+    margin = tuple(tuple(layout_point_margin(space, layout, z, sp, mode) if ok else 0 for z in zeros)
                    for (sp, mode), ok in zip(inner, allowed)) if run.confidence else ()
     return ItemTable(tuple(allowed), tuple(times), tuple(dynamic), tuple(static), zero_allowed, margin)
 

@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 from ..estimate.confidence import features_high, margin_bytes
 from ..estimate.evidence import plan_features, recompute_families
-from ..space import SearchSpace
-from ..specs.recompute import RecomputePlan
+from ..space import Layout, SearchSpace
+from ..specs.recompute import NO_RECOMPUTE, RecomputePlan
 from ..specs.strategy import Strategy
 
 
@@ -33,6 +33,13 @@ def point_margin(space: SearchSpace, strategy: Strategy) -> int:
     """The margin of one whole plan (its features all known)."""
     features = plan_features(space.model, strategy, space.run, space.cluster.device.name)
     return margin_bytes(space_capacity(space), features_high(features, space.run.confidence))
+
+
+@lru_cache(maxsize=65536)
+def layout_point_margin(space: SearchSpace, layout: Layout, zero: int, sp: bool, mode: str) -> int:
+    """point_margin of the uniform plans of `layout` (ZeRO stage, SP setting, recompute option): the same for every
+    micro-batch size and count (evidence.plan_features reads neither), so computed once per layout."""
+    return point_margin(space, layout.strategy(1, 1, zero, sp, mode))
 
 
 class FamilyMargin(NamedTuple):
@@ -126,6 +133,25 @@ def least_margins(space: SearchSpace, base: Strategy, modes: tuple[str, ...], ze
                                  run.confidence, capacity) for z in zeros}
 
 
+def layout_margins(space: SearchSpace, layout: Layout, sp: bool, zero: int, modes: tuple[str, ...], zeros: tuple
+                   ) -> dict:
+    """least_margins of every item of `layout` under SP setting `sp` (its base: no recompute, ZeRO stage `zero`), per
+    ZeRO stage of `zeros`, and under None among them least_margin over every ZeRO stage searched. A plan's features
+    never depend on its micro-batch size or count (evidence.plan_features), so the items of one layout share them:
+    computed once per layout (a cached dict: callers must not change it)."""
+    return _layout_margins(space, layout, sp, zero, tuple(modes), tuple(zeros))
+
+
+@lru_cache(maxsize=16384)
+def _layout_margins(space: SearchSpace, layout: Layout, sp: bool, zero: int, modes: tuple[str, ...], zeros: tuple
+                    ) -> dict:
+    base = layout.strategy(1, 1, zero, sp, NO_RECOMPUTE)
+    out = least_margins(space, base, modes, [z for z in zeros if z is not None])
+    if None in zeros:
+        out[None] = least_margin(space, base, modes, (None,))
+    return out
+
+
 @lru_cache(maxsize=4096)
 def _least_set_margin(fixed: frozenset[str], families: tuple[str, ...], confidence: float, capacity: int) -> int:
     """The least margin under `capacity` of a plan running any non-empty set of `families` beside `fixed` (the
@@ -133,5 +159,5 @@ def _least_set_margin(fixed: frozenset[str], families: tuple[str, ...], confiden
     return min(e.margin(capacity) for e in _every_set(fixed, families, confidence))
 
 
-__all__ = ["point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin", "least_margins",
-           "mode_families", "NO_MARGINS", "space_capacity"]
+__all__ = ["point_margin", "layout_point_margin", "PlanMargins", "FamilyMargin", "plan_margins", "least_margin",
+           "least_margins", "layout_margins", "mode_families", "NO_MARGINS", "space_capacity"]

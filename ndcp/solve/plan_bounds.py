@@ -21,7 +21,7 @@ from ..space import Layout, SearchSpace
 from ..specs.recompute import HOST_OFFLOAD, NO_RECOMPUTE, recompute_option
 from .coefficients import (Item, fewest_layers, inner_choices, least_static_bytes, overlaps, pipeline_bound,
                            role_stages, role_static_bytes)
-from .margins import least_margin, least_margins
+from .margins import layout_margins
 from .plan_form import host_room, stage_memory
 
 
@@ -50,9 +50,7 @@ def _bytes_to_shed(space: SearchSpace, layout: Layout, base, offsets: int, zeros
     offloads = tuple(m for m in modes if HOST_OFFLOAD in recompute_option(m).reruns)  # the others take no host memory
     out = {z: {} for z in zeros}
     # per ZeRO stage: the least confidence margin of its plans (margins.py), the same on every stage
-    margins = least_margins(space, base, modes, [z for z in zeros if z is not None])
-    if None in out:
-        margins[None] = least_margin(space, base, modes, (None,))
+    margins = layout_margins(space, layout, base.sp, base.zero, modes, tuple(zeros))
     statics = role_static_bytes(space, layout)
     # the last stage first: with the output head's logits (and MTP) it is where most items that cannot fit fail
     # (DeepSeek-V3 on 2,048 H800 under 40 GiB: 2,491 of the 2,497 item and SP pairs at level 3 that cannot fit, 1,226
@@ -107,11 +105,11 @@ class _StageOptions:
 
     @staticmethod
     def of(stage: _Shed, times: dict, modes: tuple[str, ...]) -> "_StageOptions":
-        none = NO_RECOMPUTE
-        point = {(k, m): (stage.per_layer[(k, none)] - stage.per_layer[(k, m)], times[(k, m)] - times[(k, none)])
-                 for k in stage.counts for m in modes}
-        points = [p for (_, m), p in point.items() if m not in stage.offloading]
-        offload = [p for (_, m), p in point.items() if m in stage.offloading]
+        per_layer, offloading, points, offload = stage.per_layer, stage.offloading, [], []
+        for k in stage.counts:
+            kept, took = per_layer[(k, NO_RECOMPUTE)], times[(k, NO_RECOMPUTE)]
+            for m in modes:
+                (offload if m in offloading else points).append((kept - per_layer[(k, m)], times[(k, m)] - took))
         best = (max(x for x, _ in offload), min(y for _, y in offload)) if offload else None
         return _StageOptions(points, _envelope(points), best)
 
@@ -339,11 +337,11 @@ class _Growth:
         # forward window: at most T plus what the backward windows can shrink; backward the same the other way
         return _Growth(total(most, 0), (total(most, 1), total(most, 2)), (total(shrink, 1), total(shrink, 0)))
 
-    def exposure(self, terms, mbn: int, forward: float, backward: float, added: float) -> float:
-        """The stage's exposed sync (terms: its DataParallelTerms) with its windows (`forward`, `backward` with no
-        recompute) as wide as `added` seconds of recompute can make them."""
-        return terms.exposed_at(forward + min(self.widest[0], added + self.slack[0]),
-                                backward + min(self.widest[1], added + self.slack[1]), mbn)
+    def exposure(self, exposure, forward: float, backward: float, added: float) -> float:
+        """The stage's exposed sync (`exposure`: its DataParallelTerms.exposure) with its windows (`forward`,
+        `backward` with no recompute) as wide as `added` seconds of recompute can make them."""
+        return exposure.at(forward + min(self.widest[0], added + self.slack[0]),
+                           backward + min(self.widest[1], added + self.slack[1]))
 
 
 @dataclass(frozen=True)
@@ -368,26 +366,26 @@ class _Stretch:
         cannot be the larger."""
         others = [t for i, t in enumerate(self.least) if i != s]
         rest, slowest = sum(others), max(others, default=0.0)
-        pp, terms = self.layout.pp, self.terms[s]
+        pp, exposure = self.layout.pp, self.terms[s].exposure(self.mbn)  # the same for every window tried
 
         def pipeline(added: float) -> float:
             total = rest + self.plain[s] + added
             return pipeline_bound(self.layout, total, max(slowest, self.plain[s] + added, total / pp), self.mbn)
 
-        forward, backward, mbn = plain_time.forward_window, plain_time.backward_window, self.mbn
+        forward, backward = plain_time.forward_window, plain_time.backward_window
         start = pipeline(extra)
-        best = start + growth.exposure(terms, mbn, forward, backward, extra)
+        best = start + growth.exposure(exposure, forward, backward, extra)
         if best + self.optimizer <= known:
             return known
         top = max(extra, growth.top)
-        least = growth.exposure(terms, mbn, forward, backward, top)
+        least = growth.exposure(exposure, forward, backward, top)
         if best > start + least:  # recompute can hide some of the sync: try wider windows
             steps = [extra + (top - extra) * f for f in STRETCH_STEPS]
             for a, b in zip(steps, steps[1:]):
                 floor = start if a == extra else pipeline(a)
                 if floor + least >= best:  # the pipeline only grows from here
                     break
-                best = min(best, floor + growth.exposure(terms, mbn, forward, backward, b))
+                best = min(best, floor + growth.exposure(exposure, forward, backward, b))
                 if best + self.optimizer <= known:  # the known bound is the larger whatever comes next
                     break
         return max(best + self.optimizer, known)

@@ -5,7 +5,8 @@ import pytest
 
 from ndcp.solve import margins
 from ndcp.solve.coefficients import expand_item, inner_choices
-from ndcp.solve.margins import FamilyMargin, PlanMargins, least_margin, plan_margins, point_margin
+from ndcp.solve.margins import (FamilyMargin, PlanMargins, layout_margins, layout_point_margin, least_margin,
+                                least_margins, plan_margins, point_margin)
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
@@ -56,6 +57,27 @@ def test_the_bounds_margin_is_at_most_every_plans_own():
         assert least > 0
         assert all(least <= point_margin(s, layout.strategy(mbs, mbn, z, sp, mode))
                    for sp, mode in inner for z in zeros)
+
+
+def test_the_items_of_a_layout_share_their_margins():
+    """A plan's features do not depend on its micro-batch size or count, so the bounds and the exact tables compute
+    the margins once per layout (margins.layout_margins, layout_point_margin): the same as each item's own."""
+    s = space(0.9)
+    _, zeros = inner_choices(s)
+    layouts = {}
+    for layout, mbs, mbn in s.walk().batches:
+        layouts.setdefault(layout, []).append((mbs, mbn))
+    shared = [(layout, sizes) for layout, sizes in layouts.items() if len(sizes) > 1]
+    assert shared  # the tiny space has layouts with several micro-batch sizes
+    for layout, sizes in shared:
+        for sp in (False, True):
+            per_layout = layout_margins(s, layout, sp, zeros[0], MODES, (*zeros, None))
+            for mbs, mbn in sizes:
+                base = layout.strategy(mbs, mbn, zeros[0], sp, NO_RECOMPUTE)
+                own = least_margins(s, base, MODES, zeros)
+                assert per_layout == {**own, None: least_margin(s, base, MODES, (None,))}
+                assert all(layout_point_margin(s, layout, z, sp, mode)
+                           == point_margin(s, layout.strategy(mbs, mbn, z, sp, mode)) for z in zeros for mode in MODES)
 
 
 @pytest.fixture

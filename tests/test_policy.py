@@ -1,0 +1,28 @@
+"""ndcp/policy.py: the specs a command's options describe."""
+from ndcp.cli import build_parser
+from ndcp.policy import build_problem, shared_spec
+from ndcp.specs.library import load_model
+
+
+def values(*extra: str):
+    return build_parser().parse_args(["search", "llama3-8b", "--device", "h100", "--gpus", "8", "--global-batch", "32",
+                                      "--seq-len", "4096", *extra])
+
+
+def test_the_same_problem_built_twice_is_the_same_objects():
+    """A second search of one problem (--trainer any's trainer search) gets the first's specs themselves, so the
+    estimators' caches, keyed by them, hit by identity instead of comparing every field."""
+    first, second = build_problem(values()), build_problem(values())
+    assert all(a is b for a, b in zip(first, second))
+
+
+def test_a_different_problem_keeps_its_own_specs():
+    first, capped = build_problem(values()), build_problem(values("--memory-cap", "40GiB"))
+    assert first[0] is capped[0] and first[1] is capped[1]  # the same model and cluster
+    assert first[2] != capped[2] and first[2] is not capped[2]
+
+
+def test_an_equal_spec_is_swapped_for_the_one_seen_first():
+    seen = shared_spec(load_model("llama3-8b"))
+    again = load_model("llama3-8b")
+    assert again == seen and shared_spec(again) is seen
