@@ -56,7 +56,7 @@ class Least(NamedTuple):
 # rows of 3 sources in all, 5 rows of 2 sources.
 STEP_LEAST = Least(rows=15, sources=4)
 PEAK_LEAST = Least(rows=5, sources=2)
-# Dense and MoE plans err apart (measured / estimated step time: median 1.02 over the 78 dense rows, 1.37 over the 35
+# Dense and MoE plans err apart (measured / estimated step time: median 1.03 over the 78 dense rows, 1.37 over the 35
 # MoE rows; docs/evidence.md §2), so rows of the other class do not speak for a plan, however many publications they
 # come from: a band is read from the plan's class first wherever the class alone holds enough rows from at least
 # CLASS_SOURCES publications (the MoE rows come from three).
