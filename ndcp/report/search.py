@@ -127,6 +127,11 @@ def assumptions_with_space(model: ModelSpec, cluster: ClusterSpec, run: RunSpec,
     return panel
 
 
+# An optimal answer's residual (SearchResult.proven_within) is shown from this fraction on: below it, the tie tolerance
+# and the plan tolerance (1e-4) it always allows.
+WITHIN_SHOWN = 1e-4
+
+
 def status_text(result) -> Text:
     """The verdict: optimal with its certificate, feasible with gap and bound, or infeasible with why."""
     status = result.status
@@ -137,6 +142,10 @@ def status_text(result) -> Text:
             f"certificate: the solver's bound on every unverified strategy is >= the #{len(result.strategies)} "
             "verified step time")
         text.append(f" — proven fastest, step {format_seconds(best.step_seconds)} ({method})")
+        if (result.proven_within or 0.0) > WITHIN_SHOWN:
+            text.append(f"; within {100 * result.proven_within:.2f} %: the per-layer plan model's time rounding, a "
+                        f"plan up to that much faster may exist among those it did not verify (proven bound "
+                        f"{format_seconds(result.lower_bound_seconds)})")
     elif status == "heuristic" and best is not None:
         text.append(f" — fastest greedy plan, step {format_seconds(best.step_seconds)}: the reference planner's "
                     "greedy recompute, not proven and with no bound (--recompute per-layer gives the proven optimum)")
@@ -426,8 +435,9 @@ def one_line(result) -> str:
     if best is None:
         return f"{result.status}: {result.explanation or 'no strategy found'}"
     t, m = best.time, best.memory
-    proof = "proven optimal" if result.status == "optimal" else "heuristic, not proven" \
-        if result.status == "heuristic" else (
+    within = result.proven_within or 0.0
+    proof = ("proven optimal" + (f" within {100 * within:.2f} %" if within > WITHIN_SHOWN else "")
+             ) if result.status == "optimal" else "heuristic, not proven" if result.status == "heuristic" else (
         f"gap {100 * result.gap:.2f} % to bound {format_seconds(result.lower_bound_seconds)}")
     hint = f" ({unproven_hint(result)})" if result.status == "feasible" else ""
     return (f"{result.status}: {degrees_text(best.strategy)}; step {format_seconds(t.step_seconds)}, "

@@ -138,11 +138,23 @@ class SearchResult:
         best = self.strategies[0].step_seconds
         return max(0.0, (best - self.lower_bound_seconds) / best) if self.status != "optimal" else 0.0
 
+    @property
+    def proven_within(self) -> float | None:
+        """How far below the best verified step time an `optimal` answer's proven bound may lie (relative): 0 where
+        the certificate is exact; above 0 where the per-layer search accepted plans within its plan model's rounding
+        (plans.PLAN_TOLERANCE or the model's time rounding, whichever is larger), so a plan up to that much faster
+        may exist among the plans it left unverified. None unless optimal."""
+        if self.status != "optimal" or not self.strategies or self.lower_bound_seconds is None:
+            return None
+        best = self.strategies[0].step_seconds
+        return max(0.0, (best - self.lower_bound_seconds) / best)
+
     def as_dict(self) -> dict:
         return {
             "status": self.status,
             "proven": self.proven,
             "gap": self.gap,
+            "proven_within": self.proven_within,
             "lower_bound_seconds": self.lower_bound_seconds,
             "solve_seconds": self.solve_seconds,  # contract key, docs/solver.md §9: a copy of timing.solve_seconds
             "timing": {"solve_seconds": self.solve_seconds, "verify_seconds": self.verify_seconds},

@@ -154,3 +154,20 @@ def test_the_assumptions_say_whose_plans_the_search_holds():
                                                    "recompute option on every layer; schedules 1f1b, interleaved)")
     assert "recompute per stage" in planned_for("mindformers", run)
     assert planned_for(None, run).startswith("any trainer (--trainer any): every plan ndcp prices, with megatron's")
+
+
+def test_an_optimal_answer_accepted_within_the_plan_models_rounding_says_how_far_it_is_proven(optimal):
+    """The per-layer search accepts a plan within its plan model's time rounding: the answer's proven bound then lies
+    below the best verified step, and the report says by how much (a faster plan may exist within it); an exact
+    certificate says nothing more."""
+    m, cluster, run, space, result = optimal
+    assert result.proven_within == pytest.approx(0.0, abs=1e-9) and "within" not in render(m, cluster, run, space,
+                                                                                           result)
+    bound = result.best.step_seconds * 0.99
+    rounded = dataclasses.replace(result, lower_bound_seconds=bound)
+    assert rounded.proven_within == pytest.approx(0.01) and rounded.as_dict()["proven_within"] == rounded.proven_within
+    text = " ".join(render(m, cluster, run, space, rounded).split())
+    assert "proven fastest" in text and "within 1.00 %" in text and format_seconds(bound) in text
+    assert "proven optimal within 1.00 % in" in one_line(rounded) and " within " not in one_line(result)
+    feasible = dataclasses.replace(rounded, status="feasible")
+    assert feasible.proven_within is None
