@@ -169,9 +169,8 @@ def rerun_cost(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: Laye
         if model.mla is None:
             return 0.0, 0.0
         gemms = mla_up_projection_gemms(model, tokens, tp)
-        seconds = (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
-                   + _cast_seconds(model, cluster, run, kind, gemms, tokens))
-        return seconds, total_flops(gemms)
+        return (weight_gemm_seconds(model, kind, gemms, tokens, cluster.device, run)
+                + _cast_seconds(model, cluster, run, kind, gemms, tokens), total_flops(gemms))
     if piece == HOST_OFFLOAD:
         # The activations a layer would keep, less its input, cross the host link each way: to the host while the
         # next layer runs its forward, back while the layer after it (in backward order) runs its backward (the
