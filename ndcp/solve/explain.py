@@ -44,7 +44,8 @@ def explain_infeasible(space: SearchSpace, walk: SpaceWalk, least: Evaluated | N
         fitting_dp = [d for d in dps if gbs % d == 0]
         batch_note = (f" The data-parallel sizes these GPUs allow are {dps[:12]}; global batch {gbs} divides by "
                       f"{fitting_dp[:12] or 'none of them'}, so try a global batch that is a multiple of one of them."
-                      if not fitting_dp or walk.refused.get("global_batch") else "")
+                      if dps and (not fitting_dp or walk.refused.get("global_batch")) else "")
+        # (no data-parallel size reachable at all: the other rules refused every layout, the batch is not the cause)
         pinned = walk.refused.get("fixed") or walk.refused.get("bounded")
         pin_note = " The --fix/--max values together leave no valid strategy: relax or drop one." if pinned else ""
         return f"No strategy passes the validity rules. Refused: {reasons}.{batch_note}{pin_note}"
