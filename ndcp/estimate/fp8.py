@@ -28,7 +28,7 @@ from ..specs.device import ClusterSpec, DeviceSpec
 from ..specs.fields import SpecError
 from ..specs.run import FP32_BYTES, RunSpec
 from . import communication as comm
-from .compute import Gemm
+from .compute import Gemm, memory_seconds
 from .trainers import trainer_behaviour
 
 # HBM bytes per element of one cast to FP8 (read BF16: 2, write FP8: 1), by recipe (docs/formulas.md §3.1):
@@ -125,26 +125,27 @@ def layer_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]"
 
 
 def weights_cast_every_micro_batch(run: RunSpec) -> bool:
-    """Whether Transformer Engine quantizes the FP8 weights in every micro-batch's forward: only under Megatron's
-    `disable_parameter_transpose_cache` (uncached_weight_copy_bytes_per_parameter says why; with an FP8 parameter,
-    ZeRO >= 1, nothing is cast then either: charged anyway, an upper bound for that rare pair). Otherwise
-    Megatron-Core's TE linears pass `is_first_microbatch` (extensions/transformer_engine.py TELinear.forward
-    @d98e8a6: True on a step's first call, then False) and Transformer Engine casts the weight at the step's first
-    micro-batch and reuses its cached FP8 copy and transpose (module/base.py get_weight_workspace, 2.14 71bbefbf)."""
-    return run.disable_parameter_transpose_cache
+    """Whether the FP8 weights are quantized in every micro-batch's forward: under torchao's casts (Float8Linear
+    casts its weight in each forward: torchao_cast_bytes, and its other recipes priced with that count), and under
+    Megatron's `disable_parameter_transpose_cache` (uncached_weight_copy_bytes_per_parameter says why; with an FP8
+    parameter, ZeRO >= 1, nothing is cast then either: charged anyway, an upper bound for that rare pair).
+    Otherwise Megatron-Core's TE linears pass `is_first_microbatch` (extensions/transformer_engine.py
+    TELinear.forward @d98e8a6: True on a step's first call, then False) and Transformer Engine casts the weight at
+    the step's first micro-batch and reuses its cached FP8 copy and transpose (module/base.py get_weight_workspace,
+    2.14 71bbefbf)."""
+    return run.disable_parameter_transpose_cache or trainer_behaviour(run).fp8_casts == "torchao"
 
 
 def step_weight_cast_seconds(run: RunSpec, device: DeviceSpec, local_parameters: float) -> float:
     """The FP8 weights' casts a step does once where Transformer Engine keeps them between micro-batches (0 in a
-    16-bit run, for torchao's casts, or where the weights are cast every micro-batch: weights_cast_every_micro_batch):
-    the cached FP8 copy and its transpose written at the step's first micro-batch (ZeRO 0), or the FP8 parameters
-    the distributed optimizer writes from its updated master weights and their transposes after the gather
-    (ZeRO >= 1, --fp8-param-gather): one cast per local parameter at the recipe's bytes per element, charged over
-    every local parameter (norms and embeddings, which stay 16-bit, included: an upper bound)."""
-    if (not run.fp8 or trainer_behaviour(run).fp8_casts != "transformer_engine"
-            or weights_cast_every_micro_batch(run)):
+    16-bit run, or where the weights are cast every micro-batch: weights_cast_every_micro_batch): the cached FP8
+    copy and its transpose written at the step's first micro-batch (ZeRO 0), or the FP8 parameters the distributed
+    optimizer writes from its updated master weights and their transposes after the gather (ZeRO >= 1,
+    --fp8-param-gather): one cast per local parameter at the recipe's bytes per element, charged over every local
+    parameter (norms and embeddings, which stay 16-bit, included: an upper bound)."""
+    if not run.fp8 or weights_cast_every_micro_batch(run):
         return 0.0
-    return cast_bytes_per_element(run, device) * local_parameters / device.hbm_bandwidth
+    return memory_seconds(cast_bytes_per_element(run, device) * local_parameters, device)
 
 
 def rerun_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]") -> float:
