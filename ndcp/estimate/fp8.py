@@ -148,17 +148,6 @@ def step_weight_cast_seconds(run: RunSpec, device: DeviceSpec, local_parameters:
     return memory_seconds(cast_bytes_per_element(run, device) * local_parameters, device)
 
 
-def rerun_cast_bytes(run: RunSpec, device: DeviceSpec, gemms: "tuple[Gemm, ...]") -> float:
-    """HBM bytes of the FP8 casts a recompute module's re-run forward pays around its FP8 GEMMs `gemms`: their inputs
-    only (Transformer Engine's one cast per operand). Megatron-Core re-runs a module under FP8 through Transformer
-    Engine's checkpoint (`te_checkpoint` for the `mlp` and `moe` modules, transformer_layer.py and moe/moe_layer.py
-    @d98e8a6), which restores the forward's FP8 state, so the linears quantize their inputs again; their weights are
-    not: Megatron-Core's TE linears pass `is_first_microbatch` (extensions/transformer_engine.py TELinear.forward:
-    True on a step's first call, then False), and Transformer Engine then reuses the FP8 weight it cast at the step's
-    first micro-batch."""
-    return cast_bytes_per_element(run, device) * sum(g.m * g.k * g.count for g in gemms)
-
-
 def amax_reduction_seconds(run: RunSpec, cluster: ClusterSpec, tp: int, sp: bool) -> float:
     """Seconds of one amax all-reduce over the TP group that FP8 current scaling runs before a sequence-parallel
     cast (0 where none runs). Transformer Engine's Float8CurrentScaling recipe gives the input quantizer of each
@@ -239,7 +228,7 @@ def linear_input_bytes(run: RunSpec) -> int:
 
 
 __all__ = ["CAST_BYTES", "TRANSPOSE_BYTES", "LAYOUT_COPY_BYTES", "check_fp8", "cast_bytes_per_element",
-           "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "rerun_cast_bytes", "amax_reduction_seconds",
+           "torchao_step_bytes", "torchao_cast_bytes", "layer_cast_bytes", "amax_reduction_seconds",
            "weights_cast_every_micro_batch", "step_weight_cast_seconds",
            "weight_copy_bytes_per_parameter", "uncached_weight_copy_bytes_per_parameter", "bf16_run",
            "bf16_layer_kinds", "linear_input_bytes"]

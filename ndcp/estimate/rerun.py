@@ -30,7 +30,7 @@ from ..specs.run import RunSpec
 from .activations import offloaded_layer_bytes, op_sac_recomputed_mms, torchtitan_modelled
 from .compute import (block_projection_gemm, fp8_gemms, layer_gemms, memory_seconds, mla_up_projection_gemms,
                       mlp_gemms, moe_gemms, total_flops)
-from .fp8 import layer_cast_bytes, rerun_cast_bytes
+from .fp8 import layer_cast_bytes
 from .fusion import layer_elementwise_bytes
 from .gemm import weight_gemm_seconds
 from .host_link import offload_copy_bandwidth
@@ -108,10 +108,14 @@ def _activation_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, ro
 
 
 def _cast_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, kind: str, gemms, tokens: float) -> float:
-    """The FP8 casts of re-run GEMMs' inputs (0 in a 16-bit run; fp8.py rerun_cast_bytes, the MoE router BF16)."""
+    """The forward FP8 casts of re-run GEMMs (0 in a 16-bit run; the MoE router BF16): as a forward casts them
+    (fp8.py layer_cast_bytes: the inputs, the weights only where they are cast every micro-batch). Megatron-Core
+    re-runs the `mlp` and `moe` modules under FP8 through Transformer Engine's checkpoint (`te_checkpoint`,
+    transformer_layer.py and moe/moe_layer.py @d98e8a6), which restores the forward's FP8 state."""
     if not run.fp8:
         return 0.0
-    return memory_seconds(rerun_cast_bytes(run, cluster.device, fp8_gemms(model, kind, gemms, tokens)), cluster.device)
+    cast = layer_cast_bytes(run, cluster.device, fp8_gemms(model, kind, gemms, tokens))[0]
+    return memory_seconds(cast, cluster.device)
 
 
 def _norm_seconds(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, shape: LayerShape, norms: float) -> float:

@@ -288,20 +288,20 @@ def test_an_fp8_module_rerun_casts_its_gemms_inputs_again_and_not_their_weights(
     FP8 state: fc1's and fc2's inputs are cast again (the recipe's bytes per element, fp8.py CAST_BYTES, times m x k),
     their weights not (cast at the step's first micro-batch, reused). Llama-3-70B at tp 8 without SP (no amax
     all-reduce), 8,192 tokens: fc1 reads 8,192 x 8,192 inputs, fc2 8,192 x 28,672 / 8; the 16-bit run has no cast."""
-    from ndcp.estimate.fp8 import cast_bytes_per_element, rerun_cast_bytes
+    from ndcp.estimate.fp8 import cast_bytes_per_element, layer_cast_bytes
     llama, cluster, tokens = load_model("llama3-70b"), ClusterSpec(H100, 64), 8192
     fp8 = replace(RUN, precision="fp8", fp8_recipe=recipe)
     gemms = mlp_gemms(llama, llama.ffn_hidden, tokens, 8)
     inputs = tokens * llama.hidden + tokens * llama.ffn_hidden / 8
-    assert rerun_cast_bytes(fp8, H100, gemms) == pytest.approx(cast_bytes_per_element(fp8, H100) * inputs)
-    assert rerun_cast_bytes(RUN, H100, gemms) == 0.0
+    assert layer_cast_bytes(fp8, H100, gemms)[0] == pytest.approx(cast_bytes_per_element(fp8, H100) * inputs)
+    assert layer_cast_bytes(RUN, H100, gemms)[0] == 0.0
 
     def mlp_rerun(run):
         key = LayerKey("dense", "mlp", DEGREES._replace(sp=False))
         return layer_time(llama, cluster, run, key).recompute
 
     gemm_time = weight_gemm_seconds(llama, "dense", gemms, tokens, H100, fp8)
-    casts = rerun_cast_bytes(fp8, H100, gemms) / H100.hbm_bandwidth
+    casts = layer_cast_bytes(fp8, H100, gemms)[0] / H100.hbm_bandwidth
     assert casts > 0
     assert mlp_rerun(fp8) - gemm_time == pytest.approx(
         mlp_rerun(RUN) - weight_gemm_seconds(llama, "dense", gemms, tokens, H100, RUN) + casts)

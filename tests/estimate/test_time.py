@@ -323,15 +323,15 @@ def test_a_fully_recomputed_bf16_layer_re_runs_its_forward_at_the_bf16_rate(fiel
 def test_a_bf16_layers_mlp_module_re_runs_its_gemms_at_the_bf16_rate():
     """The `mlp` recompute module re-runs the MLP's GEMMs (rerun.py MLP_FORWARD): for the BF16 layer at the BF16
     rate (Transformer Engine's checkpoint re-enters the forward's FP8 state: off) and without the FP8 run's input
-    casts (fp8.rerun_cast_bytes), the difference counted from the MLP's GEMMs and their inputs alone."""
+    casts (fp8.layer_cast_bytes' forward), the difference counted from the MLP's GEMMs and their inputs alone."""
     from ndcp.estimate.compute import memory_seconds, mlp_gemms
-    from ndcp.estimate.fp8 import rerun_cast_bytes
+    from ndcp.estimate.fp8 import layer_cast_bytes
     from ndcp.estimate.gemm import weight_gemm_seconds
     c = cluster(gpus=8)
     gemms = mlp_gemms(LLAMA_8B, LLAMA_8B.ffn_hidden, 8192, 1)
     bf16, fp8 = (weight_gemm_seconds(LLAMA_8B, "dense", gemms, 8192, c.device, r)
                  for r in (replace(FP8_CS, precision="bf16"), FP8_CS))
-    casts = memory_seconds(rerun_cast_bytes(FP8_CS, c.device, gemms), c.device)
+    casts = memory_seconds(layer_cast_bytes(FP8_CS, c.device, gemms)[0], c.device)
     grown = _bf16_minus_fp8({"first_layers_bf16": 1}, "mlp", 0) - _bf16_minus_fp8({"first_layers_bf16": 1}, "none", 0)
     assert grown == pytest.approx(bf16 - fp8 - casts, rel=1e-9) and grown > 0
 
