@@ -203,23 +203,33 @@ class _Expander:
         """The least bound of an item still waiting (tightened ones included), or None."""
         return self.queue[0][0] if self.queue else None
 
+    def _tighten(self, i: int, bound: int) -> int | None:
+        """Item i's next bound in model units (never below `bound`), recorded in the model; None when it is proven
+        not to fit (it leaves the model)."""
+        tighter = self.bounds.tighten(i)
+        self.tightened += 1
+        if tighter is None:
+            self.model.drop(i)
+            return None
+        self.model.bounds[i] = max(bound, int(tighter / TIME_UNIT))
+        return self.model.bounds[i]
+
+    def _expand(self, i: int) -> None:
+        self.model.expand(i, expand_item(self.space, self.items[i]))
+        self.next += 1
+
     def _step(self) -> bool:
         """Tighten or expand the item at the front; True when an item was expanded."""
         bound, i, level = heapq.heappop(self.queue)
         if level < READY:
-            tighter = self.bounds.tighten(i)
-            if tighter is None:
-                self.model.drop(i)
-            else:
-                self.model.bounds[i] = max(bound, int(tighter / TIME_UNIT))
-                heapq.heappush(self.queue, (self.model.bounds[i], i, level + 1))
-            self.tightened += 1
+            tighter = self._tighten(i, bound)
+            if tighter is not None:
+                heapq.heappush(self.queue, (tighter, i, level + 1))
             if self.ctx.progress is not None and self.tightened % PROGRESS_EVERY == 0:
                 self.ctx.progress(Progress(f"{self.tightened:,} bounds tightened", self.ctx.elapsed(),
                                            None, None))
             return False
-        self.model.expand(i, expand_item(self.space, self.items[i]))
-        self.next += 1
+        self._expand(i)
         return True
 
     def dive(self) -> bool:
@@ -228,18 +238,13 @@ class _Expander:
         proven not to fit leaves the model, and the next one is taken."""
         while self.queue and time.perf_counter() < self.deadline:
             bound, i, level = heapq.heappop(self.queue)
-            while level < READY and bound is not None:
-                tighter = self.bounds.tighten(i)
-                self.tightened += 1
-                bound = None if tighter is None else max(bound, int(tighter / TIME_UNIT))
-                level += 1
-            if bound is None:
-                self.model.drop(i)
-                continue
-            self.model.bounds[i] = bound
-            self.model.expand(i, expand_item(self.space, self.items[i]))
-            self.next += 1
-            return True
+            for _ in range(level, READY):
+                bound = self._tighten(i, bound)
+                if bound is None:
+                    break
+            else:
+                self._expand(i)
+                return True
         return False
 
     def expand_cheapest(self, count: int) -> None:
