@@ -65,9 +65,9 @@ def measured_rows(paths: tuple[Path, ...], wanted: Callable[[str], bool] = lambd
 def residuals(rows: list[MeasuredRun], checked: list[MeasuredRun] = ()) -> EvidenceTable:
     """Step and peak residual rows of `rows` and `checked`, each source's step times estimated with the ceilings
     fitted without it, on `rows` only."""
-    errors = Errors(rows + list(checked))
     fitting = [i for i, row in enumerate(rows) if calibrate.generation(row) is not None and fitted(row)]
-    rows = rows + list(checked)
+    rows = rows + list(checked)  # the fitting indices stay those of the first part
+    errors = Errors(rows)
     steps, peaks = [], []
     for name in sorted({source(row) for row in rows}):
         params = calibrate.fit(errors, [i for i in fitting if source(rows[i]) != name])
