@@ -17,6 +17,7 @@ estimators' stage functions instead, and do not decompose by layer.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -38,7 +39,9 @@ from ..specs.strategy import Strategy
 from .coefficients import item_lower_bound, layer_static_bytes
 from .margins import PlanMargins, plan_margins
 
-RESOLUTION = 1e-6  # the model's time unit, as a fraction of the item's step-time lower bound
+# How far below the item's step-time lower bound, as a fraction of it, flooring the model's time coefficients may put
+# its objective at most (recompute.PlanModel._solution's rounding; time_unit shares it out over the coefficients)
+RESOLUTION = 1e-5
 PASSES = ("forward", "backward")  # the data-parallel overlap windows (DataParallelTerms.windows)
 KindOption = tuple[str, str]  # (layer kind, recompute option)
 
@@ -86,7 +89,7 @@ class PlanForm:
     modes: tuple[str, ...]  # the recompute options searched
     zeros: tuple[int, ...]  # the ZeRO stages decided between
     linear: LinearPipeline  # the schedule's pipeline as a linear form
-    unit: float  # the model's time unit (seconds): RESOLUTION of the item's step-time bound
+    unit: float  # the model's time unit (seconds): time_unit
     partition_fixed: bool  # whether every stage holds its default layers (no uneven partition searched)
     offset: int  # how far a stage's layers may move from the default (0 when fixed)
     total_layers: int  # the model's layers (their sum over the stages, when the partition is free)
@@ -119,10 +122,11 @@ def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, 
     stage_key = StageKey(Degrees.of(layout, mbs, sp), layout.cp_comm, hidden)
     times = {key: layer_time(model, cluster, run, stage_key.layer(*key)) for key in keys}
     offset = space.partition_offset(layout)
+    linear = schedule.linear_pipeline(mbn, layout.vpp, layout.pp)
     return PlanForm(
-        base=base, modes=modes, zeros=tuple(zeros), linear=schedule.linear_pipeline(mbn, layout.vpp, layout.pp),
-        # fine enough that flooring every coefficient costs well under PLAN_TOLERANCE of the step
-        unit=max(1e-12, item_lower_bound(space, (layout, mbs, mbn)) * RESOLUTION),
+        base=base, modes=modes, zeros=tuple(zeros), linear=linear,
+        unit=time_unit(item_lower_bound(space, (layout, mbs, mbn)), linear, layout.pp,
+                       math.ceil(model.layers / layout.pp) + offset),
         partition_fixed=not offset, offset=offset, total_layers=model.layers,
         host_capacity=cluster.device.host_memory_bytes,
         layer_time={key: t.total for key, t in times.items()},
@@ -133,6 +137,17 @@ def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, 
         static_per_layer=tuple(layer_static_bytes(space, layout, z) for z in zeros),
         stages=_stage_forms(space, layout, base, keys, tuple(zeros), stage_key, offset),
         margins=plan_margins(space, base, modes, tuple(zeros)))
+
+
+def time_unit(bound_seconds: float, linear: LinearPipeline, pp: int, most_layers: int) -> float:
+    """The model's time unit (seconds): RESOLUTION of the item's step-time bound shared out over the floored
+    coefficients the objective counts, about one per layer and extra term of a stage, weighed slowest_weight times
+    through the slowest stage and sum_weight times per stage (over the divisor). Flooring them then costs at most
+    RESOLUTION of the step, however many micro-batches weigh a layer, and the data-parallel terms' own rounding
+    (recompute.PlanModel._data_parallel_rounding) about as much again at most: a fraction of plans.PLAN_TOLERANCE
+    (docs/solver.md §4)."""
+    weighed = (linear.slowest_weight + linear.sum_weight * pp) * (most_layers + 1) / linear.divisor
+    return max(1e-12, bound_seconds * RESOLUTION / max(1.0, weighed))
 
 
 def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple[KindOption, ...],

@@ -49,8 +49,8 @@ PROBE_SAFETY_SECONDS = 10.0
 # on every machine.
 TUNED_DETERMINISTIC_SECONDS = 1.0
 # Per-layer plans: another plan of the same degrees is searched for only while it could be faster than the best
-# verified one by more than the plan model's rounding (each time coefficient floored to 1e-6 of the step;
-# PlanSolution says by how much at most) or this fraction, whichever is larger: plans are proven optimal within that
+# verified one by more than the plan model's rounding (at most about plan_form.RESOLUTION of the step;
+# PlanSolution says by how much) or this fraction, whichever is larger: plans are proven optimal within that
 # tolerance (plans.plan_search).
 PLAN_TOLERANCE = 1e-4
 # CP-SAT stops a sub-model once its plan is within this fraction of its proven bound: just inside the tolerance, so

@@ -7,8 +7,9 @@ import pytest
 from ortools.sat.python import cp_model
 
 from ndcp.solve import certificate, recompute
+from ndcp.solve.plan_form import RESOLUTION
 from ndcp.solve.recompute import (PROBE_DETERMINISTIC_SECONDS, PROBE_SAFETY_SECONDS, TUNED_DETERMINISTIC_SECONDS,
-                                  PlanModel)
+                                  PLAN_TOLERANCE, PlanModel)
 from ndcp.space import SearchSpace
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
@@ -89,3 +90,23 @@ def test_a_sub_model_cp_sat_refuses_is_unknown_never_empty(monkeypatch):
         plan._solve(40, (), None, time.perf_counter() + 30, 0, 1, None)
     with pytest.raises(recompute.PlanTimeout):  # with a cutoff: the probe, then the model without it
         plan._solve(40, (), math.floor(1e9), time.perf_counter() + 30, 0, 1, None)
+
+
+def test_the_plan_models_rounding_is_a_small_fraction_of_the_step_however_many_micro_batches():
+    # GPT-3 175B on 64 A100 with 1,536 micro-batches: the schedule's linear form weighs each layer's time thousands of
+    # times, so a unit of 1e-6 of the step per coefficient (as before) left a layer about 50 units and the rounding up
+    # to 0.47 % of the step; the unit shares RESOLUTION of the bound out over the weighed coefficients instead
+    space = SearchSpace(load_model("gpt3-175b"), ClusterSpec(device_preset("a100-80g"), 64),
+                        RunSpec(global_batch=1536, seq_len=2048, confidence=0.0))
+    layout, mbs, mbn = next((layout, mbs, mbn) for layout, mbs, mbn in space.walk().batches
+                            if (layout.tp, layout.pp, layout.vpp, mbs) == (4, 16, 6, 1))
+    assert mbn == 1536
+    _, _, modes = space.inner_choices(4)
+    plan = PlanModel(space, layout, mbs, mbn, True, tuple(modes), tuple(space.zero_stages(layout)))
+    solution = plan.solve(space.run.capacity(space.cluster.device.memory_bytes), 60)
+    assert solution is not None and solution.proven
+    # the weighed layer terms take RESOLUTION of it, the data-parallel terms' own rounding about as much again: far
+    # under the plan tolerance (1e-4), which then decides when a plan is accepted
+    bound = solution.bound_seconds
+    assert solution.rounding_seconds <= 3 * RESOLUTION * bound < PLAN_TOLERANCE * bound
+    assert plan.form.layer_time[("dense", "none")] / plan.form.unit > 1e4  # a layer is many units, not ~50
