@@ -364,7 +364,8 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
 
 
 __all__ = ["Gemm", "BLOCK_PROJECTIONS", "ROW_PARALLEL_PROJECTIONS", "block_projection_gemm", "layer_gemms",
-           "fp8_gemms", "fp8_weight_elements", "separate_qkv_gemms", "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
+           "fp8_gemms", "fp8_weight_elements", "separate_qkv_gemms", "mixer_gemms", "router_gemm",
+           "attention_core_flops", "mixer_core_flops",
            "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
            "model_flops_per_step", "narayanan_flops_per_step", "encoder_gemms", "encoder_forward_flops",
