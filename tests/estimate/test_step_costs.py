@@ -1,6 +1,6 @@
 """The step's fixed costs (estimate/step_costs.py, docs/formulas.md §8.1): the gradient buffer zeroed over every
-local parameter, the scalar all-reduces of the gradient norm and the loss; a part of the step of their own, the same
-whatever the micro-batch count."""
+local parameter, under FP8 one cast of each local weight of the FP8 GEMMs, the scalar all-reduces of the gradient
+norm and the loss; a part of the step of their own, the same whatever the micro-batch count."""
 import pytest
 
 from ndcp.estimate.parameters import stage_parameters
