@@ -46,7 +46,7 @@ def _encoder_parameters(model: ModelSpec, tp: int) -> tuple[float, float]:
     (docs/models.md §5): linear layers split over TP as the language model's, patch embedding, positions and norms
     replicated."""
     e, layer = model.encoder, model.encoder_model.dense_layer
-    linear = e.layers * (layer.attention + layer.mlp) / tp + e.projector_params / tp
+    linear = e.layers * layer.per_tp_rank(tp) + e.projector_params / tp
     return linear + e.layers * layer.norms + e.embedding_params(e.image_size), linear
 
 
@@ -73,11 +73,11 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
         for first, count in chunks:
             for i in range(first, first + count):
                 layer = model.layer(i)
-                dense += (layer.attention + layer.mlp) / tp + layer.norms  # norms are replicated over TP
+                dense += layer.per_tp_rank(tp) + layer.norms  # norms are replicated over TP
                 expert += layer.experts / (ep * etp)
-                linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
+                linear += layer.per_tp_rank(tp) + layer.experts / (ep * etp)
                 if _kept_bf16(model, i, bf16):
-                    bf16_linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
+                    bf16_linear += layer.per_tp_rank(tp) + layer.experts / (ep * etp)
         if embedding:  # vocabulary-parallel embedding; learned positions are replicated
             dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
             if model.encoder is not None:  # beside the embedding: the vision encoder and projector
@@ -89,7 +89,7 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
             dense += output / tp + model.norm_params
             if model.mtp_depth:  # DeepSeek-V3 §2.2: each MTP module is a projection, two norms and one layer
                 block = model.moe_layer or model.dense_layer
-                dense += model.mtp_depth * ((block.attention + block.mlp) / tp + block.norms
+                dense += model.mtp_depth * (block.per_tp_rank(tp) + block.norms
                                             + 2 * model.hidden * model.hidden / tp + 2 * model.norm_params)
                 expert += model.mtp_depth * block.experts / (ep * etp)
         out.append(StageParameters(dense, expert, sum(n for _, n in chunks), linear, bf16_linear, fp8))
