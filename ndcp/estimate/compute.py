@@ -146,6 +146,18 @@ def fp8_gemms(model: ModelSpec, kind: str, gemms: tuple[Gemm, ...], tokens: floa
     return tuple(g for g in gemms if g != router)
 
 
+@lru_cache(maxsize=4096)
+def fp8_weight_elements(model: ModelSpec, kind: str, tp: int, ep: int = 1, etp: int = 1) -> float:
+    """Weight elements on one device of the FP8 GEMMs (fp8_gemms) of an average body layer of `kind`: k x n of
+    each, times its count (the local experts of a grouped GEMM); what Transformer Engine casts to FP8 where it casts
+    a layer's weights (estimate/fp8.py step_weight_cast_seconds): the te.Linear-family weights (Transformer Engine
+    docs, "Using FP8 with Transformer Engine"), not their biases, the norms, a mixer's convolution or state
+    parameters, nor the router (Megatron-Core transformer/moe/moe_utils.py router_gating_linear: torch.mm at the
+    router dtype, outside Transformer Engine)."""
+    gemms = layer_gemms(model, kind, 1.0, tp, ep, etp, padded=False)
+    return sum(g.k * g.n * g.count for g in fp8_gemms(model, kind, gemms, 1.0))
+
+
 def mlp_gemms(model: ModelSpec, ffn: int, tokens: float, tp: int, count: float = 1.0) -> tuple[Gemm, ...]:
     """One MLP of width ffn: gated = gate and up (h->2F) then down (F->h); else up (h->F) then down."""
     up = (2 if model.gated else 1) * ffn / tp
@@ -352,7 +364,8 @@ def memory_seconds(nbytes: float, device: DeviceSpec) -> float:
 
 
 __all__ = ["Gemm", "BLOCK_PROJECTIONS", "ROW_PARALLEL_PROJECTIONS", "block_projection_gemm", "layer_gemms",
-           "separate_qkv_gemms", "mixer_gemms", "router_gemm", "attention_core_flops", "mixer_core_flops",
+           "fp8_gemms", "fp8_weight_elements", "separate_qkv_gemms", "mixer_gemms", "router_gemm",
+           "attention_core_flops", "mixer_core_flops",
            "output_layer_gemm", "mtp_projection_gemm",
            "layer_forward_flops", "body_forward_flops", "forward_flops_per_sequence", "model_flops_per_sequence",
            "model_flops_per_step", "narayanan_flops_per_step", "encoder_gemms", "encoder_forward_flops",

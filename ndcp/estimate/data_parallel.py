@@ -300,7 +300,8 @@ def _stage_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, placement
     across = dense[1] if place.separate_links and _pytorch_fsdp(run) else 0.0
     gradients, gather = dense[0] + dense[1] - across + expert[0], dense[2] + expert[2]
     sharded = optimizer_shard(sharding, params)
-    fixed = step_cost_seconds(run, cluster, params.dense + params.expert, place.devices)
+    fixed = step_cost_seconds(run, cluster, params.dense + params.expert, _cast_weights(model, run, place, index),
+                              place.devices)
     reduced = (params.dense if place.dense.ranks * place.replicas.ranks > 1 else 0) + (
         params.expert if place.expert.ranks > 1 else 0)
     every_microbatch, every_sync = gradient_pass_bytes(run, zero)
@@ -316,6 +317,14 @@ def _stage_terms(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, placement
         microbatch_passes=memory_seconds(reduced * every_microbatch, cluster.device),
         sync_passes=memory_seconds(reduced * every_sync, cluster.device), across=across,
         across_share=_across_share(cluster, place) if across else 0.0)
+
+
+def _cast_weights(model: ModelSpec, run: RunSpec, place: _Placement, index: int) -> float:
+    """The FP8 GEMMs' weights on one device of stage `index` (StageParameters.fp8_weights, the run's BF16 layers
+    left out): what fp8.step_weight_cast_seconds casts once a step (0 in a 16-bit run)."""
+    if not run.fp8:
+        return 0.0
+    return stage_parameters(model, place.strategy, run.bf16_layers)[index].fp8_weights
 
 
 def _pytorch_fsdp(run: RunSpec) -> bool:

@@ -136,16 +136,18 @@ def weights_cast_every_micro_batch(run: RunSpec) -> bool:
     return run.disable_parameter_transpose_cache or trainer_behaviour(run).fp8_casts == "torchao"
 
 
-def step_weight_cast_seconds(run: RunSpec, device: DeviceSpec, local_parameters: float) -> float:
+def step_weight_cast_seconds(run: RunSpec, device: DeviceSpec, cast_weights: float) -> float:
     """The FP8 weights' casts a step does once where Transformer Engine keeps them between micro-batches (0 in a
     16-bit run, or where the weights are cast every micro-batch: weights_cast_every_micro_batch): the cached FP8
     copy and its transpose written at the step's first micro-batch (ZeRO 0), or the FP8 parameters the distributed
     optimizer writes from its updated master weights and their transposes after the gather (ZeRO >= 1,
-    --fp8-param-gather): one cast per local parameter at the recipe's bytes per element, charged over every local
-    parameter (norms and embeddings, which stay 16-bit, included: an upper bound)."""
+    --fp8-param-gather): one cast at the recipe's bytes per element of each of the `cast_weights` local weights
+    of the FP8 GEMMs (parameters.StageParameters.fp8_weights: the te.Linear-family weights of the layers run in
+    FP8; the MoE router, norms, biases, embedding and output layer stay 16-bit and are not cast, nor the first/last
+    layers kept in BF16), the weights a micro-batch casts where they are not cached (layer_cast_bytes)."""
     if not run.fp8 or weights_cast_every_micro_batch(run):
         return 0.0
-    return memory_seconds(cast_bytes_per_element(run, device) * local_parameters, device)
+    return memory_seconds(cast_bytes_per_element(run, device) * cast_weights, device)
 
 
 def amax_reduction_seconds(run: RunSpec, cluster: ClusterSpec, tp: int, sp: bool) -> float:

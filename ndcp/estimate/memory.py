@@ -415,8 +415,7 @@ def _parameter_gather_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy) 
     if strategy.zero < 3 or data_parallel_sync(run, strategy.zero, strategy.pp).gathered_parameters:
         return 0.0
     layer = model.moe_layer or model.dense_layer
-    blocks = 2 * run.param_bytes * ((layer.attention + layer.mlp) / strategy.tp
-                                    + layer.experts / (strategy.ep * strategy.etp))
+    blocks = 2 * run.param_bytes * (layer.per_tp_rank(strategy.tp) + layer.experts / (strategy.ep * strategy.etp))
     if not trainer_behaviour(run).keeps_root_gathered or strategy.pp > 1:
         return blocks
     vocab = model.vocab * model.hidden  # vocabulary-parallel embedding and output projection

@@ -8,6 +8,7 @@ from functools import lru_cache
 from ..specs.model import ModelSpec
 from ..specs.strategy import Strategy
 from ..schedules import schedule_named
+from .compute import fp8_weight_elements
 from .layout import stage_chunks
 
 
@@ -18,6 +19,7 @@ class StageParameters:
     layers: int
     linear: float = 0.0  # body linear-layer weights among dense + expert (FP8 weight copies, estimate/fp8.py)
     bf16_linear: float = 0.0  # those of linear among the layers kept in BF16 under fp8 (RunSpec.bf16_layers): no copies
+    fp8_weights: float = 0.0  # weights of the FP8 GEMMs of the layers run in FP8 under fp8 (_fp8_weights): those cast
 
 
 def expert_data_parallel(strategy: Strategy) -> int:
@@ -44,7 +46,7 @@ def _encoder_parameters(model: ModelSpec, tp: int) -> tuple[float, float]:
     (docs/models.md §5): linear layers split over TP as the language model's, patch embedding, positions and norms
     replicated."""
     e, layer = model.encoder, model.encoder_model.dense_layer
-    linear = e.layers * (layer.attention + layer.mlp) / tp + e.projector_params / tp
+    linear = e.layers * layer.per_tp_rank(tp) + e.projector_params / tp
     return linear + e.layers * layer.norms + e.embedding_params(e.image_size), linear
 
 
@@ -56,7 +58,8 @@ def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tup
         return own
     # DualPipe: device stage s also holds stage pp - 1 - s, the other direction's copy (DeepSeek-V3 §3.2.1)
     return tuple(StageParameters(a.dense + b.dense, a.expert + b.expert, a.layers, a.linear + b.linear,
-                                 a.bf16_linear + b.bf16_linear) for a, b in zip(own, reversed(own)))
+                                 a.bf16_linear + b.bf16_linear, a.fp8_weights + b.fp8_weights)
+                 for a, b in zip(own, reversed(own)))
 
 
 def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple[int, ...], tp: int, ep: int,
@@ -66,14 +69,15 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
     for stage, chunks in enumerate(stage_chunks(model, pp, vpp, layers_per_stage)):
         embedding, head = placement.holds_ends(stage, pp) if not placement.mirrored else (stage == 0, stage == pp - 1)
         dense = expert = linear = bf16_linear = 0.0
+        fp8 = _fp8_weights(model, chunks, tp, ep, etp, bf16, embedding, head)
         for first, count in chunks:
             for i in range(first, first + count):
                 layer = model.layer(i)
-                dense += (layer.attention + layer.mlp) / tp + layer.norms  # norms are replicated over TP
+                dense += layer.per_tp_rank(tp) + layer.norms  # norms are replicated over TP
                 expert += layer.experts / (ep * etp)
-                linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
-                if i < bf16[0] or i >= model.layers - bf16[1]:  # Megatron's global layer numbers
-                    bf16_linear += (layer.attention + layer.mlp) / tp + layer.experts / (ep * etp)
+                linear += layer.per_tp_rank(tp) + layer.experts / (ep * etp)
+                if _kept_bf16(model, i, bf16):
+                    bf16_linear += layer.per_tp_rank(tp) + layer.experts / (ep * etp)
         if embedding:  # vocabulary-parallel embedding; learned positions are replicated
             dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
             if model.encoder is not None:  # beside the embedding: the vision encoder and projector
@@ -85,16 +89,42 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
             dense += output / tp + model.norm_params
             if model.mtp_depth:  # DeepSeek-V3 §2.2: each MTP module is a projection, two norms and one layer
                 block = model.moe_layer or model.dense_layer
-                dense += model.mtp_depth * ((block.attention + block.mlp) / tp + block.norms
+                dense += model.mtp_depth * (block.per_tp_rank(tp) + block.norms
                                             + 2 * model.hidden * model.hidden / tp + 2 * model.norm_params)
                 expert += model.mtp_depth * block.experts / (ep * etp)
-        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), linear, bf16_linear))
+        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), linear, bf16_linear, fp8))
     return tuple(out)
+
+
+def _kept_bf16(model: ModelSpec, index: int, bf16: tuple[int, int]) -> bool:
+    """Whether body layer `index` is one of the first/last kept in BF16 (Megatron's global layer numbers)."""
+    return index < bf16[0] or index >= model.layers - bf16[1]
+
+
+def _fp8_weights(model: ModelSpec, chunks, tp: int, ep: int, etp: int, bf16: tuple[int, int], embedding: bool,
+                 head: bool) -> float:
+    """Weight elements on one device of a stage's FP8 GEMMs (compute.fp8_weight_elements: every weight GEMM but
+    the MoE router; no bias, norm, embedding or output layer) in the body layers it runs in FP8 (not those kept in
+    BF16: `bf16`), each at its kind's average layer (a hybrid model's mixers as the time model prices them), plus
+    the MTP modules' layers beside the loss (`head`) and the vision encoder's beside the embedding (`embedding`),
+    which the time model runs in FP8 too (estimate/time.py _mtp_time, _encoder_time; not their 16-bit
+    projections)."""
+    layers = {"dense": 0, "moe": 0}
+    for first, count in chunks:
+        for i in range(first, first + count):
+            if not _kept_bf16(model, i, bf16):
+                layers["moe" if model.is_moe_layer(i) else "dense"] += 1
+    if head and model.mtp_depth:
+        layers[model.mtp_layer_kind] += model.mtp_depth
+    total = sum(n * fp8_weight_elements(model, kind, tp, ep, etp) for kind, n in layers.items() if n)
+    if embedding and model.encoder is not None:
+        total += model.encoder.layers * fp8_weight_elements(model.encoder_model, "dense", tp)
+    return total
 
 
 def stage_parameters(model: ModelSpec, strategy: Strategy,
                      bf16: tuple[int, int] = (0, 0)) -> tuple[StageParameters, ...]:
     """Per device stage: parameters on one of its devices after TP, EP and ETP splits (before ZeRO); `bf16` (first,
-    last) body layers counted apart in bf16_linear (RunSpec.bf16_layers)."""
+    last) body layers counted apart in bf16_linear and left out of fp8_weights (RunSpec.bf16_layers)."""
     s = strategy
     return _stage_parameters(model, s.pp, s.vpp, s.layers_per_stage, s.tp, s.ep, s.etp, s.schedule, bf16)

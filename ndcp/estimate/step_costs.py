@@ -1,5 +1,5 @@
 """Work a training step does once, whatever its micro-batch count, besides the optimizer's update of the local
-shard (docs/formulas.md §8.1): what the step does over every local parameter, and the step's scalar synchronisations
+shard (docs/formulas.md §8.1): what the step does over the local parameters, and the step's scalar synchronisations
 across all devices. The optimizer update itself and its gradient-norm pass over the shard are priced with it
 (estimate/data_parallel.py `_optimizer_bytes_per_parameter`); the pipeline's fill and drain are the schedule's
 bubble (ndcp/schedules).
@@ -28,12 +28,14 @@ def gradient_buffer_seconds(run: RunSpec, cluster: ClusterSpec, local_parameters
     return memory_seconds(local_parameters * run.grad_bytes, cluster.device)
 
 
-def step_cost_seconds(run: RunSpec, cluster: ClusterSpec, local_parameters: float, devices: int) -> float:
-    """The step's fixed work on one device of a stage holding `local_parameters` parameters, in a job of
-    `devices` devices: the gradient buffer's zeroing, the FP8 weights' casts Transformer Engine does once a step
+def step_cost_seconds(run: RunSpec, cluster: ClusterSpec, local_parameters: float, cast_weights: float,
+                      devices: int) -> float:
+    """The step's fixed work on one device of a stage holding `local_parameters` parameters, `cast_weights` of them
+    the weights of its FP8 GEMMs (parameters.StageParameters.fp8_weights), in a job of `devices` devices: the
+    gradient buffer's zeroing, the FP8 weights' casts Transformer Engine does once a step
     (fp8.step_weight_cast_seconds) and the scalar synchronisations."""
     return (gradient_buffer_seconds(run, cluster, local_parameters)
-            + step_weight_cast_seconds(run, cluster.device, local_parameters)
+            + step_weight_cast_seconds(run, cluster.device, cast_weights)
             + STEP_SCALAR_SYNCS * few_byte_all_reduce_seconds(cluster, devices))
 
 

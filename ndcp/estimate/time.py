@@ -191,8 +191,16 @@ def bf16_rerun_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, schedu
     plan's form, which prices the BF16 layers without recompute, stays a relaxation. Unvalidated: no measured run keeps layers in BF16 (docs/formulas.md §3.1)."""
     if not any(run.bf16_layers) or not any(mode != NO_RECOMPUTE for (_, mode), _ in mode_counts):
         return ZERO_TIME
+    return _bf16_rerun_time(model, cluster, run, schedule_named(schedule).extra_roles(stage, pp), key, mode_counts)
+
+
+@lru_cache(maxsize=4096)
+def _bf16_rerun_time(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, roles: tuple, key: StageKey,
+                     mode_counts) -> LayerTime:
+    """bf16_rerun_time of a stage with the schedule's `roles` (Schedule.extra_roles), cached: a stage's time
+    (_stage_time) and its data-parallel windows (_dp_windows) both ask for it."""
     total, left = ZERO_TIME, dict(mode_counts)
-    for role, share in schedule_named(schedule).extra_roles(stage, pp):
+    for role, share in roles:
         for (kind, mode), n in bf16_layer_modes(model, run, role, left):
             rerun = _bf16_rerun_seconds(model, cluster, run, key.layer(kind, mode))
             total = total + LayerTime(0.0, 0.0, share * n * rerun, 0.0, 0.0, 0.0)

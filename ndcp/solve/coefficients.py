@@ -302,8 +302,8 @@ def layer_static_bytes(space: SearchSpace, layout: Layout, zero: int) -> float:
     model = space.model
     layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
     experts = layer.experts / (layout.ep * layout.etp)
-    one_layer = StageParameters((layer.attention + layer.mlp) / layout.tp + layer.norms, experts, 1,
-                                (layer.attention + layer.mlp) / layout.tp + experts)
+    one_layer = StageParameters(layer.per_tp_rank(layout.tp) + layer.norms, experts, 1,
+                                layer.per_tp_rank(layout.tp) + experts)
     return sum(model_state_bytes(space.run, layout.strategy(1, 1, zero, False, NO_RECOMPUTE), one_layer).values())
 
 

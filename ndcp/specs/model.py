@@ -39,6 +39,12 @@ class LayerParameters:
     experts: int  # routed experts (expert-parallel part); 0 for dense layers
     norms: int
     active_experts: int  # routed-expert parameters a token actually uses (top-k of them)
+    replicated: int = 0  # of attention + mlp, those every TP rank holds whole (ModelSpec.tp_replicated_params)
+
+    def per_tp_rank(self, tp: int) -> float:
+        """Attention and MLP parameters on one of `tp` tensor-parallel ranks: the split ones' share, the
+        replicated ones whole."""
+        return (self.attention + self.mlp - self.replicated) / tp + self.replicated
 
     @property
     def dense(self) -> int:
@@ -325,15 +331,31 @@ class ModelSpec:
         """One body layer: its mixer, its dense MLP or MoE (shared experts and router; routed experts apart), and a
         norm before each of the two (one in a hybrid block)."""
         norms = (1 if self.hybrid_blocks else 2) * self.norm_params
+        replicated = self.tp_replicated_params(mixer, moe and mlp)
         if not mlp:
-            return LayerParameters(self.mixer_params(mixer), 0, 0, norms, 0)
+            return LayerParameters(self.mixer_params(mixer), 0, 0, norms, 0, replicated)
         if not moe:
-            return LayerParameters(self.mixer_params(mixer), self._mlp_params(self.ffn_hidden), 0, norms, 0)
+            return LayerParameters(self.mixer_params(mixer), self._mlp_params(self.ffn_hidden), 0, norms, 0,
+                                   replicated)
         m = self.moe
         expert = self._mlp_params(m.expert_ffn_hidden)
         shared = m.shared_experts * self._mlp_params(m.shared_hidden)
         return LayerParameters(self.mixer_params(mixer), shared + self.hidden * m.experts, m.experts * expert, norms,
-                               m.top_k * expert)
+                               m.top_k * expert, replicated)
+
+    def tp_replicated_params(self, mixer: str, moe: bool) -> int:
+        """Of a layer's attention and MLP parameters, those Megatron-Core keeps whole on every tensor-parallel rank:
+        MLA's down projections and the norms of their latents (`linear_q_down_proj`, `linear_kv_down_proj` are
+        TELinear layers built with parallel_mode "duplicated", the latent norms plain norms:
+        megatron/core/transformer/multi_latent_attention.py and the DeepSeek layer specs), and the MoE router's
+        hidden x experts weight (transformer/moe/router.py TopKRouter: one full weight per rank). The time model
+        runs those GEMMs whole on each rank too (compute.mixer_gemms, router_gemm)."""
+        router = self.hidden * self.moe.experts if moe else 0
+        if mixer != ATTENTION or self.mla is None:
+            return router
+        m, h = self.mla, self.hidden
+        q_down = h * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0  # without it Q is column-parallel
+        return router + q_down + h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
 
     @cached_property
     def _layers(self) -> tuple[LayerParameters, ...]:

@@ -3,7 +3,8 @@ import dataclasses
 
 import pytest
 
-from ndcp.estimate.compute import (Gemm, attention_core_flops, layer_gemms, model_flops_per_sequence,
+from ndcp.estimate.compute import (Gemm, attention_core_flops, fp8_weight_elements, layer_gemms,
+                                   model_flops_per_sequence,
                                    model_flops_per_step, narayanan_flops_per_step, total_flops)
 from ndcp.estimate.gemm import gemm_pass_seconds, gemm_seconds
 from ndcp.specs import ModelSpec, MoESpec, MLASpec, device_preset
@@ -80,6 +81,25 @@ def test_moe_layer_counts_router_top_k_and_shared_experts():
     # expert work per device is the same whatever the EP/ETP split (balanced routing)
     assert total_flops(layer_gemms(model, "moe", tokens, 2, ep=4, etp=2)) == pytest.approx(
         total_flops(layer_gemms(model, "moe", tokens, 2, ep=1, etp=1)))
+
+
+def test_the_fp8_weights_are_the_local_gemm_weights_but_the_routers():
+    """fp8_weight_elements: k x n of each FP8 GEMM on one device, the local experts counted, no router (BF16), no
+    bias or norm; MLA's down projections whole on every TP rank (duplicated), its up projections split."""
+    moe = MoESpec(experts=8, top_k=2, expert_ffn_hidden=1024, shared_experts=1)
+    model = ModelSpec("m", 4, 512, 8, 2048, 1000, moe=moe)
+    h, attention = 512, 512 * (8 + 2 * 8) * 64 + 8 * 64 * 512
+    assert fp8_weight_elements(model, "dense", 1) == attention + 3 * h * 2048
+    assert fp8_weight_elements(model, "moe", 1) == attention + 8 * 3 * h * 1024 + 3 * h * 1024
+    assert fp8_weight_elements(model, "moe", 2, ep=4, etp=2) == pytest.approx(
+        attention / 2 + 2 * 3 * h * 1024 / 2 + 3 * h * 1024 / 2)  # 2 of 8 experts, halves of them; tp 2
+    biased = gpt(2, 256, 4)
+    assert fp8_weight_elements(biased, "dense", 1) == 12 * 256 * 256 == biased.dense_layer.attention + \
+        biased.dense_layer.mlp - (3 * 256 + 256) - (4 * 256 + 256)  # the QKV, output, up and down biases left out
+    mla = ModelSpec("mla", 2, 256, 4, 512, 1000, mla=MLASpec(kv_lora_rank=64, qk_rope_head_dim=16,
+                                                             qk_nope_head_dim=32, v_head_dim=32, q_lora_rank=96))
+    down, up = 256 * 96 + 256 * (64 + 16), 96 * 4 * 48 + 64 * 4 * 64 + 4 * 32 * 256
+    assert fp8_weight_elements(mla, "dense", 2) == down + up / 2 + 3 * 256 * 512 / 2
 
 
 def test_mla_attention_flops_follow_its_projections():

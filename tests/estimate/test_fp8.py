@@ -146,20 +146,60 @@ def _torchtitan_fp8(compiled: bool, recipe: str = "tensorwise") -> RunSpec:
 
 def test_transformer_engines_cached_fp8_weights_are_cast_once_a_step():
     """Megatron passes is_first_microbatch, so Transformer Engine casts each FP8 weight (and its transpose) at the
-    step's first micro-batch and reuses it: one cast per local parameter a step, at the recipe's bytes per element
-    (delayed on Hopper: 4), at HBM bandwidth; none in a 16-bit run, under torchao, or where the weights are cast
-    every micro-batch (disable_parameter_transpose_cache: in the layer's forward instead)."""
+    step's first micro-batch and reuses it: one cast per weight of an FP8 GEMM a step, at the recipe's bytes per
+    element (delayed on Hopper: 4), at HBM bandwidth; none in a 16-bit run, under torchao, or where the weights are
+    cast every micro-batch (disable_parameter_transpose_cache: in the layer's forward instead)."""
     from ndcp.estimate.fp8 import step_weight_cast_seconds
     from ndcp.estimate.step_costs import step_cost_seconds
-    local = 1.0e9
-    assert step_weight_cast_seconds(FP8, H100, local) == pytest.approx(4.0 * local / H100.hbm_bandwidth)
-    assert step_weight_cast_seconds(BF16, H100, local) == 0.0
-    assert step_weight_cast_seconds(_torchtitan_fp8(True), H100, local) == 0.0
-    assert step_weight_cast_seconds(_torchtitan_fp8(True, "delayed"), H100, local) == 0.0
-    assert step_weight_cast_seconds(replace(FP8, disable_parameter_transpose_cache=True), H100, local) == 0.0
-    cluster = ClusterSpec(H100, 8)
-    assert step_cost_seconds(FP8, cluster, local, 8) - step_cost_seconds(BF16, cluster, local, 8) == pytest.approx(
-        step_weight_cast_seconds(FP8, H100, local) + memory_seconds(local * (FP8.grad_bytes - BF16.grad_bytes), H100))
+    cast = 1.0e9
+    assert step_weight_cast_seconds(FP8, H100, cast) == pytest.approx(4.0 * cast / H100.hbm_bandwidth)
+    assert step_weight_cast_seconds(BF16, H100, cast) == 0.0
+    assert step_weight_cast_seconds(_torchtitan_fp8(True), H100, cast) == 0.0
+    assert step_weight_cast_seconds(_torchtitan_fp8(True, "delayed"), H100, cast) == 0.0
+    assert step_weight_cast_seconds(replace(FP8, disable_parameter_transpose_cache=True), H100, cast) == 0.0
+    cluster, local = ClusterSpec(H100, 8), 1.2e9
+    assert step_cost_seconds(FP8, cluster, local, cast, 8) - step_cost_seconds(BF16, cluster, local, cast, 8) == (
+        pytest.approx(step_weight_cast_seconds(FP8, H100, cast)
+                      + memory_seconds(local * (FP8.grad_bytes - BF16.grad_bytes), H100)))
+
+
+# Llama-3-8B's linear layers, one device at tp 1: QKV (4096 x (4096 + 2 x 1024)), output projection (4096 x 4096),
+# gate, up and down (3 x 4096 x 14336); no norm, embedding or output layer
+LLAMA_LAYER_WEIGHTS = 4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336
+
+
+def test_the_step_casts_the_weights_of_the_fp8_gemms_only():
+    """What a step casts once: the weights of the body layers' FP8 GEMMs on the device (parameters.py fp8_weights),
+    not the 16-bit embedding, output layer and norms, nor the first/last layers kept in BF16."""
+    one = stage_parameters(LLAMA, Strategy(tp=1, pp=1, dp=8, mbs=1, mbn=2))[0]
+    assert one.fp8_weights == 32 * LLAMA_LAYER_WEIGHTS
+    assert one.dense + one.expert - one.fp8_weights == pytest.approx(2 * 128256 * 4096 + 65 * 4096)
+    kept = stage_parameters(LLAMA, Strategy(tp=1, pp=1, dp=8, mbs=1, mbn=2), (1, 2))[0]
+    assert kept.fp8_weights == 29 * LLAMA_LAYER_WEIGHTS
+    # tp 8, pp 4: 8 layers a stage, each weight split 8 ways; the ends hold no more cast weights than the middle
+    split = stage_parameters(LLAMA, Strategy(tp=8, pp=4, dp=1, mbs=1, mbn=8, sp=True))
+    assert [p.fp8_weights for p in split] == [8 * LLAMA_LAYER_WEIGHTS / 8] * 4
+
+
+def test_the_moe_router_is_not_cast():
+    """A MoE layer's FP8 weights: its experts' and shared experts' and its mixer's, not the router's (which stays
+    BF16, compute.fp8_gemms): Mixtral 8x7B at tp 1, ep 8, one device holds one expert of each layer."""
+    mixtral = load_model("mixtral-8x7b")
+    params = stage_parameters(mixtral, Strategy(tp=1, pp=1, dp=8, ep=8, mbs=1, mbn=2))[0]
+    h, f = mixtral.hidden, mixtral.moe.expert_ffn_hidden
+    attention = h * (h + 2 * mixtral.num_kv_heads * mixtral.dim_per_head) + h * h
+    assert params.fp8_weights == mixtral.layers * (attention + 3 * h * f)
+    assert params.linear - params.fp8_weights == mixtral.layers * h * mixtral.moe.experts  # the routers
+
+
+def test_the_plan_terms_charge_the_step_cast_over_the_fp8_weights():
+    """DataParallelTerms.step_costs (what the plan model and the estimate both read) takes the FP8 run's cast of the
+    stage's FP8 weights over the BF16 run's: Llama-3-8B tp 1, 32 layers, delayed scaling on Hopper (4 bytes per
+    weight) and FP8's 16-bit gradients where the BF16 run keeps fp32 ones (none here: both grad_dtype fp32)."""
+    from ndcp.estimate.data_parallel import data_parallel_terms
+    cluster, plan = ClusterSpec(H100, 8), Strategy(tp=1, pp=1, dp=8, mbs=1, mbn=2, zero=1)
+    fp8, bf16 = (data_parallel_terms(LLAMA, cluster, run, plan)[0].step_costs for run in (FP8, BF16))
+    assert fp8 - bf16 == pytest.approx(4.0 * 32 * LLAMA_LAYER_WEIGHTS / H100.hbm_bandwidth)
 
 
 def test_torchtitan_casts_are_torchaos_hand_counted_per_gemm():

@@ -120,6 +120,28 @@ def test_mla_without_q_lora():
     assert m.attention_params == 64 * 4 * 24 + 64 * 40 + 32 + 32 * 4 * 32 + 4 * 16 * 64
 
 
+def test_tp_replicated_parameters_are_mla_down_projections_and_the_router():
+    # Megatron-Core builds linear_q_down_proj and linear_kv_down_proj "duplicated" (whole on every TP rank), with the
+    # latents' norms, and the router's experts x hidden weight whole: DeepSeek-V3's MoE layer
+    m = load_model("deepseek-v3")
+    layer = m.moe_layer
+    down = 7168 * 1536 + 1536 + 7168 * (512 + 64) + 512
+    assert layer.replicated == down + 7168 * 256
+    assert m.dense_layer.replicated == down
+    assert layer.per_tp_rank(1) == layer.attention + layer.mlp
+    assert layer.per_tp_rank(4) == pytest.approx((layer.attention + layer.mlp - layer.replicated) / 4
+                                                 + layer.replicated)
+
+
+def test_tp_replicated_without_q_lora_and_without_mla():
+    mla = MLASpec(kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16)
+    m = ModelSpec(name="m", layers=2, hidden=64, heads=4, ffn_hidden=128, vocab=100, mla=mla)
+    assert m.dense_layer.replicated == 64 * 40 + 32  # Q is column-parallel without a Q latent
+    llama = load_model("llama3-8b")
+    assert llama.dense_layer.replicated == 0
+    assert llama.dense_layer.per_tp_rank(8) == (llama.dense_layer.attention + llama.dense_layer.mlp) / 8
+
+
 # -- library models against published totals ----------------------------------------------------------------------
 
 def within(value: int, published_billions: float, rel: float = 0.01) -> bool:
