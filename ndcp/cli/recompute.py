@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         print(frontier_line(result))
     elif not quiet:
         header = strategy_text(strategy.with_(recompute=RecomputePlan()), experts_if_used=True)
-        render_frontier(console(), model, result, header)
+        render_frontier(console(), model, result, header, run_spec.confidence)
     if result.points and args.plot:
         points = [(p.cap_bytes, p.peak_bytes, p.step_seconds) for p in result.points] + [
             (c, None, None) for c in result.infeasible_caps]
