@@ -75,12 +75,24 @@ def positive_int(text: str) -> int:
     return _checked_number(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
+def _fraction(text: str, what: str, example: str) -> float:
+    """A fraction in [0, 1); refused with the range whatever was wrong, and a percentage (10%) with its fraction."""
+    percent = str(text).strip().removesuffix("%")
+    hint = ""
+    if percent != str(text).strip():
+        try:
+            hint = f" ({text} is {float(percent) / 100:g})"
+        except ValueError:
+            pass
+    return _checked_number(text, float, lambda v: 0 <= v < 1, f"{what} >= 0 and < 1, e.g. {example}{hint}")
+
+
 def headroom_fraction(text: str) -> float:
-    return _checked_number(text, float, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1, e.g. 0.1", "a number")
+    return _fraction(text, "a fraction", "0.1")
 
 
 def confidence(text: str) -> float:
-    return _checked_number(text, float, lambda v: 0 <= v < 1, "a confidence >= 0 and < 1, e.g. 0.9", "a number")
+    return _fraction(text, "a confidence", "0.9")
 
 
 def load_imbalance(text: str) -> float:
