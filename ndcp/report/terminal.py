@@ -132,6 +132,16 @@ def legend() -> Text:
 
 
 # -- report sections ---------------------------------------------------------------------------------------------
+def nodes_text(cluster: ClusterSpec) -> str:
+    """The nodes the devices fill, said as they are: a count that is not a multiple of the node leaves the last node
+    partial (placement fills nodes in rank order), which "2 nodes of 8" for 12 devices would hide."""
+    per, count = cluster.device.devices_per_node, cluster.count
+    if count < per:
+        return f"1 node, {count} of its {per} devices"
+    whole = f"{cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of {per}"
+    return whole if count % per == 0 else f"{whole}, the last with {count % per}"
+
+
 def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capacity_bytes: int | None = None) -> Panel:
     """What the estimate assumes: model, devices, network, memory budget and numerics."""
     d = cluster.device
@@ -151,8 +161,7 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
         table.add_row("assumed", Text(line))
     table.add_row("batch", f"global batch {run.global_batch} x sequence {run.seq_len} "
                            f"= {run.global_batch * run.seq_len:,} tokens per step")
-    table.add_row("devices", f"{cluster.count} x {d.name} ({cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of "
-                             f"{d.devices_per_node}); {d.peak_flops / 1e12:g} TFLOP/s peak, "
+    table.add_row("devices", f"{cluster.count} x {d.name} ({nodes_text(cluster)}); {d.peak_flops / 1e12:g} TFLOP/s peak, "
                              f"HBM {d.hbm_bandwidth / 1e12:g} TB/s")
     table.add_row("network", network_line(cluster))
     capacity = capacity_bytes if capacity_bytes is not None else run.capacity(d.memory_bytes)
