@@ -21,7 +21,7 @@ from .schedules import SCHEDULES
 from .space import DEFAULT_SCHEDULES
 from .specs.device import PRESETS
 from .specs.trainer_behaviour import LOSS_KERNELS
-from .specs.fields import SpecError, field_docs
+from .specs.fields import SpecError, field_docs, near_key
 from .specs.run import (ATTENTION_KERNELS, FP8_RECIPES, FSDP_VERSIONS, GRAD_SYNCS, MAX_LOAD_IMBALANCE,
                         MFU_CONVENTIONS, MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, QKV_PROJECTIONS,
                         TRAINERS, RunSpec)
@@ -267,7 +267,8 @@ def keyword_values(options: Iterable[Option], given: Mapping[str, Any]) -> argpa
     by_keyword = {option.keyword: option for option in options}
     unknown = [keyword for keyword in given if keyword not in by_keyword]
     if unknown:
-        raise SpecError(f"unknown option {unknown[0]!r}; valid options: {', '.join(sorted(by_keyword))}")
+        raise SpecError(f"unknown option {unknown[0]!r}{near_key(unknown[0], by_keyword)}; valid options: "
+                        f"{', '.join(sorted(by_keyword))}")
     values = argparse.Namespace(**{option.name: option.unset for option in by_keyword.values()})
     for keyword, value in given.items():
         if value is not None:

@@ -210,3 +210,8 @@ def test_a_fraction_that_does_not_parse_is_refused_with_its_range(parse, text, m
 
 def test_a_fraction_in_range_is_read():
     assert (headroom_fraction("0.1"), confidence("0"), confidence(" 0.9 ")) == (0.1, 0.0, 0.9)
+
+
+def test_a_misspelt_api_keyword_is_named_with_the_option_it_was_meant_to_be():
+    with pytest.raises(SpecError, match=r"^unknown option 'memcap' \(did you mean memory_cap\?\); valid options: "):
+        keyword_values(RUN_OPTIONS, {"memcap": "40GiB"})
