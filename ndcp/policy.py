@@ -25,7 +25,7 @@ from .space import DEFAULT_SCHEDULES, DIMENSIONS, SearchSpace, SpaceOptions
 from .specs import strategy_input
 from .specs.device import ClusterSpec
 from .specs.device_file import load_device
-from .specs.fields import SpecError
+from .specs.fields import SpecError, near_key
 from .specs.library import load_model
 from .specs.model import ModelSpec
 from .specs.recompute import CLASSIC_MODES, NO_RECOMPUTE
@@ -226,7 +226,7 @@ def parse_degree_bounds(option: str, text: str) -> tuple[tuple[str, int], ...]:
         if not sep or not value:
             raise SpecError(f"{option}: {item!r} is not key=value; valid keys: {', '.join(keys)}")
         if key not in keys:
-            raise SpecError(f"{option}: unknown key {key!r}; valid keys: {', '.join(keys)}")
+            raise SpecError(f"{option}: unknown key {key!r}{near_key(key, keys)}; valid keys: {', '.join(keys)}")
         if key in out:
             raise SpecError(f"{option}: {key} is given twice")
         if key == "sp":

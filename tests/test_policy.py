@@ -1,6 +1,9 @@
 """ndcp/policy.py: the specs a command's options describe."""
+import pytest
+
 from ndcp.cli import build_parser
-from ndcp.policy import build_problem, shared_spec
+from ndcp.policy import build_problem, parse_degree_bounds, shared_spec
+from ndcp.specs.fields import SpecError
 from ndcp.specs.library import load_model
 
 
@@ -26,3 +29,10 @@ def test_an_equal_spec_is_swapped_for_the_one_seen_first():
     seen = shared_spec(load_model("llama3-8b"))
     again = load_model("llama3-8b")
     assert again == seen and shared_spec(again) is seen
+
+
+def test_a_misspelt_fix_key_is_named_with_the_dimension_it_meant():
+    with pytest.raises(SpecError, match=r"^--fix: unknown key 'zeros' \(did you mean zero\?\); valid keys: tp, "):
+        parse_degree_bounds("--fix", "zeros=1")
+    with pytest.raises(SpecError, match=r"^--max: unknown key 'tq'; valid keys: "):  # two letters: no guess
+        parse_degree_bounds("--max", "tq=2")
