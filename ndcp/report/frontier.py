@@ -205,5 +205,5 @@ def render_frontier(console, model, result: Frontier, degrees: str, confidence: 
                            "infeasible only because of that (raise --time-limit)", style="yellow"))
 
 
-__all__ = ["frontier_document", "frontier_line", "least_line", "write_frontier_csv", "render_frontier", "frontier_table",
-           "frontier_chart", "plan_lines", "frontier_rows"]
+__all__ = ["frontier_document", "frontier_line", "least_line", "write_frontier_csv", "render_frontier",
+           "frontier_table", "frontier_chart", "plan_lines", "frontier_rows"]

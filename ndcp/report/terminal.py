@@ -24,7 +24,7 @@ from ..specs.strategy import Strategy
 from ..specs.strategy_text import strategy_text
 from ..estimate.evidence import Evidence, plan_evidence
 from .bands import missing_evidence_line, peak_band_text, step_band_text
-from .formats import format_bytes, format_count, format_rate, format_seconds, gib
+from .formats import format_bytes, format_count, format_rate, format_seconds, gib, nodes_text
 from .notation import Breakable, plan_legend
 
 # Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
@@ -132,16 +132,6 @@ def legend() -> Text:
 
 
 # -- report sections ---------------------------------------------------------------------------------------------
-def nodes_text(cluster: ClusterSpec) -> str:
-    """The nodes the devices fill, said as they are: a count that is not a multiple of the node leaves the last node
-    partial (placement fills nodes in rank order), which "2 nodes of 8" for 12 devices would hide."""
-    per, count = cluster.device.devices_per_node, cluster.count
-    if count < per:
-        return f"1 node, {count} of its {per} devices"
-    whole = f"{cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of {per}"
-    return whole if count % per == 0 else f"{whole}, the last with {count % per}"
-
-
 def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capacity_bytes: int | None = None) -> Panel:
     """What the estimate assumes: model, devices, network, memory budget and numerics."""
     d = cluster.device
@@ -161,8 +151,8 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
         table.add_row("assumed", Text(line))
     table.add_row("batch", f"global batch {run.global_batch} x sequence {run.seq_len} "
                            f"= {run.global_batch * run.seq_len:,} tokens per step")
-    table.add_row("devices", f"{cluster.count} x {d.name} ({nodes_text(cluster)}); {d.peak_flops / 1e12:g} TFLOP/s peak, "
-                             f"HBM {d.hbm_bandwidth / 1e12:g} TB/s")
+    table.add_row("devices", f"{cluster.count} x {d.name} ({nodes_text(cluster)}); {d.peak_flops / 1e12:g} TFLOP/s "
+                             f"peak, HBM {d.hbm_bandwidth / 1e12:g} TB/s")
     table.add_row("network", network_line(cluster))
     capacity = capacity_bytes if capacity_bytes is not None else run.capacity(d.memory_bytes)
     cap = f"cap {format_bytes(run.memory_cap_bytes)}" if run.memory_cap_bytes else "no cap"

@@ -364,7 +364,8 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
         raise SkipRun(f"missing column value(s): {', '.join(missing)}")
     seq = as_count(record["seq_len"], "seq_len", "4096")
     model = read_model({"model": record["model"].strip()}, seq, folder, notes)
-    gpus, global_batch = as_count(record["gpus"], "gpus", "16"), as_count(record["global_batch"], "global_batch", "64")
+    gpus = as_count(record["gpus"], "gpus", "16")
+    global_batch = as_count(record["global_batch"], "global_batch", "64")
     cluster = _cluster(record["device"], gpus, record.get("devices_per_node"))
     flash = as_bool(record.get("flash_attention"))
     run = RunSpec(global_batch, seq, precision=_precision(record.get("precision"), notes),

@@ -6,7 +6,8 @@ from ndcp.specs.strategy_input import parse_strategy_mapping, parse_strategy_str
 
 
 def test_a_misspelt_strategy_key_is_named_with_the_key_it_meant():
-    with pytest.raises(SpecError, match=r"^--strategy: unknown key 'recomp' \(did you mean recompute\?\); valid keys: "):
+    with pytest.raises(SpecError,
+                       match=r"^--strategy: unknown key 'recomp' \(did you mean recompute\?\); valid keys: "):
         parse_strategy_string("tp=2,recomp=full")
 
 
