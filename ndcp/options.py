@@ -21,7 +21,7 @@ from .schedules import SCHEDULES
 from .space import DEFAULT_SCHEDULES
 from .specs.device import PRESETS
 from .specs.trainer_behaviour import LOSS_KERNELS
-from .specs.fields import SpecError, field_docs
+from .specs.fields import SpecError, field_docs, near_key
 from .specs.run import (ATTENTION_KERNELS, FP8_RECIPES, FSDP_VERSIONS, GRAD_SYNCS, MAX_LOAD_IMBALANCE,
                         MFU_CONVENTIONS, MOE_DISPATCHERS, OPTIMIZER_STATE_DTYPES, PARAM_GATHERS, QKV_PROJECTIONS,
                         TRAINERS, RunSpec)
@@ -75,12 +75,24 @@ def positive_int(text: str) -> int:
     return _checked_number(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
+def _fraction(text: str, what: str, example: str) -> float:
+    """A fraction in [0, 1); refused with the range whatever was wrong, and a percentage (10%) with its fraction."""
+    percent = str(text).strip().removesuffix("%")
+    hint = ""
+    if percent != str(text).strip():
+        try:
+            hint = f" ({text} is {float(percent) / 100:g})"
+        except ValueError:
+            pass
+    return _checked_number(text, float, lambda v: 0 <= v < 1, f"{what} >= 0 and < 1, e.g. {example}{hint}")
+
+
 def headroom_fraction(text: str) -> float:
-    return _checked_number(text, float, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1, e.g. 0.1", "a number")
+    return _fraction(text, "a fraction", "0.1")
 
 
 def confidence(text: str) -> float:
-    return _checked_number(text, float, lambda v: 0 <= v < 1, "a confidence >= 0 and < 1, e.g. 0.9", "a number")
+    return _fraction(text, "a confidence", "0.9")
 
 
 def load_imbalance(text: str) -> float:
@@ -255,7 +267,8 @@ def keyword_values(options: Iterable[Option], given: Mapping[str, Any]) -> argpa
     by_keyword = {option.keyword: option for option in options}
     unknown = [keyword for keyword in given if keyword not in by_keyword]
     if unknown:
-        raise SpecError(f"unknown option {unknown[0]!r}; valid options: {', '.join(sorted(by_keyword))}")
+        raise SpecError(f"unknown option {unknown[0]!r}{near_key(unknown[0], by_keyword)}; valid options: "
+                        f"{', '.join(sorted(by_keyword))}")
     values = argparse.Namespace(**{option.name: option.unset for option in by_keyword.values()})
     for keyword, value in given.items():
         if value is not None:

@@ -25,7 +25,7 @@ from .space import DEFAULT_SCHEDULES, DIMENSIONS, SearchSpace, SpaceOptions
 from .specs import strategy_input
 from .specs.device import ClusterSpec
 from .specs.device_file import load_device
-from .specs.fields import SpecError
+from .specs.fields import SpecError, near_key
 from .specs.library import load_model
 from .specs.model import ModelSpec
 from .specs.recompute import CLASSIC_MODES, NO_RECOMPUTE
@@ -45,6 +45,18 @@ def gib_text(n: int) -> str:
 
 
 # -- the problem -------------------------------------------------------------------------------------------------
+def check_expert_options(model: ModelSpec, run: RunSpec) -> None:
+    """A MoE option given for a model without experts is refused, as --images-per-sample is for one without a vision
+    encoder: it would change nothing, and a user who set it believes otherwise."""
+    if model.moe is not None:
+        return
+    default = RunSpec(run.global_batch, run.seq_len)
+    for field, flag in (("moe_dispatcher", "--moe-dispatcher"), ("moe_load_imbalance", "--moe-load-imbalance")):
+        if getattr(run, field) != getattr(default, field):
+            raise SpecError(f"{field}={getattr(run, field)!r} is not valid: {model.name} has no experts; drop {flag} "
+                            "or give a MoE model")
+
+
 def build_problem(values: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, RunSpec]:
     """The model, cluster (preset + overrides) and run the cluster and run options describe. Raises SpecError."""
     model = load_model(values.model)
@@ -68,6 +80,7 @@ def build_problem(values: argparse.Namespace) -> tuple[ModelSpec, ClusterSpec, R
     check_fp8(run, cluster.device)
     check_positions(model, run)
     check_images(model, run)
+    check_expert_options(model, run)
     capacity = run.capacity(memory)
     if values.reserve is not None and values.reserve >= capacity:
         raise SpecError(f"--reserve={gib_text(values.reserve)} leaves no memory: the capacity per device is "
@@ -226,7 +239,7 @@ def parse_degree_bounds(option: str, text: str) -> tuple[tuple[str, int], ...]:
         if not sep or not value:
             raise SpecError(f"{option}: {item!r} is not key=value; valid keys: {', '.join(keys)}")
         if key not in keys:
-            raise SpecError(f"{option}: unknown key {key!r}; valid keys: {', '.join(keys)}")
+            raise SpecError(f"{option}: unknown key {key!r}{near_key(key, keys)}; valid keys: {', '.join(keys)}")
         if key in out:
             raise SpecError(f"{option}: {key} is given twice")
         if key == "sp":

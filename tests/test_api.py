@@ -98,7 +98,8 @@ def test_errors_raise_spec_error_with_the_command_line_message(capsys, keywords,
 
 
 def test_an_unknown_option_names_the_valid_ones():
-    with pytest.raises(ndcp.SpecError, match="unknown option 'memorycap'; valid options: .*memory_cap"):
+    with pytest.raises(ndcp.SpecError,
+                       match=r"unknown option 'memorycap' \(did you mean memory_cap\?\); valid options: .*memory_cap"):
         ndcp.search("llama3-8b", **PROBLEM, memorycap="40GiB")
     with pytest.raises(ndcp.SpecError, match="unknown option 'top'"):  # a search option is no estimate option
         ndcp.estimate("llama3-8b", **PROBLEM, strategy="tp=2", top=3)

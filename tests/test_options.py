@@ -2,13 +2,14 @@
 line's flags built from it; API keywords read as the flags' text is."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
 
 from ndcp.cli import build_parser
-from ndcp.options import (NOT_ON_COMMAND_LINE, RUN_OPTIONS, SEARCH_KEYWORDS, SPACE_OPTIONS, flag_text,
-                          keyword_values)
+from ndcp.options import (NOT_ON_COMMAND_LINE, RUN_OPTIONS, SEARCH_KEYWORDS, SPACE_OPTIONS, confidence, flag_text,
+                          headroom_fraction, keyword_values)
 from ndcp.policy import build_run, build_space_options
 from ndcp.specs.fields import SpecError, field_docs
 from ndcp.specs.run import RunSpec
@@ -190,3 +191,27 @@ def test_hsdp_is_off_unless_asked_on_every_command_that_searches(given, searched
     for command in ("search", "replan", "sweep"):
         actions = {s: a for a in subparsers.choices[command]._actions for s in a.option_strings}
         assert (actions["--hsdp"].help, actions["--hsdp"].default) == (hsdp.help.replace("%", "%%"), "off")
+
+
+@pytest.mark.parametrize("parse, text, message", [
+    (headroom_fraction, "abc", "invalid value 'abc': expected a fraction >= 0 and < 1, e.g. 0.1"),
+    (headroom_fraction, "1", "invalid value '1': expected a fraction >= 0 and < 1, e.g. 0.1"),
+    (headroom_fraction, "10%", "invalid value '10%': expected a fraction >= 0 and < 1, e.g. 0.1 (10% is 0.1)"),
+    (confidence, "90%", "invalid value '90%': expected a confidence >= 0 and < 1, e.g. 0.9 (90% is 0.9)"),
+    (confidence, "high", "invalid value 'high': expected a confidence >= 0 and < 1, e.g. 0.9"),
+])
+def test_a_fraction_that_does_not_parse_is_refused_with_its_range(parse, text, message):
+    """--headroom and --confidence are fractions: whatever a user writes wrong ('abc', '1', '10%') is answered with
+    the range and an example, and a percentage with the fraction it means (one try, not two)."""
+    with pytest.raises(argparse.ArgumentTypeError) as error:
+        parse(text)
+    assert str(error.value) == message
+
+
+def test_a_fraction_in_range_is_read():
+    assert (headroom_fraction("0.1"), confidence("0"), confidence(" 0.9 ")) == (0.1, 0.0, 0.9)
+
+
+def test_a_misspelt_api_keyword_is_named_with_the_option_it_was_meant_to_be():
+    with pytest.raises(SpecError, match=r"^unknown option 'memcap' \(did you mean memory_cap\?\); valid options: "):
+        keyword_values(RUN_OPTIONS, {"memcap": "40GiB"})

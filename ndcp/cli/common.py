@@ -44,7 +44,7 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        raise UsageError(self._dash_value_error(message) or message)
+        raise UsageError(self._dash_value_error(message) or _spaced_list_hint(message))
 
     def _dash_value_error(self, message: str) -> str | None:
         """For "argument --X: expected one argument" where the word after --X starts with `-` and a digit or a
@@ -65,6 +65,15 @@ class Parser(argparse.ArgumentParser):
         except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
             return f"argument {match.group(1)}: {error}"
         return f"argument {match.group(1)}: a value that starts with '-' is written {names[0]}={value}"
+
+
+def _spaced_list_hint(message: str) -> str:
+    """argparse's "unrecognized arguments: pp=2" for `--strategy tp=2 pp=2`, with how such a list is written."""
+    match = re.fullmatch(r"unrecognized arguments: (.*)", message)
+    if match and any(re.fullmatch(r"[a-z_]+=\S*", word) for word in match.group(1).split()):
+        return (f"{message} (key=value settings are one comma-separated list without spaces: --strategy tp=2,pp=2, "
+                "--fix tp=8,pp=4)")
+    return message
 
 
 MAX_HELP_WIDTH = 100  # columns of --help on a wider terminal (longer lines read badly)

@@ -18,11 +18,13 @@ from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_argumen
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       output_path, stdout_owners, write_launch, write_plot)
 
+# --emit writes the frontier's fastest plan: Megatron-LM runs it only when it is one option on every layer, as the
+# first example's is (recompute none at the full capacity); the second's fastest plan mixes options per layer.
 EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 \\\n"
-           "    --seq-len 8192 --strategy tp=2,pp=4,mbs=2,zero=1,sp=on\n"
+           "    --seq-len 8192 --strategy tp=2,pp=4,mbs=2,zero=1,sp=on \\\n"
+           "    --emit megatron --emit-file run.sh\n"
            "ndcp recompute llama3-70b --device h100 --gpus 512 --global-batch 1024 \\\n"
-           "    --seq-len 8192 --caps 40GiB,50GiB,60GiB,70GiB --emit megatron \\\n"
-           "    --json frontier.json")
+           "    --seq-len 8192 --caps 40GiB,50GiB,60GiB,70GiB --json frontier.json")
 
 
 def register(subparsers) -> None:
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         print(frontier_line(result))
     elif not quiet:
         header = strategy_text(strategy.with_(recompute=RecomputePlan()), experts_if_used=True)
-        render_frontier(console(), model, result, header)
+        render_frontier(console(), model, result, header, run_spec.confidence)
     if result.points and args.plot:
         points = [(p.cap_bytes, p.peak_bytes, p.step_seconds) for p in result.points] + [
             (c, None, None) for c in result.infeasible_caps]

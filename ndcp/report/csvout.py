@@ -11,8 +11,11 @@ from pathlib import Path
 from .output import write_output
 
 DEGREE_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp")
-COLUMNS = ("rank", *DEGREE_COLUMNS, "mbs", "mbn", "zero", "sp", "recompute", "schedule", "peak_bytes",
-           "capacity_bytes", "fits", "step_seconds", "mfu", "hfu", "tokens_per_second_per_gpu")
+# cp_comm, dp_shard (HSDP: ZeRO-3 over dp_shard ranks, 0 = all) and optimizer_offload tell apart plans the search
+# ranks separately (--cp-comm, --hsdp both, --optimizer-offload both) that the other columns would show as one
+COLUMNS = ("rank", *DEGREE_COLUMNS, "mbs", "mbn", "zero", "sp", "recompute", "schedule", "cp_comm", "dp_shard",
+           "optimizer_offload", "peak_bytes", "capacity_bytes", "fits", "step_seconds", "mfu", "hfu",
+           "tokens_per_second_per_gpu")
 
 
 def time_part_names(result) -> list[str]:
@@ -33,7 +36,8 @@ def ranking_rows(result) -> tuple[list[str], list[list]]:
     for rank, e in enumerate(result.strategies, 1):
         s, m, t = e.strategy, e.memory, e.time
         rows.append([rank, *(getattr(s, k) for k in DEGREE_COLUMNS), s.mbs, s.mbn, s.zero, "on" if s.sp else "off",
-                     s.recompute.summary(), s.schedule, int(m.peak_bytes), int(m.capacity_bytes),
+                     s.recompute.summary(), s.schedule, s.cp_comm, s.dp_shard, "on" if s.optimizer_offload else "off",
+                     int(m.peak_bytes), int(m.capacity_bytes),
                      "true" if m.fits else "false", repr(float(t.step_seconds)), repr(float(t.mfu)),
                      repr(float(t.hfu)), repr(float(t.tokens_per_second_per_gpu)),
                      *(repr(float(t.parts.get(name, 0.0))) for name in parts)])

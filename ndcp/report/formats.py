@@ -1,4 +1,4 @@
-"""Numbers as the reports print them: bytes, counts, seconds and bandwidths."""
+"""Numbers as the reports print them: bytes, counts, seconds, bandwidths and the nodes devices fill."""
 from __future__ import annotations
 
 from ..specs.units import GIB, KIB, MIB, TIB
@@ -48,4 +48,14 @@ def format_rate(bytes_per_second: float) -> str:
     return f"{bytes_per_second / 1e9:g} GB/s"
 
 
-__all__ = ["format_bytes", "gib", "format_count", "format_seconds", "format_rate"]
+def nodes_text(cluster) -> str:
+    """The nodes the devices fill, said as they are: a count that is not a multiple of the node leaves the last node
+    partial (placement fills nodes in rank order), which "2 nodes of 8" for 12 devices would hide."""
+    per, count = cluster.device.devices_per_node, cluster.count
+    if count < per:
+        return f"1 node, {count} of its {per} devices"
+    whole = f"{cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of {per}"
+    return whole if count % per == 0 else f"{whole}, the last with {count % per}"
+
+
+__all__ = ["format_bytes", "gib", "format_count", "format_seconds", "format_rate", "nodes_text"]

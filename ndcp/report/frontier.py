@@ -161,13 +161,24 @@ def frontier_line(result: Frontier) -> str:
     return text
 
 
-def render_frontier(console, model, result: Frontier, degrees: str) -> None:
+def least_line(result: Frontier, confidence: float) -> str:
+    """The least cap any plan fits under, said as what it is: at a confidence above 0 a plan fits when its peak's
+    upper edge does (docs/confidence.md §1), so that cap is above the plan's peak, the point estimate the table
+    shows."""
+    solved = f"{result.solves} plan solves, {result.solve_seconds:.2f} s"
+    if confidence <= 0:
+        return f"least memory any plan of it needs: {_g(result.least_bytes)} GiB ({solved})"
+    return (f"least memory any plan of it needs: {_g(result.least_bytes)} GiB, its peak's upper edge at "
+            f"{100 * confidence:g} % (the table's peaks are point estimates, below their cap; --confidence 0 fits "
+            f"those; {solved})")
+
+
+def render_frontier(console, model, result: Frontier, degrees: str, confidence: float = 0.0) -> None:
     for line in assumed_lines(model):
         console.print(line)
     console.print(Text(f"Strategy: {degrees}", style="bold"))
     if result.least_bytes is not None:
-        console.print(f"least memory any plan of it needs: {_g(result.least_bytes)} GiB "
-                      f"({result.solves} plan solves, {result.solve_seconds:.2f} s)")
+        console.print(least_line(result, confidence))
     if result.points:
         layout = _fitting_layout(console, model, result)
         console.print(frontier_table(model, result, layout))
@@ -194,5 +205,5 @@ def render_frontier(console, model, result: Frontier, degrees: str) -> None:
                            "infeasible only because of that (raise --time-limit)", style="yellow"))
 
 
-__all__ = ["frontier_document", "frontier_line", "write_frontier_csv", "render_frontier", "frontier_table",
-           "frontier_chart", "plan_lines", "frontier_rows"]
+__all__ = ["frontier_document", "frontier_line", "least_line", "write_frontier_csv", "render_frontier",
+           "frontier_table", "frontier_chart", "plan_lines", "frontier_rows"]

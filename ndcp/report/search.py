@@ -25,8 +25,8 @@ from ..specs.run import RunSpec
 from ..specs.strategy_text import strategy_text
 from ..specs.units import GIB
 from ..trainers import trainer_named
-from .terminal import (assumptions_panel, format_bytes, format_seconds, gib, print_fit, print_memory, strategy_line,
-                       throughput_line)
+from .terminal import (assumptions_panel, format_bytes, format_seconds, gib, other_note, print_fit, print_memory,
+                       strategy_line, throughput_line)
 from .bands import missing_evidence_line
 from .notation import Breakable, plan_legend
 
@@ -385,6 +385,7 @@ def best_detail(console: Console, result, devices_per_node: int, layers: int | N
     console.print(Text("Best strategy", style="bold underline"))
     console.print(Breakable(strategy_line(best.strategy, layers)))
     print_memory(console, best.memory)
+    console.print(other_note(best.memory))
     print_fit(console, best.memory, devices_per_node, evidence)
     console.print(throughput_line(best.time, evidence))
     if (missing := missing_evidence_line(evidence)) is not None:

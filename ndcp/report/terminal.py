@@ -24,7 +24,7 @@ from ..specs.strategy import Strategy
 from ..specs.strategy_text import strategy_text
 from ..estimate.evidence import Evidence, plan_evidence
 from .bands import missing_evidence_line, peak_band_text, step_band_text
-from .formats import format_bytes, format_count, format_rate, format_seconds, gib
+from .formats import format_bytes, format_count, format_rate, format_seconds, gib, nodes_text
 from .notation import Breakable, plan_legend
 
 # Display groups of the memory parts (estimate/memory.py names); anything not listed falls into "other".
@@ -151,9 +151,8 @@ def assumptions_panel(model: ModelSpec, cluster: ClusterSpec, run: RunSpec, capa
         table.add_row("assumed", Text(line))
     table.add_row("batch", f"global batch {run.global_batch} x sequence {run.seq_len} "
                            f"= {run.global_batch * run.seq_len:,} tokens per step")
-    table.add_row("devices", f"{cluster.count} x {d.name} ({cluster.nodes} node{'s' if cluster.nodes != 1 else ''} of "
-                             f"{d.devices_per_node}); {d.peak_flops / 1e12:g} TFLOP/s peak, "
-                             f"HBM {d.hbm_bandwidth / 1e12:g} TB/s")
+    table.add_row("devices", f"{cluster.count} x {d.name} ({nodes_text(cluster)}); {d.peak_flops / 1e12:g} TFLOP/s "
+                             f"peak, HBM {d.hbm_bandwidth / 1e12:g} TB/s")
     table.add_row("network", network_line(cluster))
     capacity = capacity_bytes if capacity_bytes is not None else run.capacity(d.memory_bytes)
     cap = f"cap {format_bytes(run.memory_cap_bytes)}" if run.memory_cap_bytes else "no cap"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import math
 import reprlib
@@ -185,6 +186,13 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def near_key(key: Any, valid: Iterable[str]) -> str:
+    """" (did you mean X?)" for a misspelt key close to a valid one, else "": said before the list of valid keys,
+    which a long spec (a device file's ~40 fields) has elided in the middle of an `ndcp: error:` line."""
+    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def from_mapping(cls: type, data: Mapping[str, Any], context: str = "") -> Any:
     """Build the frozen dataclass `cls` from a mapping: unknown keys and missing required fields are errors."""
     if not isinstance(data, Mapping):
@@ -193,7 +201,8 @@ def from_mapping(cls: type, data: Mapping[str, Any], context: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        raise SpecError(f"{context}{show(unknown[0])}: unknown key; valid keys: {', '.join(fields)}")
+        raise SpecError(f"{context}{show(unknown[0])}: unknown key{near_key(unknown[0], fields)}; valid keys: "
+                        f"{', '.join(fields)}")
     kwargs = {}
     for name, field in fields.items():
         if name in data:

@@ -89,6 +89,9 @@ def model_from_hf_config(config: Mapping[str, Any], name: str, *, context: str =
         line = (f"Hugging Face model_type {model_type!r} is not one ndcp knows: {reader.assumed}, from "
                 f"{', '.join(sorted(cfg.read))}; other keys ignored")
         fields["assumptions"] = (line,) + tuple(fields.get("assumptions", ()))
+    fields["assumptions"] = tuple(fields.get("assumptions", ())) + tuple(
+        f"Hugging Face key {key!r} is not one ndcp reads: did you mean {meant!r}? That key is absent, so its "
+        "default applies" for key, meant in cfg.misspelt())
     return build_spec(ModelSpec, fields, cfg)
 
 

@@ -5,6 +5,7 @@ Face key it came from and the generic llama-compatible path can say which keys i
 """
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any, Mapping
 
@@ -31,11 +32,13 @@ class HFConfig:
         self.context = context
         self.keys: dict[str, str] = {}  # ModelSpec field path -> HF key it came from (for error messages)
         self.read: set[str] = set()  # the keys present in the config that a builder looked at
+        self.asked: set[str] = set()  # every key a builder looked for, present or not
 
     def error(self, key: str, value: Any, valid: str) -> SpecError:
         return SpecError(f"{self.context}{key}={show(value)} is not valid; {valid}")
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:
+        self.asked.add(key)
         if key in self.data:
             self.read.add(key)
         if key in self.data and self.data[key] is not None:
@@ -83,6 +86,19 @@ class HFConfig:
                                                            for i in value):
             raise self.error(key, value, "expected a list of integers >= 0")
         return list(value)
+
+    def misspelt(self) -> list[tuple[str, str]]:
+        """(key, the key it was meant to be) for each key of the config no builder read that is close to one a
+        builder looked for and did not find: `num_key_value_head` for `num_key_value_heads`, whose absence gave its
+        default (as many KV heads as heads) with nothing said."""
+        absent = sorted(self.asked - set(self.data))
+        out = []
+        for key in (k for k in self.data if isinstance(k, str) and k not in self.read):
+            # a typo: close, and within two characters of its length (use_sliding_window is no sliding_window)
+            close = [c for c in difflib.get_close_matches(key, absent, n=3, cutoff=0.85) if abs(len(c) - len(key)) <= 2]
+            if close:
+                out.append((key, close[0]))
+        return out
 
     def take(self, field: str, key: str, value: Any) -> Any:
         """Record that ModelSpec `field` comes from HF `key` and return the value."""

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from .device import ClusterSpec
-from .fields import SpecError, divisors, show
+from .fields import SpecError, divisors, near_key, show
 from .files import parse_yaml, read_text
 from .pipeline_layout import check_layout, first_last_partition, parse_layout
 from .run import RunSpec
@@ -120,7 +120,8 @@ def parse_strategy_string(text: str) -> dict[str, Any]:
         if not sep or not value.strip():
             raise SpecError(f"--strategy: {item!r} is not key=value; valid keys: {', '.join(STRATEGY_KEYS)}")
         if key not in STRATEGY_KEYS + RUN_SETTING_KEYS:
-            raise SpecError(f"--strategy: unknown key {key!r}; valid keys: {', '.join(STRATEGY_KEYS)}")
+            raise SpecError(f"--strategy: unknown key {key!r}{near_key(key, STRATEGY_KEYS)}; valid keys: "
+                            f"{', '.join(STRATEGY_KEYS)}")
         if key in out:
             raise SpecError(f"--strategy: {key} is given twice")
         out[key] = _strategy_value(key, value.strip())
@@ -147,7 +148,8 @@ def parse_strategy_mapping(data: dict, where: str) -> dict[str, Any]:
     for key, value in data.items():
         name = str(key).strip().lower().replace("-", "_")
         if name not in STRATEGY_KEYS + FILE_ONLY_KEYS + RUN_SETTING_KEYS:
-            raise SpecError(f"{where}: unknown key {show(key)}; valid keys: {', '.join(STRATEGY_KEYS + FILE_ONLY_KEYS)}")
+            raise SpecError(f"{where}: unknown key {show(key)}{near_key(key, STRATEGY_KEYS + FILE_ONLY_KEYS)}; valid "
+                            f"keys: {', '.join(STRATEGY_KEYS + FILE_ONLY_KEYS)}")
         try:
             out[name] = _strategy_value(name, value)
         except SpecError as error:

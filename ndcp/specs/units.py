@@ -58,8 +58,7 @@ def parse_size(text: str) -> int:
     unit = match.group(3).lower() if match else ""
     number = str(text).strip()
     if match and not unit:
-        raise SpecError(f"invalid size {text!r}: a size needs a unit, e.g. {number}GiB (binary) or {number}GB "
-                        f"(decimal); {number}bytes for bytes")
+        raise SpecError(_bare_number(text, number))
     if not match or unit not in _SIZE_UNITS:
         raise SpecError(f"invalid size {text!r}: expected e.g. {_SIZE_FORMS}")
     _refuse_bits(text, match.group(3), number)
@@ -74,6 +73,17 @@ def parse_size(text: str) -> int:
         raise SpecError(f"invalid size {text!r}: {number} reads as {count} bytes; did you mean {count}GB or "
                         f"{count}GiB? ({count}bytes if bytes are meant)")
     return int(round(value))
+
+
+def _bare_number(text: str, number: str) -> str:
+    """Why a bare number is refused, with the units to add: a count of at least 1 GiB (42949672960, as a Python caller
+    passes memory_cap in bytes) is offered as the bytes it would be, not as 42949672960GiB."""
+    value = float(number)
+    if value >= GIB:
+        return (f"invalid size {text!r}: a size needs a unit: {number}bytes if bytes are meant ({value / GIB:,.2f} "
+                f"GiB), else e.g. 70GiB (binary) or 75GB (decimal)")
+    return (f"invalid size {text!r}: a size needs a unit, e.g. {number}GiB (binary) or {number}GB (decimal); "
+            f"{number}bytes for bytes")
 
 
 def _refuse_bits(text: str, written: str, number: str) -> None:

@@ -159,12 +159,18 @@ def validate_file(path, time_limit: float | None = None) -> ValidationResult:
     return ValidationResult(str(path), runs, tuple(skipped), summarise(runs), notes)
 
 
+# the fields a row's measurements are read from (runs.py), named for a row that states none of them
+NOTHING_MEASURED = ("no measured step time, MFU, TFLOP/s, tokens/s or peak memory (a YAML row's outcome: step_time_s, "
+                    "mfu, tflops_per_gpu, tokens_per_s_per_gpu or memory_gib_per_gpu; a CSV's columns: step_seconds, "
+                    "mfu or memory_gib)")
+
+
 def measured_row(build) -> MeasuredRun:
     """A row's MeasuredRun from its builder (runs.read_rows); SkipRun when it states nothing to compare."""
     row = build()
     if row.step_seconds is None and row.mfu is None and not row.tflops_per_gpu \
             and not row.tokens_per_second_per_gpu and row.memory_gib is None:
-        raise SkipRun("no measured step time, MFU, TFLOP/s, tokens/s or peak memory")
+        raise SkipRun(NOTHING_MEASURED)
     return row
 
 

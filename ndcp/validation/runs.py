@@ -44,6 +44,7 @@ use is recorded in the row's `assumptions`):
 """
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,7 +66,7 @@ from .run_model import read_model, row_seq_len
 from .run_strategy import checked_strategy, read_strategy
 from .shape import check_runs_document, csv_records
 from .unknowns import Filled, fill_unknowns
-from .values import SkipRun, as_bool, as_fraction, as_number, is_null, read_text
+from .values import SkipRun, as_bool, as_count, as_fraction, as_number, is_null, read_text
 
 # A measured run did fit: it is estimated (and its unknown knobs searched, unknowns.py) at the point estimate, the
 # confidence 0 its residuals feed the evidence table with (estimate/evidence.py; docs/confidence.md §1).
@@ -92,7 +93,10 @@ def _cluster(gpu_id: str, gpus: int, per_node: Any, scale_out_gbps: Any = None) 
     elif gpu_id.strip().lower() in PRESETS:
         preset, overrides = gpu_id.strip().lower(), {}
     else:
-        raise SkipRun(f"device {gpu_id!r} has no ndcp preset")
+        close = difflib.get_close_matches(gpu_id.strip().lower(), [*PRESETS, *GPU_PRESETS], n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise SkipRun(f"device {gpu_id!r} has no ndcp preset{hint}; valid: {', '.join(PRESETS)} (or a hardware id "
+                      f"of examples/published_runs.yaml: {', '.join(GPU_PRESETS)})")
     if not is_null(per_node):
         overrides = {**overrides, "devices_per_node": int(per_node)}
     cluster = ClusterSpec(device_preset(preset), int(gpus)).with_overrides(**overrides)
@@ -270,14 +274,16 @@ def _yaml_row(entry: dict, folder: Path, unknown_peaks: frozenset[str] = frozens
     run.check_as_read()  # once the FP8 recipe is read: BF16 first/last layers depend on it
     run = _unstated_loss_kernel(run, training, notes)
     strategy, searched = _row_strategy(model, cluster, run, entry.get("strategy") or {}, narayanan, notes)
-    memory = as_number(outcome.get("memory_gib_per_gpu"))
+    memory = as_number(outcome.get("memory_gib_per_gpu"), "outcome.memory_gib_per_gpu", "50.2")
     observed = (entry.get("memory_observation") or {}).get("peak_memory_usage_bytes")
     if memory is None and not is_null(observed):
         memory = float(observed) / GIB
     basis = _memory_basis(outcome.get("memory_basis"), memory is not None, notes)
     return MeasuredRun(str(entry.get("id")), model, cluster, run, strategy, narayanan,
-                       as_number(outcome.get("step_time_s")), as_fraction(outcome.get("mfu"), "outcome.mfu"),
-                       as_number(outcome.get("tflops_per_gpu")), as_number(outcome.get("tokens_per_s_per_gpu")), memory,
+                       as_number(outcome.get("step_time_s"), "outcome.step_time_s", "1.7"),
+                       as_fraction(outcome.get("mfu"), "outcome.mfu"),
+                       as_number(outcome.get("tflops_per_gpu"), "outcome.tflops_per_gpu", "420"),
+                       as_number(outcome.get("tokens_per_s_per_gpu"), "outcome.tokens_per_s_per_gpu", "3760"), memory,
                        tuple(notes), str(cluster_fields.get("gpu")) not in unknown_peaks, _publication(entry),
                        searched, basis)
 
@@ -356,9 +362,10 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     missing = [c for c in CSV_REQUIRED if is_null(record.get(c))]
     if missing:
         raise SkipRun(f"missing column value(s): {', '.join(missing)}")
-    seq = int(record["seq_len"])
+    seq = as_count(record["seq_len"], "seq_len", "4096")
     model = read_model({"model": record["model"].strip()}, seq, folder, notes)
-    gpus, global_batch = int(record["gpus"]), int(record["global_batch"])
+    gpus = as_count(record["gpus"], "gpus", "16")
+    global_batch = as_count(record["global_batch"], "global_batch", "64")
     cluster = _cluster(record["device"], gpus, record.get("devices_per_node"))
     flash = as_bool(record.get("flash_attention"))
     run = RunSpec(global_batch, seq, precision=_precision(record.get("precision"), notes),
@@ -369,10 +376,10 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     run = _unstated_loss_kernel(run, record, notes)
     fields = {k: v for k, v in record.items() if k in CSV_STRATEGY_COLUMNS}
     strategy, searched = _row_strategy(model, cluster, run, fields, False, notes)
-    memory = as_number(record.get("memory_gib"))
+    memory = as_number(record.get("memory_gib"), "memory_gib", "50.2")
     basis = _memory_basis(record.get("memory_basis"), memory is not None, notes)
     return MeasuredRun(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
-                       as_number(record.get("step_seconds")), as_fraction(record.get("mfu"), "mfu"), None, None,
+                       as_number(record.get("step_seconds"), "step_seconds", "1.7"), as_fraction(record.get("mfu"), "mfu"), None, None,
                        memory, tuple(notes), searched=searched, memory_basis=basis)
 
 

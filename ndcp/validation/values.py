@@ -2,6 +2,7 @@
 booleans, and the file's text (every read error the user's to fix)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,27 @@ def is_null(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in ("", "null", "none", "unknown"))
 
 
-def as_number(value: Any) -> float | None:
-    return None if is_null(value) else float(value)
+def as_number(value: Any, field: str, example: str) -> float | None:
+    """A measured figure (None when not published); a cell that is not a number is the row's error, naming the
+    field: its unit is in the field's name (step_seconds, memory_gib), so "1.7s" or "50GiB" is refused, not guessed."""
+    if is_null(value):
+        return None
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = float("nan")
+    if not math.isfinite(number):
+        raise SpecError(f"{field}={value!r} is not valid; expected a number without a unit (the field's name says "
+                        f"it), e.g. {example}")
+    return number
+
+
+def as_count(value: Any, field: str, example: str) -> int:
+    """A whole number >= 1 (gpus, global_batch, seq_len); anything else is the row's error, naming the field."""
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise SpecError(f"{field}={value!r} is not valid; expected a whole number >= 1, e.g. {example}")
+    return int(text)
 
 
 def as_fraction(value: Any, field: str) -> float | None:
@@ -57,4 +77,4 @@ def read_text(path: Path) -> str:
     return read_text_file(path, str(path), "the measured runs", RUNS_CAP)
 
 
-__all__ = ["SkipRun", "is_null", "as_number", "as_fraction", "int_or", "as_bool", "read_text"]
+__all__ = ["SkipRun", "is_null", "as_number", "as_count", "as_fraction", "int_or", "as_bool", "read_text"]

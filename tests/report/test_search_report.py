@@ -171,3 +171,16 @@ def test_an_optimal_answer_accepted_within_the_plan_models_rounding_says_how_far
     assert "proven optimal within 1.00 % in" in one_line(rounded) and " within " not in one_line(result)
     feasible = dataclasses.replace(rounded, status="feasible")
     assert feasible.proven_within is None
+
+
+def test_the_best_plans_other_memory_is_listed_part_by_part_under_its_table(optimal):
+    """README "Reading the report": `other` is everything else, listed under the table part by part, as `ndcp
+    estimate` lists it: the search's winner lists the same parts of its peak stage, summing to its `other` column."""
+    from ndcp.report.terminal import group_parts, other_parts
+    m, cluster, run, space, result = optimal
+    detail = render(*optimal)[render(*optimal).index("Best strategy"):]
+    peak = next(s for s in result.best.memory.stages if s.stage == result.best.memory.peak_stage)
+    line = next(line for line in detail.splitlines() if line.startswith(f"other on stage {peak.stage} (GiB): "))
+    parts = {k: v for k, v in other_parts(peak.parts).items() if v}
+    assert parts and all(f"{name.replace('_', ' ')} {gib(value)}" in line for name, value in parts.items())
+    assert sum(parts.values()) == group_parts(peak.parts)["other"]

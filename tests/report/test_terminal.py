@@ -127,3 +127,20 @@ def test_report_says_when_the_peak_fits_and_its_upper_edge_does_not():
     memory = estimate_memory(m, cluster, point, s)
     text = render(m, cluster, point, s, memory, time, width=200)
     assert memory.fits and "fits: peak" in text and " free of " in text and "at 90 %" not in text
+
+
+@pytest.mark.parametrize("device, count, text", [
+    ("h100", 512, "64 nodes of 8"),
+    ("h100", 8, "1 node of 8"),
+    ("h100", 12, "2 nodes of 8, the last with 4"),
+    ("h100", 7, "1 node, 7 of its 8 devices"),
+    ("gb200-nvl72", 72, "18 nodes of 4"),
+])
+def test_the_devices_line_says_when_the_last_node_is_partial(device, count, text):
+    """12 GPUs are not "2 nodes of 8": the report says the last node holds 4 (ranks fill nodes in order), and 7 GPUs
+    are one node with a device left over, where it had read "(1 node of 8)"."""
+    from ndcp.report.terminal import assumptions_panel
+    model, cluster = load_model("llama3-8b"), ClusterSpec(device_preset(device), count)
+    console = Console(record=True, width=200, color_system=None)
+    console.print(assumptions_panel(model, cluster, RunSpec(global_batch=64, seq_len=4096)))
+    assert f"{count} x {device} ({text});" in console.export_text()

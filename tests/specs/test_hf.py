@@ -208,3 +208,20 @@ def test_error_names_hf_key():
         model_from_hf_config(dict(LLAMA3_8B, num_hidden_layers=0), "x")
     with pytest.raises(SpecError, match="num_experts_per_tok"):
         model_from_hf_config(dict(MIXTRAL_8X7B, num_experts_per_tok=9), "x")
+
+
+def test_a_misspelt_key_whose_absence_gave_a_default_is_said_in_the_assumptions():
+    """A hand-written config.json with `num_key_value_head` (no s): Hugging Face ignores the key and ndcp, like
+    LlamaConfig, takes as many KV heads as heads (8.84B parameters instead of 8.03B). The spec's assumptions, which
+    every report prints, name the key and the one it was meant to be."""
+    config = {k: v for k, v in LLAMA3_8B.items() if k != "num_key_value_heads"} | {"num_key_value_head": 8}
+    model = model_from_hf_config(config, "mine")
+    assert model.num_kv_heads == 32
+    assert model.assumptions == ("Hugging Face key 'num_key_value_head' is not one ndcp reads: did you mean "
+                                 "'num_key_value_heads'? That key is absent, so its default applies",)
+
+
+@pytest.mark.parametrize("config", [LLAMA3_8B, LLAMA31_405B, MIXTRAL_8X7B, QWEN25_72B, GPT3_175B],
+                         ids=["llama3-8b", "llama3.1-405b", "mixtral", "qwen2.5", "gpt3"])
+def test_a_published_config_draws_no_misspelling_note(config):
+    assert not any("did you mean" in line for line in model_from_hf_config(config, "x").assumptions)

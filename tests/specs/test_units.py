@@ -33,3 +33,14 @@ def test_b_on_a_count_under_a_mebibyte_is_refused_as_meant_for_gigabytes(text, c
 def test_other_sizes_are_refused_with_the_valid_forms(text, words):
     with pytest.raises(SpecError, match=words):
         parse_size(text)
+
+
+@pytest.mark.parametrize("text, gib", [("42949672960", "40.00"), ("85520809984", "79.65"), ("1e10", "9.31")])
+def test_a_bare_number_of_a_gibibyte_or_more_is_offered_as_the_bytes_it_would_be(text, gib):
+    """ndcp.search(..., memory_cap=42949672960) from Python: the refusal had suggested '42949672960GiB'; it offers
+    the byte count (and what it is in GiB), which parse_size then reads."""
+    with pytest.raises(SpecError) as error:
+        parse_size(text)
+    assert str(error.value) == (f"invalid size {text!r}: a size needs a unit: {text}bytes if bytes are meant ({gib} "
+                                "GiB), else e.g. 70GiB (binary) or 75GB (decimal)")
+    assert parse_size(f"{text}bytes") == int(float(text))

@@ -87,3 +87,16 @@ def test_the_data_parallel_settings_a_row_states_are_read(tmp_path):
     assert (run.fsdp_version, run.grad_sync, run.param_gather) == ("fsdp2", "microbatch", "microbatch")
     unstated = read_rows(_memory_row(tmp_path, "{memory_gib_per_gpu: 40.0}"))[0][1]().run
     assert (unstated.fsdp_version, unstated.grad_sync, unstated.param_gather) == ("trainer", "trainer", "trainer")
+
+
+def test_a_row_with_no_measurement_it_can_read_names_the_fields_measurements_go_in(tmp_path):
+    """`outcome: {step_time: 1.7}` (for step_time_s) measures nothing ndcp reads: the skip says which fields would."""
+    path = tmp_path / "runs.yaml"
+    path.write_text("runs:\n- id: mine\n  model: llama3-8b\n  cluster: {gpu: h100, num_gpus: 16}\n"
+                    "  training: {global_batch: 64, seq_len: 4096}\n  strategy: {tp: 2, pp: 1, dp: 8}\n"
+                    "  outcome: {step_time: 1.7}\n")
+    (skipped,) = validate_file(path).skipped
+    assert skipped.id == "mine" and skipped.reason == (
+        "no measured step time, MFU, TFLOP/s, tokens/s or peak memory (a YAML row's outcome: step_time_s, mfu, "
+        "tflops_per_gpu, tokens_per_s_per_gpu or memory_gib_per_gpu; a CSV's columns: step_seconds, mfu or "
+        "memory_gib)")

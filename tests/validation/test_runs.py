@@ -7,6 +7,7 @@ from ndcp.estimate.overlap import requested
 from ndcp.specs.device import device_preset
 from ndcp.specs.fields import SpecError
 from ndcp.validation.runs import read_rows
+from ndcp.validation.values import SkipRun
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -139,3 +140,33 @@ def test_the_measured_rows_state_the_loss_their_stack_runs():
               "fmsfsdp_llama2_7b_a100_128": "eager", "mcore_r080_h100_1.7b": "unfused",
               "nemo2407_gpt3_5b_h100_fp8_64": "unfused"}
     assert {run_id: rows[run_id]().run.loss_kernel for run_id in expect} == expect
+
+
+def _csv_row(tmp_path, cells: str):
+    """The one run of a runs CSV whose columns after the required ones are step_seconds and memory_gib."""
+    path = tmp_path / "runs.csv"
+    path.write_text(f"id,model,device,gpus,global_batch,seq_len,tp,pp,dp,step_seconds,memory_gib\nr1,{cells}\n")
+    return read_rows(path)[0][1]()
+
+
+@pytest.mark.parametrize("cells, message", [
+    ("llama3-8b,h100,16,64,4096,2,1,8,1.7,50GiB", "memory_gib='50GiB' is not valid; expected a number"),
+    ("llama3-8b,h100,16,64,4096,2,1,8,1.7s,50", "step_seconds='1.7s' is not valid; expected a number"),
+    ("llama3-8b,h100,16x,64,4096,2,1,8,1.7,50", "gpus='16x' is not valid; expected a whole number >= 1"),
+    ("llama3-8b,h100,16,64,4k,2,1,8,1.7,50", "seq_len='4k' is not valid; expected a whole number >= 1"),
+])
+def test_a_csv_cell_that_is_not_a_number_names_its_column(tmp_path, cells, message):
+    with pytest.raises(SpecError, match=message):
+        _csv_row(tmp_path, cells)
+
+
+def test_an_unknown_device_is_skipped_with_the_devices_that_are_known(tmp_path):
+    with pytest.raises(SkipRun) as reason:
+        _csv_row(tmp_path, "llama3-8b,h1000,16,64,4096,2,1,8,1.7,50")
+    assert str(reason.value).startswith("device 'h1000' has no ndcp preset (did you mean h100?); valid: a100-40g, ")
+    assert "h100_sxm_80gb" in str(reason.value)  # the published runs' hardware ids are valid too
+
+
+def test_a_csv_row_of_plain_numbers_reads_its_measurements(tmp_path):
+    row = _csv_row(tmp_path, "llama3-8b,h100,16,64,4096,2,1,8,1.7,50")
+    assert (row.step_seconds, row.memory_gib, row.cluster.count, row.run.seq_len) == (1.7, 50.0, 16, 4096)
