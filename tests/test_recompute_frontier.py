@@ -10,7 +10,7 @@ from ndcp.solve.greedy import greedy_plan
 from ndcp.space import SearchSpace, SpaceOptions
 from ndcp.specs import ClusterSpec, RunSpec, device_preset
 from ndcp.specs.library import load_model
-from ndcp.specs.recompute import RECOMPUTE_MODES
+from ndcp.specs.recompute import RECOMPUTE_MODES, RecomputePlan
 
 GIB = 2**30
 PROBLEM = ["llama3-8b", "--device", "h100", "--gpus", "64", "--global-batch", "256", "--seq-len", "8192"]
@@ -24,7 +24,7 @@ def doc():
 
     out = io.StringIO()
     with redirect_stdout(out):
-        code = main(["recompute", *PROBLEM, *STRATEGY, "--json", "-"])
+        code = main(["recompute", *PROBLEM, *STRATEGY, "--trainer", "any", "--json", "-"])
     assert code == 0
     return json.loads(out.getvalue())
 
@@ -45,6 +45,32 @@ def test_frontier_is_monotone_and_verified(doc):
     assert doc["least_memory_bytes"] <= caps[0]
     assert rows[0]["stages"][0]["full"] > 0  # the tightest point recomputes
     assert all(s["full"] == 0 for s in rows[-1]["stages"])  # the loosest keeps activations
+
+
+def test_a_trainer_running_one_option_per_layer_gets_its_fastest_uniform_plan_under_each_cap(capsys):
+    # Megatron (the default trainer) runs one recompute option on every layer: a per-stage frontier point could not
+    # be emitted for it, so the frontier holds the uniform plans, each priced in full: under each cap, the fastest
+    # of them that fits
+    from dataclasses import replace
+
+    from ndcp.cli import build_strategy
+    from ndcp.solve.result import evaluate
+
+    code = main(["recompute", *PROBLEM, *STRATEGY, "--caps", "20GiB,30GiB,70GiB", "--json", "-"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["plans"] == "uniform"
+    model, cluster = load_model("llama3-8b"), ClusterSpec(device_preset("h100"), 64)
+    space = SearchSpace(model, cluster, RunSpec(global_batch=256, seq_len=8192))
+    strategy = build_strategy(model, cluster, space.run, {"tp": 2, "pp": 4, "mbs": 2, "zero": 1, "sp": True})
+    options = space.inner_choices(2)[2]
+    for row in doc["frontier"]:
+        assert all(sum(1 for k in RECOMPUTE_MODES if s[k]) == 1 for s in row["stages"])  # one option per stage
+        for cap in row["caps_bytes"]:
+            capped = replace(space, run=replace(space.run, memory_cap_bytes=cap))
+            fitting = [e.step_seconds for e in (evaluate(capped, replace(strategy, recompute=RecomputePlan.uniform(o)))
+                                                for o in options) if e.fits]
+            assert row["step_seconds"] == pytest.approx(min(fitting), rel=1e-12)
+            assert row["proven"] and row["bound_seconds"] == pytest.approx(row["step_seconds"], rel=1e-12)
 
 
 def test_tight_caps_monotone_and_no_slower_than_greedy():

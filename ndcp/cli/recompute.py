@@ -12,26 +12,28 @@ from ..specs.strategy import RecomputePlan
 from ..specs.strategy_text import strategy_text
 from ..options import MAX_OFFSET, int32, positive_int, positive_seconds, size_list, workers
 from ..launch import check_launch
-from ..policy import build_problem, build_strategy, check_max_offset, gib_text, strategy_values
+from ..policy import build_problem, build_strategy, check_max_offset, gib_text, strategy_values, trainer_method
 from .common import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, add_problem_arguments, add_quiet_argument, add_strategy_arguments,
                      console, subparser)
 from .outputs import (add_emit_arguments, add_json_argument, check_emit_arguments, check_plot_path, emit_json,
                       output_path, stdout_owners, write_launch, write_plot)
 
-# --emit writes the frontier's fastest plan: Megatron-LM runs it only when it is one option on every layer, as the
-# first example's is (recompute none at the full capacity); the second's fastest plan mixes options per layer.
+# --emit writes the frontier's fastest plan. Under a trainer that runs one recompute option on every layer (the default
+# megatron, torchtitan) the frontier holds only those plans; `--trainer any` solves per-stage plans.
 EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 \\\n"
            "    --seq-len 8192 --strategy tp=2,pp=4,mbs=2,zero=1,sp=on \\\n"
            "    --emit megatron --emit-file run.sh\n"
            "ndcp recompute llama3-70b --device h100 --gpus 512 --global-batch 1024 \\\n"
-           "    --seq-len 8192 --caps 40GiB,50GiB,60GiB,70GiB --json frontier.json")
+           "    --seq-len 8192 --caps 40GiB,50GiB,60GiB,70GiB --trainer any --json frontier.json")
 
 
 def register(subparsers) -> None:
     parser = subparser(
         subparsers, "recompute", "memory-time frontier of one strategy's recompute plans",
         "For one strategy (degrees, SP and ZeRO fixed), the fastest per-stage recompute plan and layer partition "
-        "under a sweep of memory caps, each solved exactly by CP-SAT and verified with the full estimators. "
+        "under a sweep of memory caps, each solved exactly by CP-SAT and verified with the full estimators; under a "
+        "trainer that runs one recompute option on every layer (the default megatron, torchtitan: --trainer), the "
+        "fastest of those uniform plans, each priced in full; --trainer any for per-stage plans. "
         "Default caps: 12 from the least memory any plan needs up to the capacity (--memory-cap or the device). "
         "Without --strategy, the strategy is the best `ndcp search --recompute uniform` finds. "
         "Exit 0 when every cap has a plan (or the time limit or Ctrl-C stopped it after some: the caps left are listed), "
@@ -112,9 +114,12 @@ def run(args: argparse.Namespace) -> int:
     strategy = _strategy(args, space)
     if isinstance(strategy, int):
         return strategy
+    method, note = trainer_method(args, "per-layer")  # a note where --trainer or --emit named the trainer
+    if note and not args.quiet:
+        print(f"ndcp: {note}", file=sys.stderr)
     result = frontier(space, strategy, caps=args.caps, max_cap=capacity, count=args.points,
                       time_limit=max(0.0, args.time_limit - (time.perf_counter() - start)), seed=args.seed,
-                      workers=args.workers)
+                      workers=args.workers, uniform=method != "per-layer")
     if args.csv:
         write_frontier_csv(model, result, args.csv)
     quiet = emit_json(args, frontier_document(model, result)) or csv_only

@@ -60,6 +60,7 @@ def frontier_document(model, result: Frontier) -> dict:
         "model_assumptions": list(model.report_assumptions),
         "strategy": result.strategy.as_dict(),
         "least_memory_bytes": result.least_bytes,
+        "plans": "uniform" if result.uniform else "per-stage",  # uniform: the trainer runs one option per layer
         "frontier": frontier_rows(model, result),
         "infeasible_caps_bytes": list(result.infeasible_caps),
         "complete": result.complete,
@@ -177,6 +178,9 @@ def render_frontier(console, model, result: Frontier, degrees: str, confidence: 
     for line in assumed_lines(model):
         console.print(line)
     console.print(Text(f"Strategy: {degrees}", style="bold"))
+    if result.uniform:
+        console.print("uniform plans only: the trainer runs one recompute option on every layer, each priced in full "
+                      "(--trainer any solves per-stage plans)")
     if result.least_bytes is not None:
         console.print(least_line(result, confidence))
     if result.points:

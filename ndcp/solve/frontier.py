@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from ..estimate.layout import partition
 from ..space import Layout, SearchSpace
+from ..specs.recompute import RecomputePlan
 from ..specs.strategy import RECOMPUTE_MODES, Strategy
 from .recompute import PlanModel, PlanTimeout
 from .result import CTRL_C, TIE, TIME_LIMIT, Evaluated, evaluate
@@ -64,6 +66,7 @@ class Frontier:
     complete: bool = True  # False when a plan solve ran out of time: a cap read as infeasible may not be
     unsolved_caps: list[int] = field(default_factory=list)  # requested caps left unsolved when the frontier stopped
     stopped: str | None = None  # why it stopped before every cap was solved: TIME_LIMIT or CTRL_C (None: it did not)
+    uniform: bool = False  # only plans of one recompute option on every layer (frontier's `uniform`)
 
     def marginal(self) -> list[float | None]:
         """Per point: seconds of step time per GiB of peak saved by moving to the next tighter point (None for the
@@ -127,7 +130,38 @@ class _Solver:
         return None
 
 
-def least_memory(solver: _Solver, high: int) -> int | None:
+class _Priced(NamedTuple):
+    """What _UniformSolver.fastest returns beside the plan, in the shape of a plan solution: every option priced,
+    so the bound is the plan's own time and it is proven."""
+
+    bound_seconds: float
+    proven: bool = True
+
+
+class _UniformSolver:
+    """The frontier of a trainer that runs one recompute option on every layer (policy.trainer_method): under each
+    cap the fastest of the strategy's uniform plans, one per offered option, each priced in full (exhaustive)."""
+
+    def __init__(self, space: SearchSpace, strategy: Strategy, options: tuple[str, ...], deadline: float):
+        self.space, self.deadline = space, deadline
+        self.plans = [replace(strategy, recompute=RecomputePlan.uniform(option)) for option in options]
+        self.solves = 0
+        self.timed_out = False
+
+    def fastest(self, cap: int):
+        """(evaluated, _Priced) of the fastest uniform plan that fits under `cap`, or None when none fits."""
+        if self.deadline - time.perf_counter() <= 0:
+            raise _OutOfTime
+        space = _space_at(self.space, cap)
+        self.solves += 1
+        fitting = [e for e in (evaluate(space, plan) for plan in self.plans) if e.fits]
+        if not fitting:
+            return None
+        best = min(fitting, key=Evaluated.rank_key)
+        return best, _Priced(best.step_seconds)
+
+
+def least_memory(solver: _Solver | _UniformSolver, high: int) -> int | None:
     """The least cap (to within RESOLUTION) under which some plan fits, verified; None if none fits under `high`."""
     if solver.fastest(high) is None:
         return None
@@ -149,17 +183,21 @@ def default_caps(least: int, most: int, count: int = 12) -> list[int]:
 
 
 def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = None, max_cap: int | None = None,
-             count: int = 12, time_limit: float = 60.0, seed: int = 0, workers: int = 1) -> Frontier:
+             count: int = 12, time_limit: float = 60.0, seed: int = 0, workers: int = 1,
+             uniform: bool = False) -> Frontier:
     """The memory-time frontier of `strategy` over `caps` (default: `count` caps from the least memory any plan needs
     up to `max_cap`, default the run's capacity); uneven partitions within the space's options.max_offset. The time
     limit covers the whole frontier (each plan solve has what is left); at it, or on Ctrl-C, the points solved so far
-    and the caps left (`unsolved_caps`, `stopped`). At most MAX_POINTS caps (ValueError above)."""
+    and the caps left (`unsolved_caps`, `stopped`). At most MAX_POINTS caps (ValueError above). `uniform`: only the
+    plans that run one recompute option on every layer (the space's options, as the trainer offers them), for a
+    trainer that runs no other (policy.trainer_method)."""
     if max(count, len(caps or ())) > MAX_POINTS:
         raise ValueError(f"a frontier solves at most {MAX_POINTS} caps, not {max(count, len(caps or ())):,}")
     start = time.perf_counter()
-    solver = _Solver(space, strategy, start + time_limit, seed, workers)
+    solver = (_UniformSolver(space, strategy, tuple(space.inner_choices(strategy.tp)[2]), start + time_limit)
+              if uniform else _Solver(space, strategy, start + time_limit, seed, workers))
     most = max_cap or space.run.capacity(space.cluster.device.memory_bytes)
-    out = Frontier(strategy, None)
+    out = Frontier(strategy, None, uniform=uniform)
     try:
         out.least_bytes = least_memory(solver, max(caps) if caps else most)
         if caps is None:
@@ -174,7 +212,7 @@ def frontier(space: SearchSpace, strategy: Strategy, caps: list[int] | None = No
     return out
 
 
-def _solve_caps(solver: _Solver, out: Frontier, caps: list[int]) -> None:
+def _solve_caps(solver: _Solver | _UniformSolver, out: Frontier, caps: list[int]) -> None:
     """The frontier's points under `caps` (ascending), into `out`."""
     previous: FrontierPoint | None = None
     for cap in caps:
