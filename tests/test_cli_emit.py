@@ -232,3 +232,13 @@ def test_a_pytorch_fsdp_megatron_does_not_run_is_said_when_emitting_megatron_fsd
     out, _ = run(capsys, *argv, "--fsdp-version", "fsdp1", "--emit-anyway")
     assert "--use-megatron-fsdp" in out
     assert "fsdp-version" not in plain and "not an answer" not in plain
+
+
+def test_emit_for_another_trainer_than_the_planned_one_is_refused_before_the_search(capsys):
+    # the plans would be torchtitan's, priced with its behaviour; a Megatron configuration of them is no answer, and
+    # the search would have run in full before saying so
+    code = main(["search", "llama3-8b", "--device", "h100", "--gpus", "8", "--global-batch", "64", "--seq-len", "8192",
+                 "--trainer", "torchtitan", "--emit", "megatron"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--emit megatron with --trainer torchtitan" in err and "--trainer any" in err

@@ -73,6 +73,11 @@ def check_emit_arguments(args: argparse.Namespace, stdout_taken: bool) -> None:
                         + "|".join(EMIT_KINDS))
     if emit_kind and not emit_file and stdout_taken:
         raise SpecError("--emit writes to stdout, which --json -/--csv - already use; add --emit-file PATH")
+    planned = getattr(args, "trainer", None)
+    if emit_kind and planned not in (None, "any", emit_kind):
+        # refused before any search: the plans would be the other trainer's, priced with its behaviour
+        raise SpecError(f"--emit {emit_kind} with --trainer {planned}: the plans would be {planned}'s; use --trainer "
+                        f"{emit_kind} (or leave --trainer out: --emit's trainer is planned), or --trainer any")
 
 
 def write_launch(args: argparse.Namespace, check: LaunchCheck) -> bool:

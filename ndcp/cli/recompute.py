@@ -24,7 +24,8 @@ EXAMPLE = ("ndcp recompute llama3-8b --device h100 --gpus 64 --global-batch 256 
            "    --seq-len 8192 --strategy tp=2,pp=4,mbs=2,zero=1,sp=on \\\n"
            "    --emit megatron --emit-file run.sh\n"
            "ndcp recompute llama3-70b --device h100 --gpus 512 --global-batch 1024 \\\n"
-           "    --seq-len 8192 --caps 40GiB,50GiB,60GiB,70GiB --trainer any --json frontier.json")
+           "    --seq-len 8192 --caps 40GiB,50GiB,60GiB,70GiB --trainer any \\\n"
+           "    --json frontier.json")
 
 
 def register(subparsers) -> None:
@@ -114,9 +115,7 @@ def run(args: argparse.Namespace) -> int:
     strategy = _strategy(args, space)
     if isinstance(strategy, int):
         return strategy
-    method, note = trainer_method(args, "per-layer")  # a note where --trainer or --emit named the trainer
-    if note and not args.quiet:
-        print(f"ndcp: {note}", file=sys.stderr)
+    method = trainer_method(args, "per-layer")[0]  # the report's header says when the plans are uniform
     result = frontier(space, strategy, caps=args.caps, max_cap=capacity, count=args.points,
                       time_limit=max(0.0, args.time_limit - (time.perf_counter() - start)), seed=args.seed,
                       workers=args.workers, uniform=method != "per-layer")
