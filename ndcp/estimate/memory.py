@@ -64,10 +64,11 @@ def model_state_bytes(run: RunSpec, strategy: Strategy, params: StageParameters)
     dense = state_bytes_per_param(run, strategy.zero, dense_shard_ranks(strategy))
     expert = state_bytes_per_param(run, strategy.zero, expert_data_parallel(strategy))
     out = {k: params.dense * dense[k] + params.expert * expert[k] for k in dense}
-    # fp8: Transformer Engine's FP8 weight copies (and transposes) of the linear layers, unsharded, next to the BF16
-    # weights or in their place under --fp8-param-gather (docs/formulas.md §3.1); none for the layers kept in BF16
-    # (their weights are made outside fp8_model_init: Megatron-Core get_fp8_context(..., is_init=True) @d98e8a6)
-    out["parameters"] += weight_copy_bytes_per_parameter(run, strategy.zero) * (params.linear - params.bf16_linear)
+    # fp8: Transformer Engine's FP8 weight copies (and transposes) of the FP8 GEMMs' weights, unsharded, next to the
+    # BF16 weights or in their place under --fp8-param-gather (docs/formulas.md §3.1); none for the layers kept in
+    # BF16 (their weights are made outside fp8_model_init: Megatron-Core get_fp8_context(..., is_init=True) @d98e8a6)
+    # nor the router, which runs outside Transformer Engine (parameters.StageParameters.fp8_weights)
+    out["parameters"] += weight_copy_bytes_per_parameter(run, strategy.zero) * params.fp8_weights
     sync = data_parallel_sync(run, strategy.zero, strategy.pp)
     if sync.gathered_parameters:
         out["parameters"] += run.param_bytes * (params.dense + params.expert)
@@ -173,8 +174,7 @@ def stage_static_bytes(model: ModelSpec, run: RunSpec, strategy: Strategy, layou
     parts["parameter_gather_buffers"] = _parameter_gather_bytes(model, run, strategy)
     uncached = uncached_weight_copy_bytes_per_parameter(run, strategy.zero)
     if uncached:
-        parts["fp8_weight_copies"] = (uncached * (params.linear - params.bf16_linear)
-                                      * max(0.0, _in_flight(strategy, layout) - 1))
+        parts["fp8_weight_copies"] = uncached * params.fp8_weights * max(0.0, _in_flight(strategy, layout) - 1)
     return parts
 
 

@@ -17,9 +17,8 @@ class StageParameters:
     dense: float
     expert: float
     layers: int
-    linear: float = 0.0  # body linear-layer weights among dense + expert (FP8 weight copies, estimate/fp8.py)
-    bf16_linear: float = 0.0  # those of linear among the layers kept in BF16 under fp8 (RunSpec.bf16_layers): no copies
-    fp8_weights: float = 0.0  # weights of the FP8 GEMMs of the layers run in FP8 under fp8 (_fp8_weights): those cast
+    fp8_weights: float = 0.0  # weights of the FP8 GEMMs of the layers run in FP8 under fp8 (_fp8_weights): those
+    # Transformer Engine casts (fp8.step_weight_cast_seconds) and keeps FP8 copies of (memory.model_state_bytes)
 
 
 def expert_data_parallel(strategy: Strategy) -> int:
@@ -41,13 +40,12 @@ def optimizer_shard(strategy: Strategy, params: StageParameters) -> float:
     return params.dense / dense_shard_ranks(strategy) + params.expert / expert_data_parallel(strategy)
 
 
-def _encoder_parameters(model: ModelSpec, tp: int) -> tuple[float, float]:
-    """(all, linear-layer) parameters of the vision encoder and projector on one device of the embedding stage
-    (docs/models.md §5): linear layers split over TP as the language model's, patch embedding, positions and norms
-    replicated."""
+def _encoder_parameters(model: ModelSpec, tp: int) -> float:
+    """Parameters of the vision encoder and projector on one device of the embedding stage (docs/models.md §5):
+    linear layers split over TP as the language model's, patch embedding, positions and norms replicated."""
     e, layer = model.encoder, model.encoder_model.dense_layer
-    linear = e.layers * layer.per_tp_rank(tp) + e.projector_params / tp
-    return linear + e.layers * layer.norms + e.embedding_params(e.image_size), linear
+    return (e.layers * (layer.per_tp_rank(tp) + layer.norms) + e.projector_params / tp
+            + e.embedding_params(e.image_size))
 
 
 @lru_cache(maxsize=16384)
@@ -57,8 +55,7 @@ def _stage_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tup
     if not schedule_named(schedule).mirrored:
         return own
     # DualPipe: device stage s also holds stage pp - 1 - s, the other direction's copy (DeepSeek-V3 §3.2.1)
-    return tuple(StageParameters(a.dense + b.dense, a.expert + b.expert, a.layers, a.linear + b.linear,
-                                 a.bf16_linear + b.bf16_linear, a.fp8_weights + b.fp8_weights)
+    return tuple(StageParameters(a.dense + b.dense, a.expert + b.expert, a.layers, a.fp8_weights + b.fp8_weights)
                  for a, b in zip(own, reversed(own)))
 
 
@@ -68,22 +65,17 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
     placement = schedule_named(schedule)
     for stage, chunks in enumerate(stage_chunks(model, pp, vpp, layers_per_stage)):
         embedding, head = placement.holds_ends(stage, pp) if not placement.mirrored else (stage == 0, stage == pp - 1)
-        dense = expert = linear = bf16_linear = 0.0
+        dense = expert = 0.0
         fp8 = _fp8_weights(model, chunks, tp, ep, etp, bf16, embedding, head)
         for first, count in chunks:
             for i in range(first, first + count):
                 layer = model.layer(i)
                 dense += layer.per_tp_rank(tp) + layer.norms  # norms are replicated over TP
                 expert += layer.experts / (ep * etp)
-                linear += layer.per_tp_rank(tp) + layer.experts / (ep * etp)
-                if _kept_bf16(model, i, bf16):
-                    bf16_linear += layer.per_tp_rank(tp) + layer.experts / (ep * etp)
         if embedding:  # vocabulary-parallel embedding; learned positions are replicated
             dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
             if model.encoder is not None:  # beside the embedding: the vision encoder and projector
-                encoder_dense, encoder_linear = _encoder_parameters(model, tp)
-                dense += encoder_dense
-                linear += encoder_linear
+                dense += _encoder_parameters(model, tp)
         if head:  # output layer (a tied one keeps its own copy on another stage) and final norm
             output = model.vocab * model.hidden if (not model.tied_embeddings or not embedding) else 0
             dense += output / tp + model.norm_params
@@ -92,7 +84,7 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
                 dense += model.mtp_depth * (block.per_tp_rank(tp) + block.norms
                                             + 2 * model.hidden * model.hidden / tp + 2 * model.norm_params)
                 expert += model.mtp_depth * block.experts / (ep * etp)
-        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), linear, bf16_linear, fp8))
+        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), fp8))
     return tuple(out)
 
 
@@ -125,6 +117,6 @@ def _fp8_weights(model: ModelSpec, chunks, tp: int, ep: int, etp: int, bf16: tup
 def stage_parameters(model: ModelSpec, strategy: Strategy,
                      bf16: tuple[int, int] = (0, 0)) -> tuple[StageParameters, ...]:
     """Per device stage: parameters on one of its devices after TP, EP and ETP splits (before ZeRO); `bf16` (first,
-    last) body layers counted apart in bf16_linear and left out of fp8_weights (RunSpec.bf16_layers)."""
+    last) body layers left out of fp8_weights (RunSpec.bf16_layers)."""
     s = strategy
     return _stage_parameters(model, s.pp, s.vpp, s.layers_per_stage, s.tp, s.ep, s.etp, s.schedule, bf16)

@@ -27,6 +27,7 @@ from functools import lru_cache
 from ..estimate.layout import chunks_kind_counts, stage_chunks, stage_kind_counts, stage_layouts
 from ..estimate.memory import (host_offload_bytes, host_optimizer_bytes, model_state_bytes, parts_total,
                                stage_dynamic_bytes, stage_static_bytes, unheld_state_bound)
+from ..estimate.compute import fp8_weight_elements
 from ..estimate.parameters import StageParameters
 from ..estimate.data_parallel import Windows, data_parallel_terms, data_parallel_time
 from ..estimate.overlap import LAYER_OVERLAPS, hidden_comms
@@ -300,10 +301,11 @@ def layer_static_bytes(space: SearchSpace, layout: Layout, zero: int) -> float:
     """Model-state bytes one body layer adds to a stage under a ZeRO stage (the static memory's slope in the
     stage's layer count; single-kind models, where uneven partitions are searched)."""
     model = space.model
-    layer = model.moe_layer or model.dense_layer if model.dense_layers == 0 else model.dense_layer
+    kind = "moe" if model.dense_layers == 0 and model.moe_layer else "dense"
+    layer = model.moe_layer if kind == "moe" else model.dense_layer
     experts = layer.experts / (layout.ep * layout.etp)
     one_layer = StageParameters(layer.per_tp_rank(layout.tp) + layer.norms, experts, 1,
-                                layer.per_tp_rank(layout.tp) + experts)
+                                fp8_weight_elements(model, kind, layout.tp, layout.ep, layout.etp))
     return sum(model_state_bytes(space.run, layout.strategy(1, 1, zero, False, NO_RECOMPUTE), one_layer).values())
 
 

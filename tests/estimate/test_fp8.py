@@ -189,7 +189,8 @@ def test_the_moe_router_is_not_cast():
     h, f = mixtral.hidden, mixtral.moe.expert_ffn_hidden
     attention = h * (h + 2 * mixtral.num_kv_heads * mixtral.dim_per_head) + h * h
     assert params.fp8_weights == mixtral.layers * (attention + 3 * h * f)
-    assert params.linear - params.fp8_weights == mixtral.layers * h * mixtral.moe.experts  # the routers
+    layer = mixtral.moe_layer  # what the device holds of its layers' linear weights but the routers
+    assert params.fp8_weights == mixtral.layers * (layer.per_tp_rank(1) + layer.experts / 8 - h * mixtral.moe.experts)
 
 
 def test_the_plan_terms_charge_the_step_cast_over_the_fp8_weights():
@@ -279,10 +280,10 @@ def test_a_current_scaling_layer_exposes_one_amax_reduction_per_pair_each_way():
 def test_fp8_weight_copies_and_fp8_linear_inputs():
     strategy = Strategy(dp=8, zero=0)
     params = stage_parameters(LLAMA, strategy)[0]
-    assert 0 < params.linear < params.dense
+    assert 0 < params.fp8_weights < params.dense
     bf16, fp8 = model_state_bytes(BF16, strategy, params), model_state_bytes(FP8, strategy, params)
     assert weight_copy_bytes_per_parameter(FP8, 0) == 2.0  # FP8 copy + transpose (Hopper layout)
-    assert fp8["parameters"] - bf16["parameters"] == pytest.approx(2.0 * params.linear)
+    assert fp8["parameters"] - bf16["parameters"] == pytest.approx(2.0 * params.fp8_weights)
     assert fp8["gradients"] == bf16["gradients"] and fp8["optimizer_states"] == bf16["optimizer_states"]
     # --fp8-param-gather (ZeRO >= 1): the FP8 copy and transpose replace the BF16 linear weight
     sharded = strategy.with_zero(1)
