@@ -106,10 +106,12 @@ def _summary_panel(result: ValidationResult) -> Panel:
         f"step time: mean |relative error| {_pct(s.mean_abs_step_relative)}",
         f"MFU correlation: Pearson {_signed(s.mfu_pearson, '.3f')}, Spearman {_signed(s.mfu_spearman, '.3f')}",
         f"step correlation (log): Pearson {_signed(s.step_pearson, '.3f')}, Spearman {_signed(s.step_spearman, '.3f')}",
-        f"top-{s.top_k} agreement (by MFU): {_pct(s.top_k_agreement)}",
+        f"top-{s.top_k} agreement (by MFU): {_pct(s.top_k_agreement)}" if s.top_k else "top-k agreement (by MFU): -",
         f"memory: mean |relative error| {_pct(s.mean_abs_memory_relative)}",
     ]
     lines += [f"note: {note}" for note in result.notes]
+    if not s.runs and result.skipped:
+        lines.append("no run was compared: the table above gives each skipped run's reason")
     return Panel("\n".join(lines), title="Summary", expand=False)
 
 

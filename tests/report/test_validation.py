@@ -20,3 +20,13 @@ def test_each_compared_peak_says_its_basis_at_any_width():
         text = " ".join(_rendered(width).split())
         assert text.count("memory allocated") == 14  # the Megatron-Bridge and Megatron-LM peak rows
         assert text.count("memory reserved") == 6  # the torchtitan rows: the reserved peak torchtitan logs
+
+
+def test_a_file_with_no_run_compared_says_so_and_names_no_top_0(tmp_path):
+    runs = tmp_path / "runs.yaml"
+    runs.write_text("runs:\n  - id: x\n    model: {name: m}\n")
+    console = Console(width=120, record=True, color_system=None)
+    render_validation(validate_file(runs), console)
+    text = " ".join(console.export_text().split())
+    assert "top-0" not in text and "top-k agreement (by MFU): -" in text
+    assert "no run was compared: the table above gives each skipped run's reason" in text
