@@ -66,12 +66,14 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
     for stage, chunks in enumerate(stage_chunks(model, pp, vpp, layers_per_stage)):
         embedding, head = placement.holds_ends(stage, pp) if not placement.mirrored else (stage == 0, stage == pp - 1)
         dense = expert = 0.0
-        fp8 = _fp8_weights(model, chunks, tp, ep, etp, bf16, embedding, head)
+        fp8_layers = {"dense": 0, "moe": 0}  # body layers run in FP8 under fp8, by kind (not those kept in BF16)
         for first, count in chunks:
             for i in range(first, first + count):
                 layer = model.layer(i)
                 dense += layer.per_tp_rank(tp) + layer.norms  # norms are replicated over TP
                 expert += layer.experts / (ep * etp)
+                if not (i < bf16[0] or i >= model.layers - bf16[1]):  # Megatron's global layer numbers
+                    fp8_layers["moe" if model.is_moe_layer(i) else "dense"] += 1
         if embedding:  # vocabulary-parallel embedding; learned positions are replicated
             dense += model.vocab * model.hidden / tp + (model.embedding_params - model.vocab * model.hidden)
             if model.encoder is not None:  # beside the embedding: the vision encoder and projector
@@ -84,28 +86,19 @@ def _own_parameters(model: ModelSpec, pp: int, vpp: int, layers_per_stage: tuple
                 dense += model.mtp_depth * (block.per_tp_rank(tp) + block.norms
                                             + 2 * model.hidden * model.hidden / tp + 2 * model.norm_params)
                 expert += model.mtp_depth * block.experts / (ep * etp)
-        out.append(StageParameters(dense, expert, sum(n for _, n in chunks), fp8))
+        out.append(StageParameters(dense, expert, sum(n for _, n in chunks),
+                                   _fp8_weights(model, fp8_layers, tp, ep, etp, embedding, head)))
     return tuple(out)
 
 
-def _kept_bf16(model: ModelSpec, index: int, bf16: tuple[int, int]) -> bool:
-    """Whether body layer `index` is one of the first/last kept in BF16 (Megatron's global layer numbers)."""
-    return index < bf16[0] or index >= model.layers - bf16[1]
-
-
-def _fp8_weights(model: ModelSpec, chunks, tp: int, ep: int, etp: int, bf16: tuple[int, int], embedding: bool,
+def _fp8_weights(model: ModelSpec, fp8_layers: dict[str, int], tp: int, ep: int, etp: int, embedding: bool,
                  head: bool) -> float:
     """Weight elements on one device of a stage's FP8 GEMMs (compute.fp8_weight_elements: every weight GEMM but
-    the MoE router; no bias, norm, embedding or output layer) in the body layers it runs in FP8 (not those kept in
-    BF16: `bf16`), each at its kind's average layer (a hybrid model's mixers as the time model prices them), plus
-    the MTP modules' layers beside the loss (`head`) and the vision encoder's beside the embedding (`embedding`),
-    which the time model runs in FP8 too (estimate/time.py _mtp_time, _encoder_time; not their 16-bit
-    projections)."""
-    layers = {"dense": 0, "moe": 0}
-    for first, count in chunks:
-        for i in range(first, first + count):
-            if not _kept_bf16(model, i, bf16):
-                layers["moe" if model.is_moe_layer(i) else "dense"] += 1
+    the MoE router; no bias, norm, embedding or output layer) in the body layers it runs in FP8 (`fp8_layers` by
+    kind), each at its kind's average layer (a hybrid model's mixers as the time model prices them), plus the MTP
+    modules' layers beside the loss (`head`) and the vision encoder's beside the embedding (`embedding`), which the
+    time model runs in FP8 too (estimate/time.py _mtp_time, _encoder_time; not their 16-bit projections)."""
+    layers = dict(fp8_layers)
     if head and model.mtp_depth:
         layers[model.mtp_layer_kind] += model.mtp_depth
     total = sum(n * fp8_weight_elements(model, kind, tp, ep, etp) for kind, n in layers.items() if n)

@@ -139,15 +139,20 @@ def plan_form(space: SearchSpace, layout: Layout, mbs: int, mbn: int, sp: bool, 
         margins=plan_margins(space, base, modes, tuple(zeros)))
 
 
+def weighed_coefficients(linear: LinearPipeline, pp: int, most_layers: int) -> float:
+    """The floored time coefficients the objective counts, in units of the form's seconds (over the divisor): about
+    one per layer and extra term of a stage (most_layers + 1), weighed slowest_weight times through the slowest stage
+    and sum_weight times per stage. Flooring each to the unit costs at most this many units (the data-parallel terms
+    apart: recompute.PlanModel._data_parallel_rounding)."""
+    return (linear.slowest_weight + linear.sum_weight * pp) * (most_layers + 1) / linear.divisor
+
+
 def time_unit(bound_seconds: float, linear: LinearPipeline, pp: int, most_layers: int) -> float:
-    """The model's time unit (seconds): RESOLUTION of the item's step-time bound shared out over the floored
-    coefficients the objective counts, about one per layer and extra term of a stage, weighed slowest_weight times
-    through the slowest stage and sum_weight times per stage (over the divisor). Flooring them then costs at most
-    RESOLUTION of the step, however many micro-batches weigh a layer, and the data-parallel terms' own rounding
-    (recompute.PlanModel._data_parallel_rounding) about as much again at most: a fraction of plans.PLAN_TOLERANCE
-    (docs/solver.md §4)."""
-    weighed = (linear.slowest_weight + linear.sum_weight * pp) * (most_layers + 1) / linear.divisor
-    return max(1e-12, bound_seconds * RESOLUTION / max(1.0, weighed))
+    """The model's time unit (seconds): RESOLUTION of the item's step-time bound shared out over the weighed
+    coefficients (weighed_coefficients). Flooring them then costs at most RESOLUTION of the step, however many
+    micro-batches weigh a layer, and the data-parallel terms' own rounding about as much again at most: a fraction
+    of plans.PLAN_TOLERANCE (docs/solver.md §4)."""
+    return max(1e-12, bound_seconds * RESOLUTION / max(1.0, weighed_coefficients(linear, pp, most_layers)))
 
 
 def _stage_forms(space: SearchSpace, layout: Layout, base: Strategy, keys: tuple[KindOption, ...],

@@ -24,7 +24,7 @@ from ..estimate.layout import LAYER_KINDS, chunk_kinds, default_partition, mode_
 from ..space import Layout, SearchSpace
 from .interrupt import solve as interruptible
 from .plan_coefficients import BYTE, PlanCoefficients, counted_kinds, floor_to, plan_coefficients
-from .plan_form import plan_form
+from .plan_form import plan_form, weighed_coefficients
 from .plan_model import BuiltPlanModel, build_plan_model
 from ..specs.recompute import HEAVIEST_FIRST, MODE_INDEX, RECOMPUTE_MODES, RecomputePlan, StageRecompute
 from ..specs.pipeline_layout import split_device_stages
@@ -177,11 +177,9 @@ class PlanModel:
                 totals[mode] += count
             stages.append(totals)
         bound = math.floor(outcome.bound + 1e-9) * form.unit / line.divisor
-        # Every coefficient is floored to the unit: at most one unit per layer and per extra term on a stage,
-        # counted slowest_weight times through the slowest stage and sum_weight times per stage, plus the DP terms.
-        per_stage = c.most_layers + 1
-        rounding = form.unit * ((line.slowest_weight + line.sum_weight * pp) * per_stage
-                                + line.divisor * self._data_parallel_rounding(per_stage)) / line.divisor
+        # Every coefficient is floored to the unit: at most one unit per weighed coefficient, plus the DP terms.
+        rounding = form.unit * (weighed_coefficients(line, pp, c.most_layers)
+                                + self._data_parallel_rounding(c.most_layers + 1))
         return PlanSolution(self._plan(stages, layers, self.zeros[k]), bound, outcome.status == cp_model.OPTIMAL,
                             outcome.values, rounding)
 
