@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..launch import LaunchCheck
+from ..policy import ANY_TRAINER
 from ..report.emit import KINDS, launch_lines
 from ..report.jsonout import write_json
 from ..report.output import STDOUT, write_output
@@ -74,7 +75,7 @@ def check_emit_arguments(args: argparse.Namespace, stdout_taken: bool) -> None:
     if emit_kind and not emit_file and stdout_taken:
         raise SpecError("--emit writes to stdout, which --json -/--csv - already use; add --emit-file PATH")
     planned = getattr(args, "trainer", None)
-    if emit_kind and planned not in (None, "any", emit_kind):
+    if emit_kind and planned not in (None, ANY_TRAINER, emit_kind):
         # refused before any search: the plans would be the other trainer's, priced with its behaviour
         raise SpecError(f"--emit {emit_kind} with --trainer {planned}: the plans would be {planned}'s; use --trainer "
                         f"{emit_kind} (or leave --trainer out: --emit's trainer is planned), or --trainer any")

@@ -186,10 +186,11 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def near_key(key: Any, valid: Iterable[str]) -> str:
-    """" (did you mean X?)" for a misspelt key close to a valid one, else "": said before the list of valid keys,
-    which a long spec (a device file's ~40 fields) has elided in the middle of an `ndcp: error:` line."""
-    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.75)
+def near_key(key: Any, valid: Iterable[str], cutoff: float = 0.75) -> str:
+    """" (did you mean X?)" for a misspelt key close to a valid one (difflib's ratio at least `cutoff`), else "": said
+    before the list of valid keys, which a long spec (a device file's ~40 fields) has elided in the middle of an
+    `ndcp: error:` line."""
+    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=cutoff)
     return f" (did you mean {close[0]}?)" if close else ""
 
 

@@ -44,7 +44,6 @@ use is recorded in the row's `assumptions`):
 """
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,7 +52,7 @@ from typing import Any
 from ..estimate.fp8 import check_fp8
 from ..estimate.trainers import loss_kernel
 from ..specs.device import PRESETS, ClusterSpec, device_preset
-from ..specs.fields import SpecError
+from ..specs.fields import SpecError, near_key
 from ..specs.library import parse_yaml
 from ..specs.model import ModelSpec
 from ..specs.run import MFU_CONVENTIONS, RunSpec
@@ -93,8 +92,7 @@ def _cluster(gpu_id: str, gpus: int, per_node: Any, scale_out_gbps: Any = None) 
     elif gpu_id.strip().lower() in PRESETS:
         preset, overrides = gpu_id.strip().lower(), {}
     else:
-        close = difflib.get_close_matches(gpu_id.strip().lower(), [*PRESETS, *GPU_PRESETS], n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = near_key(gpu_id.strip().lower(), [*PRESETS, *GPU_PRESETS], cutoff=0.6)
         raise SkipRun(f"device {gpu_id!r} has no ndcp preset{hint}; valid: {', '.join(PRESETS)} (or a hardware id "
                       f"of examples/published_runs.yaml: {', '.join(GPU_PRESETS)})")
     if not is_null(per_node):
@@ -379,8 +377,8 @@ def _csv_row(index: int, record: dict, folder: Path) -> MeasuredRun:
     memory = as_number(record.get("memory_gib"), "memory_gib", "50.2")
     basis = _memory_basis(record.get("memory_basis"), memory is not None, notes)
     return MeasuredRun(record.get("id") or f"row{index + 1}", model, cluster, run, strategy, False,
-                       as_number(record.get("step_seconds"), "step_seconds", "1.7"), as_fraction(record.get("mfu"), "mfu"), None, None,
-                       memory, tuple(notes), searched=searched, memory_basis=basis)
+                       as_number(record.get("step_seconds"), "step_seconds", "1.7"), as_fraction(record.get("mfu"), "mfu"),
+                       None, None, memory, tuple(notes), searched=searched, memory_basis=basis)
 
 
 def _csv_rows(path: Path) -> list[tuple[str, Any]]:
